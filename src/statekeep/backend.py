@@ -1,0 +1,131 @@
+"""What the built-in stores share: checks, the hop to the owner loop, per-State locks.
+
+A built-in store implements four coroutines that run on the owner loop: ``_write`` (with
+the State's lock held), ``_read``, ``_list`` and ``_delete`` (lock held). The public
+methods validate the id and encode the data in the caller's thread first, so bad input
+fails before any storage is touched.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from .bridge import owner, run_async, run_sync
+from .ids import validate_id
+from .records import Record, SavedState
+from .store import Store
+from .writes import PreparedWrite, prepare_write
+
+
+class Backend(Store):
+    """Base class of the built-in stores."""
+
+    _closed = False
+
+    # -- to implement ---------------------------------------------------------------
+
+    def _storage_key(self) -> Hashable:
+        """Equal for two instances that stand for the same storage."""
+        raise NotImplementedError
+
+    async def _write(self, write: PreparedWrite) -> None:
+        raise NotImplementedError
+
+    async def _read(self, state_id: str) -> Record | None:
+        raise NotImplementedError
+
+    async def _list(self) -> tuple[list[SavedState], list[str]]:
+        """The listing, and a message for each State left out because it is unreadable."""
+        raise NotImplementedError
+
+    async def _delete(self, state_id: str) -> None:
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        """Release resources; runs on the owner loop."""
+
+    # -- the public API -------------------------------------------------------------
+
+    async def awrite(
+        self,
+        state_id: str,
+        entries: Sequence[dict[str, Any]],
+        snapshot: dict[str, Any] | None,
+        *,
+        create: bool = False,
+    ) -> None:
+        write = prepare_write(state_id, entries, snapshot, create)
+        await run_async(self._locked_write(self._check_open(write)))
+
+    def write(
+        self,
+        state_id: str,
+        entries: Sequence[dict[str, Any]],
+        snapshot: dict[str, Any] | None,
+        *,
+        create: bool = False,
+    ) -> None:
+        write = prepare_write(state_id, entries, snapshot, create)
+        run_sync(self._locked_write(self._check_open(write)), "awrite")
+
+    async def aread(self, state_id: str) -> Record | None:
+        return await run_async(self._read(self._check_open(validate_id(state_id))))
+
+    def read(self, state_id: str) -> Record | None:
+        return run_sync(self._read(self._check_open(validate_id(state_id))), "aread")
+
+    async def alist(self) -> list[SavedState]:
+        self._check_open(None)
+        return _warn_skipped(await run_async(self._list()))
+
+    def list(self) -> list[SavedState]:
+        self._check_open(None)
+        return _warn_skipped(run_sync(self._list(), "alist"))
+
+    async def adelete(self, state_id: str) -> None:
+        await run_async(self._locked_delete(self._check_open(validate_id(state_id))))
+
+    def delete(self, state_id: str) -> None:
+        run_sync(self._locked_delete(self._check_open(validate_id(state_id))), "adelete")
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await run_async(self._close())
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            run_sync(self._close(), "aclose")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Backend):
+            return NotImplemented
+        return type(self) is type(other) and self._storage_key() == other._storage_key()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._storage_key()))
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _check_open(self, value: Any) -> Any:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed; open a new store to use it again")
+        return value
+
+    async def _locked_write(self, write: PreparedWrite) -> None:
+        async with owner().lock((self._storage_key(), write.state_id)):
+            await self._write(write)
+
+    async def _locked_delete(self, state_id: str) -> None:
+        async with owner().lock((self._storage_key(), state_id)):
+            await self._delete(state_id)
+
+
+def _warn_skipped(result: tuple[list[SavedState], list[str]]) -> list[SavedState]:
+    rows, skipped = result
+    for message in skipped:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return rows

@@ -1,0 +1,189 @@
+"""The owner loop: one private event loop per process that runs every store operation.
+
+Sync methods submit their coroutine to it and block on the result; async methods on
+another loop submit the same way and await; on the owner loop itself they just run. So
+a per-State ``asyncio.Lock`` that only this loop touches serialises every writer, sync or
+async, from any thread. Blocking file I/O goes to worker threads, never this loop's
+thread, so one slow fsync does not stall other States.
+
+After ``os.fork()`` the child forgets the parent's loop, threads and locks (without
+closing them) and starts fresh on first use. At exit, new work is refused, in-flight
+operations get a bounded time to finish, and the loop stops: the process never hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextvars
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from .workers import Workers
+
+T = TypeVar("T")
+
+#: How long interpreter exit waits for operations already under way.
+EXIT_GRACE_SECONDS = 10.0
+
+
+class _Owner:
+    """The loop, its thread, the worker pools and the per-State locks of one process."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.io = Workers("statekeep-io", 64)
+        # For jobs that io jobs wait on; they never wait themselves (see Workers).
+        self.aux = Workers("statekeep-aux", 64)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+        self._locks: dict[Hashable, list[Any]] = {}
+        self.closers: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        started = threading.Event()
+        self.thread = threading.Thread(
+            target=self._main, args=(started,), name="statekeep-loop", daemon=True
+        )
+        self.thread.start()
+        started.wait()
+
+    def _main(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(started.set)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` as a task on the loop, in a copy of the caller's context.
+
+        Cancelling the returned future does not cancel the task: an operation that
+        started runs to its end, so it either happened whole or not at all.
+        """
+        cf: concurrent.futures.Future[T] = concurrent.futures.Future()
+        ctx = contextvars.copy_context()
+
+        def start() -> None:
+            task = self.loop.create_task(coro, context=ctx)
+            self.tasks.add(task)
+            task.add_done_callback(lambda t: self._settle(t, cf))
+
+        with _guard:
+            if self.stopping:
+                coro.close()
+                raise RuntimeError("statekeep is shutting down with the interpreter; no new work")
+            self.loop.call_soon_threadsafe(start)
+        return cf
+
+    def _settle(self, task: asyncio.Task[T], cf: concurrent.futures.Future[T]) -> None:
+        self.tasks.discard(task)
+        try:
+            if task.cancelled():
+                cf.cancel()
+            elif (exc := task.exception()) is not None:
+                cf.set_exception(exc)
+            else:
+                cf.set_result(task.result())
+        except concurrent.futures.InvalidStateError:
+            pass  # the caller stopped waiting; the outcome was still reached
+
+    @asynccontextmanager
+    async def lock(self, key: Hashable) -> AsyncIterator[None]:
+        """Hold the lock for ``key``; it is dropped from the map when nobody waits on it."""
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[key]
+
+    async def drain(self, timeout: float) -> None:
+        pending = {t for t in self.tasks if t is not asyncio.current_task()}
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+        for close in self.closers:
+            try:
+                await asyncio.wait_for(close(), timeout=1.0)
+            except Exception:  # noqa: BLE001 - nothing useful to do with it at exit
+                pass
+
+
+_guard = threading.Lock()
+_owner: _Owner | None = None
+
+
+def owner() -> _Owner:
+    """The owner loop of this process, started on first use."""
+    global _owner
+    current = _owner
+    if current is None:
+        with _guard:
+            if _owner is None:
+                _owner = _Owner()
+            current = _owner
+    return current
+
+
+def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
+    """Run ``coro`` on the owner loop and block until it is done (the sync API's path).
+
+    Works from any thread, including one running its own event loop (which it blocks
+    for the call). On the owner loop's own thread it raises RuntimeError at once, since
+    waiting there would deadlock.
+    """
+    own = owner()
+    if threading.current_thread() is own.thread:
+        coro.close()
+        raise RuntimeError(
+            f"this sync statekeep method was called from statekeep's own event loop "
+            f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
+        )
+    return own.submit(coro).result()
+
+
+async def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on the owner loop from any event loop (the async API's path).
+
+    If the caller is cancelled, the operation still runs to its end on the owner loop.
+    """
+    own = owner()
+    if asyncio.get_running_loop() is own.loop:
+        task = own.loop.create_task(coro)
+        own.tasks.add(task)
+        task.add_done_callback(own.tasks.discard)
+        return await asyncio.shield(task)
+    return await asyncio.wrap_future(own.submit(coro))
+
+
+def _forget_after_fork() -> None:
+    # The parent's loop thread does not exist in the child: start over on first use.
+    global _owner, _guard
+    _owner = None
+    _guard = threading.Lock()
+
+
+def _shutdown() -> None:
+    with _guard:
+        own = _owner
+        if own is None:
+            return
+        own.stopping = True
+    if not own.thread.is_alive():
+        return
+    try:
+        done = asyncio.run_coroutine_threadsafe(own.drain(EXIT_GRACE_SECONDS), own.loop)
+        done.result(EXIT_GRACE_SECONDS + 5)
+    except Exception:  # noqa: BLE001 - never hang or fail the interpreter's exit
+        pass
+    own.loop.call_soon_threadsafe(own.loop.stop)
+    own.thread.join(5)
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(_shutdown)

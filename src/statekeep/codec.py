@@ -1,0 +1,92 @@
+"""The JSON codec (orjson) with the checks orjson does not make.
+
+orjson writes NaN and infinities as ``null`` without a word, and its own errors do not
+say where the bad value sits. :func:`encode` walks the value first and raises TypeError
+naming the path of the first value JSON cannot hold faithfully, before anything is
+written anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+# orjson's limits: integers must fit in 64 bits (signed or unsigned), nesting is capped.
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+MAX_DEPTH = 254
+
+
+def encode(value: dict[str, Any], path: str) -> bytes:
+    """Encode a JSON object to compact UTF-8 bytes (no trailing newline).
+
+    ``path`` names the value in error messages, e.g. ``entries[2]``.
+    Raises TypeError naming the path of a value JSON cannot round-trip: non-finite
+    floats, ints beyond 64 bits, non-str keys, lone surrogates, sets, bytes and any
+    object that is not a dict, list, tuple, str, int, float, bool or None.
+    """
+    if not isinstance(value, dict):
+        raise TypeError(f"{path} must be a dict (a JSON object), got {type(value).__name__}")
+    _check(value, path, 0)
+    return orjson.dumps(value)
+
+
+def decode(data: bytes | str) -> Any:
+    """Decode JSON bytes; raises orjson.JSONDecodeError (a ValueError) when invalid."""
+    return orjson.loads(data)
+
+
+def _check(value: Any, path: str, depth: int) -> None:
+    # Walks containers iteratively per level; recursion depth is bounded by MAX_DEPTH.
+    if depth > MAX_DEPTH:
+        raise TypeError(f"{path} is nested more than {MAX_DEPTH} levels deep (or refers to itself)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{path} has a key {key!r} of type {type(key).__name__}: JSON keys must be str"
+                )
+            if not key.isascii():
+                _check_str(key, f"{path} key {key!r}")
+            if item is None or item is True or item is False:
+                continue
+            t = type(item)
+            if t is str:
+                if not item.isascii():
+                    _check_str(item, f"{path}[{key!r}]")
+            elif t is int:
+                if not _INT_MIN <= item <= _INT_MAX:
+                    raise TypeError(f"{path}[{key!r}] = {item} does not fit in 64 bits")
+            else:
+                _check(item, f"{path}[{key!r}]", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, str):
+        if not value.isascii():
+            _check_str(value, path)
+    elif value is None or isinstance(value, bool):
+        pass
+    elif isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise TypeError(f"{path} = {value} does not fit in 64 bits")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{path} is {value!r}: JSON has no NaN or infinity")
+    else:
+        raise TypeError(
+            f"{path} is a {type(value).__name__}, which JSON cannot hold; "
+            "convert it to a dict, list, str, int, float, bool or None"
+        )
+
+
+def _check_str(value: str, path: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TypeError(
+            f"{path} holds a lone surrogate, which is not valid UTF-8; "
+            "decode bytes with errors='replace' instead of 'surrogateescape'"
+        ) from None

@@ -1,0 +1,490 @@
+"""FileStore: the embedded default, one folder per State.
+
+Layout under the store's folder::
+
+    {id}/log.jsonl          one history entry per line, appended
+    {id}/snapshot.json      the snapshot, replaced whole on every write
+    {id}/snapshot.json.tmp  the next snapshot while it is being written
+    .creating-{pid}-{rand}  a State being created (renamed to {id} when complete)
+    .deleting-{pid}-{rand}  a State being deleted (renamed away first)
+
+Every write is durable when it returns: the appended lines are fsync'd, the new snapshot
+is written to a temporary file that is fsync'd and renamed into place, and the folder is
+fsync'd after the rename. Folders are 0700 and files 0600 whatever the umask; symlinks
+inside the store are refused, never followed. Writers in other processes are kept apart
+with ``fcntl.flock`` on the State's folder.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .backend import Backend
+from .bridge import owner
+from .errors import CorruptStateError
+from .fsio import OsIO
+from .ids import validate_id
+from .logframe import LogScan, scan_log
+from .records import Record, SavedState, listing_order
+from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+
+LOG = "log.jsonl"
+SNAPSHOT = "snapshot.json"
+SNAPSHOT_TMP = "snapshot.json.tmp"
+_CREATING = ".creating-"
+_DELETING = ".deleting-"
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_FILE_READ = os.O_RDONLY | os.O_NOFOLLOW
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """What this process last knew of a log, checked against ``fstat`` before use."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    next_seq: int
+
+    def matches(self, st: os.stat_result) -> bool:
+        return (self.dev, self.ino, self.size, self.mtime_ns) == (
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+        )
+
+
+class FileStore(Backend):
+    """Saves each State in its own folder under ``path``: ``log.jsonl`` + ``snapshot.json``.
+
+    Durable on return: when ``write``/``awrite`` returns, the new entries and the snapshot
+    are on disk (file and folder fsync'd) and survive a crash or power cut. If a write
+    raises OSError (disk full, I/O error), the log is left as it was before it; send the
+    same write again once the cause is fixed. After a crash, a partly written last line is
+    ignored on read and cut before the next append; a damaged line followed by good ones
+    raises :class:`CorruptStateError` naming the file and line.
+
+    Several processes may use one folder: writes to one State are serialised with a file
+    lock. The folder is created (0700) on the first write.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, io: OsIO | None = None) -> None:
+        self.path = Path(os.path.abspath(os.fspath(path)))
+        self._key = os.path.realpath(self.path)
+        self._io = io or OsIO()
+        self._tails: dict[str, _Tail] = {}
+        self._swept = False
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.path)!r})"
+
+    def _storage_key(self) -> Hashable:
+        return ("file", self._key)
+
+    # -- the four operations, each run in a worker thread ---------------------------
+
+    async def _write(self, write: PreparedWrite) -> None:
+        await owner().io.run(self._write_sync, write)
+
+    async def _read(self, state_id: str) -> Record | None:
+        return await owner().io.run(self._read_sync, state_id)
+
+    async def _list(self) -> tuple[list[SavedState], list[str]]:
+        return await owner().io.run(self._list_sync)
+
+    async def _delete(self, state_id: str) -> None:
+        await owner().io.run(self._delete_sync, state_id)
+
+    # -- write ----------------------------------------------------------------------
+
+    def _write_sync(self, write: PreparedWrite) -> None:
+        root = self._open_root(create=write.create)
+        try:
+            if root is None:
+                raise missing_error(write.state_id)
+            if write.create:
+                self._create(root, write)
+            else:
+                self._append(root, write)
+        finally:
+            if root is not None:
+                os.close(root)
+
+    def _append(self, root: int, write: PreparedWrite) -> None:
+        sid = write.state_id
+        folder = self._open_state(root, sid)
+        if folder is None:
+            raise missing_error(sid)
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+            if not _still_named(root, sid, folder):
+                raise missing_error(sid)  # deleted while we waited for the lock
+            log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
+            try:
+                self._append_locked(folder, log, write)
+            except BaseException:
+                self._tails.pop(sid, None)  # re-read from disk next time
+                raise
+            finally:
+                os.close(log)
+        finally:
+            os.close(folder)
+
+    def _append_locked(self, folder: int, log: int, write: PreparedWrite) -> None:
+        io, sid = self._io, write.state_id
+        size, next_seq = self._tail(folder, log, sid)
+        skip = plan_append(write, next_seq)
+        if skip:
+            stored = self._scan(log, sid).entries[write.first_seq : write.first_seq + skip]
+            check_overlap(write, stored)
+        new = b"".join(write.lines[skip:])
+        # The snapshot's temporary file is written and fsync'd while the log is.
+        pending = None
+        if write.snapshot is not None:
+            pending = owner().aux.submit(self._write_file, folder, SNAPSHOT_TMP, write.snapshot)
+        try:
+            if new:
+                try:
+                    io.write_all(log, new)
+                    io.fsync(log)
+                except BaseException:
+                    self._undo_append(log, size)
+                    raise
+            if pending is not None:
+                pending.result()
+        except BaseException:
+            if pending is not None:
+                _discard(pending, lambda: io.unlink(SNAPSHOT_TMP, dir_fd=folder))
+            raise
+        if pending is not None:
+            try:
+                io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=folder)
+            except BaseException:
+                _quietly(lambda: io.unlink(SNAPSHOT_TMP, dir_fd=folder))
+                if new:
+                    self._undo_append(log, size)
+                raise
+            # From here the new snapshot is in place; if the folder's fsync fails it may or
+            # may not survive a crash, and the entries before it are already durable.
+            io.fsync(folder)
+        st = os.fstat(log)
+        self._tails[sid] = _Tail(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, write.end_seq)
+
+    def _undo_append(self, log: int, size: int) -> None:
+        """Cut the log back to ``size`` after a failed append; the original error follows."""
+        _quietly(lambda: (self._io.truncate(log, size), self._io.fsync(log)))
+
+    def _tail(self, folder: int, log: int, sid: str) -> tuple[int, int]:
+        """(size, next seq) of the log, from the cache when the file did not change.
+
+        A torn tail left by a crashed writer is cut here, before anything is appended.
+        """
+        st = os.fstat(log)
+        known = self._tails.get(sid)
+        if known is not None and known.matches(st):
+            return known.size, known.next_seq
+        if known is not None and (known.dev, known.ino) == (st.st_dev, st.st_ino) and st.st_size > known.size:
+            # Another process appended: read only what it added.
+            data = os.pread(log, st.st_size - known.size, known.size)
+            scan = scan_log(data, start_seq=known.next_seq, name=self._where(sid, LOG))
+            end = known.size + scan.end
+        else:
+            scan = self._scan(log, sid)
+            end = scan.end
+        if end < st.st_size:
+            self._io.truncate(log, end)
+            self._io.fsync(log)
+        return end, scan.next_seq
+
+    def _scan(self, log: int, sid: str) -> LogScan:
+        os.lseek(log, 0, os.SEEK_SET)
+        return scan_log(self._io.read_all(log), name=self._where(sid, LOG))
+
+    def _create(self, root: int, write: PreparedWrite) -> None:
+        io, sid = self._io, write.state_id
+        if _exists(root, sid):
+            raise exists_error(sid)
+        staging = f"{_CREATING}{os.getpid()}-{secrets.token_hex(6)}"
+        io.mkdir(staging, dir_fd=root)
+        try:
+            folder = self._open_in(root, sid, staging, _DIR)
+            try:
+                pending = None
+                if write.snapshot is not None:
+                    pending = owner().aux.submit(self._write_file, folder, SNAPSHOT, write.snapshot)
+                try:
+                    log = io.open(LOG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
+                    try:
+                        os.fchmod(log, 0o600)
+                        io.write_all(log, b"".join(write.lines))
+                        io.fsync(log)
+                        st = os.fstat(log)
+                    finally:
+                        os.close(log)
+                finally:
+                    if pending is not None:
+                        pending.result()
+                io.fsync(folder)
+            finally:
+                os.close(folder)
+            try:
+                io.rename(staging, sid, dir_fd=root)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise exists_error(sid) from None
+                raise
+        except BaseException:
+            _quietly(lambda: _remove_tree(io, root, staging))
+            raise
+        io.fsync(root)
+        self._tails[sid] = _Tail(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, write.end_seq)
+
+    def _write_file(self, folder: int, name: str, data: bytes) -> None:
+        """Write ``name`` whole (created 0600, truncated) and fsync it."""
+        io = self._io
+        fd = io.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, dir_fd=folder)
+        try:
+            os.fchmod(fd, 0o600)
+            io.write_all(fd, data)
+            io.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- read, list -----------------------------------------------------------------
+
+    def _read_sync(self, sid: str) -> Record | None:
+        root = self._open_root(create=False)
+        if root is None:
+            return None
+        try:
+            folder = self._open_state(root, sid)
+        finally:
+            os.close(root)
+        if folder is None:
+            return None
+        try:
+            # Snapshot first: it is written after the entries, so it never covers
+            # entries this read does not see.
+            snapshot = self._read_snapshot(folder, sid)
+            log = self._open_in(folder, sid, LOG, _FILE_READ)
+            try:
+                data = self._io.read_all(log)
+            finally:
+                os.close(log)
+        finally:
+            os.close(folder)
+        return Record(scan_log(data, name=self._where(sid, LOG)).entries, snapshot)
+
+    def _read_snapshot(self, folder: int, sid: str) -> dict[str, Any] | None:
+        try:
+            fd = self._open_in(folder, sid, SNAPSHOT, _FILE_READ)
+        except FileNotFoundError:
+            return None
+        try:
+            data = self._io.read_all(fd)
+        finally:
+            os.close(fd)
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptStateError(f"{self._where(sid, SNAPSHOT)} is not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise CorruptStateError(f"{self._where(sid, SNAPSHOT)} does not hold a JSON object")
+        return value
+
+    def _list_sync(self) -> tuple[list[SavedState], list[str]]:
+        root = self._open_root(create=False)
+        if root is None:
+            return [], []
+        rows: list[SavedState] = []
+        skipped: list[str] = []
+        try:
+            with os.scandir(root) as it:
+                names = [(e.name, e.is_symlink()) for e in it if not e.name.startswith(".")]
+            for name, is_link in names:
+                try:
+                    validate_id(name)
+                except ValueError:
+                    continue  # not ours
+                try:
+                    if is_link:
+                        raise CorruptStateError(f"{self._where(name)} is a symbolic link; not followed")
+                    folder = self._open_state(root, name)
+                    if folder is None:
+                        continue  # deleted meanwhile
+                    try:
+                        snapshot = self._read_snapshot(folder, name)
+                    finally:
+                        os.close(folder)
+                    if snapshot is not None:
+                        rows.append(SavedState.from_snapshot(name, snapshot))
+                except (OSError, ValueError) as exc:
+                    skipped.append(f"statekeep: State {name!r} left out of the listing: {exc}")
+        finally:
+            os.close(root)
+        return listing_order(rows), skipped
+
+    # -- delete ---------------------------------------------------------------------
+
+    def _delete_sync(self, sid: str) -> None:
+        root = self._open_root(create=False)
+        if root is None:
+            return
+        io = self._io
+        try:
+            folder = self._open_state(root, sid)
+            if folder is None:
+                return
+            try:
+                fcntl.flock(folder, fcntl.LOCK_EX)  # let a writer in another process finish
+                if not _still_named(root, sid, folder):
+                    return
+                trash = f"{_DELETING}{os.getpid()}-{secrets.token_hex(6)}"
+                io.rename(sid, trash, dir_fd=root)  # the atomic point: the State is gone
+                self._tails.pop(sid, None)
+                io.fsync(root)
+            finally:
+                os.close(folder)
+            # A failure from here leaves a leftover that the next start removes.
+            _quietly(lambda: _remove_tree(io, root, trash))
+        finally:
+            os.close(root)
+
+    # -- folders --------------------------------------------------------------------
+
+    def _open_root(self, *, create: bool) -> int | None:
+        """Open the store's folder; create it (0700, durably) if asked. None if absent."""
+        try:
+            root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if not create:
+                return None
+            self._make_root()
+            root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if not self._swept:
+            self._swept = True
+            _quietly(lambda: self._sweep(root))
+        return root
+
+    def _make_root(self) -> None:
+        missing = []
+        p = self.path
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, 0o700)
+                os.chmod(folder, 0o700)
+            except FileExistsError:
+                pass
+            parent = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                self._io.fsync(parent)
+            finally:
+                os.close(parent)
+
+    def _sweep(self, root: int) -> None:
+        """Remove what crashed creates and deletes left behind (their process is gone)."""
+        with os.scandir(root) as it:
+            names = [e.name for e in it if e.name.startswith((_CREATING, _DELETING))]
+        for name in names:
+            pid = name.split("-")[1] if name.count("-") >= 2 else ""
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                _quietly(lambda name=name: _remove_tree(self._io, root, name))
+
+    def _open_state(self, root: int, sid: str) -> int | None:
+        try:
+            return self._open_in(root, sid, sid, _DIR)
+        except FileNotFoundError:
+            return None
+
+    def _open_in(self, dir_fd: int, sid: str, name: str, flags: int) -> int:
+        try:
+            return self._io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                where = self._where(sid) if name == sid else self._where(sid, name)
+                raise CorruptStateError(
+                    f"{where} is a symbolic link or not what statekeep made; "
+                    "links inside a store are never followed"
+                ) from None
+            raise
+
+    def _where(self, sid: str, name: str | None = None) -> str:
+        return str(self.path / sid / name) if name else str(self.path / sid)
+
+
+def _still_named(root: int, sid: str, folder: int) -> bool:
+    """Is ``folder`` still the State's folder (not renamed away or replaced)?"""
+    try:
+        named = os.stat(sid, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(folder)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _exists(root: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _remove_tree(io: OsIO, root: int, name: str) -> None:
+    """Remove a State folder (files only, no subfolders) that is no longer named as one."""
+    folder = os.open(name, _DIR | os.O_CLOEXEC, dir_fd=root)
+    try:
+        with os.scandir(folder) as it:
+            files = [e.name for e in it]
+        for file in files:
+            try:
+                io.unlink(file, dir_fd=folder)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(folder)
+    io.rmdir(name, dir_fd=root)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _discard(job: Future[None], cleanup: Callable[[], object]) -> None:
+    """After a failure: wait for a side job to end, then undo what it wrote."""
+    try:
+        job.result()
+    except BaseException:  # noqa: BLE001 - the first error is the one raised
+        pass
+    _quietly(cleanup)
+
+
+def _quietly(action: Callable[[], object]) -> None:
+    """Run a best-effort clean-up whose failure must not hide the error being raised."""
+    try:
+        action()
+    except OSError:
+        pass
+

@@ -1,0 +1,87 @@
+"""What stores hand back: a State's :class:`Record` and a listing row, :class:`SavedState`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Everything a store has for one State id.
+
+    ``entries`` are the history entries in seq order from 0; ``snapshot`` is the dict the
+    last write stored, or None if no write gave one. Both are fresh copies: changing them
+    never changes the store.
+    """
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    snapshot: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SavedState:
+    """One saved State as :meth:`Store.list` shows it; times are aware UTC datetimes."""
+
+    id: str
+    task: str
+    created_at: datetime
+    updated_at: datetime
+    turn: int
+    stopped_by: str | None
+    finished: bool
+
+    @classmethod
+    def from_snapshot(cls, state_id: str, snapshot: Mapping[str, Any]) -> SavedState:
+        """Build a listing row from a snapshot dict.
+
+        The snapshot needs ``task`` (str), ``created_at`` and ``updated_at`` (ISO 8601
+        strings), ``turn`` (int >= 0), ``stopped_by`` (str or None) and ``finished`` (bool).
+        Raises ValueError naming the first missing or invalid key.
+        """
+        if not isinstance(snapshot, Mapping):
+            raise ValueError(f"snapshot of {state_id!r} is not a dict: {type(snapshot).__name__}")
+
+        def get(key: str) -> Any:
+            try:
+                return snapshot[key]
+            except KeyError:
+                raise ValueError(f"snapshot of {state_id!r} has no {key!r} key") from None
+
+        def bad(key: str, want: str) -> ValueError:
+            return ValueError(
+                f"snapshot of {state_id!r} has an invalid {key!r}: {get(key)!r} (expected {want})"
+            )
+
+        task = get("task")
+        if not isinstance(task, str):
+            raise bad("task", "a str")
+        times = []
+        for key in ("created_at", "updated_at"):
+            raw = get(key)
+            try:
+                when = datetime.fromisoformat(raw)
+            except (TypeError, ValueError):
+                raise bad(key, "an ISO 8601 time") from None
+            if when.tzinfo is None:
+                raise bad(key, "a time with a UTC offset")
+            times.append(when.astimezone(timezone.utc))
+        turn = get("turn")
+        if type(turn) is not int or turn < 0:
+            raise bad("turn", "an int >= 0")
+        stopped_by = get("stopped_by")
+        if stopped_by is not None and not isinstance(stopped_by, str):
+            raise bad("stopped_by", "a str or None")
+        finished = get("finished")
+        if type(finished) is not bool:
+            raise bad("finished", "a bool")
+        return cls(state_id, task, times[0], times[1], turn, stopped_by, finished)
+
+
+def listing_order(rows: list[SavedState]) -> list[SavedState]:
+    """Most recently updated first; ties broken by id so the order is stable."""
+    rows.sort(key=lambda r: r.id)
+    rows.sort(key=lambda r: r.updated_at, reverse=True)
+    return rows

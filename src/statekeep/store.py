@@ -1,0 +1,141 @@
+"""The Store contract: async-first methods, with sync methods derived from them."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from abc import ABC
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from .bridge import run_sync
+from .records import Record, SavedState
+
+
+class Store(ABC):
+    """Where States are saved: per id, an append-only history plus one snapshot dict.
+
+    The native methods are coroutines (``awrite``, ``aread``, ``alist``, ``adelete``).
+    The sync methods (``write``, ``read``, ``list``, ``delete``) have the same contracts;
+    they run the coroutines on statekeep's private event loop (one background thread per
+    process) and block until done. They work in a plain script, from any thread, and
+    inside a running event loop, which they block for the duration of the call: in async
+    code prefer the ``a*`` methods.
+
+    To write your own store, subclass and implement ``write``/``read`` (and ``list``,
+    ``delete`` if it can), or their async versions, or both. The missing side is derived:
+    async defaults run a sync implementation in a worker thread; sync defaults run an
+    async implementation on the private loop. The built-in stores also validate ids and
+    data, and lock each State, before their implementation is called.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Store:
+        missing = [
+            f"{name}() or a{name}()"
+            for name in ("write", "read")
+            if getattr(cls, name) is getattr(Store, name)
+            and getattr(cls, "a" + name) is getattr(Store, "a" + name)
+        ]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__} must implement {' and '.join(missing)} to be a Store"
+            )
+        return super().__new__(cls)
+
+    # -- async (native) -------------------------------------------------------------
+
+    async def awrite(
+        self,
+        state_id: str,
+        entries: Sequence[dict[str, Any]],
+        snapshot: dict[str, Any] | None,
+        *,
+        create: bool = False,
+    ) -> None:
+        """Add history ``entries`` to a State and replace its snapshot.
+
+        Each entry is a dict with an int ``"seq"``; the entries of one write have
+        consecutive seqs. An entry whose seq the store already has is skipped when it is
+        equal to the stored one, so sending a batch again is harmless; a *different* entry
+        for a taken seq raises :class:`StateConflictError` and nothing is written. The
+        rest must continue right after what the store has, else ValueError (a gap).
+        ``snapshot`` replaces the stored one (None keeps it) and is written after the
+        entries. ``create=True`` is the first write of a new State: ValueError if the id
+        exists, and all or nothing. With ``create=False`` an unknown id is a LookupError.
+        Bad data (NaN, non-str keys, sets, ...) raises TypeError before anything is
+        written. What is durable on return depends on the store; see its class.
+        """
+        await asyncio.to_thread(
+            functools.partial(self.write, state_id, entries, snapshot, create=create)
+        )
+
+    async def aread(self, state_id: str) -> Record | None:
+        """Everything the store has for ``state_id``, or None if there is no such State."""
+        return await asyncio.to_thread(self.read, state_id)
+
+    async def alist(self) -> list[SavedState]:
+        """Every State that has a snapshot, most recently updated first (ties by id)."""
+        if type(self).list is Store.list:
+            raise NotImplementedError(f"{type(self).__name__} does not support list()")
+        return await asyncio.to_thread(self.list)
+
+    async def adelete(self, state_id: str) -> None:
+        """Remove a State whole; nothing happens if there is none."""
+        if type(self).delete is Store.delete:
+            raise NotImplementedError(f"{type(self).__name__} does not support delete()")
+        await asyncio.to_thread(self.delete, state_id)
+
+    # -- sync, derived --------------------------------------------------------------
+
+    def write(
+        self,
+        state_id: str,
+        entries: Sequence[dict[str, Any]],
+        snapshot: dict[str, Any] | None,
+        *,
+        create: bool = False,
+    ) -> None:
+        """Sync :meth:`awrite`, same contract and durability."""
+        run_sync(self.awrite(state_id, entries, snapshot, create=create), "awrite")
+
+    def read(self, state_id: str) -> Record | None:
+        """Sync :meth:`aread`."""
+        return run_sync(self.aread(state_id), "aread")
+
+    def list(self) -> list[SavedState]:
+        """Sync :meth:`alist`."""
+        if type(self).alist is Store.alist:
+            raise NotImplementedError(f"{type(self).__name__} does not support list()")
+        return run_sync(self.alist(), "alist")
+
+    def delete(self, state_id: str) -> None:
+        """Sync :meth:`adelete`."""
+        if type(self).adelete is Store.adelete:
+            raise NotImplementedError(f"{type(self).__name__} does not support delete()")
+        run_sync(self.adelete(state_id), "adelete")
+
+    # -- lifetime -------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Release what the store holds (connections, handles). Safe to call twice."""
+        self.close()
+
+    def close(self) -> None:
+        """Sync :meth:`aclose`."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

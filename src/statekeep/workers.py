@@ -1,0 +1,69 @@
+"""A small pool of daemon threads for blocking I/O (write, fsync, read).
+
+Not ``concurrent.futures.ThreadPoolExecutor``: that one refuses new work once the
+interpreter starts shutting down, before the non-daemon threads that may still be
+saving are joined. These threads take work until the process ends. Jobs given to one
+pool must never wait on other jobs of the same pool (use a second pool for that), or a
+full pool could wait on itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Workers:
+    """Threads started on demand, up to ``max_threads``, that stay for the next job."""
+
+    def __init__(self, name: str, max_threads: int) -> None:
+        self._name = name
+        self._max = max_threads
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._jobs = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0  # threads waiting for a job
+        self._pending = 0  # jobs no thread has taken yet
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Run ``fn(*args)`` on a pool thread; the returned future has its outcome."""
+        fut: Future[T] = Future()
+        self._jobs.put((fut, fn, args))
+        with self._lock:
+            self._pending += 1
+            if self._pending > self._idle and self._threads < self._max:
+                self._threads += 1
+                self._idle += 1
+                threading.Thread(
+                    target=self._work, name=f"{self._name}-{self._threads}", daemon=True
+                ).start()
+        return fut
+
+    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Like :meth:`submit`, as an awaitable for the running event loop."""
+        return asyncio.wrap_future(self.submit(fn, *args))
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            fut, fn, args = jobs.get()
+            with self._lock:
+                self._idle -= 1
+                self._pending -= 1
+            if fut.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as exc:  # handed to the waiter, whatever it is
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+            del fut, fn, args
+            with self._lock:
+                self._idle += 1

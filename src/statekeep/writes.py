@@ -1,0 +1,107 @@
+"""Checking a write before any storage is touched, and its seq rules (pure, no I/O).
+
+:func:`prepare_write` validates the id, the entries and the snapshot and encodes them, so
+every error about the caller's data is raised before a byte is written. :func:`plan_append`
+and :func:`check_overlap` apply the seq rules against what a store holds: entries it
+already has are skipped when equal and a conflict when different; the rest must follow
+on with no gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .codec import encode
+from .errors import StateConflictError
+from .ids import validate_id
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
+    """A validated, encoded write. ``lines`` are the entries, each ending in ``\\n``."""
+
+    state_id: str
+    first_seq: int  # seq of lines[0]; 0 when there are no lines
+    lines: tuple[bytes, ...]
+    snapshot: bytes | None
+    create: bool
+
+    @property
+    def end_seq(self) -> int:
+        """The seq after the last entry of this write."""
+        return self.first_seq + len(self.lines)
+
+
+def prepare_write(
+    state_id: str, entries: Sequence[dict[str, Any]], snapshot: dict[str, Any] | None, create: bool
+) -> PreparedWrite:
+    """Validate and encode a write; raise TypeError/ValueError for bad input."""
+    validate_id(state_id)
+    if not isinstance(entries, (list, tuple)):
+        raise TypeError(f"entries must be a list of dicts, got {type(entries).__name__}")
+    lines = []
+    first_seq = 0
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise TypeError(f"entries[{i}] must be a dict, got {type(entry).__name__}")
+        seq = entry.get("seq")
+        if type(seq) is not int or seq < 0:
+            raise ValueError(f"entries[{i}] needs an int 'seq' >= 0, got {seq!r}")
+        if i == 0:
+            first_seq = seq
+        elif seq != first_seq + i:
+            raise ValueError(
+                f"entries[{i}] has seq {seq}, expected {first_seq + i}: "
+                "the entries of one write must have consecutive seqs, in order"
+            )
+        lines.append(encode(entry, f"entries[{i}]") + b"\n")
+    snap = None if snapshot is None else encode(snapshot, "snapshot")
+    if create and lines and first_seq != 0:
+        raise ValueError(f"a new State's history starts at seq 0, got {first_seq}")
+    return PreparedWrite(state_id, first_seq, tuple(lines), snap, bool(create))
+
+
+def plan_append(write: PreparedWrite, next_seq: int) -> int:
+    """Return how many leading lines of ``write`` the store already has (to compare, then skip).
+
+    ``next_seq`` is the seq the store expects next. Raises ValueError on a gap.
+    """
+    if not write.lines:
+        return 0
+    if write.first_seq > next_seq:
+        raise ValueError(
+            f"State {write.state_id!r}: expected seq {next_seq} next, got seq {write.first_seq}; "
+            "entries must continue the history with no gap"
+        )
+    return min(next_seq - write.first_seq, len(write.lines))
+
+
+def check_overlap(write: PreparedWrite, stored: Sequence[dict[str, Any]]) -> None:
+    """Raise StateConflictError unless ``stored`` (the store's entries for the overlapping
+    seqs, in order) equals the first ``len(stored)`` entries of ``write``."""
+    for i, old in enumerate(stored):
+        if old != orjson.loads(write.lines[i]):
+            seq = write.first_seq + i
+            raise StateConflictError(
+                f"State {write.state_id!r} already has a different entry at seq {seq}: "
+                "another writer saved first. Nothing was written; read the State again "
+                "and continue from what it holds"
+            )
+
+
+def exists_error(state_id: str) -> ValueError:
+    return ValueError(
+        f"State {state_id!r} already exists; nothing was written. "
+        "Use create=False to add to it, or pick another id"
+    )
+
+
+def missing_error(state_id: str) -> LookupError:
+    return LookupError(
+        f"no State {state_id!r} in this store (never created, or deleted); "
+        "use create=True for the first write of a new State"
+    )
