@@ -44,9 +44,7 @@ class _Owner:
         self._locks: dict[Hashable, list[Any]] = {}
         self.closers: list[Callable[[], Coroutine[Any, Any, None]]] = []
         started = threading.Event()
-        self.thread = threading.Thread(
-            target=self._main, args=(started,), name="statekeep-loop", daemon=True
-        )
+        self.thread = threading.Thread(target=self._main, args=(started,), name="statekeep-loop", daemon=True)
         self.thread.start()
         started.wait()
 
@@ -110,7 +108,7 @@ class _Owner:
         for close in self.closers:
             try:
                 await asyncio.wait_for(close(), timeout=1.0)
-            except Exception:  # noqa: BLE001 - nothing useful to do with it at exit
+            except Exception:
                 pass
 
 
@@ -179,7 +177,7 @@ def _shutdown() -> None:
     try:
         done = asyncio.run_coroutine_threadsafe(own.drain(EXIT_GRACE_SECONDS), own.loop)
         done.result(EXIT_GRACE_SECONDS + 5)
-    except Exception:  # noqa: BLE001 - never hang or fail the interpreter's exit
+    except Exception:
         pass
     own.loop.call_soon_threadsafe(own.loop.stop)
     own.thread.join(5)

@@ -476,7 +476,7 @@ def _discard(job: Future[None], cleanup: Callable[[], object]) -> None:
     """After a failure: wait for a side job to end, then undo what it wrote."""
     try:
         job.result()
-    except BaseException:  # noqa: BLE001 - the first error is the one raised
+    except BaseException:
         pass
     _quietly(cleanup)
 
@@ -487,4 +487,3 @@ def _quietly(action: Callable[[], object]) -> None:
         action()
     except OSError:
         pass
-

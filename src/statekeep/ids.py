@@ -21,7 +21,5 @@ def validate_id(state_id: object) -> str:
         raise TypeError(f"a State id must be a str, got {type(state_id).__name__}")
     if _ID.fullmatch(state_id) is None:
         shown = state_id if len(state_id) <= 40 else state_id[:40] + "..."
-        raise ValueError(
-            f"invalid State id {shown!r} (length {len(state_id)}): an id is {ID_RULE}"
-        )
+        raise ValueError(f"invalid State id {shown!r} (length {len(state_id)}): an id is {ID_RULE}")
     return state_id

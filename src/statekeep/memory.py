@@ -51,9 +51,7 @@ class MemoryStore(Backend):
         if lines is None:
             return None
         snapshot = self._snapshots[state_id]
-        return Record(
-            [orjson.loads(b) for b in lines], None if snapshot is None else orjson.loads(snapshot)
-        )
+        return Record([orjson.loads(b) for b in lines], None if snapshot is None else orjson.loads(snapshot))
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         rows, skipped = [], []

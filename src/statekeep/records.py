@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -67,7 +67,7 @@ class SavedState:
                 raise bad(key, "an ISO 8601 time") from None
             if when.tzinfo is None:
                 raise bad(key, "a time with a UTC offset")
-            times.append(when.astimezone(timezone.utc))
+            times.append(when.astimezone(UTC))
         turn = get("turn")
         if type(turn) is not int or turn < 0:
             raise bad("turn", "an int >= 0")

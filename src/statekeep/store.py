@@ -38,9 +38,7 @@ class Store(ABC):
             and getattr(cls, "a" + name) is getattr(Store, "a" + name)
         ]
         if missing:
-            raise TypeError(
-                f"{cls.__name__} must implement {' and '.join(missing)} to be a Store"
-            )
+            raise TypeError(f"{cls.__name__} must implement {' and '.join(missing)} to be a Store")
         return super().__new__(cls)
 
     # -- async (native) -------------------------------------------------------------
@@ -66,9 +64,7 @@ class Store(ABC):
         Bad data (NaN, non-str keys, sets, ...) raises TypeError before anything is
         written. What is durable on return depends on the store; see its class.
         """
-        await asyncio.to_thread(
-            functools.partial(self.write, state_id, entries, snapshot, create=create)
-        )
+        await asyncio.to_thread(functools.partial(self.write, state_id, entries, snapshot, create=create))
 
     async def aread(self, state_id: str) -> Record | None:
         """Everything the store has for ``state_id``, or None if there is no such State."""

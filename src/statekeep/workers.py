@@ -41,9 +41,7 @@ class Workers:
             if self._pending > self._idle and self._threads < self._max:
                 self._threads += 1
                 self._idle += 1
-                threading.Thread(
-                    target=self._work, name=f"{self._name}-{self._threads}", daemon=True
-                ).start()
+                threading.Thread(target=self._work, name=f"{self._name}-{self._threads}", daemon=True).start()
         return fut
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
