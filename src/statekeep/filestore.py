@@ -17,6 +17,7 @@ with ``fcntl.flock`` on the State's folder.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import os
@@ -67,6 +68,27 @@ class _Tail:
         )
 
 
+@dataclass(slots=True)
+class _Append:
+    """One write of a group commit, with what it opened and how far it got."""
+
+    write: PreparedWrite
+    folder: int = -1
+    log: int = -1
+    tmp: int = -1
+    size: int = 0  # the log's size before this write
+    new: bytes = b""
+    appended: bool = False
+    published: bool = False
+    error: BaseException | None = None
+
+    def close(self) -> None:
+        for fd in (self.tmp, self.log, self.folder):  # the folder last: it holds the lock
+            if fd >= 0:
+                os.close(fd)
+        self.tmp = self.log = self.folder = -1
+
+
 class FileStore(Backend):
     """Saves each State in its own folder under ``path``: ``log.jsonl`` + ``snapshot.json``.
 
@@ -87,6 +109,10 @@ class FileStore(Backend):
         self._io = io or OsIO()
         self._tails: dict[str, _Tail] = {}
         self._swept = False
+        # The group-commit queue; touched only on the owner loop it belongs to.
+        self._queue_owner: object = None
+        self._queue: list[tuple[PreparedWrite, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -97,7 +123,20 @@ class FileStore(Backend):
     # -- the four operations, each run in a worker thread ---------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
-        await owner().io.run(self._write_sync, write)
+        if write.create:
+            await owner().io.run(self._create_sync, write)
+            return
+        # Group commit: appends waiting at the same moment, to any State of this store,
+        # are written together and share their flushes; each caller still gets its own
+        # outcome, and returns only once its own write is durable.
+        own = owner()
+        if self._queue_owner is not own:  # first use, or a fork: the old queue is gone
+            self._queue_owner, self._queue, self._flusher = own, [], None
+        fut = own.loop.create_future()
+        self._queue.append((write, fut))
+        if self._flusher is None:
+            self._flusher = own.loop.create_task(self._flush())
+        await fut
 
     async def _read(self, state_id: str) -> Record | None:
         return await owner().io.run(self._read_sync, state_id)
@@ -108,86 +147,130 @@ class FileStore(Backend):
     async def _delete(self, state_id: str) -> None:
         await owner().io.run(self._delete_sync, state_id)
 
-    # -- write ----------------------------------------------------------------------
+    # -- append (group commit) ------------------------------------------------------
 
-    def _write_sync(self, write: PreparedWrite) -> None:
-        root = self._open_root(create=write.create)
+    async def _flush(self) -> None:
         try:
-            if root is None:
-                raise missing_error(write.state_id)
-            if write.create:
-                self._create(root, write)
-            else:
-                self._append(root, write)
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    errors = await owner().io.run(self._commit, [w for w, _ in batch])
+                except BaseException as exc:  # a bug, not a write's own failure
+                    errors = [exc] * len(batch)
+                for (_, fut), error in zip(batch, errors, strict=True):
+                    if fut.done():
+                        continue
+                    if error is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(error)
         finally:
+            self._flusher = None
+
+    def _commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
+        """Append a batch of writes (one per State) durably; return each one's error.
+
+        Three phases so that the flushes are shared: stage every write (lock, check, write
+        the log lines and the snapshot's temporary file), flush them all, then rename every
+        snapshot into place and flush the folders. A write that fails in any phase is undone
+        (log cut back, temporary file removed) and fails alone.
+        """
+        items = [_Append(w) for w in writes]
+        # Folder locks are taken in id order, the same in every process: no deadlock.
+        ordered = sorted(items, key=lambda a: a.write.state_id)
+        root = self._open_root(create=False)
+        try:
+            for item in ordered:
+                self._attempt(item, self._stage, root)
+            live = [a for a in ordered if a.error is None]
+            self._fsync_all([(a, a.log) for a in live if a.new] + [(a, a.tmp) for a in live if a.tmp >= 0])
+            staged = [a for a in ordered if a.error is None and a.tmp >= 0]
+            for item in staged:
+                self._attempt(item, self._publish)
+            # Once a snapshot is in place, a failed folder fsync leaves it maybe durable,
+            # maybe not, while the entries before it are durable already.
+            self._fsync_all([(a, a.folder) for a in staged if a.error is None])
+            for item in ordered:
+                sid = item.write.state_id
+                if item.error is None:
+                    st = os.fstat(item.log)
+                    self._tails[sid] = _Tail(
+                        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, item.write.end_seq
+                    )
+                else:
+                    self._tails.pop(sid, None)  # re-read from disk next time
+        finally:
+            for item in items:
+                item.close()
             if root is not None:
                 os.close(root)
+        return [a.error for a in items]
 
-    def _append(self, root: int, write: PreparedWrite) -> None:
+    def _attempt(self, item: _Append, step: Callable[..., object], *args: object) -> None:
+        if item.error is not None:
+            return
+        try:
+            step(item, *args)
+        except BaseException as exc:
+            item.error = exc
+            self._undo(item)
+
+    def _stage(self, item: _Append, root: int | None) -> None:
+        io, write = self._io, item.write
         sid = write.state_id
-        folder = self._open_state(root, sid)
+        folder = None if root is None else self._open_state(root, sid)
         if folder is None:
             raise missing_error(sid)
-        try:
-            fcntl.flock(folder, fcntl.LOCK_EX)
-            if not _still_named(root, sid, folder):
-                raise missing_error(sid)  # deleted while we waited for the lock
-            log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
-            try:
-                self._append_locked(folder, log, write)
-            except BaseException:
-                self._tails.pop(sid, None)  # re-read from disk next time
-                raise
-            finally:
-                os.close(log)
-        finally:
-            os.close(folder)
-
-    def _append_locked(self, folder: int, log: int, write: PreparedWrite) -> None:
-        io, sid = self._io, write.state_id
-        size, next_seq = self._tail(folder, log, sid)
+        item.folder = folder
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        if not _still_named(root, sid, folder):  # type: ignore[arg-type]
+            raise missing_error(sid)  # deleted while we waited for the lock
+        item.log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
+        item.size, next_seq = self._tail(item.log, sid)
         skip = plan_append(write, next_seq)
         if skip:
-            stored = self._scan(log, sid).entries[write.first_seq : write.first_seq + skip]
+            stored = self._scan(item.log, sid).entries[write.first_seq : write.first_seq + skip]
             check_overlap(write, stored)
-        new = b"".join(write.lines[skip:])
-        # The snapshot's temporary file is written and fsync'd while the log is.
-        pending = None
+        item.new = b"".join(write.lines[skip:])
+        if item.new:
+            item.appended = True
+            io.write_all(item.log, item.new)
         if write.snapshot is not None:
-            pending = owner().aux.submit(self._write_file, folder, SNAPSHOT_TMP, write.snapshot)
-        try:
-            if new:
-                try:
-                    io.write_all(log, new)
-                    io.fsync(log)
-                except BaseException:
-                    self._undo_append(log, size)
-                    raise
-            if pending is not None:
-                pending.result()
-        except BaseException:
-            if pending is not None:
-                _discard(pending, lambda: io.unlink(SNAPSHOT_TMP, dir_fd=folder))
-            raise
-        if pending is not None:
-            try:
-                io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=folder)
-            except BaseException:
-                _quietly(lambda: io.unlink(SNAPSHOT_TMP, dir_fd=folder))
-                if new:
-                    self._undo_append(log, size)
-                raise
-            # From here the new snapshot is in place; if the folder's fsync fails it may or
-            # may not survive a crash, and the entries before it are already durable.
-            io.fsync(folder)
-        st = os.fstat(log)
-        self._tails[sid] = _Tail(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, write.end_seq)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            item.tmp = self._open_in(folder, sid, SNAPSHOT_TMP, flags)
+            os.fchmod(item.tmp, 0o600)
+            io.write_all(item.tmp, write.snapshot)
+
+    def _fsync_all(self, jobs: list[tuple[_Append, int]]) -> None:
+        """fsync each (write, fd); a failure fails that write. Concurrent fsyncs share the
+        journal commit and the device flush, so all but one run on helper threads."""
+        if not jobs:
+            return
+        fsync, aux = self._io.fsync, owner().aux
+        running = [(item, aux.submit(fsync, fd)) for item, fd in jobs[1:]]
+        first, fd = jobs[0]
+        self._attempt(first, lambda _: fsync(fd))
+        for item, job in running:
+            self._attempt(item, lambda _, job=job: job.result())
+
+    def _publish(self, item: _Append) -> None:
+        self._io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=item.folder)
+        item.published = True
+
+    def _undo(self, item: _Append) -> None:
+        """Take back what a failed write did, so the State is as it was before it."""
+        if item.published:
+            return
+        if item.tmp >= 0:
+            _quietly(lambda: self._io.unlink(SNAPSHOT_TMP, dir_fd=item.folder))
+        if item.appended:
+            self._undo_append(item.log, item.size)
 
     def _undo_append(self, log: int, size: int) -> None:
         """Cut the log back to ``size`` after a failed append; the original error follows."""
         _quietly(lambda: (self._io.truncate(log, size), self._io.fsync(log)))
 
-    def _tail(self, folder: int, log: int, sid: str) -> tuple[int, int]:
+    def _tail(self, log: int, sid: str) -> tuple[int, int]:
         """(size, next seq) of the log, from the cache when the file did not change.
 
         A torn tail left by a crashed writer is cut here, before anything is appended.
@@ -212,6 +295,14 @@ class FileStore(Backend):
     def _scan(self, log: int, sid: str) -> LogScan:
         os.lseek(log, 0, os.SEEK_SET)
         return scan_log(self._io.read_all(log), name=self._where(sid, LOG))
+
+    def _create_sync(self, write: PreparedWrite) -> None:
+        root = self._open_root(create=True)
+        assert root is not None
+        try:
+            self._create(root, write)
+        finally:
+            os.close(root)
 
     def _create(self, root: int, write: PreparedWrite) -> None:
         io, sid = self._io, write.state_id
