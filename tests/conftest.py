@@ -1,0 +1,80 @@
+"""Fixtures shared by the test suite: every store, driven through the sync or async API."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from statekeep import FileStore, MemoryStore, Store
+
+# Later backends join the conformance suite by adding a factory here.
+STORE_FACTORIES: dict[str, Callable[[Any], Store]] = {
+    "memory": lambda tmp_path: MemoryStore(),
+    "file": lambda tmp_path: FileStore(tmp_path / "store"),
+}
+
+
+def snapshot(task: str = "task", *, turn: int = 0, updated: str = "2026-01-01T00:00:00+00:00") -> dict:
+    """A snapshot that SavedState.from_snapshot accepts."""
+    return {
+        "task": task,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "updated_at": updated,
+        "turn": turn,
+        "stopped_by": None,
+        "finished": False,
+    }
+
+
+def entries(start: int, count: int, **extra: Any) -> list[dict]:
+    return [{"seq": s, "kind": "note", "text": f"entry {s}", **extra} for s in range(start, start + count)]
+
+
+@pytest.fixture(params=sorted(STORE_FACTORIES))
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
+    s = STORE_FACTORIES[request.param](tmp_path)
+    yield s
+    s.close()
+
+
+class Api:
+    """One store seen through its sync or its async methods, always awaited by tests.
+
+    The sync methods are called straight from the test's running event loop, which is
+    one of the situations they must handle.
+    """
+
+    def __init__(self, store: Store, mode: str) -> None:
+        self.store, self.mode = store, mode
+
+    async def write(
+        self, state_id: str, ents: list[dict], snap: dict | None, *, create: bool = False
+    ) -> None:
+        if self.mode == "async":
+            await self.store.awrite(state_id, ents, snap, create=create)
+        else:
+            self.store.write(state_id, ents, snap, create=create)
+
+    async def read(self, state_id: str) -> Any:
+        return await self.store.aread(state_id) if self.mode == "async" else self.store.read(state_id)
+
+    async def list(self) -> Any:
+        return await self.store.alist() if self.mode == "async" else self.store.list()
+
+    async def delete(self, state_id: str) -> None:
+        if self.mode == "async":
+            await self.store.adelete(state_id)
+        else:
+            self.store.delete(state_id)
+
+
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest, store: Store) -> Api:
+    return Api(store, request.param)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0

@@ -1,0 +1,266 @@
+"""FileStore on a real file system: layout, permissions, links, torn tails, several processes."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from statekeep import CorruptStateError, FileStore, Record
+from statekeep.fsio import OsIO
+from tests.conftest import entries, snapshot
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077, 0o277])
+def test_folders_0700_files_0600_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        store = FileStore(tmp_path / "deep" / "store")
+        store.write("a", entries(0, 1), snapshot(), create=True)
+        store.write("a", entries(1, 1), snapshot(turn=1))
+    finally:
+        os.umask(old)
+    root = tmp_path / "deep" / "store"
+    assert mode(root) == 0o700 and mode(tmp_path / "deep") == 0o700
+    assert mode(root / "a") == 0o700
+    assert sorted(p.name for p in (root / "a").iterdir()) == ["log.jsonl", "snapshot.json"]
+    assert mode(root / "a" / "log.jsonl") == 0o600
+    assert mode(root / "a" / "snapshot.json") == 0o600
+
+
+def test_layout_is_one_line_per_entry(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 2), snapshot("t"), create=True)
+    store.write("a", entries(2, 1), None)
+    lines = (tmp_path / "a" / "log.jsonl").read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 4
+    assert (tmp_path / "a" / "snapshot.json").read_bytes().startswith(b'{"task":"t"')
+
+
+def test_reading_does_not_create_the_folder(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "later")
+    assert store.read("a") is None
+    assert store.list() == []
+    store.delete("a")
+    assert not (tmp_path / "later").exists()
+
+
+def test_bad_id_touches_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="invalid State id"):
+        FileStore(tmp_path / "s").write("../escape", [], None, create=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_symlinked_state_folder_is_refused(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "s")
+    store.write("real", entries(0, 1), snapshot(), create=True)
+    (tmp_path / "s" / "evil").symlink_to(tmp_path / "s" / "real", target_is_directory=True)
+    with pytest.raises(CorruptStateError, match="symbolic link"):
+        store.read("evil")
+    with pytest.raises(CorruptStateError, match="symbolic link"):
+        store.write("evil", entries(1, 1), None)
+    with pytest.warns(RuntimeWarning, match="'evil'.*symbolic link"):
+        assert [r.id for r in store.list()] == ["real"]
+    assert store.read("real") == Record(entries(0, 1), snapshot())
+
+
+@pytest.mark.parametrize("name", ["log.jsonl", "snapshot.json"])
+def test_symlinked_file_is_refused(tmp_path: Path, name: str) -> None:
+    store = FileStore(tmp_path / "s")
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    target = tmp_path / "outside"
+    target.write_bytes((tmp_path / "s" / "a" / name).read_bytes())
+    (tmp_path / "s" / "a" / name).unlink()
+    (tmp_path / "s" / "a" / name).symlink_to(target)
+    with pytest.raises(CorruptStateError, match="symbolic link"):
+        store.read("a")
+    before = target.read_bytes()
+    if name == "log.jsonl":
+        with pytest.raises(CorruptStateError, match="symbolic link"):
+            store.write("a", entries(1, 1), snapshot(turn=1))
+    else:  # the rename replaces the link itself, never what it points to
+        store.write("a", entries(1, 1), snapshot(turn=1))
+        assert not (tmp_path / "s" / "a" / name).is_symlink()
+        assert store.read("a") == Record(entries(0, 2), snapshot(turn=1))
+    assert target.read_bytes() == before
+
+
+def test_symlinked_snapshot_tmp_is_not_followed(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "s")
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    target = tmp_path / "victim"
+    target.write_bytes(b"precious")
+    (tmp_path / "s" / "a" / "snapshot.json.tmp").symlink_to(target)
+    with pytest.raises(CorruptStateError, match="symbolic link"):
+        store.write("a", entries(1, 1), snapshot(turn=1))
+    assert target.read_bytes() == b"precious"
+    assert store.read("a") == Record(entries(0, 1), snapshot())
+
+
+def append_raw(store_dir: Path, sid: str, data: bytes) -> None:
+    with open(store_dir / sid / "log.jsonl", "ab") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize(
+    "tail", [b'{"seq": 2, "kind": "no', b"\x00" * 100, b'{"seq":2}', b"\xff\xfe garbage\n"]
+)
+def test_torn_tail_is_ignored_then_cut(tmp_path: Path, tail: bytes) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 2), snapshot(), create=True)
+    append_raw(tmp_path, "a", tail)
+    assert FileStore(tmp_path).read("a") == Record(entries(0, 2), snapshot())
+    fresh = FileStore(tmp_path)
+    fresh.write("a", entries(2, 1), None)
+    assert fresh.read("a").entries == entries(0, 3)
+    assert (tmp_path / "a" / "log.jsonl").read_bytes().count(b"\n") == 3
+
+
+def test_torn_tail_after_this_process_cached_the_tail(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 2), snapshot(), create=True)
+    append_raw(tmp_path, "a", b'{"seq": 2, "te')  # another writer died mid-append
+    store.write("a", entries(2, 1), None)
+    assert FileStore(tmp_path).read("a").entries == entries(0, 3)
+
+
+def test_damaged_line_followed_by_good_ones_is_an_error(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 3), snapshot(), create=True)
+    log = tmp_path / "a" / "log.jsonl"
+    lines = log.read_bytes().split(b"\n")
+    lines[1] = b'{"seq": 1, "kind": "no' + b"#" * 5
+    log.write_bytes(b"\n".join(lines))
+    with pytest.raises(CorruptStateError, match=r"log\.jsonl: line 2 .*followed by a valid entry"):
+        FileStore(tmp_path).read("a")
+    with pytest.raises(CorruptStateError, match="line 2"):
+        FileStore(tmp_path).write("a", entries(3, 1), None)
+    assert log.read_bytes() == b"\n".join(lines)  # nothing cut or repaired
+
+
+def test_stale_duplicate_line_is_an_error(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 2), snapshot(), create=True)
+    append_raw(tmp_path, "a", (tmp_path / "a" / "log.jsonl").read_bytes().split(b"\n")[0] + b"\n")
+    with pytest.raises(CorruptStateError, match="line 3 holds seq 0 where seq 2 belongs"):
+        FileStore(tmp_path).read("a")
+
+
+def test_damaged_snapshot_is_an_error_on_read_and_skipped_by_list(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", [], snapshot("a"), create=True)
+    store.write("b", [], snapshot("b"), create=True)
+    (tmp_path / "b" / "snapshot.json").write_bytes(b'{"task": "b", "crea')
+    with pytest.raises(CorruptStateError, match=r"snapshot\.json is not valid JSON"):
+        store.read("b")
+    with pytest.warns(RuntimeWarning, match=r"'b' left out of the listing"):
+        assert [r.id for r in store.list()] == ["a"]
+
+
+def test_list_ignores_what_is_not_a_state(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", [], snapshot(), create=True)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "has space").mkdir()
+    (tmp_path / ".creating-1-abc").mkdir()
+    assert [r.id for r in store.list()] == ["a"]
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_leftovers_of_crashed_creates_and_deletes_are_removed(tmp_path: Path) -> None:
+    FileStore(tmp_path).write("a", entries(0, 1), snapshot(), create=True)
+    pid = dead_pid()
+    for name in (f".creating-{pid}-aa", f".deleting-{pid}-bb"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "log.jsonl").write_bytes(b'{"seq":0}\n')
+    live = tmp_path / f".creating-{os.getppid()}-cc"  # a live process's create: left alone
+    live.mkdir()
+    store = FileStore(tmp_path)
+    assert [r.id for r in store.list()] == ["a"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "a"]
+
+
+class CountingIO(OsIO):
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read_all(self, fd: int) -> bytes:
+        self.reads += 1
+        return super().read_all(fd)
+
+
+def test_appending_does_not_reread_the_log(tmp_path: Path) -> None:
+    io = CountingIO()
+    store = FileStore(tmp_path, io=io)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    for seq in range(1, 50):
+        store.write("a", entries(seq, 1), snapshot(turn=seq))
+    assert io.reads == 0
+    # A store that did not write it reads the log once, then appends without reading.
+    io2 = CountingIO()
+    other = FileStore(tmp_path, io=io2)
+    for seq in range(50, 60):
+        other.write("a", entries(seq, 1), None)
+    assert io2.reads == 1
+    assert store.read("a").entries == entries(0, 60)
+
+
+def test_appends_by_another_process_are_seen(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    code = textwrap.dedent(
+        f"""
+        from statekeep import FileStore
+        from tests.conftest import entries
+        FileStore({str(tmp_path)!r}).write("a", entries(1, 2), None)
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+    with pytest.raises(ValueError, match="expected seq 3 next, got seq 4"):
+        store.write("a", [{"seq": 4}], None)
+    store.write("a", entries(1, 3), None)  # 1-2 skipped as equal, 3 new
+    assert store.read("a").entries == entries(0, 4)
+
+
+WRITER = """
+import sys
+from statekeep import FileStore, StateConflictError
+store, sid, name, count = FileStore(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+done = 0
+while done < count:
+    rec = store.read(sid)
+    seq = len(rec.entries)
+    try:
+        store.write(sid, [{"seq": seq, "by": name, "n": done}], {"last": name})
+    except StateConflictError:
+        continue
+    done += 1
+"""
+
+
+def test_processes_writing_one_state_never_corrupt_it(tmp_path: Path) -> None:
+    FileStore(tmp_path).write("shared", [], None, create=True)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "shared", f"p{i}", "60"])
+        for i in range(4)
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    rec = FileStore(tmp_path).read("shared")
+    assert [e["seq"] for e in rec.entries] == list(range(240))
+    for i in range(4):
+        assert [e["n"] for e in rec.entries if e["by"] == f"p{i}"] == list(range(60))
