@@ -83,9 +83,11 @@ class _Append:
     error: BaseException | None = None
 
     def close(self) -> None:
-        for fd in (self.tmp, self.log, self.folder):  # the folder last: it holds the lock
+        for fd in (self.tmp, self.log):
             if fd >= 0:
                 os.close(fd)
+        if self.folder >= 0:
+            _unlock(self.folder)  # last: it holds the lock
         self.tmp = self.log = self.folder = -1
 
 
@@ -221,8 +223,8 @@ class FileStore(Backend):
         folder = None if root is None else self._open_state(root, sid)
         if folder is None:
             raise missing_error(sid)
+        _lock(folder)
         item.folder = folder
-        fcntl.flock(folder, fcntl.LOCK_EX)
         if not _still_named(root, sid, folder):  # type: ignore[arg-type]
             raise missing_error(sid)  # deleted while we waited for the lock
         item.log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
@@ -439,8 +441,8 @@ class FileStore(Backend):
             folder = self._open_state(root, sid)
             if folder is None:
                 return
+            _lock(folder)  # let a writer in another process finish first
             try:
-                fcntl.flock(folder, fcntl.LOCK_EX)  # let a writer in another process finish
                 if not _still_named(root, sid, folder):
                     return
                 trash = f"{_DELETING}{os.getpid()}-{secrets.token_hex(6)}"
@@ -448,7 +450,7 @@ class FileStore(Backend):
                 self._tails.pop(sid, None)
                 io.fsync(root)
             finally:
-                os.close(folder)
+                _unlock(folder)
             # A failure from here leaves a leftover that the next start removes.
             _quietly(lambda: _remove_tree(io, root, trash))
         finally:
@@ -517,6 +519,39 @@ class FileStore(Backend):
 
     def _where(self, sid: str, name: str | None = None) -> str:
         return str(self.path / sid / name) if name else str(self.path / sid)
+
+
+# Folder descriptors that hold a State's flock right now. A child forked meanwhile gets
+# copies that would keep the lock held (flock belongs to the open file, which the copies
+# share), and no thread of its own to release them: it closes them at once.
+_locked: set[int] = set()
+
+
+def _lock(folder: int) -> None:
+    """Take the State's lock (waiting for other processes); closes ``folder`` on failure."""
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(folder)
+        raise
+    _locked.add(folder)
+
+
+def _unlock(folder: int) -> None:
+    _locked.discard(folder)  # before the close, so a fork never sees a reused number
+    os.close(folder)
+
+
+def _close_inherited_locks() -> None:
+    for fd in list(_locked):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _locked.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
 
 
 def _still_named(root: int, sid: str, folder: int) -> bool:
