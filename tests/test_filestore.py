@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -264,3 +266,32 @@ def test_processes_writing_one_state_never_corrupt_it(tmp_path: Path) -> None:
     assert [e["seq"] for e in rec.entries] == list(range(240))
     for i in range(4):
         assert [e["n"] for e in rec.entries if e["by"] == f"p{i}"] == list(range(60))
+
+
+def test_fork_while_a_state_is_locked_does_not_wedge_it(tmp_path: Path) -> None:
+    from statekeep import filestore
+
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    folder = os.open(tmp_path / "a", os.O_RDONLY | os.O_DIRECTORY)
+    filestore._lock(folder)  # as a writer thread holds it mid-write
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of the lock must not keep the State locked
+        code = 1
+        try:
+            FileStore(tmp_path).write("a", entries(1, 1), None)
+            code = 0
+        finally:
+            os._exit(code)
+    filestore._unlock(folder)  # the writer finishes in the parent
+    status: list[int] = []
+    waiter = threading.Thread(target=lambda: status.append(os.waitpid(pid, 0)[1]), daemon=True)
+    waiter.start()
+    waiter.join(60)
+    if waiter.is_alive():
+        os.kill(pid, signal.SIGKILL)
+        waiter.join()
+        pytest.fail("the forked child hung on a lock it inherited")
+    assert os.waitstatus_to_exitcode(status[0]) == 0
+    store.write("a", entries(2, 1), None)
+    assert store.read("a").entries == entries(0, 3)
