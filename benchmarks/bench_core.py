@@ -1,0 +1,710 @@
+"""Core benchmarks for statekeep, each measured side by side with a raw baseline.
+
+Run from the repository::
+
+    .venv/bin/python benchmarks/bench_core.py            # the full run (about a minute)
+    .venv/bin/python benchmarks/bench_core.py --quick    # a small run, for the smoke test
+    .venv/bin/python benchmarks/bench_core.py --json out.json
+
+The workload (from the issue): 20 States x 50 turns; each turn adds 3 entries (text fields
+of about 800 B, 200 B and 2 KB) and replaces the snapshot, in one durable write. Every
+measure runs in this process next to its baseline, alternating repetition by repetition,
+and the report gives medians and ratios: the numbers are noisy on a small VM, the ratios
+much less so.
+
+Scratch folders are made on the repository's disk, never in memory: the system temp folder
+when it is on the same device as the repository and not a tmpfs, else ``.bench-tmp/``
+inside the repository. Both are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from statekeep import FileStore, MemoryStore, Store
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_FILESYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "overlay-tmpfs"}
+
+# (kind, size of its text field in bytes): one turn writes one of each.
+ENTRY_KINDS = (("message", 800), ("tool_call", 200), ("tool_result", 2048))
+BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Config:
+    states: int  # States written in the turn benchmarks
+    turns: int  # turns per State
+    reps: int  # repetitions of each turn benchmark (median reported)
+    load_entries: int  # entries of the State loaded whole
+    list_states: int  # States listed
+    read_reps: int  # repetitions of the load and list timings
+    calls: int  # calls per side in the sync-vs-async overhead measure
+
+
+FULL = Config(states=20, turns=50, reps=5, load_entries=10_000, list_states=1_000, read_reps=9, calls=2_000)
+QUICK = Config(states=4, turns=8, reps=1, load_entries=600, list_states=40, read_reps=2, calls=100)
+
+
+# -- the workload ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn: what a store is given, and the same bytes for the raw baselines."""
+
+    entries: list[dict[str, Any]]
+    snapshot: dict[str, Any]
+    lines: bytes  # the entries as log lines, exactly as FileStore appends them
+    snap: bytes  # the snapshot as FileStore writes it
+
+
+def _text_pool(size: int = 1 << 16) -> str:
+    rng = random.Random(20260101)
+    letters = "abcdefghijklmnopqrstuvwxyz      ,.ABCDEFGHIJ0123456789"
+    return "".join(rng.choices(letters, k=size))
+
+
+POOL = _text_pool()
+
+
+def make_entry(seq: int) -> dict[str, Any]:
+    kind, size = ENTRY_KINDS[seq % len(ENTRY_KINDS)]
+    start = (seq * 7919) % (len(POOL) - size)
+    entry: dict[str, Any] = {"seq": seq, "kind": kind}
+    if kind == "message":
+        entry["role"] = "assistant"
+    else:
+        entry["call_id"] = f"call_{seq // len(ENTRY_KINDS)}"
+        if kind == "tool_call":
+            entry["name"] = "search"
+    entry["text"] = POOL[start : start + size]
+    return entry
+
+
+def make_snapshot(state: int, turn: int) -> dict[str, Any]:
+    return {
+        "task": f"benchmark task {state}",
+        "created_at": BASE_TIME.isoformat(),
+        "updated_at": (BASE_TIME + timedelta(seconds=turn)).isoformat(),
+        "turn": turn,
+        "stopped_by": None,
+        "finished": False,
+    }
+
+
+def make_workload(states: int, turns: int) -> list[list[Turn]]:
+    work = []
+    per_turn = len(ENTRY_KINDS)
+    for s in range(states):
+        rows = []
+        for t in range(turns):
+            entries = [make_entry(t * per_turn + i) for i in range(per_turn)]
+            snapshot = make_snapshot(s, t)
+            lines = b"".join(orjson.dumps(e) + b"\n" for e in entries)
+            rows.append(Turn(entries, snapshot, lines, orjson.dumps(snapshot)))
+        work.append(rows)
+    return work
+
+
+def state_id(i: int) -> str:
+    return f"state-{i:04d}"
+
+
+# -- scratch space on the real disk --------------------------------------------------------
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the file system ``path`` is on, from /proc/mounts ('unknown' if unsure)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    real = os.path.realpath(path)
+    best, kind = "", "unknown"
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, parts[2]
+    return kind
+
+
+class Scratch:
+    """A scratch folder on the repository's disk, removed whole by :meth:`cleanup`."""
+
+    def __init__(self) -> None:
+        tmp = Path(tempfile.gettempdir())
+        self.made_parent: Path | None = None
+        on_disk = filesystem_type(tmp) not in MEMORY_FILESYSTEMS
+        if on_disk and os.stat(tmp).st_dev == os.stat(REPO).st_dev:
+            parent = tmp
+        else:
+            parent = REPO / ".bench-tmp"
+            if not parent.exists():
+                parent.mkdir()
+                self.made_parent = parent
+        self.root = Path(tempfile.mkdtemp(prefix="statekeep-bench-", dir=parent))
+        self.fs = filesystem_type(self.root)
+        if self.fs in MEMORY_FILESYSTEMS:
+            raise SystemExit(f"scratch folder {self.root} is on {self.fs}, not a disk; refusing to measure")
+        self._n = 0
+
+    def new(self, name: str) -> Path:
+        self._n += 1
+        path = self.root / f"{self._n:03d}-{name}"
+        path.mkdir()
+        return path
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self.made_parent is not None:
+            try:
+                self.made_parent.rmdir()
+            except OSError:
+                pass
+
+
+def settle() -> None:
+    """Start each timing from a quiet disk and a clean heap."""
+    gc.collect()
+    os.sync()
+
+
+# -- raw baselines ---------------------------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def raw_append_sequential(root: Path, work: list[list[Turn]]) -> float:
+    """(1) Per turn one os.write of the entry lines + snapshot JSON, then fsync; one file
+    per State, States one after another. Returns turns/s."""
+    blobs = [[t.lines + t.snap + b"\n" for t in turns] for turns in work]
+    settle()
+    start = time.perf_counter()
+    for i, turns in enumerate(blobs):
+        fd = os.open(
+            root / f"{state_id(i)}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+        )
+        try:
+            for blob in turns:
+                _write_all(fd, blob)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    return sum(map(len, blobs)) / (time.perf_counter() - start)
+
+
+def raw_append_threads(root: Path, work: list[list[Turn]]) -> float:
+    """(1)'s write + fsync with one thread per State, all at once: what appends alone reach
+    concurrently with one file per State. Returns turns/s."""
+    blobs = [[t.lines + t.snap + b"\n" for t in turns] for turns in work]
+    barrier = threading.Barrier(len(blobs) + 1)
+    errors: list[BaseException] = []
+
+    def worker(i: int, turns: list[bytes]) -> None:
+        barrier.wait()
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+            fd = os.open(root / f"{state_id(i)}.jsonl", flags, 0o600)
+            try:
+                for blob in turns:
+                    _write_all(fd, blob)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i, turns)) for i, turns in enumerate(blobs)]
+    for thread in threads:
+        thread.start()
+    settle()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return sum(map(len, blobs)) / elapsed
+
+
+def _raw_protocol_state(root_fd: int, sid: str, turns: Sequence[Turn]) -> None:
+    """FileStore's protocol by hand: append + fsync the log; snapshot to a temp file +
+    fsync + rename + fsync the folder. The folder is made (and its parent fsync'd) first."""
+    os.mkdir(sid, 0o700, dir_fd=root_fd)
+    os.fsync(root_fd)
+    folder = os.open(sid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
+    try:
+        log = os.open(
+            "log.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600, dir_fd=folder
+        )
+        try:
+            for turn in turns:
+                _write_all(log, turn.lines)
+                os.fsync(log)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                tmp = os.open("snapshot.json.tmp", flags, 0o600, dir_fd=folder)
+                try:
+                    _write_all(tmp, turn.snap)
+                    os.fsync(tmp)
+                finally:
+                    os.close(tmp)
+                os.rename("snapshot.json.tmp", "snapshot.json", src_dir_fd=folder, dst_dir_fd=folder)
+                os.fsync(folder)
+        finally:
+            os.close(log)
+    finally:
+        os.close(folder)
+
+
+def raw_protocol_sequential(root: Path, work: list[list[Turn]]) -> float:
+    """(2) FileStore's protocol by hand, States one after another. Returns turns/s."""
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        settle()
+        start = time.perf_counter()
+        for i, turns in enumerate(work):
+            _raw_protocol_state(root_fd, state_id(i), turns)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(root_fd)
+    return sum(map(len, work)) / elapsed
+
+
+def raw_protocol_threads(root: Path, work: list[list[Turn]]) -> float:
+    """(2)'s protocol with one thread per State, all at once. Returns turns/s."""
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    barrier = threading.Barrier(len(work) + 1)
+    errors: list[BaseException] = []
+
+    def worker(i: int, turns: list[Turn]) -> None:
+        barrier.wait()
+        try:
+            _raw_protocol_state(root_fd, state_id(i), turns)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i, turns)) for i, turns in enumerate(work)]
+    try:
+        for thread in threads:
+            thread.start()
+        settle()
+        barrier.wait()
+        start = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(root_fd)
+    if errors:
+        raise errors[0]
+    return sum(map(len, work)) / elapsed
+
+
+# -- statekeep -------------------------------------------------------------------------------
+
+
+def store_sequential(store: Store, work: list[list[Turn]]) -> float:
+    """Sync ``write`` per turn, States one after another (the first write creates). Turns/s."""
+    settle()
+    start = time.perf_counter()
+    for i, turns in enumerate(work):
+        sid = state_id(i)
+        for t, turn in enumerate(turns):
+            store.write(sid, turn.entries, turn.snapshot, create=t == 0)
+    return sum(map(len, work)) / (time.perf_counter() - start)
+
+
+def store_concurrent(store: Store, work: list[list[Turn]]) -> float:
+    """One coroutine per State doing its turns with ``awrite``, all gathered. Turns/s."""
+
+    async def one(sid: str, turns: list[Turn]) -> None:
+        for t, turn in enumerate(turns):
+            await store.awrite(sid, turn.entries, turn.snapshot, create=t == 0)
+
+    async def main() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(one(state_id(i), turns) for i, turns in enumerate(work)))
+        return time.perf_counter() - start
+
+    settle()
+    return sum(map(len, work)) / asyncio.run(main())
+
+
+def filestore_sequential(scratch: Scratch, work: list[list[Turn]]) -> float:
+    store = FileStore(scratch.new("fs-seq"))
+    try:
+        return store_sequential(store, work)
+    finally:
+        store.close()
+
+
+def filestore_concurrent(scratch: Scratch, work: list[list[Turn]]) -> float:
+    store = FileStore(scratch.new("fs-conc"))
+    try:
+        return store_concurrent(store, work)
+    finally:
+        store.close()
+
+
+def memorystore_sequential(scratch: Scratch, work: list[list[Turn]]) -> float:
+    store = MemoryStore()
+    try:
+        return store_sequential(store, work)
+    finally:
+        store.close()
+
+
+# -- load and list ------------------------------------------------------------------------------
+
+
+def raw_load(path: Path) -> list[dict[str, Any]]:
+    """Read the log file, split on newlines, decode each line."""
+    with open(path, "rb") as f:
+        data = f.read()
+    loads = orjson.loads
+    return [loads(line) for line in data.split(b"\n") if line]
+
+
+def raw_list_read(root: Path) -> int:
+    """List the folder and read every snapshot file (open + read + close), no parsing."""
+    total = 0
+    for name in os.listdir(root):
+        with open(root / name / "snapshot.json", "rb") as f:
+            total += len(f.read())
+    return total
+
+
+def raw_list_parse(root: Path) -> list[dict[str, Any]]:
+    """As :func:`raw_list_read`, and decode each snapshot with orjson."""
+    rows = []
+    for name in os.listdir(root):
+        with open(root / name / "snapshot.json", "rb") as f:
+            rows.append(orjson.loads(f.read()))
+    return rows
+
+
+def timed(fn: Callable[[], object], faults: list[float] | None = None) -> float:
+    """Seconds one call of ``fn`` takes (after a collection, with the cache warm); the
+    process's minor page faults during the call are appended to ``faults`` if given."""
+    gc.collect()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - start
+    if faults is not None:
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return elapsed
+
+
+def build_big_state(path: Path, count: int) -> FileStore:
+    store = FileStore(path)
+    batch = 1_000
+    for first in range(0, count, batch):
+        entries = [make_entry(seq) for seq in range(first, min(first + batch, count))]
+        store.write("big", entries, make_snapshot(0, first // 3), create=first == 0)
+    return store
+
+
+def build_many_states(path: Path, count: int) -> FileStore:
+    store = FileStore(path)
+
+    async def create(i: int, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            await store.awrite(state_id(i), [make_entry(0)], make_snapshot(i, i % 97), create=True)
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(64)
+        await asyncio.gather(*(create(i, gate) for i in range(count)))
+
+    asyncio.run(main())
+    return store
+
+
+def per_call_ms(
+    calls: int, sync_call: Callable[[], object], async_call: Callable[[], Any]
+) -> tuple[float, float]:
+    """Median ms per call: ``sync_call()`` from this (plain) thread, and ``await async_call()``
+    from an asyncio loop on it. Done in alternating rounds so drift hits both alike."""
+    sync_ns: list[int] = []
+    async_ns: list[int] = []
+    rounds = 4 if calls >= 400 else 1
+    per_round = max(calls // rounds, 1)
+    clock = time.perf_counter_ns
+
+    async def run_async(n: int, out: list[int]) -> None:
+        for _ in range(n):
+            start = clock()
+            await async_call()
+            out.append(clock() - start)
+
+    for _ in range(20):  # warm both paths up (threads started, caches filled)
+        sync_call()
+    asyncio.run(run_async(20, []))
+    for _ in range(rounds):
+        gc.collect()
+        for _ in range(per_round):
+            start = clock()
+            sync_call()
+            sync_ns.append(clock() - start)
+        gc.collect()
+        asyncio.run(run_async(per_round, async_ns))
+    return statistics.median(sync_ns) / 1e6, statistics.median(async_ns) / 1e6
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    measure: str
+    value: float
+    unit: str
+    baseline_name: str = ""
+    baseline: float | None = None
+    ratio: float | None = None
+    target: str = ""
+    met: bool | None = None
+    spread: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "turns/s":
+        return f"{value:,.0f} {unit}"
+    return f"{value:,.3f} {unit}" if value < 10 else f"{value:,.1f} {unit}"
+
+
+def spread(samples: Sequence[float]) -> str:
+    if len(samples) < 2:
+        return ""
+    mid = statistics.median(samples)
+    return f"±{(max(samples) - min(samples)) / 2 / mid * 100:.0f}%" if mid else ""
+
+
+def print_table(rows: list[Row]) -> None:
+    headers = ("measure", "value", "spread", "baseline", "ratio", "target", "met")
+    table = []
+    for r in rows:
+        base = "" if r.baseline is None else f"{r.baseline_name}: {fmt(r.baseline, r.unit)}"
+        ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
+        met = "" if r.met is None else ("yes" if r.met else "NO")
+        table.append((r.measure, fmt(r.value, r.unit), r.spread, base, ratio, r.target or "-", met or "-"))
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    right = {1, 2, 4}
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    print(line(headers))
+    print("-+-".join("-" * w for w in widths))
+    for row in table:
+        print(line(row))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run (a smoke test, not a measurement)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    args = parser.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+
+    scratch = Scratch()
+    began = time.perf_counter()
+    print(
+        f"statekeep core benchmark{' (--quick: numbers are not meaningful)' if args.quick else ''}\n"
+        f"python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs\n"
+        f"scratch: {scratch.root} ({scratch.fs})\n"
+        f"workload: {cfg.states} States x {cfg.turns} turns, 3 entries/turn "
+        f"({'/'.join(str(s) for _, s in ENTRY_KINDS)} B text) + snapshot, 1 durable write/turn; "
+        f"median of {cfg.reps} reps (load/list: {cfg.read_reps})\n",
+        flush=True,
+    )
+    samples: dict[str, list[float]] = {}
+    try:
+        work = make_workload(cfg.states, cfg.turns)
+        turns = cfg.states * cfg.turns
+        bytes_per_turn = statistics.mean(len(t.lines) + len(t.snap) for s in work for t in s)
+
+        # 1-4, 8: the turn workload, every measure once per repetition, the order rotated.
+        runs: list[tuple[str, Callable[[], float]]] = [
+            ("raw_seq", lambda: raw_append_sequential(scratch.new("raw-seq"), work)),
+            ("raw_protocol_seq", lambda: raw_protocol_sequential(scratch.new("raw-proto"), work)),
+            ("filestore_seq", lambda: filestore_sequential(scratch, work)),
+            ("raw_append_threads", lambda: raw_append_threads(scratch.new("raw-append-threads"), work)),
+            ("raw_protocol_threads", lambda: raw_protocol_threads(scratch.new("raw-threads"), work)),
+            ("filestore_concurrent", lambda: filestore_concurrent(scratch, work)),
+            ("memorystore_seq", lambda: memorystore_sequential(scratch, work)),
+        ]
+        for rep in range(cfg.reps):
+            shift = rep % len(runs)
+            for name, run in runs[shift:] + runs[:shift]:
+                samples.setdefault(name, []).append(run())
+            for child in scratch.root.iterdir():  # keep the disk from filling up between reps
+                shutil.rmtree(child)
+            print(f"  turns: rep {rep + 1}/{cfg.reps} done", flush=True)
+
+        # 5: load one State of many entries.
+        big = build_big_state(scratch.new("load"), cfg.load_entries)
+        log_path = big.path / "big" / "log.jsonl"
+        record = big.read("big")
+        assert record is not None and len(record.entries) == cfg.load_entries
+        assert len(raw_load(log_path)) == cfg.load_entries
+        for _ in range(cfg.read_reps):
+            raw_ms = timed(lambda: raw_load(log_path), samples.setdefault("load_raw_faults", [])) * 1e3
+            samples.setdefault("load_raw", []).append(raw_ms)
+            fs_ms = timed(lambda: big.read("big"), samples.setdefault("load_filestore_faults", [])) * 1e3
+            samples.setdefault("load_filestore", []).append(fs_ms)
+        print("  load done", flush=True)
+
+        # 6: list many States.
+        many = build_many_states(scratch.new("list"), cfg.list_states)
+        assert len(many.list()) == cfg.list_states
+        assert len(raw_list_parse(many.path)) == cfg.list_states
+        for _ in range(cfg.read_reps):
+            samples.setdefault("list_raw_read", []).append(timed(lambda: raw_list_read(many.path)) * 1e3)
+            samples.setdefault("list_raw_parse", []).append(timed(lambda: raw_list_parse(many.path)) * 1e3)
+            samples.setdefault("list_filestore", []).append(timed(many.list) * 1e3)
+        print("  list done", flush=True)
+
+        # 7: what the sync API costs over the async one, per call.
+        mem = MemoryStore()
+        small = work[0][0]
+        mem.write("small", small.entries, small.snapshot, create=True)
+        mem_sync, mem_async = per_call_ms(cfg.calls, lambda: mem.read("small"), lambda: mem.aread("small"))
+        disk = FileStore(scratch.new("small"))
+        disk.write("small", small.entries, small.snapshot, create=True)
+        fs_sync, fs_async = per_call_ms(cfg.calls, lambda: disk.read("small"), lambda: disk.aread("small"))
+        print("  sync/async done\n", flush=True)
+        for store in (big, many, mem, disk):
+            store.close()
+    finally:
+        scratch.cleanup()
+
+    med = {name: statistics.median(values) for name, values in samples.items()}
+
+    def ratio_row(measure: str, key: str, unit: str, base_key: str, base_name: str, target: str = "") -> Row:
+        value, base = med[key], med[base_key]
+        r = value / base
+        met = None
+        if target:
+            op, bound = target.split()
+            met = r >= float(bound) if op == ">=" else r <= float(bound)
+        return Row(measure, value, unit, base_name, base, r, target, met, spread(samples[key]))
+
+    n = cfg.states
+    load = f"(5) FileStore.read, {cfg.load_entries:,} entries"
+    listing = f"(6) FileStore.list, {cfg.list_states:,} States"
+    rows = [
+        Row("(1) raw write+fsync, sequential", med["raw_seq"], "turns/s", spread=spread(samples["raw_seq"])),
+        ratio_row("(2) raw same protocol, sequential", "raw_protocol_seq", "turns/s", "raw_seq", "(1)"),
+        ratio_row("(3) FileStore.write, sequential", "filestore_seq", "turns/s", "raw_seq", "(1)", ">= 0.5"),
+        ratio_row("(3) FileStore.write, sequential", "filestore_seq", "turns/s", "raw_protocol_seq", "(2)"),
+        ratio_row(f"(4) raw write+fsync, {n} threads", "raw_append_threads", "turns/s", "raw_seq", "(1)"),
+        ratio_row(f"(4) raw protocol, {n} threads", "raw_protocol_threads", "turns/s", "raw_seq", "(1)"),
+        ratio_row(
+            f"(4) FileStore.awrite, {n} concurrent",
+            "filestore_concurrent",
+            "turns/s",
+            "raw_seq",
+            "(1)",
+            ">= 1.5",
+        ),
+        ratio_row(
+            f"(4) FileStore.awrite, {n} concurrent",
+            "filestore_concurrent",
+            "turns/s",
+            "raw_protocol_threads",
+            f"raw protocol {n} thr",
+        ),
+        ratio_row(load, "load_filestore", "ms", "load_raw", "raw read+split+loads", "<= 1.5"),
+        ratio_row(listing, "list_filestore", "ms", "list_raw_read", "raw open+read+close", "<= 1.5"),
+        ratio_row(listing, "list_filestore", "ms", "list_raw_parse", "raw read+orjson.loads"),
+    ]
+    rows[8].extra = {
+        "minor_faults_median": statistics.median(samples["load_filestore_faults"]),
+        "baseline_minor_faults_median": statistics.median(samples["load_raw_faults"]),
+    }
+    for label, sync_ms, async_ms in (
+        ("MemoryStore.read", mem_sync, mem_async),
+        ("FileStore.read, small", fs_sync, fs_async),
+    ):
+        diff = sync_ms - async_ms
+        rows.append(
+            Row(
+                f"(7) sync - async per call, {label}",
+                diff,
+                "ms",
+                "await a*",
+                async_ms,
+                sync_ms / async_ms,
+                "<= 0.15 ms",
+                diff <= 0.15,
+                extra={"sync_ms": sync_ms, "async_ms": async_ms, "calls": cfg.calls},
+            )
+        )
+    rows.append(
+        ratio_row("(8) MemoryStore.write, sequential", "memorystore_seq", "turns/s", "raw_seq", "(1)")
+    )
+
+    print_table(rows)
+    elapsed = time.perf_counter() - began
+    faults = rows[8].extra
+    print(
+        f"\n{turns} turns per run, {bytes_per_turn:,.0f} B per turn. Ratios: value / baseline.\n"
+        f"(5) minor page faults per load, median: FileStore.read {faults['minor_faults_median']:,.0f}, "
+        f"raw {faults['baseline_minor_faults_median']:,.0f}.\n"
+        "(7) value = median sync call - median async call; baseline = the async call; ratio = sync/async.\n"
+        f"Took {elapsed:.1f} s."
+    )
+    if args.json:
+        result = {
+            "config": asdict(cfg),
+            "quick": args.quick,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "scratch": str(scratch.root),
+            "filesystem": scratch.fs,
+            "bytes_per_turn": bytes_per_turn,
+            "seconds": elapsed,
+            "rows": [asdict(r) for r in rows],
+            "samples": samples,
+        }
+        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
