@@ -5,22 +5,37 @@ one snapshot dict that every write replaces. Stores are async-first; every async
 has a sync twin that works from scripts, threads and running event loops.
 """
 
+from .agent import Agent, Reply, ScriptedModel
 from .errors import CorruptStateError, StateConflictError
 from .filestore import FileStore
+from .history import FORMAT_VERSION
 from .ids import ID_RULE, validate_id
 from .memory import MemoryStore
 from .records import Record, SavedState
+from .resume import ResumeWarning
+from .state import State, agent_info
 from .store import Store
+from .tools import Tool
+from .urls import open_store
 
 __all__ = [
+    "FORMAT_VERSION",
     "ID_RULE",
+    "Agent",
     "CorruptStateError",
     "FileStore",
     "MemoryStore",
     "Record",
+    "Reply",
+    "ResumeWarning",
     "SavedState",
+    "ScriptedModel",
+    "State",
     "StateConflictError",
     "Store",
+    "Tool",
+    "agent_info",
+    "open_store",
     "validate_id",
 ]
 

@@ -1,4 +1,4 @@
-"""The demo: a run saved as it goes, killed with SIGKILL mid-write, read back and continued."""
+"""The demo: an agent saved as it goes, killed with SIGKILL mid-tool-call, resumed and finished."""
 
 from __future__ import annotations
 
@@ -6,92 +6,112 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import UTC, datetime
-from pathlib import Path
+import threading
 
+from .agent import Agent, Reply, ScriptedModel
+from .cli import timeline
 from .filestore import FileStore
+from .state import State
 
-STATE_ID = "demo-run"
+STATE_ID = "demo-booking"
+TASK = "Book a table for 4 in Paris on Friday evening"
+BOOKING_STARTED = "booking the table..."
 
 _CHILD = """
 import sys
-from statekeep.demo import child_run
-child_run(sys.argv[1])
+from statekeep.demo import first_run
+first_run(sys.argv[1])
 """
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+def search_restaurants(city: str) -> list[str]:
+    """Find restaurants with free tables in a city."""
+    return ["Chez Janou", "Le Comptoir"]
 
 
-def _snapshot(turn: int, created: str, finished: bool = False) -> dict[str, object]:
-    return {
-        "task": "Summarise the quarterly report",
-        "created_at": created,
-        "updated_at": _now(),
-        "turn": turn,
-        "stopped_by": "finish" if finished else None,
-        "finished": finished,
-    }
+def book_table(restaurant: str, people: int, day: str) -> str:
+    """Book a table (in the demo the first process dies right here)."""
+    print(BOOKING_STARTED, flush=True)
+    threading.Event().wait()  # a slow booking API: the process is killed while it waits
+    return "booked"
 
 
-def _turn(seq: int, turn: int, big: bool = False) -> list[dict[str, object]]:
-    text = f"reading page {turn}... " * (400_000 if big else 20)
-    return [
-        {"seq": seq, "kind": "model_request", "at": _now(), "turn": turn},
-        {"seq": seq + 1, "kind": "model_reply", "at": _now(), "text": text[:2000], "turn": turn},
-        {"seq": seq + 2, "kind": "tool_result", "at": _now(), "output": text, "turn": turn},
-    ]
+def check_booking(restaurant: str) -> str:
+    """Ask the restaurant whether a booking exists."""
+    return f"{restaurant}: a table for 4 on Friday 20:00 is confirmed"
 
 
-def child_run(path: str) -> None:
-    """The doomed process: saves turns, says which are durable, then starts a huge write."""
-    store = FileStore(path)
-    created = _now()
-    store.write(STATE_ID, [{"seq": 0, "kind": "task", "at": created}], _snapshot(0, created), create=True)
-    seq = 1
-    for turn in range(1, 4):
-        store.write(STATE_ID, _turn(seq, turn), _snapshot(turn, created))
-        seq += 3
-        print(f"saved turn {turn} (entries up to seq {seq - 1})", flush=True)
-    print("writing turn 4 (a 10 MB tool result)...", flush=True)
-    store.write(STATE_ID, _turn(seq, 4, big=True), _snapshot(4, created))
-    print("turn 4 saved", flush=True)
+def first_run(path: str) -> None:
+    """The doomed process: the agent searches, then starts a booking and is killed."""
+    model = ScriptedModel(
+        [
+            Reply(
+                "Let me find a restaurant.",
+                [{"id": "call-1", "name": "search_restaurants", "args": {"city": "Paris"}}],
+            ),
+            Reply(
+                "Chez Janou has room; booking it.",
+                [
+                    {
+                        "id": "call-2",
+                        "name": "book_table",
+                        "args": {"restaurant": "Chez Janou", "people": 4, "day": "Friday"},
+                    }
+                ],
+            ),
+        ],
+        name="demo-model",
+    )
+    agent = Agent(
+        model, tools=[search_restaurants, book_table, check_booking], store=FileStore(path), name="booker"
+    )
+    agent.run(State(TASK, id=STATE_ID))
 
 
 def run(path: str | os.PathLike[str] = ".statekeep") -> int:
-    """Run the demo in ``path``; returns the exit status for the command line."""
-    root = Path(path)
-    store = FileStore(root)
+    """Run the demo with a FileStore in ``path``; returns the exit status."""
+    store = FileStore(path)
     store.delete(STATE_ID)
-    print(f"statekeep demo: a run saved in {store.path}\n")
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(root)], stdout=subprocess.PIPE, text=True)
+    say = print
+    say(f"statekeep demo · FileStore in {store.path}\n")
+    say("1. An agent process starts the task and saves after every step:")
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     for line in child.stdout:
-        print(f"  [agent {child.pid}] {line.rstrip()}")
-        if line.startswith("writing turn 4"):
-            os.kill(child.pid, signal.SIGKILL)  # mid-write: the worst moment
+        if line.strip() == BOOKING_STARTED:
+            os.kill(child.pid, signal.SIGKILL)  # in the middle of the tool call
             break
     child.wait()
-    print(f"  [agent {child.pid}] killed with SIGKILL\n")
+    say(f"   process {child.pid} was in the middle of book_table(...) when it got SIGKILL.\n")
 
+    state = store.load(STATE_ID)
+    say("2. store.load() gives the State back, closed where it broke off:")
     record = store.read(STATE_ID)
-    assert record is not None and record.snapshot is not None
-    turns = sorted({e["turn"] for e in record.entries if "turn" in e})
-    print(
-        f"read back: {len(record.entries)} entries, turns {turns}, snapshot at turn {record.snapshot['turn']}"
-    )
-    print("  every acknowledged turn is there; the interrupted write is either whole or absent\n")
+    assert record is not None
+    for line in timeline(STATE_ID, record)[3:]:
+        say("   " + line)
+    repaired = state.history[-1]
+    say(f"   + {repaired['kind']} [{repaired['call_id']}] outcome {repaired['outcome']!r} (added by load):")
+    say(f'     "{repaired["output"]}"\n')
 
-    seq = len(record.entries)
-    created = record.snapshot["created_at"]
-    store.write(
-        STATE_ID,
-        [{"seq": seq, "kind": "stop", "at": _now(), "by": "finish", "answer": "Revenue grew 12%."}],
-        _snapshot(record.snapshot["turn"], created, finished=True),
+    say("3. A new process continues the run; the model checks before booking again:")
+    model = ScriptedModel(
+        [
+            Reply(
+                "The booking may not have gone through; checking first.",
+                [{"id": "call-3", "name": "check_booking", "args": {"restaurant": "Chez Janou"}}],
+            ),
+            "Booked: Chez Janou, Friday 20:00, table for 4 (confirmed with the restaurant).",
+        ],
+        name="demo-model",
     )
-    print("continued in this process and finished the run.\n")
-    print(f"{'id':<12} {'turn':>4}  {'finished':<8} task")
+    agent = Agent(model, tools=[search_restaurants, book_table, check_booking], store=store, name="booker")
+    answer = agent.run(state)
+    say(f"   answer: {answer}\n")
+
+    say("4. statekeep list:")
     for row in store.list():
-        print(f"{row.id:<12} {row.turn:>4}  {row.finished!s:<8} {row.task}")
+        status = "finished" if row.finished else (row.stopped_by or "running")
+        say(f"   {row.id}  turn {row.turn}  {status}  {row.task}")
+    say(f"\nSee the whole history: statekeep show {STATE_ID} --store {path}")
     return 0

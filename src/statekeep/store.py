@@ -10,7 +10,10 @@ from types import TracebackType
 from typing import Any
 
 from .bridge import run_sync
+from .errors import StateConflictError
 from .records import Record, SavedState
+from .resume import after_write, conflict, from_record, write_args
+from .state import State
 
 
 class Store(ABC):
@@ -110,6 +113,55 @@ class Store(ABC):
         if type(self).adelete is Store.adelete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         run_sync(self.adelete(state_id), "adelete")
+
+    # -- States -----------------------------------------------------------------------
+
+    async def asave(self, state: State) -> None:
+        """Write what the store does not have of ``state`` yet, plus its snapshot.
+
+        The first save creates the State. Durable as the store's ``awrite``. A State is
+        saved in one store only (ValueError elsewhere). If the write fails, nothing is
+        marked saved and the next save sends it again, whole. If another writer appended
+        to the State meanwhile, :class:`StateConflictError` says to load it again.
+        """
+        entries, snapshot, create = write_args(state, self)
+        sent = len(state.history)
+        try:
+            if create and state._create_unsure:
+                # An earlier create failed after it may have been stored: append instead,
+                # which skips what is there already.
+                try:
+                    await self.awrite(state.id, entries, snapshot)
+                except LookupError:
+                    await self.awrite(state.id, entries, snapshot, create=True)
+            else:
+                await self.awrite(state.id, entries, snapshot, create=create)
+        except StateConflictError as exc:
+            raise conflict(state, exc) from None
+        except (ValueError, TypeError, LookupError):
+            raise
+        except Exception:
+            state._create_unsure = create
+            raise
+        after_write(state, self, sent)
+
+    async def aload(self, state_id: str) -> State:
+        """The saved State ``state_id``, ready to continue.
+
+        Tool calls left without a result get one with outcome ``unknown`` (the tool may or
+        may not have run), and a request left waiting on the model gets a ``model_error``;
+        these closing entries are written by the next save. LookupError for an unknown
+        id; ValueError for a damaged State or one saved by a newer statekeep.
+        """
+        return from_record(state_id, await self.aread(state_id))
+
+    def save(self, state: State) -> None:
+        """Sync :meth:`asave`."""
+        run_sync(self.asave(state), "asave")
+
+    def load(self, state_id: str) -> State:
+        """Sync :meth:`aload`."""
+        return run_sync(self.aload(state_id), "aload")
 
     # -- lifetime -------------------------------------------------------------------
 

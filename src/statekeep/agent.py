@@ -1,0 +1,142 @@
+"""A reference agent loop: a small, clear example of a loop that saves as it goes.
+
+Not a framework. It shows where a loop saves (at run start, before each model request,
+after each reply, after each tool result, at the stop) so that a crash at any instant
+leaves a State that ``store.load`` can continue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .bridge import run_sync
+from .state import State, agent_info
+from .store import Store
+from .tools import Tool
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a model returns: text, tool calls (``{"id", "name", "args"}``), usage, stop reason."""
+
+    text: str = ""
+    tool_calls: Sequence[Mapping[str, Any]] = ()
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    stop_reason: str | None = None
+
+
+#: A model: called with the messages and the tool schemas, returns a Reply (or awaits one).
+Model = Callable[[list[dict[str, Any]], list[dict[str, Any]]], "Reply | Awaitable[Reply]"]
+
+
+class ScriptedModel:
+    """Replays scripted replies in order, for tests and demos. A str is a final text reply."""
+
+    def __init__(self, replies: Iterable[Reply | str], *, name: str = "scripted") -> None:
+        self.replies = [Reply(r) if isinstance(r, str) else r for r in replies]
+        self.name = name
+        self.calls: list[list[dict[str, Any]]] = []  # the messages of each call
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        if len(self.calls) >= len(self.replies):
+            raise RuntimeError(f"ScriptedModel has no reply left (it had {len(self.replies)})")
+        self.calls.append(list(messages))
+        return self.replies[len(self.calls) - 1]
+
+
+class Agent:
+    """Runs a State: asks the model, runs the tools it calls, until it answers.
+
+    With a ``store``, the State is saved as the run goes. ``limit`` caps the model turns
+    of one run; reaching it stops the run (``stopped_by == "limit"``) without finishing
+    it, so it can run again.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        tools: Iterable[Callable[..., Any]] = (),
+        system: str | None = None,
+        name: str = "agent",
+        store: Store | None = None,
+        limit: int = 20,
+    ) -> None:
+        self.model = model
+        self.tools = {t.name: t for t in map(Tool.from_function, tools)}
+        self.system = system
+        self.name = name
+        self.store = store
+        self.limit = limit
+        self.model_name = str(getattr(model, "name", getattr(model, "__name__", type(model).__name__)))
+
+    def info(self) -> dict[str, Any]:
+        """The agent as ``run_start`` records it."""
+        return agent_info(self.name, self.model_name, system=self.system, tools=self.tools)
+
+    def run(self, state: State) -> Any:
+        """Sync :meth:`arun` (runs on statekeep's private loop)."""
+        return run_sync(self.arun(state), "arun")
+
+    async def arun(self, state: State) -> Any:
+        """Run until the model answers without calling tools; return the answer."""
+        state.begin_run(self.info())
+        await self._save(state)
+        schemas = [t.schema for t in self.tools.values()]
+        try:
+            for _ in range(self.limit):
+                state.request(self.model_name)
+                await self._save(state)
+                reply = await self._ask(state, schemas)
+                state.add_reply(
+                    reply.text, reply.tool_calls, usage=reply.usage, stop_reason=reply.stop_reason
+                )
+                await self._save(state)
+                if not reply.tool_calls:
+                    state.finish(reply.text)
+                    await self._save(state)
+                    return reply.text
+                for call in reply.tool_calls:
+                    output, is_error = await self._call_tool(call)
+                    state.add_tool_result(call["id"], output, is_error=is_error)
+                    await self._save(state)
+            state.stop("limit")
+            await self._save(state)
+            return None
+        except Exception as exc:
+            if state.waiting_on_model:
+                state.add_model_error(f"{type(exc).__name__}: {exc}")
+            if not state.pending_calls:
+                state.add_error(f"{type(exc).__name__}: {exc}")
+            await self._save(state)
+            raise
+
+    async def _ask(self, state: State, schemas: list[dict[str, Any]]) -> Reply:
+        messages = list(state.messages)
+        if self.system is not None:
+            messages.insert(0, {"role": "system", "content": self.system})
+        reply = self.model(messages, schemas)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if isinstance(reply, Mapping):
+            reply = Reply(**reply)
+        return reply
+
+    async def _call_tool(self, call: Mapping[str, Any]) -> tuple[Any, bool]:
+        tool = self.tools.get(call["name"])
+        if tool is None:
+            return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
+        try:
+            return await tool.call(dict(call.get("args") or {})), False
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}", True
+
+    async def _save(self, state: State) -> None:
+        if self.store is not None:
+            await self.store.asave(state)

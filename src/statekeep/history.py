@@ -1,0 +1,197 @@
+"""The history vocabulary (the on-disk format of a State) and its replay, pure and linear.
+
+Every entry is a JSON object with ``seq`` (dense from 0), ``kind`` and ``at`` (ISO 8601,
+UTC). Format version :data:`FORMAT_VERSION`; the kinds and their keys:
+
+=============== ==========================================================================
+kind            keys
+=============== ==========================================================================
+task            ``text`` — always seq 0: what the State is for
+user            ``text`` — a message from the user
+run_start       ``agent``: {``name``, ``model``, ``system_sha256``, ``tools``: sorted names}
+model_request   ``model`` — a request sent to the model, waiting for its reply
+model_reply     ``text``, ``tool_calls``: [{``id``, ``name``, ``args``}], ``usage``, ``stop_reason``
+model_error     ``message`` — closes a request that got no reply
+tool_result     ``call_id``, ``name``, ``output``, ``is_error``, ``outcome``: done | error | unknown
+stop            ``by``: finish | limit | the condition that stopped the run; ``answer``
+data            ``key``, ``value``, or ``key``, ``deleted``: true — application data
+error           ``message`` — the run ended with an exception
+=============== ==========================================================================
+
+:class:`Replay` applies entries one at a time, checking that each can follow what came
+before, and keeps everything the read side needs up to date, so rebuilding a State is
+linear in the length of its history.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+FORMAT_VERSION = 1
+KINDS = (
+    "task",
+    "user",
+    "run_start",
+    "model_request",
+    "model_reply",
+    "model_error",
+    "tool_result",
+    "stop",
+    "data",
+    "error",
+)
+OUTCOMES = ("done", "error", "unknown")
+AGENT_KEYS = ("name", "model", "system_sha256", "tools")
+
+# Keys each kind must have, with the types they must hold.
+_STR, _OPT_STR, _BOOL, _LIST, _DICT = (str,), (str, type(None)), (bool,), (list,), (dict,)
+_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+    "task": {"text": _STR},
+    "user": {"text": _STR},
+    "run_start": {"agent": _DICT},
+    "model_request": {"model": _STR},
+    "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _OPT_STR},
+    "model_error": {"message": _STR},
+    "tool_result": {"call_id": _STR, "name": _STR, "is_error": _BOOL, "outcome": _STR},
+    "stop": {"by": _STR},
+    "data": {"key": _STR},
+    "error": {"message": _STR},
+}
+
+
+def now() -> str:
+    """The current time as the ISO 8601 UTC string history entries carry."""
+    return datetime.now(UTC).isoformat()
+
+
+class Replay:
+    """What a history says so far, updated entry by entry."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []
+        self.turn = 0
+        self.pending_request: dict[str, Any] | None = None
+        self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
+        self.answered: set[str] = set()
+        self.finished = False
+        self.answer: Any = None
+        self.stopped_by: str | None = None
+        self.data: dict[str, Any] = {}
+        self.last_agent: dict[str, Any] | None = None
+
+    def apply(self, entry: dict[str, Any]) -> None:
+        """Append ``entry`` if it can follow the history; else ValueError saying why."""
+        seq, kind = entry.get("seq"), entry.get("kind")
+        if seq != len(self.entries):
+            raise ValueError(f"entry has seq {seq!r}, expected {len(self.entries)}")
+        if kind not in _REQUIRED:
+            raise ValueError(f"seq {seq}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        if not isinstance(entry.get("at"), str):
+            raise ValueError(f"seq {seq}: {kind} entry has no 'at' time")
+        for key, types in _REQUIRED[kind].items():
+            if not isinstance(entry.get(key), types):
+                raise ValueError(f"seq {seq}: {kind} entry needs {key!r} of type {types[0].__name__}")
+        if (kind == "task") != (seq == 0):
+            raise ValueError(f"seq {seq}: a history starts with one task entry, at seq 0")
+        if self.finished:
+            raise ValueError(f"seq {seq}: the State is finished; nothing can follow its stop entry")
+        getattr(self, "_" + kind)(entry)
+        self.entries.append(entry)
+
+    # -- one method per kind: check, then update --------------------------------------
+
+    def _task(self, e: dict[str, Any]) -> None:
+        self.messages.append({"role": "user", "content": e["text"]})
+
+    def _user(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a user message")
+        self.messages.append({"role": "user", "content": e["text"]})
+
+    def _run_start(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a run start")
+        agent = e["agent"]
+        if set(agent) != set(AGENT_KEYS):
+            raise ValueError(f"seq {e['seq']}: run_start agent needs exactly {', '.join(AGENT_KEYS)}")
+        self.last_agent = agent
+        self.stopped_by = None
+        self.answer = None
+
+    def _model_request(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a model request")
+        self.pending_request = e
+
+    def _model_reply(self, e: dict[str, Any]) -> None:
+        if self.pending_request is None:
+            raise ValueError(f"seq {e['seq']}: a model reply with no request waiting for it")
+        calls = {}
+        for call in e["tool_calls"]:
+            if not (
+                isinstance(call, dict)
+                and isinstance(call.get("id"), str)
+                and isinstance(call.get("name"), str)
+            ):
+                raise ValueError(f"seq {e['seq']}: each tool call needs a str 'id' and 'name' and 'args'")
+            if "args" not in call:
+                raise ValueError(f"seq {e['seq']}: tool call {call['id']!r} has no 'args'")
+            if call["id"] in calls or call["id"] in self.answered:
+                raise ValueError(f"seq {e['seq']}: tool call id {call['id']!r} is used twice")
+            calls[call["id"]] = call
+        self.pending_request = None
+        self.pending_calls = calls
+        self.turn += 1
+        message: dict[str, Any] = {"role": "assistant", "content": e["text"]}
+        if calls:
+            message["tool_calls"] = list(calls.values())
+        self.messages.append(message)
+
+    def _model_error(self, e: dict[str, Any]) -> None:
+        if self.pending_request is None:
+            raise ValueError(f"seq {e['seq']}: a model error with no request waiting")
+        self.pending_request = None
+
+    def _tool_result(self, e: dict[str, Any]) -> None:
+        call = self.pending_calls.pop(e["call_id"], None)
+        if call is None:
+            why = "was answered already" if e["call_id"] in self.answered else "is not a pending call"
+            raise ValueError(f"seq {e['seq']}: a result for tool call {e['call_id']!r}, which {why}")
+        if e["outcome"] not in OUTCOMES:
+            raise ValueError(f"seq {e['seq']}: outcome {e['outcome']!r} is not one of {', '.join(OUTCOMES)}")
+        if "output" not in e:
+            raise ValueError(f"seq {e['seq']}: tool_result entry needs 'output'")
+        self.answered.add(e["call_id"])
+        self.messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": e["call_id"],
+                "name": e["name"],
+                "content": e["output"],
+                "is_error": e["is_error"],
+            }
+        )
+
+    def _stop(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a stop")
+        self.stopped_by = e["by"]
+        self.answer = e.get("answer")
+        self.finished = e["by"] == "finish"
+
+    def _data(self, e: dict[str, Any]) -> None:
+        if e.get("deleted") is True:
+            self.data.pop(e["key"], None)
+        elif "value" in e:
+            self.data[e["key"]] = e["value"]
+        else:
+            raise ValueError(f"seq {e['seq']}: a data entry needs 'value' or 'deleted': true")
+
+    def _error(self, e: dict[str, Any]) -> None:
+        self.stopped_by = "error"
+
+    def _idle(self, e: dict[str, Any], what: str) -> None:
+        """Refuse ``what`` while the model or tools owe an answer."""
+        if self.pending_request is not None:
+            raise ValueError(f"seq {e['seq']}: {what} while a model request waits for its reply")
+        if self.pending_calls:
+            ids = ", ".join(self.pending_calls)
+            raise ValueError(f"seq {e['seq']}: {what} while tool calls wait for results: {ids}")

@@ -1,0 +1,122 @@
+"""Saving a State to a store and loading it back ready to continue, with repair.
+
+A State saved mid-turn is closed on load: every tool call without a result gets a
+``tool_result`` with outcome ``unknown`` telling the model the tool may or may not have
+run, and a request still waiting on the model gets a ``model_error`` (the next run asks
+again). The repair is deterministic (its entries carry the time of the last saved
+entry), kept in memory, and written by the next save.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from .errors import StateConflictError
+from .history import FORMAT_VERSION
+from .records import Record
+from .state import State
+
+if TYPE_CHECKING:
+    from .store import Store
+
+INTERRUPTED_TOOL = (
+    "The run was interrupted before the result of this tool call was recorded, so the tool "
+    "may or may not have run. Check its effect before relying on it or calling it again."
+)
+INTERRUPTED_MODEL = "The run was interrupted while waiting for the model; the request is asked again."
+
+
+class ResumeWarning(UserWarning):
+    """A State is resumed by an agent that differs from the one that ran it last.
+
+    ``changes`` maps each differing field (``name``, ``model``, ``system_sha256``,
+    ``tools``) to ``(saved, current)``.
+    """
+
+    def __init__(self, message: str, changes: dict[str, tuple[Any, Any]]) -> None:
+        super().__init__(message)
+        self.changes = changes
+
+
+def warn_if_agent_changed(state_id: str, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    if saved is None:
+        return
+    changes = {key: (saved.get(key), current[key]) for key in current if saved.get(key) != current[key]}
+    if changes:
+        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
+        warnings.warn(
+            ResumeWarning(f"State {state_id!r} is resumed by a different agent ({listed})", changes),
+            stacklevel=3,
+        )
+
+
+def write_args(state: State, store: Store) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
+    """What ``store.save(state)`` sends: the new entries, the snapshot, and create."""
+    if state._store is not None and state._store != store:
+        raise ValueError(
+            f"State {state.id!r} is saved in {state._store!r}; a State is saved in one store only. "
+            "Load it from that store, or make a new State for this one"
+        )
+    return state.history[state._saved :], state.snapshot(), not state._created
+
+
+def after_write(state: State, store: Store, sent_to: int) -> None:
+    state._store, state._saved, state._created, state._create_unsure = store, sent_to, True, False
+
+
+def conflict(state: State, exc: StateConflictError) -> StateConflictError:
+    return StateConflictError(
+        f"{exc} — State {state.id!r} was changed by another writer since it was loaded; "
+        f"load it again with store.load({state.id!r}) and continue from there"
+    )
+
+
+def from_record(state_id: str, record: Record | None) -> State:
+    """Rebuild and repair a State from what a store read; LookupError or ValueError."""
+    if record is None:
+        raise LookupError(f"no State {state_id!r} in this store")
+    snapshot = record.snapshot
+    version = snapshot.get("v") if isinstance(snapshot, dict) else None
+    if version is None:
+        raise ValueError(
+            f"State {state_id!r} is damaged or not a statekeep State: its snapshot has no version"
+        )
+    if type(version) is not int or version > FORMAT_VERSION:
+        raise ValueError(
+            f"State {state_id!r} was saved in format version {version!r}, newer than this statekeep "
+            f"reads (version {FORMAT_VERSION}); upgrade statekeep to load it"
+        )
+    try:
+        state = State._from_history(state_id, record.entries)
+    except ValueError as exc:
+        raise ValueError(f"State {state_id!r} is damaged: its history cannot be replayed: {exc}") from None
+    state._saved = len(state.history)
+    state._created = True
+    _repair(state)
+    state._check_agent = True
+    return state
+
+
+def _repair(state: State) -> None:
+    at = state.updated_at  # deterministic: loading twice gives equal States
+    replay = state._replay
+    if replay.pending_request is not None:
+        replay.apply(_entry(state, at, "model_error", message=INTERRUPTED_MODEL))
+    for call in list(replay.pending_calls.values()):
+        replay.apply(
+            _entry(
+                state,
+                at,
+                "tool_result",
+                call_id=call["id"],
+                name=call["name"],
+                output=INTERRUPTED_TOOL,
+                is_error=True,
+                outcome="unknown",
+            )
+        )
+
+
+def _entry(state: State, at: str, kind: str, **fields: Any) -> dict[str, Any]:
+    return {"seq": len(state.history), "kind": kind, "at": at, **fields}

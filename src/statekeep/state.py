@@ -1,0 +1,233 @@
+"""State: one agent run's history, with everything derived from it, ready to save or continue."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .history import AGENT_KEYS, FORMAT_VERSION, Replay, now
+from .ids import validate_id
+
+
+def agent_info(
+    name: str, model: str, *, system: str | None = None, tools: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The ``run_start`` description of an agent: name, model, system prompt hash, tool names."""
+    return {
+        "name": name,
+        "model": model,
+        "system_sha256": hashlib.sha256((system or "").encode()).hexdigest(),
+        "tools": sorted(tools),
+    }
+
+
+class State:
+    """An agent run: an append-only history plus everything derived from it.
+
+    Create one with ``State(task)``, append with the write-side methods (each adds one
+    history entry, or raises ValueError if history cannot follow), save it with
+    ``store.save(state)`` and get it back with ``store.load(state.id)``. Read-side
+    properties are kept up to date entry by entry.
+    """
+
+    def __init__(self, task: str, *, id: str | None = None) -> None:
+        if not isinstance(task, str):
+            raise TypeError(f"task must be a str, got {type(task).__name__}")
+        self._setup(uuid.uuid4().hex if id is None else validate_id(id))
+        self._append("task", text=task)
+
+    def _setup(self, state_id: str) -> None:
+        self.id = state_id
+        self._replay = Replay()
+        # Where the State is saved and how much of its history that store has.
+        self._store: Any = None
+        self._saved = 0
+        self._created = False
+        self._create_unsure = False  # a create failed in a way that may have stored it
+        self._check_agent = False  # the first run after a load compares agents
+
+    @classmethod
+    def _from_history(cls, state_id: str, entries: Iterable[dict[str, Any]]) -> State:
+        """Rebuild a State by replaying ``entries``; ValueError if they cannot be replayed."""
+        self = cls.__new__(cls)
+        self._setup(state_id)
+        for entry in entries:
+            self._replay.apply(entry)
+        if not self.history:
+            raise ValueError("the history is empty: it must start with a task entry")
+        return self
+
+    # -- read side ----------------------------------------------------------------------
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The entries, in seq order (do not modify them)."""
+        return self._replay.entries
+
+    @property
+    def task(self) -> str:
+        return str(self.history[0]["text"])
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat so far, provider-neutral: ``user``, ``assistant`` (with ``tool_calls``)
+        and ``tool`` (with ``tool_call_id``) messages."""
+        return self._replay.messages
+
+    @property
+    def turn(self) -> int:
+        """How many model replies the State holds."""
+        return self._replay.turn
+
+    @property
+    def pending_calls(self) -> list[dict[str, Any]]:
+        """Tool calls of the last reply that have no result yet."""
+        return list(self._replay.pending_calls.values())
+
+    @property
+    def waiting_on_model(self) -> bool:
+        """A model request was sent and has no reply (or error) yet."""
+        return self._replay.pending_request is not None
+
+    @property
+    def finished(self) -> bool:
+        return self._replay.finished
+
+    @property
+    def answer(self) -> Any:
+        """The answer of the last stop, or None."""
+        return self._replay.answer
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Why the last run stopped (``finish``, ``limit``, ...), or None while one runs."""
+        return self._replay.stopped_by
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """Application data set with :meth:`set_data` (do not modify it in place)."""
+        return self._replay.data
+
+    @property
+    def created_at(self) -> str:
+        return str(self.history[0]["at"])
+
+    @property
+    def updated_at(self) -> str:
+        return str(self.history[-1]["at"])
+
+    @property
+    def last_agent(self) -> dict[str, Any] | None:
+        """The agent of the last ``run_start``, or None."""
+        return self._replay.last_agent
+
+    def snapshot(self) -> dict[str, Any]:
+        """The dict a store keeps beside the history, which ``SavedState.from_snapshot`` reads."""
+        return {
+            "v": FORMAT_VERSION,
+            "task": self.task,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "turn": self.turn,
+            "stopped_by": self.stopped_by,
+            "finished": self.finished,
+            "seq": len(self.history) - 1,
+        }
+
+    # -- write side ---------------------------------------------------------------------
+
+    def add_user(self, text: str) -> None:
+        self._append("user", text=text)
+
+    def begin_run(self, agent: Mapping[str, Any]) -> None:
+        """Start a run by ``agent`` (see :func:`agent_info`). The first run after a load
+        warns with :class:`ResumeWarning` if the agent differs from the last one."""
+        if self.finished:
+            raise ValueError(f"State {self.id!r} is finished; a finished State cannot run again")
+        info = {key: agent[key] for key in AGENT_KEYS if key in agent}
+        if set(info) != set(AGENT_KEYS):
+            raise ValueError(f"agent needs {', '.join(AGENT_KEYS)}; use statekeep.agent_info(...)")
+        info["tools"] = sorted(info["tools"])
+        previous = self.last_agent
+        self._append("run_start", agent=info)
+        if self._check_agent:
+            self._check_agent = False
+            from .resume import warn_if_agent_changed
+
+            warn_if_agent_changed(self.id, previous, info)
+
+    def request(self, model: str) -> None:
+        """Record that a request is being sent to ``model``."""
+        self._append("model_request", model=model)
+
+    def add_reply(
+        self,
+        text: str = "",
+        tool_calls: Iterable[Mapping[str, Any]] = (),
+        *,
+        usage: Mapping[str, Any] | None = None,
+        stop_reason: str | None = None,
+    ) -> None:
+        """Record the model's reply to the waiting request."""
+        calls = [{"id": c["id"], "name": c["name"], "args": c.get("args", {})} for c in tool_calls]
+        self._append(
+            "model_reply", text=text, tool_calls=calls, usage=dict(usage or {}), stop_reason=stop_reason
+        )
+
+    def add_model_error(self, message: str) -> None:
+        """Close the waiting request: the model gave no reply."""
+        self._append("model_error", message=message)
+
+    def add_tool_result(
+        self, call_id: str, output: Any, *, is_error: bool = False, outcome: str | None = None
+    ) -> None:
+        """Record the result of a pending tool call (outcome ``done``, or ``error`` if
+        ``is_error``, unless given)."""
+        call = self._replay.pending_calls.get(call_id)
+        name = call["name"] if call else ""
+        self._append(
+            "tool_result",
+            call_id=call_id,
+            name=name,
+            output=output,
+            is_error=is_error,
+            outcome=outcome or ("error" if is_error else "done"),
+        )
+
+    def stop(self, by: str, answer: Any = None) -> None:
+        """End the current run; ``by`` says why (``limit``, a condition's name, ...)."""
+        self._append("stop", by=by, answer=answer)
+
+    def finish(self, answer: Any) -> None:
+        """End the run for good with ``answer``; a finished State cannot run again."""
+        self.stop("finish", answer)
+
+    def set_data(self, key: str, value: Any) -> None:
+        self._append("data", key=key, value=value)
+
+    def delete_data(self, key: str) -> None:
+        self._append("data", key=key, deleted=True)
+
+    def add_error(self, message: str) -> None:
+        """Record that the run ended with an exception."""
+        self._append("error", message=message)
+
+    def _append(self, kind: str, **fields: Any) -> None:
+        entry = {"seq": len(self.history), "kind": kind, "at": now(), **fields}
+        self._replay.apply(entry)
+
+    # -- identity -----------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.id == other.id and self.history == other.history
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"State(id={self.id!r}, task={self.task[:40]!r}, turn={self.turn}, entries={len(self.history)})"
+        )
