@@ -9,7 +9,7 @@ fails before any storage is touched.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from .bridge import owner, run_async, run_sync
@@ -33,7 +33,8 @@ class Backend(Store):
     async def _write(self, write: PreparedWrite) -> None:
         raise NotImplementedError
 
-    async def _read(self, state_id: str) -> Record | None:
+    async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
+        """The Record, or a function that builds it (called in the caller's thread)."""
         raise NotImplementedError
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
@@ -71,10 +72,10 @@ class Backend(Store):
         run_sync(self._locked_write(self._check_open(write)), "awrite")
 
     async def aread(self, state_id: str) -> Record | None:
-        return await run_async(self._read(self._check_open(validate_id(state_id))))
+        return _built(await run_async(self._read(self._check_open(validate_id(state_id)))))
 
     def read(self, state_id: str) -> Record | None:
-        return run_sync(self._read(self._check_open(validate_id(state_id))), "aread")
+        return _built(run_sync(self._read(self._check_open(validate_id(state_id))), "aread"))
 
     async def alist(self) -> list[SavedState]:
         self._check_open(None)
@@ -122,6 +123,10 @@ class Backend(Store):
     async def _locked_delete(self, state_id: str) -> None:
         async with owner().lock((self._storage_key(), state_id)):
             await self._delete(state_id)
+
+
+def _built(result: Record | Callable[[], Record] | None) -> Record | None:
+    return result() if callable(result) else result
 
 
 def _warn_skipped(result: tuple[list[SavedState], list[str]]) -> list[SavedState]:

@@ -140,7 +140,7 @@ class FileStore(Backend):
             self._flusher = own.loop.create_task(self._flush())
         await fut
 
-    async def _read(self, state_id: str) -> Record | None:
+    async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
         return await owner().io.run(self._read_sync, state_id)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
@@ -358,7 +358,9 @@ class FileStore(Backend):
 
     # -- read, list -----------------------------------------------------------------
 
-    def _read_sync(self, sid: str) -> Record | None:
+    def _read_sync(self, sid: str) -> Callable[[], Record] | None:
+        """Read the files; the returned function parses them, in the caller's thread
+        (parsing where the bytes were read costs far more in memory faults)."""
         root = self._open_root(create=False)
         if root is None:
             return None
@@ -371,25 +373,32 @@ class FileStore(Backend):
         try:
             # Snapshot first: it is written after the entries, so it never covers
             # entries this read does not see.
-            snapshot = self._read_snapshot(folder, sid)
-            log = self._open_in(folder, sid, LOG, _FILE_READ)
-            try:
-                data = self._io.read_all(log)
-            finally:
-                os.close(log)
+            snapshot = self._read_file(folder, sid, SNAPSHOT)
+            log = self._read_file(folder, sid, LOG)
         finally:
             os.close(folder)
-        return Record(scan_log(data, name=self._where(sid, LOG)).entries, snapshot)
+        if log is None:
+            raise CorruptStateError(f"{self._where(sid, LOG)} is missing")
+        return lambda: Record(
+            scan_log(log, name=self._where(sid, LOG)).entries,
+            None if snapshot is None else self._parse_snapshot(sid, snapshot),
+        )
 
-    def _read_snapshot(self, folder: int, sid: str) -> dict[str, Any] | None:
+    def _read_file(self, folder: int, sid: str, name: str) -> bytes | None:
         try:
-            fd = self._open_in(folder, sid, SNAPSHOT, _FILE_READ)
+            fd = self._open_in(folder, sid, name, _FILE_READ)
         except FileNotFoundError:
             return None
         try:
-            data = self._io.read_all(fd)
+            return self._io.read_all(fd)
         finally:
             os.close(fd)
+
+    def _read_snapshot(self, folder: int, sid: str) -> dict[str, Any] | None:
+        data = self._read_file(folder, sid, SNAPSHOT)
+        return None if data is None else self._parse_snapshot(sid, data)
+
+    def _parse_snapshot(self, sid: str, data: bytes) -> dict[str, Any]:
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError as exc:

@@ -161,7 +161,7 @@ class Store(ABC):
 
     def load(self, state_id: str) -> State:
         """Sync :meth:`aload`."""
-        return run_sync(self.aload(state_id), "aload")
+        return from_record(state_id, self.read(state_id))  # replayed in the caller's thread
 
     # -- lifetime -------------------------------------------------------------------
 
