@@ -189,9 +189,12 @@ class Replay:
         self.stopped_by = "error"
 
     def _idle(self, e: dict[str, Any], what: str) -> None:
-        """Refuse ``what`` while the model or tools owe an answer."""
+        self.check_idle(what, e["seq"])
+
+    def check_idle(self, what: str, seq: int) -> None:
+        """Refuse ``what`` (at ``seq``) while the model or tools owe an answer."""
         if self.pending_request is not None:
-            raise ValueError(f"seq {e['seq']}: {what} while a model request waits for its reply")
+            raise ValueError(f"seq {seq}: {what} while a model request waits for its reply")
         if self.pending_calls:
             ids = ", ".join(self.pending_calls)
-            raise ValueError(f"seq {e['seq']}: {what} while tool calls wait for results: {ids}")
+            raise ValueError(f"seq {seq}: {what} while tool calls wait for results: {ids}")

@@ -72,8 +72,8 @@ def conflict(state: State, exc: StateConflictError) -> StateConflictError:
     )
 
 
-def from_record(state_id: str, record: Record | None) -> State:
-    """Rebuild and repair a State from what a store read; LookupError or ValueError."""
+def from_record(state_id: str, record: Record | None, store: Store) -> State:
+    """Rebuild and repair a State that ``store`` read; LookupError or ValueError."""
     if record is None:
         raise LookupError(f"no State {state_id!r} in this store")
     snapshot = record.snapshot
@@ -91,8 +91,7 @@ def from_record(state_id: str, record: Record | None) -> State:
         state = State._from_history(state_id, record.entries)
     except ValueError as exc:
         raise ValueError(f"State {state_id!r} is damaged: its history cannot be replayed: {exc}") from None
-    state._saved = len(state.history)
-    state._created = True
+    state._store, state._saved, state._created = store, len(state.history), True
     _repair(state)
     state._check_agent = True
     return state

@@ -150,13 +150,13 @@ class State:
         if set(info) != set(AGENT_KEYS):
             raise ValueError(f"agent needs {', '.join(AGENT_KEYS)}; use statekeep.agent_info(...)")
         info["tools"] = sorted(info["tools"])
-        previous = self.last_agent
-        self._append("run_start", agent=info)
+        self._replay.check_idle("a run start", len(self.history))
         if self._check_agent:
-            self._check_agent = False
             from .resume import warn_if_agent_changed
 
-            warn_if_agent_changed(self.id, previous, info)
+            warn_if_agent_changed(self.id, self.last_agent, info)  # may raise under -W error
+            self._check_agent = False
+        self._append("run_start", agent=info)
 
     def request(self, model: str) -> None:
         """Record that a request is being sent to ``model``."""

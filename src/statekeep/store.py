@@ -153,7 +153,7 @@ class Store(ABC):
         these closing entries are written by the next save. LookupError for an unknown
         id; ValueError for a damaged State or one saved by a newer statekeep.
         """
-        return from_record(state_id, await self.aread(state_id))
+        return from_record(state_id, await self.aread(state_id), self)
 
     def save(self, state: State) -> None:
         """Sync :meth:`asave`."""
@@ -161,7 +161,7 @@ class Store(ABC):
 
     def load(self, state_id: str) -> State:
         """Sync :meth:`aload`."""
-        return from_record(state_id, self.read(state_id))  # replayed in the caller's thread
+        return from_record(state_id, self.read(state_id), self)  # replayed in the caller's thread
 
     # -- lifetime -------------------------------------------------------------------
 

@@ -1,0 +1,295 @@
+"""The ``statekeep`` command line: list, show, delete, ``--store``, ``--version``, ``--help``.
+
+Run in-process with click's CliRunner, and as a real ``python -m statekeep`` subprocess.
+Exit status 1 for a missing store or an unknown id, 2 for a malformed id or store URL.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from statekeep import ID_RULE, FileStore, State, agent_info
+from statekeep.cli import main
+from statekeep.resume import INTERRUPTED_TOOL
+
+LONG_TASK = "Book a table for four people in Paris on Friday evening, " * 5
+LONG_ANSWER = "Booked: Chez Janou, Friday 20:00, a table for four, confirmed by phone with the owner. " * 3
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statekeep", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def ids_listed(output: str) -> list[str]:
+    lines = output.splitlines()
+    assert lines[0].split() == ["ID", "UPDATED", "(UTC)", "TURN", "STATUS", "TASK"]
+    return [line.split()[0] for line in lines[1:]]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A FileStore folder with three States, saved oldest first: booked, limited, crashed."""
+    path = tmp_path / "store"
+    store = FileStore(path)
+
+    booked = State(LONG_TASK, id="booked")
+    booked.begin_run(agent_info("agent", "scripted", tools=["lookup"]))
+    booked.request("scripted")
+    booked.add_reply("Looking.", [{"id": "call-1", "name": "lookup", "args": {"city": "Paris", "people": 4}}])
+    booked.add_tool_result("call-1", "Paris: Chez Janou")
+    booked.request("scripted")
+    booked.add_reply(LONG_ANSWER)
+    booked.finish(LONG_ANSWER)
+    store.save(booked)
+
+    limited = State("Keep going", id="limited")
+    limited.add_user("line one\nline two")
+    limited.begin_run(agent_info("agent", "scripted", tools=["t1"]))
+    limited.request("scripted")
+    limited.add_reply("", [{"id": "c1", "name": "t1", "args": {}}])
+    limited.add_tool_result("c1", "ValueError: no", is_error=True)
+    limited.set_data("cart", {"items": ["x"]})
+    limited.delete_data("cart")
+    limited.request("scripted")
+    limited.add_model_error("TimeoutError: slow")
+    limited.add_error("TimeoutError: slow")
+    limited.stop("limit")
+    store.save(limited)
+
+    crashed = State("Crash in the middle", id="crashed")
+    crashed.begin_run(agent_info("agent", "scripted", tools=["book"]))
+    crashed.request("scripted")
+    crashed.add_reply("Booking.", [{"id": "call-2", "name": "book", "args": {"place": "Chez Janou"}}])
+    store.save(crashed)
+    store.save(store.load("crashed"))  # the repair: an 'unknown' result for call-2
+    return path
+
+
+# -- list ---------------------------------------------------------------------------------
+
+
+def test_list_shows_rows_newest_first(folder: Path) -> None:
+    result = cli("list", "--store", str(folder))
+    assert result.exit_code == 0, result.output
+    assert ids_listed(result.stdout) == ["crashed", "limited", "booked"]
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert rows["booked"].split()[3:5] == ["2", "finished"]
+    assert rows["limited"].split()[3:5] == ["1", "limit"]
+    assert rows["crashed"].split()[3:5] == ["1", "running"]
+    # The task is shortened to 60 characters.
+    assert rows["booked"].endswith(LONG_TASK[:59] + "…")
+    assert rows["crashed"].endswith("Crash in the middle")
+
+    # Updating a State moves it to the top.
+    store = FileStore(folder)
+    limited = store.load("limited")
+    limited.add_user("again")
+    store.save(limited)
+    assert ids_listed(cli("list", "--store", str(folder)).stdout) == ["limited", "crashed", "booked"]
+
+
+def test_list_of_an_empty_store(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = cli("list", "--store", str(tmp_path / "empty"))
+    assert (result.exit_code, result.stdout) == (0, "no saved States\n")
+
+
+def test_list_of_a_missing_store_folder_fails_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    result = cli("list", "--store", str(missing))
+    assert result.exit_code == 1
+    assert f"no store at '{missing}'" in result.stderr and result.stdout == ""
+    assert not missing.exists()  # listing does not create it
+
+
+def test_the_default_store_is_dot_statekeep(folder: Path, tmp_path: Path) -> None:
+    proc = run_cli("list", cwd=tmp_path)
+    assert proc.returncode == 1 and "no store at '.statekeep'" in proc.stderr
+    folder.rename(tmp_path / ".statekeep")
+    proc = run_cli("list", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ids_listed(proc.stdout) == ["crashed", "limited", "booked"]
+
+
+# -- show ---------------------------------------------------------------------------------
+
+
+def test_show_prints_a_timeline(folder: Path) -> None:
+    result = cli("show", "booked", "--store", str(folder))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"State booked: {LONG_TASK.strip()[:99]}…"
+    assert lines[1].endswith("· turn 2 · finished") and lines[1].startswith("created ")
+    assert lines[2] == ""
+    body = lines[3:]
+    assert [line.split()[0] for line in body] == [str(seq) for seq in range(8)]
+    assert [line.split()[2] for line in body] == [
+        "task",
+        "run_start",
+        "model_request",
+        "model_reply",
+        "tool_result",
+        "model_request",
+        "model_reply",
+        "stop",
+    ]
+    assert "agent 'agent' · model scripted · tools: lookup" in body[1]
+    assert body[2].endswith("asking scripted")
+    assert body[3].endswith("\"Looking.\" → lookup(city='Paris', people=4) [call-1]")
+    assert body[4].endswith("lookup [call-1] done: Paris: Chez Janou")
+    # Long texts are shortened with '…'.
+    assert body[0].endswith(LONG_TASK[:79] + "…")
+    assert body[6].endswith(f'"{LONG_ANSWER[:59]}…"')
+    assert body[7].endswith(f"by finish: {LONG_ANSWER[:69]}…")
+    assert LONG_ANSWER.strip() not in result.stdout and LONG_TASK.strip() not in result.stdout
+
+
+def test_show_describes_every_kind_and_outcome(folder: Path) -> None:
+    result = cli("show", "limited", "--store", str(folder))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "· turn 1 · limit" in out
+    assert "user          line one line two" in out  # newlines flattened
+    assert "t1() [c1]" in out
+    assert "t1 [c1] error: ValueError: no" in out
+    assert "cart = {'items': ['x']}" in out and "cart deleted" in out
+    assert "model_error   TimeoutError: slow" in out and "error         TimeoutError: slow" in out
+    assert out.rstrip().endswith("by limit")
+
+    result = cli("show", "crashed", "--store", str(folder))
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.stdout.splitlines() if "tool_result" in line]
+    assert f"book [call-2] unknown: {INTERRUPTED_TOOL[:69]}…" in line
+    assert "· turn 1 · running" in result.stdout
+
+
+def test_show_an_unknown_id_exits_1(folder: Path) -> None:
+    result = cli("show", "nobody", "--store", str(folder))
+    assert result.exit_code == 1
+    assert f"no State 'nobody' in {folder}" in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("bad", ["../x", "a b", "é", "x" * 129])
+def test_show_a_malformed_id_exits_2_with_the_id_rule(folder: Path, bad: str) -> None:
+    result = cli("show", bad, "--store", str(folder))
+    assert result.exit_code == 2
+    assert f"{bad!r} is not a State id" in result.stderr and ID_RULE in result.stderr
+
+
+def test_show_in_a_missing_store_exits_1(tmp_path: Path) -> None:
+    result = cli("show", "booked", "--store", str(tmp_path / "nowhere"))
+    assert result.exit_code == 1 and "no store at" in result.stderr
+
+
+# -- delete -------------------------------------------------------------------------------
+
+
+def test_delete_removes_a_state(folder: Path) -> None:
+    result = cli("delete", "limited", "--store", str(folder))
+    assert (result.exit_code, result.stdout) == (0, "deleted limited\n")
+    assert FileStore(folder).read("limited") is None
+    assert ids_listed(cli("list", "--store", str(folder)).stdout) == ["crashed", "booked"]
+    result = cli("delete", "limited", "--store", str(folder))
+    assert result.exit_code == 1 and "no State 'limited'" in result.stderr
+
+
+def test_delete_an_unknown_or_malformed_id(folder: Path) -> None:
+    result = cli("delete", "nobody", "--store", str(folder))
+    assert result.exit_code == 1 and f"no State 'nobody' in {folder}" in result.stderr
+    result = cli("delete", "../booked", "--store", str(folder))
+    assert result.exit_code == 2 and ID_RULE in result.stderr
+    assert [row.id for row in FileStore(folder).list()] == ["crashed", "limited", "booked"]
+
+
+# -- --store ------------------------------------------------------------------------------
+
+
+def test_store_accepts_a_file_url(folder: Path) -> None:
+    result = cli("list", "--store", f"file://{folder}")
+    assert result.exit_code == 0, result.output
+    assert ids_listed(result.stdout) == ["crashed", "limited", "booked"]
+    assert cli("show", "booked", "--store", f"file://{folder}").exit_code == 0
+
+
+def test_a_missing_folder_given_as_a_file_url_exits_1(tmp_path: Path) -> None:
+    result = cli("list", "--store", f"file://{tmp_path / 'nowhere'}")
+    assert result.exit_code == 1 and "no store at" in result.stderr
+
+
+def test_memory_store_is_empty() -> None:
+    result = cli("list", "--store", "memory://")
+    assert (result.exit_code, result.stdout) == (0, "no saved States\n")
+    result = cli("show", "booked", "--store", "memory://")
+    assert result.exit_code == 1 and "no State 'booked' in memory://" in result.stderr
+    assert cli("delete", "booked", "--store", "memory://").exit_code == 1
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "booked"], ["delete", "booked"]])
+def test_an_unknown_url_scheme_exits_2_naming_it(command: list[str]) -> None:
+    result = cli(*command, "--store", "ftp://host/runs")
+    assert result.exit_code == 2
+    assert "unknown store URL scheme 'ftp'" in result.stderr
+
+
+# -- --version, --help --------------------------------------------------------------------
+
+
+def test_version() -> None:
+    result = cli("--version")
+    assert result.exit_code == 0 and version("statekeep") in result.stdout
+
+
+def test_help_lists_the_commands() -> None:
+    result = cli("--help")
+    assert result.exit_code == 0
+    commands = result.stdout.split("Commands:")[1]
+    for name, summary in [
+        ("list", "List saved States"),
+        ("show", "Show one State's history"),
+        ("delete", "Delete one State"),
+        ("demo", "Run an agent"),
+    ]:
+        assert any(line.split()[:1] == [name] and summary in line for line in commands.splitlines()), name
+    for command in ("list", "show", "delete"):
+        assert "--store" in cli(command, "--help").stdout
+
+
+# -- as a real process ----------------------------------------------------------------------
+
+
+def test_the_cli_as_a_subprocess(folder: Path, tmp_path: Path) -> None:
+    proc = run_cli("list", "--store", "store", cwd=tmp_path)  # a relative folder
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == cli("list", "--store", str(folder)).stdout
+
+    proc = run_cli("show", "booked", "--store", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == cli("show", "booked", "--store", str(folder)).stdout
+
+    proc = run_cli("show", "../x", "--store", str(folder))
+    assert proc.returncode == 2 and ID_RULE in proc.stderr
+    proc = run_cli("show", "nobody", "--store", str(folder))
+    assert proc.returncode == 1 and "no State 'nobody'" in proc.stderr
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and version("statekeep") in proc.stdout
+
+    proc = run_cli("delete", "crashed", "--store", str(folder))
+    assert (proc.returncode, proc.stdout) == (0, "deleted crashed\n")
+    assert FileStore(folder).read("crashed") is None
