@@ -40,7 +40,7 @@ def decode(data: bytes | str) -> Any:
 
 def _check(value: Any, path: str, depth: int) -> None:
     # Walks containers iteratively per level; recursion depth is bounded by MAX_DEPTH.
-    if depth > MAX_DEPTH:
+    if depth >= MAX_DEPTH and isinstance(value, (dict, list, tuple)):
         raise TypeError(f"{path} is nested more than {MAX_DEPTH} levels deep (or refers to itself)")
     if isinstance(value, dict):
         for key, item in value.items():

@@ -51,20 +51,30 @@ _FILE_READ = os.O_RDONLY | os.O_NOFOLLOW
 
 @dataclass(frozen=True, slots=True)
 class _Tail:
-    """What this process last knew of a log, checked against ``fstat`` before use."""
+    """What this process last knew of a log: where it ended and the seq that comes next.
+
+    Checked before use against ``fstat`` and the log's last bytes: a log deleted and made
+    again by another process can have the same inode number (ext4 reuses them) and size.
+    """
 
     dev: int
     ino: int
     size: int
     mtime_ns: int
     next_seq: int
+    check: bytes  # the log's last bytes before ``size``
 
-    def matches(self, st: os.stat_result) -> bool:
-        return (self.dev, self.ino, self.size, self.mtime_ns) == (
-            st.st_dev,
-            st.st_ino,
-            st.st_size,
-            st.st_mtime_ns,
+    @classmethod
+    def of(cls, log: int, next_seq: int) -> _Tail:
+        st = os.fstat(log)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, next_seq, _last_bytes(log, st.st_size))
+
+    def holds_in(self, log: int, st: os.stat_result) -> bool:
+        """Does ``log`` still start with what this describes (maybe with more after it)?"""
+        return (
+            (self.dev, self.ino) == (st.st_dev, st.st_ino)
+            and st.st_size >= self.size
+            and _last_bytes(log, self.size) == self.check
         )
 
 
@@ -77,6 +87,7 @@ class _Append:
     log: int = -1
     tmp: int = -1
     size: int = 0  # the log's size before this write
+    next_seq: int = 0  # the seq after the log's last entry once this write is in
     new: bytes = b""
     appended: bool = False
     published: bool = False
@@ -195,10 +206,7 @@ class FileStore(Backend):
             for item in ordered:
                 sid = item.write.state_id
                 if item.error is None:
-                    st = os.fstat(item.log)
-                    self._tails[sid] = _Tail(
-                        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, item.write.end_seq
-                    )
+                    self._tails[sid] = _Tail.of(item.log, item.next_seq)
                 else:
                     self._tails.pop(sid, None)  # re-read from disk next time
         finally:
@@ -230,6 +238,7 @@ class FileStore(Backend):
         item.log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
         item.size, next_seq = self._tail(item.log, sid)
         skip = plan_append(write, next_seq)
+        item.next_seq = next_seq + len(write.lines) - skip
         if skip:
             stored = self._scan(item.log, sid).entries[write.first_seq : write.first_seq + skip]
             check_overlap(write, stored)
@@ -279,12 +288,16 @@ class FileStore(Backend):
         """
         st = os.fstat(log)
         known = self._tails.get(sid)
-        if known is not None and known.matches(st):
+        if known is not None and not known.holds_in(log, st):
+            known = None  # replaced or cut by someone else: scan it whole
+        if known is not None and st.st_size == known.size:
             return known.size, known.next_seq
-        if known is not None and (known.dev, known.ino) == (st.st_dev, st.st_ino) and st.st_size > known.size:
+        if known is not None:
             # Another process appended: read only what it added.
             data = os.pread(log, st.st_size - known.size, known.size)
-            scan = scan_log(data, start_seq=known.next_seq, name=self._where(sid, LOG))
+            scan = scan_log(
+                data, start_seq=known.next_seq, name=self._where(sid, LOG), first_line=known.next_seq + 1
+            )
             end = known.size + scan.end
         else:
             scan = self._scan(log, sid)
@@ -319,12 +332,12 @@ class FileStore(Backend):
                 if write.snapshot is not None:
                     pending = owner().aux.submit(self._write_file, folder, SNAPSHOT, write.snapshot)
                 try:
-                    log = io.open(LOG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
+                    log = io.open(LOG, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
                     try:
                         os.fchmod(log, 0o600)
                         io.write_all(log, b"".join(write.lines))
                         io.fsync(log)
-                        st = os.fstat(log)
+                        tail = _Tail.of(log, write.end_seq)
                     finally:
                         os.close(log)
                 finally:
@@ -343,7 +356,7 @@ class FileStore(Backend):
             _quietly(lambda: _remove_tree(io, root, staging))
             raise
         io.fsync(root)
-        self._tails[sid] = _Tail(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, write.end_seq)
+        self._tails[sid] = tail
 
     def _write_file(self, folder: int, name: str, data: bytes) -> None:
         """Write ``name`` whole (created 0600, truncated) and fsync it."""
@@ -538,17 +551,23 @@ _locked: set[int] = set()
 
 def _lock(folder: int) -> None:
     """Take the State's lock (waiting for other processes); closes ``folder`` on failure."""
+    _locked.add(folder)  # first: a fork from here on closes the child's copy
     try:
         fcntl.flock(folder, fcntl.LOCK_EX)
     except BaseException:
+        _locked.discard(folder)
         os.close(folder)
         raise
-    _locked.add(folder)
 
 
 def _unlock(folder: int) -> None:
-    _locked.discard(folder)  # before the close, so a fork never sees a reused number
-    os.close(folder)
+    """Release the lock, then forget and close the descriptor (a copy made by a fork
+    between these steps holds no lock, and the number is never reused while listed)."""
+    try:
+        fcntl.flock(folder, fcntl.LOCK_UN)
+    finally:
+        _locked.discard(folder)
+        os.close(folder)
 
 
 def _close_inherited_locks() -> None:
@@ -561,6 +580,14 @@ def _close_inherited_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
+_CHECK_BYTES = 4096
+
+
+def _last_bytes(log: int, size: int) -> bytes:
+    n = min(size, _CHECK_BYTES)
+    return os.pread(log, n, size - n)
 
 
 def _still_named(root: int, sid: str, folder: int) -> bool:

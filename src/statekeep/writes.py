@@ -84,13 +84,24 @@ def check_overlap(write: PreparedWrite, stored: Sequence[dict[str, Any]]) -> Non
     """Raise StateConflictError unless ``stored`` (the store's entries for the overlapping
     seqs, in order) equals the first ``len(stored)`` entries of ``write``."""
     for i, old in enumerate(stored):
-        if old != orjson.loads(write.lines[i]):
+        if not same_json(old, orjson.loads(write.lines[i])):
             seq = write.first_seq + i
             raise StateConflictError(
                 f"State {write.state_id!r} already has a different entry at seq {seq}: "
                 "another writer saved first. Nothing was written; read the State again "
                 "and continue from what it holds"
             )
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """JSON equality: like ``==``, but 1, 1.0 and true are different values (key order is not)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+    if type(a) is list:
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def exists_error(state_id: str) -> ValueError:
