@@ -106,9 +106,11 @@ class FileStore(Backend):
     """Saves each State in its own folder under ``path``: ``log.jsonl`` + ``snapshot.json``.
 
     Durable on return: when ``write``/``awrite`` returns, the new entries and the snapshot
-    are on disk (file and folder fsync'd) and survive a crash or power cut. If a write
+    are on disk (file and folder fsync'd) and survive a crash or power cut. If an append
     raises OSError (disk full, I/O error), the log is left as it was before it; send the
-    same write again once the cause is fixed. After a crash, a partly written last line is
+    same write again once the cause is fixed. If a create raises OSError, the State may or
+    may not exist: send the same write with ``create=False`` (it skips what is stored), and
+    with ``create=True`` only if that raises LookupError (``Store.save`` does this). After a crash, a partly written last line is
     ignored on read and cut before the next append; a damaged line followed by good ones
     raises :class:`CorruptStateError` naming the file and line.
 
@@ -262,6 +264,7 @@ class FileStore(Backend):
         first, fd = jobs[0]
         self._attempt(first, lambda _: fsync(fd))
         for item, job in running:
+            job.exception()  # wait for every fsync, even of a failed write: its files close next
             self._attempt(item, lambda _, job=job: job.result())
 
     def _publish(self, item: _Append) -> None:
