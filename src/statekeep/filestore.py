@@ -110,9 +110,11 @@ class FileStore(Backend):
     raises OSError (disk full, I/O error), the log is left as it was before it; send the
     same write again once the cause is fixed. If a create raises OSError, the State may or
     may not exist: send the same write with ``create=False`` (it skips what is stored), and
-    with ``create=True`` only if that raises LookupError (``Store.save`` does this). After a crash, a partly written last line is
-    ignored on read and cut before the next append; a damaged line followed by good ones
-    raises :class:`CorruptStateError` naming the file and line.
+    with ``create=True`` only if that raises LookupError (``Store.save`` does this).
+
+    After a crash, a partly written last line is ignored on read and cut before the next
+    append; a damaged line followed by good ones raises :class:`CorruptStateError` naming
+    the file and line.
 
     Several processes may use one folder: writes to one State are serialised with a file
     lock. The folder is created (0700) on the first write.
