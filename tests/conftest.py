@@ -8,12 +8,18 @@ from typing import Any
 
 import pytest
 
-from statekeep import FileStore, MemoryStore, Store
+from statekeep import FileStore, MemoryStore, SQLiteStore, Store
+from tests import servers
+from tests.servers import postgres_server, redis_server  # noqa: F401  (session fixtures)
 
 # Later backends join the conformance suite by adding a factory here.
 STORE_FACTORIES: dict[str, Callable[[Any], Store]] = {
     "memory": lambda tmp_path: MemoryStore(),
     "file": lambda tmp_path: FileStore(tmp_path / "store"),
+    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "store.db"),
+    # Throwaway servers (tests/servers.py), started on first use; a schema or key prefix per test.
+    "postgres": servers.postgres_store,
+    "redis": servers.redis_store,
 }
 
 

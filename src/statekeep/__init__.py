@@ -5,6 +5,8 @@ one snapshot dict that every write replaces. Stores are async-first; every async
 has a sync twin that works from scripts, threads and running event loops.
 """
 
+from typing import TYPE_CHECKING
+
 from .agent import Agent, Reply, ScriptedModel
 from .errors import CorruptStateError, StateConflictError
 from .filestore import FileStore
@@ -13,10 +15,15 @@ from .ids import ID_RULE, validate_id
 from .memory import MemoryStore
 from .records import Record, SavedState
 from .resume import ResumeWarning
+from .sqlite import SQLiteStore
 from .state import State, agent_info
 from .store import Store
 from .tools import Tool
 from .urls import open_store
+
+if TYPE_CHECKING:  # loaded on first use by __getattr__ below
+    from .postgres import PostgresStore
+    from .redisstore import RedisStore
 
 __all__ = [
     "FORMAT_VERSION",
@@ -25,9 +32,12 @@ __all__ = [
     "CorruptStateError",
     "FileStore",
     "MemoryStore",
+    "PostgresStore",
     "Record",
+    "RedisStore",
     "Reply",
     "ResumeWarning",
+    "SQLiteStore",
     "SavedState",
     "ScriptedModel",
     "State",
@@ -40,3 +50,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The server stores load on first use, so that importing statekeep never needs their drivers.
+    if name == "PostgresStore":
+        from .postgres import PostgresStore
+
+        return PostgresStore
+    if name == "RedisStore":
+        from .redisstore import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module 'statekeep' has no attribute {name!r}")

@@ -1,0 +1,570 @@
+"""Benchmarks of PostgresStore and RedisStore, each next to a raw baseline on the same server.
+
+Run from the repository::
+
+    .venv/bin/python benchmarks/bench_servers.py            # the full run (a minute or two)
+    .venv/bin/python benchmarks/bench_servers.py --quick    # a small run, for the smoke test
+    .venv/bin/python benchmarks/bench_servers.py --json out.json
+
+It starts its own throwaway servers (tests/servers.py): PostgreSQL with ``fsync=on`` and
+``synchronous_commit=on``, Redis with ``appendonly yes`` and ``appendfsync always``, so
+every write is durable on return, for the store and for the baseline alike.
+
+The workload (from the issue): 20 States x 50 turns; each turn adds 3 entries (text fields
+of about 800 B, 200 B and 2 KB) and replaces the snapshot, in one write. Measures, per
+server:
+
+- sequential: the store's turns/s, States one after another, against a raw client doing
+  one transaction per turn (asyncpg: BEGIN, INSERT the entries, UPDATE the snapshot,
+  COMMIT; redis-py: one MULTI/EXEC with RPUSH and HSET). Target: at least 0.7 x raw.
+- concurrent: the 20 States at once (asyncio.gather) against the store's own sequential
+  rate. Target: at least 3 x.
+- list: listing 1,000 States against a raw query of the same rows, parsed.
+- load: reading a State of 10,000 entries against a raw fetch of its entries, parsed.
+  Target: at most 1.5 x raw's time.
+
+Each repetition measures store and baseline side by side; the report gives medians, and
+each ratio is the median of the repetitions' ratios: the numbers are noisy on a small VM
+(and more so when other work shares it), the ratios much less so. The raw baselines get their
+JSON already encoded; the store's times include validating and encoding it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests import servers  # noqa: E402
+
+from statekeep import Store  # noqa: E402
+
+ENTRY_KINDS = (("message", 800), ("tool_call", 200), ("tool_result", 2048))
+BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Config:
+    states: int  # States written in the turn benchmarks
+    turns: int  # turns per State
+    reps: int  # repetitions of each turn benchmark (median reported)
+    list_states: int  # States listed
+    load_entries: int  # entries of the State loaded whole
+    read_reps: int  # repetitions of the list and load timings
+
+
+FULL = Config(states=20, turns=50, reps=5, list_states=1_000, load_entries=10_000, read_reps=9)
+QUICK = Config(states=4, turns=8, reps=1, list_states=40, load_entries=600, read_reps=2)
+
+
+# -- the workload ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn: what a store is given, and the same JSON, encoded, for the raw baselines."""
+
+    entries: list[dict[str, Any]]
+    snapshot: dict[str, Any]
+    seqs: list[int]
+    lines: list[bytes]
+    snap: bytes
+
+
+def _text_pool(size: int = 1 << 16) -> str:
+    import random
+
+    rng = random.Random(20260101)
+    letters = "abcdefghijklmnopqrstuvwxyz      ,.ABCDEFGHIJ0123456789"
+    return "".join(rng.choices(letters, k=size))
+
+
+POOL = _text_pool()
+
+
+def make_entry(seq: int) -> dict[str, Any]:
+    kind, size = ENTRY_KINDS[seq % len(ENTRY_KINDS)]
+    start = (seq * 7919) % (len(POOL) - size)
+    entry: dict[str, Any] = {"seq": seq, "kind": kind}
+    if kind == "message":
+        entry["role"] = "assistant"
+    else:
+        entry["call_id"] = f"call_{seq // len(ENTRY_KINDS)}"
+        if kind == "tool_call":
+            entry["name"] = "search"
+    entry["text"] = POOL[start : start + size]
+    return entry
+
+
+def make_snapshot(state: int, turn: int) -> dict[str, Any]:
+    return {
+        "task": f"benchmark task {state}",
+        "created_at": BASE_TIME.isoformat(),
+        "updated_at": (BASE_TIME + timedelta(seconds=turn)).isoformat(),
+        "turn": turn,
+        "stopped_by": None,
+        "finished": False,
+    }
+
+
+def make_workload(states: int, turns: int) -> list[list[Turn]]:
+    work = []
+    per_turn = len(ENTRY_KINDS)
+    for s in range(states):
+        rows = []
+        for t in range(turns):
+            entries = [make_entry(t * per_turn + i) for i in range(per_turn)]
+            snapshot = make_snapshot(s, t)
+            rows.append(
+                Turn(
+                    entries,
+                    snapshot,
+                    [e["seq"] for e in entries],
+                    [orjson.dumps(e) for e in entries],
+                    orjson.dumps(snapshot),
+                )
+            )
+        work.append(rows)
+    return work
+
+
+def state_id(i: int) -> str:
+    return f"state-{i:04d}"
+
+
+def ns() -> str:
+    return f"bench_{uuid.uuid4().hex[:10]}"
+
+
+async def timed(fn: Callable[[], Awaitable[object]]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    await fn()
+    return time.perf_counter() - start
+
+
+# -- the store side (the same for both servers) -------------------------------------------
+
+
+async def store_sequential(store: Store, work: list[list[Turn]]) -> float:
+    """Turns/s, States one after another."""
+
+    async def run() -> None:
+        for i, turns in enumerate(work):
+            for t, turn in enumerate(turns):
+                await store.awrite(state_id(i), turn.entries, turn.snapshot, create=t == 0)
+
+    return sum(map(len, work)) / await timed(run)
+
+
+async def store_concurrent(store: Store, work: list[list[Turn]]) -> float:
+    """Turns/s, every State at once (each State's turns in order)."""
+
+    async def one(i: int, turns: list[Turn]) -> None:
+        for t, turn in enumerate(turns):
+            await store.awrite(state_id(i), turn.entries, turn.snapshot, create=t == 0)
+
+    async def run() -> None:
+        await asyncio.gather(*(one(i, turns) for i, turns in enumerate(work)))
+
+    return sum(map(len, work)) / await timed(run)
+
+
+async def fill_many(store: Store, count: int) -> None:
+    async def one(i: int) -> None:
+        await store.awrite(f"list-{i:05d}", [make_entry(0)], make_snapshot(i, i % 97), create=True)
+
+    for start in range(0, count, 100):
+        await asyncio.gather(*(one(i) for i in range(start, min(count, start + 100))))
+
+
+async def fill_big(store: Store, sid: str, count: int) -> None:
+    for start in range(0, count, 500):
+        batch = [make_entry(seq) for seq in range(start, min(count, start + 500))]
+        await store.awrite(sid, batch, make_snapshot(0, start), create=start == 0)
+
+
+# -- PostgreSQL -------------------------------------------------------------------------
+
+
+class PostgresBench:
+    name = "postgres"
+
+    def __init__(self, server: servers.PostgresServer) -> None:
+        import asyncpg
+
+        self.asyncpg = asyncpg
+        self.server = server
+
+    def store(self, schema: str) -> Store:
+        from statekeep.postgres import PostgresStore
+
+        return PostgresStore(self.server.dsn, schema=schema)
+
+    async def open(self) -> None:
+        self.pool = await self.asyncpg.create_pool(self.server.dsn, min_size=1, max_size=10)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def _raw_tables(self) -> str:
+        schema = ns()
+        await self.pool.execute(
+            f"""CREATE SCHEMA {schema};
+            CREATE TABLE {schema}.states (id text PRIMARY KEY, snapshot text NOT NULL);
+            CREATE TABLE {schema}.entries (state_id text, seq bigint, data text NOT NULL,
+                                           PRIMARY KEY (state_id, seq));"""
+        )
+        return schema
+
+    async def _raw_turn(self, conn: Any, schema: str, sid: str, turn: Turn, first: bool) -> None:
+        async with conn.transaction():
+            if first:
+                await conn.execute(f"INSERT INTO {schema}.states VALUES ($1, $2)", sid, turn.snap.decode())
+            else:
+                await conn.execute(
+                    f"UPDATE {schema}.states SET snapshot = $2 WHERE id = $1", sid, turn.snap.decode()
+                )
+            await conn.execute(
+                f"INSERT INTO {schema}.entries SELECT $1, s, d FROM unnest($2::bigint[], $3::text[]) AS u(s, d)",
+                sid,
+                turn.seqs,
+                [line.decode() for line in turn.lines],
+            )
+
+    async def raw_sequential(self, work: list[list[Turn]]) -> float:
+        schema = await self._raw_tables()
+        async with self.pool.acquire() as conn:
+
+            async def run() -> None:
+                for i, turns in enumerate(work):
+                    for t, turn in enumerate(turns):
+                        await self._raw_turn(conn, schema, state_id(i), turn, t == 0)
+
+            return sum(map(len, work)) / await timed(run)
+
+    async def raw_concurrent(self, work: list[list[Turn]]) -> float:
+        schema = await self._raw_tables()
+
+        async def one(i: int, turns: list[Turn]) -> None:
+            for t, turn in enumerate(turns):
+                async with self.pool.acquire() as conn:
+                    await self._raw_turn(conn, schema, state_id(i), turn, t == 0)
+
+        async def run() -> None:
+            await asyncio.gather(*(one(i, turns) for i, turns in enumerate(work)))
+
+        return sum(map(len, work)) / await timed(run)
+
+    async def raw_list(self, schema: str) -> Any:
+        rows = await self.pool.fetch(f'SELECT id, snapshot FROM "{schema}".states WHERE snapshot IS NOT NULL')
+        return [(r[0], orjson.loads(r[1])) for r in rows]
+
+    async def raw_load(self, schema: str, sid: str) -> Any:
+        rows = await self.pool.fetch(
+            f'SELECT data FROM "{schema}".entries WHERE state_id = $1 ORDER BY seq', sid
+        )
+        return [orjson.loads(r[0]) for r in rows]
+
+    def settings(self) -> str:
+        return "fsync=on, synchronous_commit=on"
+
+
+# -- Redis ------------------------------------------------------------------------------
+
+
+class RedisBench:
+    name = "redis"
+
+    def __init__(self, server: servers.RedisServer) -> None:
+        import redis.asyncio as aioredis
+
+        self.aioredis = aioredis
+        self.server = server
+
+    def store(self, prefix: str) -> Store:
+        from statekeep.redisstore import RedisStore
+
+        return RedisStore(self.server.url, prefix=prefix + ":")
+
+    async def open(self) -> None:
+        self.client = self.aioredis.Redis.from_url(self.server.url)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def _raw_turn(self, prefix: str, sid: str, turn: Turn) -> None:
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.rpush(f"{prefix}:e:{sid}", *turn.lines)
+            pipe.hset(f"{prefix}:s:{sid}", "snapshot", turn.snap)
+            await pipe.execute()
+
+    async def raw_sequential(self, work: list[list[Turn]]) -> float:
+        prefix = ns()
+
+        async def run() -> None:
+            for i, turns in enumerate(work):
+                for turn in turns:
+                    await self._raw_turn(prefix, state_id(i), turn)
+
+        return sum(map(len, work)) / await timed(run)
+
+    async def raw_concurrent(self, work: list[list[Turn]]) -> float:
+        prefix = ns()
+
+        async def one(i: int, turns: list[Turn]) -> None:
+            for turn in turns:
+                await self._raw_turn(prefix, state_id(i), turn)
+
+        async def run() -> None:
+            await asyncio.gather(*(one(i, turns) for i, turns in enumerate(work)))
+
+        return sum(map(len, work)) / await timed(run)
+
+    async def raw_list(self, prefix: str) -> Any:
+        ids: list[Any] = await self.client.zrevrange(f"{prefix}:index", 0, -1)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for sid in ids:
+                pipe.hget(f"{prefix}:state:{sid.decode()}", "snapshot")
+            snaps = await pipe.execute()
+        return [(sid, orjson.loads(s)) for sid, s in zip(ids, snaps, strict=True) if s is not None]
+
+    async def raw_load(self, prefix: str, sid: str) -> Any:
+        items = await self.client.lrange(f"{prefix}:entries:{sid}", 0, -1)
+        return [orjson.loads(i) for i in items]
+
+    def settings(self) -> str:
+        return "appendonly yes, appendfsync always"
+
+
+# -- running and reporting -----------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    measure: str
+    value: float
+    unit: str
+    samples: list[float] = field(default_factory=list)
+    baseline: float | None = None
+    ratio: float | None = None
+    target: str = ""
+    met: bool | None = None
+
+
+async def bench(kind: PostgresBench | RedisBench, cfg: Config, number: int) -> list[Row]:
+    """Rows (number), (number+1), ... for one server."""
+    work = make_workload(cfg.states, cfg.turns)
+    await kind.open()
+    rows: list[Row] = []
+    try:
+        seq_store: list[float] = []
+        seq_raw: list[float] = []
+        con_store: list[float] = []
+        con_raw: list[float] = []
+        for _ in range(cfg.reps):
+            # One repetition measures all four side by side, so that each ratio compares
+            # numbers taken within seconds of each other (the machine's speed drifts).
+            store = kind.store(ns())
+            await store.alist()  # connect and make the tables first
+            try:
+                seq_store.append(await store_sequential(store, work))
+            finally:
+                await store.aclose()
+            seq_raw.append(await kind.raw_sequential(work))
+            store = kind.store(ns())
+            await store.alist()
+            try:
+                con_store.append(await store_concurrent(store, work))
+            finally:
+                await store.aclose()
+            con_raw.append(await kind.raw_concurrent(work))
+
+        # Ratios: the median of each repetition's ratio.
+        def ratio(top: list[float], bottom: list[float]) -> float:
+            return statistics.median(t / b for t, b in zip(top, bottom, strict=True))
+
+        name = kind.name
+        s, r = statistics.median(seq_store), statistics.median(seq_raw)
+        seq_ratio = ratio(seq_store, seq_raw)
+        rows.append(
+            Row(
+                f"({number}) {name} sequential writes",
+                s,
+                "turns/s",
+                seq_store,
+                r,
+                seq_ratio,
+                ">= 0.7 x raw",
+                seq_ratio >= 0.7,
+            )
+        )
+        c = statistics.median(con_store)
+        con_ratio = ratio(con_store, seq_store)
+        rows.append(
+            Row(
+                f"({number + 1}) {name} {cfg.states} States concurrent",
+                c,
+                "turns/s",
+                con_store,
+                s,
+                con_ratio,
+                ">= 3 x own sequential",
+                con_ratio >= 3,
+            )
+        )
+        cr = statistics.median(con_raw)
+        rows.append(
+            Row(
+                f"({number + 2}) {name} raw concurrent (info)",
+                cr,
+                "turns/s",
+                con_raw,
+                c,
+                ratio(con_raw, con_store),
+            )
+        )
+
+        space = ns()
+        store = kind.store(space)
+        prefix_or_schema = space
+        try:
+            await fill_many(store, cfg.list_states)
+            list_store, list_raw = [], []
+            for _ in range(cfg.read_reps):
+                list_store.append(await timed(store.alist))
+                list_raw.append(await timed(lambda: kind.raw_list(prefix_or_schema)))
+            got = await store.alist()
+            assert len(got) == cfg.list_states, len(got)
+            ls, lr = statistics.median(list_store), statistics.median(list_raw)
+            rows.append(
+                Row(
+                    f"({number + 3}) {name} list {cfg.list_states} States",
+                    ls * 1000,
+                    "ms",
+                    [x * 1000 for x in list_store],
+                    lr * 1000,
+                    ls / lr,
+                    "(time vs raw)",
+                )
+            )
+
+            await fill_big(store, "big", cfg.load_entries)
+            load_store, load_raw = [], []
+            for _ in range(cfg.read_reps):
+                load_store.append(await timed(lambda: store.aread("big")))
+                load_raw.append(await timed(lambda: kind.raw_load(prefix_or_schema, "big")))
+            record = await store.aread("big")
+            assert record is not None and len(record.entries) == cfg.load_entries
+            ds, dr = statistics.median(load_store), statistics.median(load_raw)
+            rows.append(
+                Row(
+                    f"({number + 4}) {name} load {cfg.load_entries} entries",
+                    ds * 1000,
+                    "ms",
+                    [x * 1000 for x in load_store],
+                    dr * 1000,
+                    ds / dr,
+                    "<= 1.5 x raw's time",
+                    ds / dr <= 1.5,
+                )
+            )
+        finally:
+            await store.aclose()
+    finally:
+        await kind.close()
+    return rows
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+
+
+def print_table(rows: list[Row]) -> None:
+    header = ["measure", "value", "spread", "baseline", "ratio", "target", "met"]
+    table = [header]
+    for row in rows:
+        spread = f"{fmt(min(row.samples))}-{fmt(max(row.samples))}" if len(row.samples) > 1 else ""
+        met = "" if row.met is None else ("yes" if row.met else "NO")
+        table.append(
+            [
+                row.measure,
+                f"{fmt(row.value)} {row.unit}",
+                spread,
+                fmt(row.baseline),
+                "" if row.ratio is None else f"{row.ratio:.2f}",
+                row.target,
+                met,
+            ]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for n, r in enumerate(table):
+        print(" | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+        if n == 0:
+            print("-+-".join("-" * w for w in widths))
+
+
+async def run_all(cfg: Config, which: Sequence[str]) -> list[Row]:
+    rows: list[Row] = []
+    number = 1
+    for name in which:
+        if name == "postgres":
+            server: Any = servers.start_postgres()
+            kind: Any = PostgresBench(server)
+        else:
+            server = servers.start_redis()
+            kind = RedisBench(server)
+        try:
+            print(f"{name}: {kind.settings()}, port {server.port}", file=sys.stderr)
+            rows += await bench(kind, cfg, number)
+        finally:
+            await asyncio.to_thread(server.remove)
+        number += 5
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small run, for the smoke test")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--only", choices=["postgres", "redis"], help="one server only")
+    args = parser.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    which = [args.only] if args.only else ["postgres", "redis"]
+    try:
+        rows = asyncio.run(run_all(cfg, which))
+    except servers.ServerMissing as exc:
+        print(f"cannot run: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"statekeep server benchmarks ({'quick' if args.quick else 'full'}): {cfg.states} States x "
+        f"{cfg.turns} turns, {cfg.reps} rep(s); Python {platform.python_version()}, {platform.machine()}"
+    )
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_bytes(
+            orjson.dumps({"quick": args.quick, "config": asdict(cfg), "rows": [asdict(r) for r in rows]})
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

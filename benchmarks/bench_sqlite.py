@@ -1,0 +1,352 @@
+"""SQLiteStore benchmarks, each measured side by side with raw sqlite3 doing the same work.
+
+Run from the repository::
+
+    .venv/bin/python benchmarks/bench_sqlite.py            # the full run
+    .venv/bin/python benchmarks/bench_sqlite.py --quick    # a small run, a smoke test only
+    .venv/bin/python benchmarks/bench_sqlite.py --json out.json
+
+The workload is bench_core's: 20 States x 50 turns; each turn adds 3 entries (text fields
+of about 800 B, 200 B and 2 KB) and replaces the snapshot, in one durable write. The raw
+baseline uses the same table layout as SQLiteStore (its own migration statements), WAL and
+synchronous=FULL, and per turn one transaction that inserts the same encoded bytes into
+``entries`` and upserts the ``states`` row, States one after another. Measures alternate
+repetition by repetition; the report gives medians and ratios (value / baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench_core import (
+    ENTRY_KINDS,
+    Row,
+    Scratch,
+    Turn,
+    make_entry,
+    make_snapshot,
+    make_workload,
+    print_table,
+    settle,
+    spread,
+    state_id,
+    store_concurrent,
+    store_sequential,
+    timed,
+)
+from statekeep import SavedState, SQLiteStore
+from statekeep.sqlite import _LIST, _MIGRATIONS
+
+
+@dataclass(frozen=True)
+class Config:
+    states: int  # States written in the turn benchmarks
+    turns: int  # turns per State
+    reps: int  # repetitions of each turn benchmark (median reported)
+    load_entries: int  # entries of the State loaded whole
+    list_states: int  # States listed
+    read_reps: int  # repetitions of the load and list timings
+
+
+FULL = Config(states=20, turns=50, reps=5, load_entries=10_000, list_states=1_000, read_reps=15)
+QUICK = Config(states=4, turns=8, reps=1, load_entries=600, list_states=40, read_reps=2)
+
+
+# -- raw sqlite3 ---------------------------------------------------------------------------
+
+
+def raw_connect(path: Path) -> sqlite3.Connection:
+    """A connection set up as SQLiteStore's are (WAL, synchronous=FULL, foreign keys)."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def raw_database(path: Path) -> sqlite3.Connection:
+    conn = raw_connect(path)
+    for step in _MIGRATIONS:
+        for sql in step:
+            conn.execute(sql)
+    return conn
+
+
+_RAW_UPSERT = (
+    "INSERT INTO states (id, next_seq, snapshot, task, created_at, updated_at, turn, stopped_by, finished) "
+    "VALUES (?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    "next_seq = excluded.next_seq, snapshot = excluded.snapshot, task = excluded.task, "
+    "created_at = excluded.created_at, updated_at = excluded.updated_at, turn = excluded.turn, "
+    "stopped_by = excluded.stopped_by, finished = excluded.finished"
+)
+_RAW_INSERT = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, CAST(? AS TEXT))"
+
+
+def raw_params(work: list[list[Turn]]) -> list[list[tuple[list[tuple[Any, ...]], tuple[Any, ...]]]]:
+    """Per State and turn: the entry rows and the states row, bytes encoded beforehand."""
+    out = []
+    for i, turns in enumerate(work):
+        sid = state_id(i)
+        rows = []
+        for turn in turns:
+            lines = turn.lines.split(b"\n")[:-1]
+            entries = [(sid, e["seq"], line) for e, line in zip(turn.entries, lines, strict=True)]
+            snap = turn.snapshot
+            state = (
+                sid,
+                turn.entries[-1]["seq"] + 1,
+                turn.snap,
+                snap["task"],
+                snap["created_at"],
+                snap["updated_at"],
+                snap["turn"],
+                snap["stopped_by"],
+                int(snap["finished"]),
+            )
+            rows.append((entries, state))
+        out.append(rows)
+    return out
+
+
+def raw_sequential(root: Path, work: list[list[Turn]]) -> float:
+    """One transaction per turn (upsert the State, insert the entries), in sequence. Turns/s."""
+    params = raw_params(work)
+    conn = raw_database(root / "raw.db")
+    try:
+        settle()
+        start = time.perf_counter()
+        for turns in params:
+            for entries, state in turns:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(_RAW_UPSERT, state)  # first: the entries refer to it
+                conn.executemany(_RAW_INSERT, entries)
+                conn.execute("COMMIT")
+        elapsed = time.perf_counter() - start
+    finally:
+        conn.close()
+    return sum(map(len, params)) / elapsed
+
+
+def sqlite_sequential(scratch: Scratch, work: list[list[Turn]]) -> float:
+    store = SQLiteStore(scratch.new("store-seq") / "store.db")
+    try:
+        store.list()  # open the file and make the schema outside the timing, as raw does
+        return store_sequential(store, work)
+    finally:
+        store.close()
+
+
+def sqlite_concurrent(scratch: Scratch, work: list[list[Turn]]) -> float:
+    store = SQLiteStore(scratch.new("store-conc") / "store.db")
+    try:
+        store.list()
+        return store_concurrent(store, work)
+    finally:
+        store.close()
+
+
+# -- load and list --------------------------------------------------------------------------
+
+
+def build_big_state(path: Path, count: int) -> SQLiteStore:
+    store = SQLiteStore(path)
+    batch = 1_000
+    for first in range(0, count, batch):
+        entries = [make_entry(seq) for seq in range(first, min(first + batch, count))]
+        store.write("big", entries, make_snapshot(0, first // 3), create=first == 0)
+    return store
+
+
+def build_many_states(path: Path, count: int) -> SQLiteStore:
+    store = SQLiteStore(path)
+
+    async def create(i: int, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            await store.awrite(state_id(i), [make_entry(0)], make_snapshot(i, i % 97), create=True)
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(64)
+        await asyncio.gather(*(create(i, gate) for i in range(count)))
+
+    asyncio.run(main())
+    return store
+
+
+def raw_load(conn: sqlite3.Connection, sid: str) -> list[dict[str, Any]]:
+    """The State's entries in seq order, each parsed with orjson."""
+    loads = orjson.loads
+    rows = conn.execute("SELECT data FROM entries WHERE state_id = ? ORDER BY seq", (sid,)).fetchall()
+    return [loads(d) for (d,) in rows]
+
+
+def raw_list_query(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """SQLiteStore's listing query through the index, rows as plain tuples."""
+    return conn.execute(_LIST).fetchall()
+
+
+def raw_list_snapshots(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The snapshots in listing order through the index, each parsed with orjson."""
+    loads = orjson.loads
+    rows = conn.execute(
+        "SELECT id, snapshot FROM states WHERE updated_at IS NOT NULL ORDER BY updated_at DESC, id"
+    ).fetchall()
+    return [loads(s) for _, s in rows]
+
+
+def raw_list_saved(conn: sqlite3.Connection) -> list[SavedState]:
+    """The listing query, each row made into a SavedState by hand (no store around it)."""
+    when = datetime.fromisoformat
+    return [SavedState(i, t, when(c), when(u), n, s, bool(f)) for i, t, c, u, n, s, f in raw_list_query(conn)]
+
+
+def list_cold(store: SQLiteStore) -> list[SavedState]:
+    """``store.list()`` with its cache of the previous listing emptied first, as when every
+    State changed since: each row is made into a new SavedState."""
+    store._conns.listed = {}
+    return store.list()
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run (a smoke test, not a measurement)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    args = parser.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+
+    scratch = Scratch()
+    began = time.perf_counter()
+    print(
+        f"statekeep SQLiteStore benchmark{' (--quick: numbers are not meaningful)' if args.quick else ''}\n"
+        f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version} on {platform.platform()}, "
+        f"{os.cpu_count()} CPUs\n"
+        f"scratch: {scratch.root} ({scratch.fs})\n"
+        f"workload: {cfg.states} States x {cfg.turns} turns, 3 entries/turn "
+        f"({'/'.join(str(s) for _, s in ENTRY_KINDS)} B text) + snapshot, 1 durable write/turn; "
+        f"median of {cfg.reps} reps (load/list: {cfg.read_reps})\n",
+        flush=True,
+    )
+    samples: dict[str, list[float]] = {}
+    try:
+        work = make_workload(cfg.states, cfg.turns)
+        runs: list[tuple[str, Callable[[], float]]] = [
+            ("raw_seq", lambda: raw_sequential(scratch.new("raw-seq"), work)),
+            ("sqlite_seq", lambda: sqlite_sequential(scratch, work)),
+            ("sqlite_concurrent", lambda: sqlite_concurrent(scratch, work)),
+        ]
+        for rep in range(cfg.reps):
+            shift = rep % len(runs)
+            for name, run in runs[shift:] + runs[:shift]:
+                samples.setdefault(name, []).append(run())
+            for child in scratch.root.iterdir():  # keep the disk from filling up between reps
+                shutil.rmtree(child)
+            print(f"  turns: rep {rep + 1}/{cfg.reps} done", flush=True)
+
+        # Load one State of many entries: SQLiteStore.read against the raw query + parse.
+        big = build_big_state(scratch.new("load") / "store.db", cfg.load_entries)
+        raw = raw_connect(big.path)
+        record = big.read("big")
+        assert record is not None and record.entries == raw_load(raw, "big")
+        for _ in range(cfg.read_reps):
+            samples.setdefault("load_raw", []).append(timed(lambda: raw_load(raw, "big")) * 1e3)
+            samples.setdefault("load_sqlite", []).append(timed(lambda: big.read("big")) * 1e3)
+        raw.close()
+        big.close()
+        print("  load done", flush=True)
+
+        # List many States: SQLiteStore.list against the same indexed query done raw.
+        many = build_many_states(scratch.new("list") / "store.db", cfg.list_states)
+        raw = raw_connect(many.path)
+        assert many.list() == raw_list_saved(raw)
+        assert len(raw_list_query(raw)) == len(raw_list_snapshots(raw)) == cfg.list_states
+        for _ in range(cfg.read_reps):
+            samples.setdefault("list_raw_query", []).append(timed(lambda: raw_list_query(raw)) * 1e3)
+            samples.setdefault("list_raw_snapshots", []).append(timed(lambda: raw_list_snapshots(raw)) * 1e3)
+            samples.setdefault("list_raw_saved", []).append(timed(lambda: raw_list_saved(raw)) * 1e3)
+            samples.setdefault("list_sqlite", []).append(timed(many.list) * 1e3)
+            samples.setdefault("list_sqlite_cold", []).append(timed(lambda: list_cold(many)) * 1e3)
+        raw.close()
+        many.close()
+        print("  list done\n", flush=True)
+    finally:
+        scratch.cleanup()
+
+    med = {name: statistics.median(values) for name, values in samples.items()}
+
+    def ratio_row(measure: str, key: str, unit: str, base_key: str, base_name: str, target: str = "") -> Row:
+        value, base = med[key], med[base_key]
+        r = value / base
+        met = None
+        if target:
+            op, bound = target.split()
+            met = r >= float(bound) if op == ">=" else r <= float(bound)
+        return Row(measure, value, unit, base_name, base, r, target, met, spread(samples[key]))
+
+    n = cfg.states
+    load = f"(4) SQLiteStore.read, {cfg.load_entries:,} entries"
+    listing = f"(5) SQLiteStore.list, {cfg.list_states:,} States"
+    rows = [
+        Row("(1) raw sqlite3, sequential", med["raw_seq"], "turns/s", spread=spread(samples["raw_seq"])),
+        ratio_row("(2) SQLiteStore.write, sequential", "sqlite_seq", "turns/s", "raw_seq", "(1)", ">= 0.8"),
+        ratio_row(
+            f"(3) SQLiteStore.awrite, {n} concurrent",
+            "sqlite_concurrent",
+            "turns/s",
+            "raw_seq",
+            "(1)",
+            ">= 3",
+        ),
+        ratio_row(load, "load_sqlite", "ms", "load_raw", "raw fetch+orjson", "<= 1.5"),
+        ratio_row(listing, "list_sqlite", "ms", "list_raw_query", "raw indexed query", "<= 1.5"),
+        ratio_row(listing, "list_sqlite", "ms", "list_raw_snapshots", "raw query+orjson snapshots"),
+        ratio_row(listing + ", cold", "list_sqlite_cold", "ms", "list_raw_query", "raw indexed query"),
+        ratio_row(listing + ", cold", "list_sqlite_cold", "ms", "list_raw_saved", "raw query+SavedState"),
+    ]
+    print_table(rows)
+    elapsed = time.perf_counter() - began
+    print(
+        f"\n{cfg.states * cfg.turns} turns per run. Ratios: value / baseline.\n"
+        "(1) per turn: BEGIN IMMEDIATE, insert 3 entries, upsert the States row, COMMIT (WAL, synchronous=FULL).\n"
+        "(5) raw indexed query: the store's listing SQL, rows as tuples; +SavedState: the same rows made into\n"
+        "    SavedState objects by hand; +orjson snapshots: the snapshot column in listing order, parsed.\n"
+        "    SQLiteStore.list reuses the SavedState of a row unchanged since its previous listing (the\n"
+        "    repeated list here); cold: that cache emptied first, every row built anew.\n"
+        f"Took {elapsed:.1f} s."
+    )
+    if args.json:
+        result = {
+            "config": asdict(cfg),
+            "quick": args.quick,
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "scratch": str(scratch.root),
+            "filesystem": scratch.fs,
+            "seconds": elapsed,
+            "rows": [asdict(r) for r in rows],
+            "samples": samples,
+        }
+        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,408 @@
+"""RedisStore beyond the conformance suite: many processes, a crashing server, key prefixes,
+the durability warning, passwords, fork. Runs on throwaway servers (tests/servers.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from statekeep import CorruptStateError, Record
+from statekeep.bridge import owner, run_sync
+from tests import servers
+from tests.conftest import entries, snapshot
+from tests.servers import RedisServer, unique_name
+
+aioredis = pytest.importorskip("redis.asyncio")
+
+from statekeep.redisstore import LAYOUT_VERSION, RedisStore, redact_url  # noqa: E402
+
+
+@pytest.fixture
+def rs(redis_server: RedisServer) -> Iterator[RedisStore]:
+    store = RedisStore(redis_server.url, prefix=unique_name("sk") + ":")
+    yield store
+    store.close()
+
+
+def raw(server: RedisServer, *command: Any) -> Any:
+    """Run one command on a client of its own (not the store's)."""
+
+    async def go() -> Any:
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            return await client.execute_command(*command)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def own_server(**kwargs: Any) -> RedisServer:
+    try:
+        return servers.start_redis(**kwargs)
+    except servers.ServerMissing as exc:
+        servers.need(exc)
+        raise
+
+
+# -- many writers ------------------------------------------------------------------------
+
+
+def test_four_processes_append_to_one_state(redis_server: RedisServer, rs: RedisStore) -> None:
+    rs.write("one", [], None, create=True)
+    servers.run_writers("redis", redis_server.url, rs.prefix, ["one"], workers=4, writes=60, pad=300)
+
+
+def test_four_processes_append_to_a_hundred_states(redis_server: RedisServer, rs: RedisStore) -> None:
+    ids = [f"st-{n}" for n in range(100)]
+    for sid in ids:
+        rs.write(sid, [], None, create=True)
+    servers.run_writers("redis", redis_server.url, rs.prefix, ids, workers=4, writes=4)
+
+
+@pytest.mark.parametrize("other", [1.0, True, "1", [1]])
+async def test_resent_entry_with_a_value_of_another_json_type_is_a_conflict(
+    rs: RedisStore, other: Any
+) -> None:
+    from statekeep import StateConflictError
+
+    await rs.awrite("a", [{"seq": 0, "x": 1}], None, create=True)
+    with pytest.raises(StateConflictError, match="seq 0"):
+        await rs.awrite("a", [{"x": other, "seq": 0}, {"seq": 1}], None)
+    assert (await rs.aread("a")).entries == [{"seq": 0, "x": 1}]
+
+
+async def test_resent_entry_with_keys_in_another_order_is_skipped(rs: RedisStore) -> None:
+    await rs.awrite("a", [{"seq": 0, "a": 1, "b": [1.0, {"x": None}]}], snapshot(), create=True)
+    await rs.awrite("a", [{"b": [1.0, {"x": None}], "a": 1, "seq": 0}, {"seq": 1}], snapshot(turn=1))
+    assert (await rs.aread("a")).entries == [{"seq": 0, "a": 1, "b": [1.0, {"x": None}]}, {"seq": 1}]
+
+
+async def test_a_different_entry_in_another_key_order_is_still_a_conflict(rs: RedisStore) -> None:
+    from statekeep import StateConflictError
+
+    await rs.awrite("a", [{"seq": 0, "a": 1, "b": 2}], None, create=True)
+    with pytest.raises(StateConflictError, match="seq 0"):
+        await rs.awrite("a", [{"b": 3, "a": 1, "seq": 0}, {"seq": 1}], None)
+    assert (await rs.aread("a")).entries == [{"seq": 0, "a": 1, "b": 2}]
+
+
+async def test_many_concurrent_writers_on_many_states(rs: RedisStore) -> None:
+    ids = [f"s{n}" for n in range(40)]
+
+    async def turns(sid: str) -> None:
+        await rs.awrite(sid, entries(0, 1), snapshot(sid), create=True)
+        for n in range(1, 10):
+            await rs.awrite(sid, entries(n, 1), snapshot(sid, turn=n))
+
+    await asyncio.gather(*(turns(sid) for sid in ids))
+    for sid in ids:
+        assert await rs.aread(sid) == Record(entries(0, 10), snapshot(sid, turn=9))
+    assert [r.id for r in await rs.alist()] == sorted(ids)
+
+
+def test_writes_go_on_after_the_server_forgets_its_scripts(redis_server: RedisServer, rs: RedisStore) -> None:
+    rs.write("a", entries(0, 1), snapshot(), create=True)
+    assert len(rs.list()) == 1
+    raw(redis_server, "SCRIPT", "FLUSH")
+    rs.write("a", entries(1, 1), snapshot(turn=1))
+    assert len(rs.list()) == 1
+    assert rs.read("a") == Record(entries(0, 2), snapshot(turn=1))
+
+
+async def test_a_big_write_goes_in_whole(rs: RedisStore) -> None:
+    # More entries than one Lua unpack() takes at once.
+    await rs.awrite("big", entries(0, 2500), snapshot(), create=True)
+    await rs.awrite("big", entries(1000, 4000), None)  # 1500 skipped, 2500 new
+    assert (await rs.aread("big")).entries == entries(0, 5000)
+
+
+# -- a crashing server -------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    server = own_server()
+    yield server
+    server.remove()
+
+
+async def test_server_killed_and_restarted_during_writes(own_redis: RedisServer) -> None:
+    prefix = unique_name("sk") + ":"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the test server is durable: no warning
+        counts = await servers.stream_through_outage(
+            lambda: RedisStore(own_redis.url, prefix=prefix), own_redis, own_redis.password or "?"
+        )
+    assert counts["errors"] > 0 and counts["acked"] >= 80
+
+
+# -- key prefixes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("glob", ["*", "?", "[]", "[a-z]", "\\", "*?[]"])
+def test_glob_characters_in_a_prefix_see_only_their_own_states(redis_server: RedisServer, glob: str) -> None:
+    base = unique_name("g")
+    prefixes = [f"{base}{glob}:", f"{base}a:", f"{base}:", f"{base}{glob}{glob}:", base]
+    stores = [RedisStore(redis_server.url, prefix=p) for p in prefixes]
+    try:
+        for n, store in enumerate(stores):
+            store.write(f"s{n}", entries(0, 1), snapshot(f"t{n}"), create=True)
+        for n, store in enumerate(stores):
+            assert [r.id for r in store.list()] == [f"s{n}"], prefixes[n]
+            assert [store.read(f"s{m}") is not None for m in range(len(stores))] == [
+                m == n for m in range(len(stores))
+            ]
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_delete_removes_every_key_of_the_state(redis_server: RedisServer, rs: RedisStore) -> None:
+    rs.write("a", entries(0, 3), snapshot(), create=True)
+    rs.write("b", entries(0, 1), snapshot(), create=True)
+    rs.delete("a")
+    keys = sorted(raw(redis_server, "KEYS", rs.prefix.replace("*", "\\*") + "*"))
+    p = rs.prefix.encode()
+    assert keys == [p + b"entries:b", p + b"index", p + b"layout", p + b"state:b"]
+    assert raw(redis_server, "ZRANGE", p + b"index", 0, -1) == [b"b"]
+
+
+def test_prefix_must_be_text(redis_server: RedisServer) -> None:
+    with pytest.raises(TypeError, match="prefix must be a str"):
+        RedisStore(redis_server.url, prefix=b"x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lone surrogate"):
+        RedisStore(redis_server.url, prefix="\udcff")
+
+
+def test_newer_layout_is_refused(redis_server: RedisServer) -> None:
+    prefix = unique_name("sk") + ":"
+    raw(redis_server, "SET", prefix + "layout", str(LAYOUT_VERSION + 1))
+    store = RedisStore(redis_server.url, prefix=prefix)
+    try:
+        with pytest.raises(RuntimeError, match="layout version 2, made by a newer statekeep"):
+            store.read("a")
+    finally:
+        store.close()
+
+
+def test_a_foreign_layout_key_is_refused(redis_server: RedisServer) -> None:
+    prefix = unique_name("sk") + ":"
+    raw(redis_server, "SET", prefix + "layout", "something else")
+    store = RedisStore(redis_server.url, prefix=prefix)
+    try:
+        with pytest.raises(CorruptStateError, match="not a statekeep layout version"):
+            store.read("a")
+    finally:
+        store.close()
+
+
+def test_corrupt_entry_is_reported_with_its_seq(redis_server: RedisServer, rs: RedisStore) -> None:
+    rs.write("a", entries(0, 3), snapshot(), create=True)
+    raw(redis_server, "LSET", rs.prefix + "entries:a", 1, b"{nope")
+    with pytest.raises(CorruptStateError, match="seq 1"):
+        rs.read("a")
+
+
+# -- the durability warning --------------------------------------------------------------
+
+
+def first_use_warnings(url: str) -> list[str]:
+    store = RedisStore(url, prefix=unique_name("sk") + ":")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            store.write("a", [], None, create=True)
+            store.read("a")  # once only
+    finally:
+        store.close()
+    return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_no_warning_for_a_durable_server(redis_server: RedisServer) -> None:
+    fresh = own_server()  # appendonly yes, appendfsync always; not checked yet by this process
+    try:
+        assert first_use_warnings(fresh.url) == []
+    finally:
+        fresh.remove()
+
+
+@pytest.mark.parametrize(
+    ("extra", "shown"),
+    [
+        (("--appendfsync", "everysec"), "appendonly=yes, appendfsync=everysec"),
+        (("--appendonly", "no"), "appendonly=no, appendfsync=always"),
+    ],
+)
+def test_warning_names_the_weak_settings(extra: tuple[str, ...], shown: str) -> None:
+    server = own_server(extra=extra)
+    try:
+        caught = first_use_warnings(server.url)
+        assert len(caught) == 1, caught
+        assert shown in caught[0] and "'appendonly yes' and 'appendfsync always'" in caught[0]
+        assert first_use_warnings(server.url) == []  # once per server
+    finally:
+        server.remove()
+
+
+def test_warning_when_config_is_disabled() -> None:
+    server = own_server(extra=("--rename-command", "CONFIG", ""))
+    try:
+        caught = first_use_warnings(server.url)
+        assert len(caught) == 1 and "could not check the durability settings" in caught[0], caught
+        assert "'appendonly yes' and 'appendfsync always'" in caught[0]
+    finally:
+        server.remove()
+
+
+# -- passwords ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://user:s3%40cret@h/1", "rediss://user:***@h/1"),
+        ("redis://h:6379/0?password=s3cret&db=1", "redis://h:6379/0?password=***&db=1"),
+        ("unix:///run/redis.sock?password=s3cret", "unix:///run/redis.sock?password=***"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_password_is_in_no_repr_or_error(redis_server: RedisServer) -> None:
+    secret = redis_server.password
+    assert secret
+    good = RedisStore(redis_server.url, prefix=unique_name("sk") + ":")
+    try:
+        assert secret not in repr(good) and "***" in repr(good)
+        good.write("a", [], None, create=True)
+    finally:
+        good.close()
+    failures = [
+        RedisStore(redis_server.url.replace(secret, secret + "x")),  # wrong password
+        RedisStore(f"redis://:{secret}@127.0.0.1:{servers.free_port()}/0"),  # nobody there
+        RedisStore(f"redis://127.0.0.1:{redis_server.port}/0?password={secret}y"),
+    ]
+    for bad in failures:
+        try:
+            assert secret not in repr(bad)
+            with pytest.raises(Exception) as info:
+                bad.read("a")
+            chain: list[str] = []
+            exc: BaseException | None = info.value
+            while exc is not None:
+                chain.append(f"{type(exc).__name__}: {exc} {exc.args!r}")
+                exc = exc.__cause__ or exc.__context__
+            assert not any(secret in text for text in chain), chain
+        finally:
+            bad.close()
+
+
+def test_connection_refused_is_a_connection_error_naming_the_server() -> None:
+    port = servers.free_port()
+    store = RedisStore(f"redis://:hidden@127.0.0.1:{port}/0")
+    try:
+        with pytest.raises(
+            ConnectionError, match=f"Redis at 127.0.0.1:{port}/0 could not be reached"
+        ) as info:
+            store.write("a", [], None, create=True)
+        assert "hidden" not in str(info.value)
+    finally:
+        store.close()
+
+
+# -- the client --------------------------------------------------------------------------
+
+
+def test_equal_stores_name_the_same_storage(redis_server: RedisServer) -> None:
+    a = RedisStore(redis_server.url, prefix="one:")
+    b = RedisStore(redis_server.url.replace(redis_server.password or "", "other"), prefix="one:")
+    c = RedisStore(redis_server.url, prefix="two:")
+    assert a == b and hash(a) == hash(b) and a != c
+    assert (redis_server.password or "?") not in repr(a._storage_key())
+
+
+def test_a_client_of_your_own_is_used_and_left_open(redis_server: RedisServer) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    store = RedisStore(client=client, prefix=unique_name("sk") + ":")
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    assert store.read("a") == Record(entries(0, 1), snapshot())
+    store.close()
+
+    async def ping_then_close() -> Any:
+        try:
+            return await client.ping()
+        finally:
+            await client.aclose()
+
+    assert run_sync(ping_then_close(), "ping") is True
+
+
+def test_a_closed_store_closes_its_client(rs: RedisStore) -> None:
+    rs.write("a", [], None, create=True)
+    closers = len(owner().closers)
+    rs.close()
+    assert len(owner().closers) == closers - 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_its_own_client(rs: RedisStore) -> None:
+    rs.write("parent", entries(0, 1), snapshot(), create=True)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            rs.write("child", entries(0, 1), snapshot(), create=True)
+            assert rs.read("parent") == Record(entries(0, 1), snapshot())
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    rs.write("parent", entries(1, 1), None)
+    assert rs.read("child") == Record(entries(0, 1), snapshot())
+    assert len(rs.read("parent").entries) == 2
+
+
+def test_missing_driver_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis.asyncio", None)
+    with pytest.raises(ImportError, match=r"pip install 'statekeep\[redis\]'"):
+        RedisStore()
+
+
+def test_importing_statekeep_does_not_import_the_driver() -> None:
+    code = "import sys, statekeep; statekeep.RedisStore; print('redis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False"]
+
+
+async def test_closing_while_writes_are_under_way(redis_server: RedisServer, rs: RedisStore) -> None:
+    ids = [f"s{n}" for n in range(20)]
+    for sid in ids:
+        await rs.awrite(sid, [], None, create=True)
+    writes = [asyncio.ensure_future(rs.awrite(sid, entries(0, 1), snapshot())) for sid in ids]
+    await asyncio.sleep(0)  # they have started
+    await rs.aclose()
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert rs._state is None  # nothing was opened again
+    fresh = RedisStore(redis_server.url, prefix=rs.prefix)
+    try:
+        for sid, result in zip(ids, results, strict=True):
+            record = await fresh.aread(sid)
+            assert record is not None
+            if result is None:
+                assert record.entries == entries(0, 1)
+            else:
+                assert isinstance(result, RuntimeError) and "closed" in str(result), result
+    finally:
+        await fresh.aclose()
