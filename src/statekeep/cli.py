@@ -13,7 +13,7 @@ import click
 from .ids import ID_RULE, validate_id
 from .records import Record
 from .store import Store
-from .urls import open_store
+from .urls import open_store, redact_url
 
 DEFAULT_STORE = ".statekeep"
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
@@ -89,7 +89,7 @@ def show(state_id: str, store_url: str) -> None:
     with _open(store_url) as store:
         record = store.read(state_id)
     if record is None:
-        _fail(f"no State {state_id!r} in {store_url}")
+        _fail(f"no State {state_id!r} in {redact_url(store_url)}")
     for line in timeline(state_id, record):
         click.echo(line)
 
@@ -101,7 +101,7 @@ def delete(state_id: str, store_url: str) -> None:
     """Delete one State, history and snapshot."""
     with _open(store_url) as store:
         if store.read(state_id) is None:
-            _fail(f"no State {state_id!r} in {store_url}")
+            _fail(f"no State {state_id!r} in {redact_url(store_url)}")
         store.delete(state_id)
     click.echo(f"deleted {state_id}")
 

@@ -138,8 +138,9 @@ class SQLiteStore(Backend):
     the State and the key when the snapshot is there but incomplete.
 
     The file (0600) and missing parent folders (0700) are created on the first write (a
-    read of a missing file finds nothing), when the schema is also created or migrated. A database written by a newer statekeep is
-    refused with RuntimeError: upgrade statekeep to use it. Close the store to release its
+    read of a missing file finds nothing), when the schema is also created or migrated.
+    A database written by a newer statekeep is refused with RuntimeError: upgrade
+    statekeep to use it. Close the store to release its
     connections; they are also closed when the interpreter exits.
     """
 

@@ -48,7 +48,7 @@ def open_store(url: str | Path, **options: Any) -> Store:
     if scheme in ("redis", "rediss", "unix"):
         return _load("redisstore", "RedisStore")(text, **options)
     raise ValueError(
-        f"unknown store URL scheme {parts.scheme!r} in {_redacted(text)!r}; use a folder path, file://, "
+        f"unknown store URL scheme {parts.scheme!r} in {redact_url(text)!r}; use a folder path, file://, "
         "memory://, sqlite:///, postgresql:// or redis://"
     )
 
@@ -63,7 +63,8 @@ def _load(module: str, name: str) -> Any:
         raise ImportError(f"{name} needs an extra: pip install 'statekeep[{extra}]' ({exc})") from exc
 
 
-def _redacted(text: str) -> str:
+def redact_url(text: str) -> str:
+    """``text`` with a URL password replaced by ***, for messages."""
     parts = urlsplit(text)
     if parts.password:
         return text.replace(f":{parts.password}@", ":***@", 1)

@@ -1,0 +1,111 @@
+"""open_store(url) and the CLI's --store: one string names any store."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from statekeep import FileStore, MemoryStore, SQLiteStore, State, open_store
+from statekeep.cli import main
+from tests import servers
+
+
+def test_a_folder_path_is_a_file_store(tmp_path: Path) -> None:
+    assert open_store(tmp_path / "runs") == FileStore(tmp_path / "runs")
+    assert open_store(str(tmp_path / "runs")) == FileStore(tmp_path / "runs")
+    assert open_store(f"file://{tmp_path}/runs") == FileStore(tmp_path / "runs")
+    assert open_store(f"file://localhost{tmp_path}/with%20space") == FileStore(tmp_path / "with space")
+
+
+def test_file_urls_name_local_folders_only() -> None:
+    with pytest.raises(ValueError, match="file:///path"):
+        open_store("file://elsewhere/runs")
+
+
+def test_memory_url_is_a_new_memory_store() -> None:
+    a, b = open_store("memory://"), open_store("memory://")
+    assert isinstance(a, MemoryStore) and a != b
+
+
+def test_sqlite_urls_as_sqlalchemy_spells_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite:///runs.db")
+    assert isinstance(relative, SQLiteStore) and relative == SQLiteStore(tmp_path / "runs.db")
+    assert open_store(f"sqlite:///{tmp_path}/abs.db".replace(":///", ":////", 1)) == SQLiteStore(
+        tmp_path / "abs.db"
+    )
+    for bad in ("sqlite://", "sqlite:///"):
+        with pytest.raises(ValueError, match=r"sqlite:///relative\.db"):
+            open_store(bad)
+
+
+def test_unknown_scheme_is_named_and_no_password_shown() -> None:
+    with pytest.raises(ValueError, match="unknown store URL scheme 'mongodb'") as info:
+        open_store("mongodb://user:hunter2@db.example/x")
+    assert "hunter2" not in str(info.value)
+
+
+def test_server_urls_open_server_stores() -> None:
+    from statekeep.postgres import PostgresStore
+    from statekeep.redisstore import RedisStore
+
+    pg = open_store("postgresql://me:secret@127.0.0.1:1/db")
+    assert isinstance(pg, PostgresStore) and "secret" not in repr(pg)
+    assert isinstance(open_store("postgres://127.0.0.1:1/db"), PostgresStore)
+    assert isinstance(open_store("redis://127.0.0.1:1/0"), RedisStore)
+
+
+@pytest.mark.parametrize(("url", "extra"), [("postgresql://h/db", "postgres"), ("redis://h:1/0", "redis")])
+def test_a_missing_driver_says_which_extra(monkeypatch: pytest.MonkeyPatch, url: str, extra: str) -> None:
+    driver = "asyncpg" if extra == "postgres" else "redis"
+    monkeypatch.setitem(sys.modules, driver, None)  # as if not installed
+    for name in ("statekeep.postgres", "statekeep.redisstore", "redis.asyncio", "redis.exceptions"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(ImportError, match=rf"pip install 'statekeep\[{extra}\]'"):
+        open_store(url)
+
+
+def saved(store_url: str) -> str:
+    sid = f"url-{uuid.uuid4().hex[:10]}"
+    with open_store(store_url) as store:
+        store.save(State("named by a URL", id=sid))
+    return sid
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_cli_reads_a_sqlite_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db".replace(":///", ":////", 1)
+    sid = saved(url)
+    code, out = cli("list", "--store", url)
+    assert code == 0 and sid in out and "named by a URL" in out
+    code, out = cli("show", sid, "--store", url)
+    assert code == 0 and "task" in out
+    assert cli("delete", sid, "--store", url)[0] == 0
+    assert cli("show", sid, "--store", url)[0] == 1
+
+
+def test_cli_never_creates_a_sqlite_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/nothing.db".replace(":///", ":////", 1)
+    code, out = cli("list", "--store", url)
+    assert code == 1 and "no store at" in out
+    assert not (tmp_path / "nothing.db").exists()
+
+
+@pytest.mark.parametrize("kind", ["postgres", "redis"])
+def test_cli_reads_a_server_store(kind: str) -> None:
+    url = servers.shared_postgres().dsn if kind == "postgres" else servers.shared_redis().url
+    sid = saved(url)
+    code, out = cli("list", "--store", url)
+    assert code == 0 and sid in out
+    assert cli("show", sid, "--store", url)[0] == 0
+    assert cli("delete", sid, "--store", url)[0] == 0
+    code, out = cli("show", sid, "--store", url)
+    assert code == 1 and "secret" not in out and servers.PG_PASSWORD not in out
