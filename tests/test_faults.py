@@ -585,7 +585,7 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
         await asyncio.sleep(0)  # one turn of this loop: both calls hand their write to the owner loop
 
         async def queued() -> list[str]:  # runs on the owner loop after both writes got there
-            return sorted(w.state_id for w, _ in store._queue)
+            return sorted(w.state_id for w, _ in store._batches.queue)
 
         assert await asyncio.wrap_future(owner().submit(queued())) == ["a", "b"]
     finally:

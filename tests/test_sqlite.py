@@ -294,7 +294,7 @@ async def test_batch_with_failing_writes_fails_only_those(store: SQLiteStore) ->
         "gone ok": store.adelete("x-gone"),
     }
     tasks = {name: asyncio.ensure_future(call) for name, call in calls.items()}
-    await wait_until(lambda: len(store._queue) == len(calls), "the writes to queue up")
+    await wait_until(lambda: len(store._batches.queue) == len(calls), "the writes to queue up")
     held.gate.set()
     await first
     outcome = dict(zip(tasks, await asyncio.gather(*tasks.values(), return_exceptions=True), strict=True))
@@ -328,7 +328,7 @@ async def test_write_sqlite_refuses_is_rolled_back_alone(store: SQLiteStore, db:
         asyncio.ensure_future(store.awrite("b", entries(1, 2), snapshot("b2"))),
         asyncio.ensure_future(store.awrite("c", entries(0, 1), snapshot("c"), create=True)),
     ]
-    await wait_until(lambda: len(store._queue) == 3, "the writes to queue up")
+    await wait_until(lambda: len(store._batches.queue) == 3, "the writes to queue up")
     held.gate.set()
     await first
     a, b, c = await asyncio.gather(*tasks, return_exceptions=True)

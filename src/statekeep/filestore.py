@@ -17,7 +17,6 @@ with ``fcntl.flock`` on the State's folder.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import fcntl
 import os
@@ -31,6 +30,7 @@ from typing import Any
 import orjson
 
 from .backend import Backend
+from .batching import GroupCommit
 from .bridge import owner
 from .errors import CorruptStateError
 from .fsio import OsIO
@@ -126,10 +126,7 @@ class FileStore(Backend):
         self._io = io or OsIO()
         self._tails: dict[str, _Tail] = {}
         self._swept = False
-        # The group-commit queue; touched only on the owner loop it belongs to.
-        self._queue_owner: object = None
-        self._queue: list[tuple[PreparedWrite, asyncio.Future[None]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._batches = GroupCommit(lambda writes: self._commit(writes))  # late-bound: wrappable
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -146,14 +143,10 @@ class FileStore(Backend):
         # Group commit: appends waiting at the same moment, to any State of this store,
         # are written together and share their flushes; each caller still gets its own
         # outcome, and returns only once its own write is durable.
-        own = owner()
-        if self._queue_owner is not own:  # first use, or a fork: the old queue is gone
-            self._queue_owner, self._queue, self._flusher = own, [], None
-        fut = own.loop.create_future()
-        self._queue.append((write, fut))
-        if self._flusher is None:
-            self._flusher = own.loop.create_task(self._flush())
-        await fut
+        await self._batches.submit(write)
+
+    async def _close(self) -> None:
+        await self._batches.drain()  # writes already queued still complete
 
     async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
         return await owner().io.run(self._read_sync, state_id)
@@ -165,24 +158,6 @@ class FileStore(Backend):
         await owner().io.run(self._delete_sync, state_id)
 
     # -- append (group commit) ------------------------------------------------------
-
-    async def _flush(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                try:
-                    errors = await owner().io.run(self._commit, [w for w, _ in batch])
-                except BaseException as exc:  # a bug, not a write's own failure
-                    errors = [exc] * len(batch)
-                for (_, fut), error in zip(batch, errors, strict=True):
-                    if fut.done():
-                        continue
-                    if error is None:
-                        fut.set_result(None)
-                    else:
-                        fut.set_exception(error)
-        finally:
-            self._flusher = None
 
     def _commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         """Append a batch of writes (one per State) durably; return each one's error.

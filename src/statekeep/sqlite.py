@@ -23,7 +23,6 @@ SQLite's own file locks.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import sqlite3
@@ -40,6 +39,7 @@ from typing import Any, TypeVar
 import orjson
 
 from .backend import Backend
+from .batching import GroupCommit
 from .bridge import owner
 from .errors import CorruptStateError
 from .records import Record, SavedState
@@ -147,10 +147,7 @@ class SQLiteStore(Backend):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
-        # The group-commit queue; touched only on the owner loop it belongs to.
-        self._queue_owner: object = None
-        self._queue: list[tuple[_Op, asyncio.Future[None]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._batches = GroupCommit(lambda ops: self._commit(ops), max_batch=_MAX_BATCH)  # late-bound
         # This process's connections, replaced when owner() changes (after a fork).
         self._conns = _Connections(None)
 
@@ -176,8 +173,7 @@ class SQLiteStore(Backend):
 
     async def _close(self) -> None:
         own = owner()
-        while self._queue_owner is own and self._flusher is not None:
-            await asyncio.wait({self._flusher})  # let queued writes commit first
+        await self._batches.drain()  # let queued writes commit first
         conns = self._conns
         if conns.owner is own:
             await own.io.run(conns.close)
@@ -190,32 +186,7 @@ class SQLiteStore(Backend):
         # Writes and deletes waiting at the same moment, to any State of this store, are
         # committed in one transaction; each caller returns once that transaction is
         # committed, with its own outcome.
-        own = owner()
-        if self._queue_owner is not own:  # first use, or a fork: the old queue is gone
-            self._queue_owner, self._queue, self._flusher = own, [], None
-        fut = own.loop.create_future()
-        self._queue.append((op, fut))
-        if self._flusher is None:
-            self._flusher = own.loop.create_task(self._flush())
-        await fut
-
-    async def _flush(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                try:
-                    errors = await owner().io.run(self._commit, [op for op, _ in batch])
-                except BaseException as exc:  # the transaction failed: every write in it did
-                    errors = [exc] * len(batch)
-                for (_, fut), error in zip(batch, errors, strict=True):
-                    if fut.done():
-                        continue
-                    if error is None:
-                        fut.set_result(None)
-                    else:
-                        fut.set_exception(error)
-        finally:
-            self._flusher = None
+        await self._batches.submit(op)
 
     def _commit(self, ops: list[_Op]) -> list[BaseException | None]:
         """Apply ``ops`` in one transaction (one fsync); return each one's error or None.
