@@ -38,7 +38,7 @@ import asyncio
 import hashlib
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
+from collections.abc import AsyncIterator, Awaitable, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from itertools import islice
 from typing import Any
@@ -49,6 +49,7 @@ import orjson
 from .backend import Backend
 from .bridge import _Owner, owner
 from .errors import CorruptStateError, StateConflictError
+from .loopstate import LoopState
 from .records import Record, SavedState, listing_order
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
@@ -829,31 +830,14 @@ class PostgresStore(Backend):
 _Queued = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 
 
-class _Local:
-    """What a store has in one process, on its owner loop: the pool, the write queue and
-    the tasks that send it. Made again in a forked child (the parent's is left alone)."""
+class _Local(LoopState):
+    """The pool and write queue of a PostgresStore on one owner loop."""
+
+    queue: list[_Queued]
 
     def __init__(self, own: _Owner) -> None:
-        self.owner = own
+        super().__init__(own)
         self.pool: Any = None
-        self.starting = asyncio.Lock()
-        self.queue: list[_Queued] = []
-        self.flushers = 0
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.closer: Callable[[], Awaitable[None]] | None = None
-        self.busy = 0  # operations using the pool right now
-
-    async def drain(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` seconds) until no operation uses this any more."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (self.busy or self.queue or self.flushers or self.tasks) and loop.time() < deadline:
-            await asyncio.sleep(0.005)
-
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
 
 async def _settle(future: asyncio.Future[Any], work: Awaitable[Any]) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
+from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -45,6 +45,7 @@ import orjson
 from .backend import Backend
 from .bridge import _Owner, owner
 from .errors import CorruptStateError, StateConflictError
+from .loopstate import LoopState
 from .records import Record, SavedState, listing_order
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
@@ -562,33 +563,16 @@ class RedisStore(Backend):
         return _Talking(self, action)
 
 
-class _Local:
-    """What a store has in one process, on its owner loop: the client, its scripts, the
-    write queue and the tasks that send it. Made again in a forked child."""
+class _Local(LoopState):
+    """The client, its scripts and the write queue of a RedisStore on one owner loop."""
+
+    queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]
 
     def __init__(self, own: _Owner) -> None:
-        self.owner = own
+        super().__init__(own)
         self.client: Any = None
         self.write_script: Any = None
         self.list_script: Any = None
-        self.starting = asyncio.Lock()
-        self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self.flushers = 0
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.closer: Callable[[], Awaitable[None]] | None = None
-        self.busy = 0  # operations using the client right now
-
-    async def drain(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` seconds) until no operation uses this any more."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (self.busy or self.queue or self.flushers or self.tasks) and loop.time() < deadline:
-            await asyncio.sleep(0.005)
-
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
 
 class _Talking:

@@ -1,0 +1,40 @@
+"""What a server store keeps in one process, on its owner loop.
+
+A connection pool or client is bound to the event loop that made it, so a server store
+keeps it, its write queue and the tasks sending that queue in one object per owner loop.
+A forked child makes a new one and leaves the parent's alone (never closing it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from .bridge import _Owner
+
+
+class LoopState:
+    """Queue, flushers and in-flight count of one store on one owner loop."""
+
+    def __init__(self, own: _Owner) -> None:
+        self.owner = own
+        self.starting = asyncio.Lock()  # one connect at a time
+        self.queue: list[Any] = []
+        self.flushers = 0
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.closer: Callable[[], Awaitable[None]] | None = None
+        self.busy = 0  # operations using the connection right now
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until no operation uses this any more."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (self.busy or self.queue or self.flushers or self.tasks) and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task that ``drain`` waits for."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
