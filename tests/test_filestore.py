@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import stat
@@ -295,3 +296,20 @@ def test_fork_while_a_state_is_locked_does_not_wedge_it(tmp_path: Path) -> None:
     assert os.waitstatus_to_exitcode(status[0]) == 0
     store.write("a", entries(2, 1), None)
     assert store.read("a").entries == entries(0, 3)
+
+
+async def test_many_states_written_at_once_share_commits_without_wedging(tmp_path: Path) -> None:
+    # More States than helper threads: a batch that outgrows the pools must still finish.
+    store = FileStore(tmp_path)
+    ids = [f"s{i}" for i in range(150)]
+
+    async def all_at_once(round_: int) -> None:
+        await asyncio.gather(
+            *(store.awrite(sid, entries(round_, 1), snapshot(turn=round_), create=round_ == 0) for sid in ids)
+        )
+
+    for round_ in range(3):
+        await asyncio.wait_for(all_at_once(round_), timeout=120)
+    fresh = FileStore(tmp_path)
+    for sid in ids:
+        assert fresh.read(sid) == Record(entries(0, 3), snapshot(turn=2))

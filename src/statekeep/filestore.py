@@ -174,14 +174,15 @@ class FileStore(Backend):
         try:
             for item in ordered:
                 self._attempt(item, self._stage, root)
+            # Then each write finishes on a thread of its own: concurrent fsyncs share the
+            # journal commit and the device flush, and no write waits for a slower one.
             live = [a for a in ordered if a.error is None]
-            self._fsync_all([(a, a.log) for a in live if a.new] + [(a, a.tmp) for a in live if a.tmp >= 0])
-            staged = [a for a in ordered if a.error is None and a.tmp >= 0]
-            for item in staged:
-                self._attempt(item, self._publish)
-            # Once a snapshot is in place, a failed folder fsync leaves it maybe durable,
-            # maybe not, while the entries before it are durable already.
-            self._fsync_all([(a, a.folder) for a in staged if a.error is None])
+            aux = owner().aux
+            jobs = [aux.submit(self._attempt, a, self._finish, False) for a in live[1:]]
+            if live:
+                self._attempt(live[0], self._finish, True)
+            for job in jobs:
+                job.result()
             for item in ordered:
                 sid = item.write.state_id
                 if item.error is None:
@@ -231,22 +232,31 @@ class FileStore(Backend):
             os.fchmod(item.tmp, 0o600)
             io.write_all(item.tmp, write.snapshot)
 
-    def _fsync_all(self, jobs: list[tuple[_Append, int]]) -> None:
-        """fsync each (write, fd); a failure fails that write. Concurrent fsyncs share the
-        journal commit and the device flush, so all but one run on helper threads."""
-        if not jobs:
-            return
-        fsync, aux = self._io.fsync, owner().aux
-        running = [(item, aux.submit(fsync, fd)) for item, fd in jobs[1:]]
-        first, fd = jobs[0]
-        self._attempt(first, lambda _: fsync(fd))
-        for item, job in running:
-            job.exception()  # wait for every fsync, even of a failed write: its files close next
-            self._attempt(item, lambda _, job=job: job.result())
-
-    def _publish(self, item: _Append) -> None:
-        self._io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=item.folder)
-        item.published = True
+    def _finish(self, item: _Append, helped: bool) -> None:
+        """Make a staged write durable: fsync the log and the temporary snapshot, then
+        rename the snapshot into place (so it never covers entries that are not durable)
+        and fsync the folder. ``helped``: may hand the snapshot's fsync to a helper thread
+        (only off the helper pool itself, whose jobs must never wait on each other)."""
+        io = self._io
+        if helped and item.new and item.tmp >= 0:
+            # Both at once: concurrent fsyncs share the journal commit.
+            job = owner().aux.submit(io.fsync, item.tmp)
+            try:
+                io.fsync(item.log)
+            finally:
+                job.exception()  # the file closes after this: never leave its fsync running
+            job.result()
+        else:
+            if item.new:
+                io.fsync(item.log)
+            if item.tmp >= 0:
+                io.fsync(item.tmp)
+        if item.tmp >= 0:
+            io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=item.folder)
+            item.published = True
+            # From here a failed fsync leaves the snapshot maybe durable, maybe not, while
+            # the entries before it are durable already.
+            io.fsync(item.folder)
 
     def _undo(self, item: _Append) -> None:
         """Take back what a failed write did, so the State is as it was before it."""
