@@ -113,5 +113,7 @@ def run(path: str | os.PathLike[str] = ".statekeep") -> int:
     for row in store.list():
         status = "finished" if row.finished else (row.stopped_by or "running")
         say(f"   {row.id}  turn {row.turn}  {status}  {row.task}")
-    say(f"\nSee the whole history: statekeep show {STATE_ID} --store {path}")
+    say(
+        f"\nThe whole history: statekeep show {STATE_ID} --store {path}   (in this repo: ./dev show {STATE_ID})"
+    )
     return 0
