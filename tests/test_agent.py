@@ -1160,3 +1160,30 @@ def test_resume_warning_as_error_adds_nothing(tmp_path: Path) -> None:
         with pytest.raises(ResumeWarning):
             loaded.begin_run(agent_info("a", "m2"))
     assert loaded.history == before
+
+
+def test_a_slow_tool_never_holds_up_other_saves(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    entered, release = threading.Event(), threading.Event()
+    running = threading.Event()
+
+    def slow(x: int) -> int:
+        """A tool that waits for the test."""
+        running.set()
+        entered.set()
+        release.wait(30)
+        running.clear()
+        return x
+
+    model = ScriptedModel([Reply("", [{"id": "c1", "name": "slow", "args": {"x": 1}}]), "done"])
+    agent = Agent(model, tools=[slow], store=store)
+    runner = threading.Thread(target=agent.run, args=(State("t", id="slowpoke"),))
+    runner.start()
+    try:
+        assert entered.wait(30)
+        store.save(State("another run", id="other"))  # must not wait for the tool
+        assert running.is_set(), "the save waited for the slow tool"
+    finally:
+        release.set()
+        runner.join(60)
+    assert store.load("slowpoke").finished

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bridge import run_sync
 from .state import State, agent_info
 from .store import Store
 from .tools import Tool
@@ -79,8 +79,15 @@ class Agent:
         return agent_info(self.name, self.model_name, system=self.system, tools=self.tools)
 
     def run(self, state: State) -> Any:
-        """Sync :meth:`arun` (runs on statekeep's private loop)."""
-        return run_sync(self.arun(state), "arun")
+        """Sync :meth:`arun`: runs the loop on an event loop of its own, never on statekeep's
+        private one, so slow tools and models never hold up other callers' saves. Inside a
+        running event loop it runs on a thread of its own and blocks that loop meanwhile."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(state))
+        with ThreadPoolExecutor(1, thread_name_prefix="statekeep-agent") as pool:
+            return pool.submit(asyncio.run, self.arun(state)).result()
 
     async def arun(self, state: State) -> Any:
         """Run until the model answers without calling tools; return the answer."""
@@ -119,9 +126,12 @@ class Agent:
         messages = list(state.messages)
         if self.system is not None:
             messages.insert(0, {"role": "system", "content": self.system})
-        reply = self.model(messages, schemas)
-        if inspect.isawaitable(reply):
-            reply = await reply
+        if _is_async(self.model):
+            reply = await self.model(messages, schemas)
+        else:  # a blocking model call must not hold up the event loop
+            reply = await asyncio.to_thread(self.model, messages, schemas)
+            if inspect.isawaitable(reply):
+                reply = await reply
         if isinstance(reply, Mapping):
             reply = Reply(**reply)
         return reply
@@ -140,3 +150,8 @@ class Agent:
     async def _save(self, state: State) -> None:
         if self.store is not None:
             await self.store.asave(state)
+
+
+def _is_async(fn: Any) -> bool:
+    """Is ``fn`` a coroutine function, or an object whose ``__call__`` is one?"""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import types
 import typing
@@ -50,7 +51,11 @@ class Tool:
         return cls(fn.__name__, fn, schema)
 
     async def call(self, args: dict[str, Any]) -> Any:
-        result = self.fn(**args)
+        """Call the tool; a plain function runs in a worker thread, so a slow one does not
+        hold up the event loop."""
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(**args)
+        result = await asyncio.to_thread(self.fn, **args)
         if inspect.isawaitable(result):
             result = await result
         return result
