@@ -19,35 +19,24 @@ inside the repository. Both are removed at the end.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import os
 import platform
-import random
-import resource
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+import common
+from common import Row, Scratch, settle, state_id, timed
 from statekeep import FileStore, MemoryStore, Store
-
-REPO = Path(__file__).resolve().parent.parent
-MEMORY_FILESYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "overlay-tmpfs"}
-
-# (kind, size of its text field in bytes): one turn writes one of each.
-ENTRY_KINDS = (("message", 800), ("tool_call", 200), ("tool_result", 2048))
-BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -78,119 +67,12 @@ class Turn:
     snap: bytes  # the snapshot as FileStore writes it
 
 
-def _text_pool(size: int = 1 << 16) -> str:
-    rng = random.Random(20260101)
-    letters = "abcdefghijklmnopqrstuvwxyz      ,.ABCDEFGHIJ0123456789"
-    return "".join(rng.choices(letters, k=size))
-
-
-POOL = _text_pool()
-
-
-def make_entry(seq: int) -> dict[str, Any]:
-    kind, size = ENTRY_KINDS[seq % len(ENTRY_KINDS)]
-    start = (seq * 7919) % (len(POOL) - size)
-    entry: dict[str, Any] = {"seq": seq, "kind": kind}
-    if kind == "message":
-        entry["role"] = "assistant"
-    else:
-        entry["call_id"] = f"call_{seq // len(ENTRY_KINDS)}"
-        if kind == "tool_call":
-            entry["name"] = "search"
-    entry["text"] = POOL[start : start + size]
-    return entry
-
-
-def make_snapshot(state: int, turn: int) -> dict[str, Any]:
-    return {
-        "task": f"benchmark task {state}",
-        "created_at": BASE_TIME.isoformat(),
-        "updated_at": (BASE_TIME + timedelta(seconds=turn)).isoformat(),
-        "turn": turn,
-        "stopped_by": None,
-        "finished": False,
-    }
-
-
 def make_workload(states: int, turns: int) -> list[list[Turn]]:
-    work = []
-    per_turn = len(ENTRY_KINDS)
-    for s in range(states):
-        rows = []
-        for t in range(turns):
-            entries = [make_entry(t * per_turn + i) for i in range(per_turn)]
-            snapshot = make_snapshot(s, t)
-            lines = b"".join(orjson.dumps(e) + b"\n" for e in entries)
-            rows.append(Turn(entries, snapshot, lines, orjson.dumps(snapshot)))
-        work.append(rows)
-    return work
+    def turn(entries: list[dict[str, Any]], snapshot: dict[str, Any]) -> Turn:
+        lines = b"".join(orjson.dumps(e) + b"\n" for e in entries)
+        return Turn(entries, snapshot, lines, orjson.dumps(snapshot))
 
-
-def state_id(i: int) -> str:
-    return f"state-{i:04d}"
-
-
-# -- scratch space on the real disk --------------------------------------------------------
-
-
-def filesystem_type(path: Path) -> str:
-    """The type of the file system ``path`` is on, from /proc/mounts ('unknown' if unsure)."""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return "unknown"
-    real = os.path.realpath(path)
-    best, kind = "", "unknown"
-    for line in mounts:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        point = parts[1].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, kind = point, parts[2]
-    return kind
-
-
-class Scratch:
-    """A scratch folder on the repository's disk, removed whole by :meth:`cleanup`."""
-
-    def __init__(self) -> None:
-        tmp = Path(tempfile.gettempdir())
-        self.made_parent: Path | None = None
-        on_disk = filesystem_type(tmp) not in MEMORY_FILESYSTEMS
-        if on_disk and os.stat(tmp).st_dev == os.stat(REPO).st_dev:
-            parent = tmp
-        else:
-            parent = REPO / ".bench-tmp"
-            if not parent.exists():
-                parent.mkdir()
-                self.made_parent = parent
-        self.root = Path(tempfile.mkdtemp(prefix="statekeep-bench-", dir=parent))
-        self.fs = filesystem_type(self.root)
-        if self.fs in MEMORY_FILESYSTEMS:
-            raise SystemExit(f"scratch folder {self.root} is on {self.fs}, not a disk; refusing to measure")
-        self._n = 0
-
-    def new(self, name: str) -> Path:
-        self._n += 1
-        path = self.root / f"{self._n:03d}-{name}"
-        path.mkdir()
-        return path
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-        if self.made_parent is not None:
-            try:
-                self.made_parent.rmdir()
-            except OSError:
-                pass
-
-
-def settle() -> None:
-    """Start each timing from a quiet disk and a clean heap."""
-    gc.collect()
-    os.sync()
+    return common.make_workload(states, turns, turn)
 
 
 # -- raw baselines ---------------------------------------------------------------------------
@@ -412,43 +294,6 @@ def raw_list_parse(root: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def timed(fn: Callable[[], object], faults: list[float] | None = None) -> float:
-    """Seconds one call of ``fn`` takes (after a collection, with the cache warm); the
-    process's minor page faults during the call are appended to ``faults`` if given."""
-    gc.collect()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    start = time.perf_counter()
-    fn()
-    elapsed = time.perf_counter() - start
-    if faults is not None:
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    return elapsed
-
-
-def build_big_state(path: Path, count: int) -> FileStore:
-    store = FileStore(path)
-    batch = 1_000
-    for first in range(0, count, batch):
-        entries = [make_entry(seq) for seq in range(first, min(first + batch, count))]
-        store.write("big", entries, make_snapshot(0, first // 3), create=first == 0)
-    return store
-
-
-def build_many_states(path: Path, count: int) -> FileStore:
-    store = FileStore(path)
-
-    async def create(i: int, gate: asyncio.Semaphore) -> None:
-        async with gate:
-            await store.awrite(state_id(i), [make_entry(0)], make_snapshot(i, i % 97), create=True)
-
-    async def main() -> None:
-        gate = asyncio.Semaphore(64)
-        await asyncio.gather(*(create(i, gate) for i in range(count)))
-
-    asyncio.run(main())
-    return store
-
-
 def per_call_ms(
     calls: int, sync_call: Callable[[], object], async_call: Callable[[], Any]
 ) -> tuple[float, float]:
@@ -483,74 +328,13 @@ def per_call_ms(
 # -- the report -----------------------------------------------------------------------------------
 
 
-@dataclass
-class Row:
-    measure: str
-    value: float
-    unit: str
-    baseline_name: str = ""
-    baseline: float | None = None
-    ratio: float | None = None
-    target: str = ""
-    met: bool | None = None
-    spread: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def fmt(value: float, unit: str) -> str:
-    if unit == "turns/s":
-        return f"{value:,.0f} {unit}"
-    return f"{value:,.3f} {unit}" if value < 10 else f"{value:,.1f} {unit}"
-
-
-def spread(samples: Sequence[float]) -> str:
-    if len(samples) < 2:
-        return ""
-    mid = statistics.median(samples)
-    return f"±{(max(samples) - min(samples)) / 2 / mid * 100:.0f}%" if mid else ""
-
-
-def print_table(rows: list[Row]) -> None:
-    headers = ("measure", "value", "spread", "baseline", "ratio", "target", "met")
-    table = []
-    for r in rows:
-        base = "" if r.baseline is None else f"{r.baseline_name}: {fmt(r.baseline, r.unit)}"
-        ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
-        met = "" if r.met is None else ("yes" if r.met else "NO")
-        table.append((r.measure, fmt(r.value, r.unit), r.spread, base, ratio, r.target or "-", met or "-"))
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
-    right = {1, 2, 4}
-
-    def line(cells: Sequence[str]) -> str:
-        return " | ".join(
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    print(line(headers))
-    print("-+-".join("-" * w for w in widths))
-    for row in table:
-        print(line(row))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small run (a smoke test, not a measurement)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    args = parser.parse_args(argv)
+    args = common.parse_args(__doc__, argv)
     cfg = QUICK if args.quick else FULL
 
     scratch = Scratch()
     began = time.perf_counter()
-    print(
-        f"statekeep core benchmark{' (--quick: numbers are not meaningful)' if args.quick else ''}\n"
-        f"python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs\n"
-        f"scratch: {scratch.root} ({scratch.fs})\n"
-        f"workload: {cfg.states} States x {cfg.turns} turns, 3 entries/turn "
-        f"({'/'.join(str(s) for _, s in ENTRY_KINDS)} B text) + snapshot, 1 durable write/turn; "
-        f"median of {cfg.reps} reps (load/list: {cfg.read_reps})\n",
-        flush=True,
-    )
+    common.print_banner("core benchmark", args.quick, f"python {platform.python_version()}", scratch, cfg)
     samples: dict[str, list[float]] = {}
     try:
         work = make_workload(cfg.states, cfg.turns)
@@ -567,16 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("filestore_concurrent", lambda: filestore_concurrent(scratch, work)),
             ("memorystore_seq", lambda: memorystore_sequential(scratch, work)),
         ]
-        for rep in range(cfg.reps):
-            shift = rep % len(runs)
-            for name, run in runs[shift:] + runs[:shift]:
-                samples.setdefault(name, []).append(run())
-            for child in scratch.root.iterdir():  # keep the disk from filling up between reps
-                shutil.rmtree(child)
-            print(f"  turns: rep {rep + 1}/{cfg.reps} done", flush=True)
+        common.run_rotated(runs, cfg.reps, scratch, samples)
 
         # 5: load one State of many entries.
-        big = build_big_state(scratch.new("load"), cfg.load_entries)
+        big = common.fill_big_state(FileStore(scratch.new("load")), cfg.load_entries)
         log_path = big.path / "big" / "log.jsonl"
         record = big.read("big")
         assert record is not None and len(record.entries) == cfg.load_entries
@@ -589,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("  load done", flush=True)
 
         # 6: list many States.
-        many = build_many_states(scratch.new("list"), cfg.list_states)
+        many = common.fill_many_states(FileStore(scratch.new("list")), cfg.list_states)
         assert len(many.list()) == cfg.list_states
         assert len(raw_list_parse(many.path)) == cfg.list_states
         for _ in range(cfg.read_reps):
@@ -612,22 +390,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         scratch.cleanup()
 
-    med = {name: statistics.median(values) for name, values in samples.items()}
-
-    def ratio_row(measure: str, key: str, unit: str, base_key: str, base_name: str, target: str = "") -> Row:
-        value, base = med[key], med[base_key]
-        r = value / base
-        met = None
-        if target:
-            op, bound = target.split()
-            met = r >= float(bound) if op == ">=" else r <= float(bound)
-        return Row(measure, value, unit, base_name, base, r, target, met, spread(samples[key]))
-
     n = cfg.states
+    med = common.Medians(samples)
+    ratio_row = med.ratio_row
     load = f"(5) FileStore.read, {cfg.load_entries:,} entries"
     listing = f"(6) FileStore.list, {cfg.list_states:,} States"
     rows = [
-        Row("(1) raw write+fsync, sequential", med["raw_seq"], "turns/s", spread=spread(samples["raw_seq"])),
+        med.row("(1) raw write+fsync, sequential", "raw_seq", "turns/s"),
         ratio_row("(2) raw same protocol, sequential", "raw_protocol_seq", "turns/s", "raw_seq", "(1)"),
         ratio_row("(3) FileStore.write, sequential", "filestore_seq", "turns/s", "raw_seq", "(1)", ">= 0.5"),
         ratio_row("(3) FileStore.write, sequential", "filestore_seq", "turns/s", "raw_protocol_seq", "(2)"),
@@ -678,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio_row("(8) MemoryStore.write, sequential", "memorystore_seq", "turns/s", "raw_seq", "(1)")
     )
 
-    print_table(rows)
+    common.print_table(rows)
     elapsed = time.perf_counter() - began
     faults = rows[8].extra
     print(
@@ -689,20 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Took {elapsed:.1f} s."
     )
     if args.json:
-        result = {
-            "config": asdict(cfg),
-            "quick": args.quick,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "scratch": str(scratch.root),
-            "filesystem": scratch.fs,
-            "bytes_per_turn": bytes_per_turn,
-            "seconds": elapsed,
-            "rows": [asdict(r) for r in rows],
-            "samples": samples,
-        }
-        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        versions = {"python": platform.python_version()}
+        extra = {"bytes_per_turn": bytes_per_turn}
+        common.write_json(args.json, cfg, args.quick, versions, scratch, extra, elapsed, rows, samples)
     return 0
 
 

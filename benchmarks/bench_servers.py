@@ -41,7 +41,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +52,9 @@ if str(REPO) not in sys.path:
 
 from tests import servers  # noqa: E402
 
+import common  # noqa: E402
+from common import make_entry, make_snapshot, state_id  # noqa: E402
 from statekeep import Store  # noqa: E402
-
-ENTRY_KINDS = (("message", 800), ("tool_call", 200), ("tool_result", 2048))
-BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -87,65 +85,17 @@ class Turn:
     snap: bytes
 
 
-def _text_pool(size: int = 1 << 16) -> str:
-    import random
-
-    rng = random.Random(20260101)
-    letters = "abcdefghijklmnopqrstuvwxyz      ,.ABCDEFGHIJ0123456789"
-    return "".join(rng.choices(letters, k=size))
-
-
-POOL = _text_pool()
-
-
-def make_entry(seq: int) -> dict[str, Any]:
-    kind, size = ENTRY_KINDS[seq % len(ENTRY_KINDS)]
-    start = (seq * 7919) % (len(POOL) - size)
-    entry: dict[str, Any] = {"seq": seq, "kind": kind}
-    if kind == "message":
-        entry["role"] = "assistant"
-    else:
-        entry["call_id"] = f"call_{seq // len(ENTRY_KINDS)}"
-        if kind == "tool_call":
-            entry["name"] = "search"
-    entry["text"] = POOL[start : start + size]
-    return entry
-
-
-def make_snapshot(state: int, turn: int) -> dict[str, Any]:
-    return {
-        "task": f"benchmark task {state}",
-        "created_at": BASE_TIME.isoformat(),
-        "updated_at": (BASE_TIME + timedelta(seconds=turn)).isoformat(),
-        "turn": turn,
-        "stopped_by": None,
-        "finished": False,
-    }
-
-
 def make_workload(states: int, turns: int) -> list[list[Turn]]:
-    work = []
-    per_turn = len(ENTRY_KINDS)
-    for s in range(states):
-        rows = []
-        for t in range(turns):
-            entries = [make_entry(t * per_turn + i) for i in range(per_turn)]
-            snapshot = make_snapshot(s, t)
-            rows.append(
-                Turn(
-                    entries,
-                    snapshot,
-                    [e["seq"] for e in entries],
-                    [orjson.dumps(e) for e in entries],
-                    orjson.dumps(snapshot),
-                )
-            )
-        work.append(rows)
-    return work
+    def turn(entries: list[dict[str, Any]], snapshot: dict[str, Any]) -> Turn:
+        return Turn(
+            entries,
+            snapshot,
+            [e["seq"] for e in entries],
+            [orjson.dumps(e) for e in entries],
+            orjson.dumps(snapshot),
+        )
 
-
-def state_id(i: int) -> str:
-    return f"state-{i:04d}"
+    return common.make_workload(states, turns, turn)
 
 
 def ns() -> str:

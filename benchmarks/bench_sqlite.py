@@ -16,39 +16,21 @@ repetition by repetition; the report gives medians and ratios (value / baseline)
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
 import platform
-import shutil
 import sqlite3
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench_core import (
-    ENTRY_KINDS,
-    Row,
-    Scratch,
-    Turn,
-    make_entry,
-    make_snapshot,
-    make_workload,
-    print_table,
-    settle,
-    spread,
-    state_id,
-    store_concurrent,
-    store_sequential,
-    timed,
-)
+import common
+from bench_core import Turn, make_workload, store_concurrent, store_sequential
+from common import Scratch, settle, state_id, timed
 from statekeep import SavedState, SQLiteStore
 from statekeep.sqlite import _LIST, _MIGRATIONS
 
@@ -163,30 +145,6 @@ def sqlite_concurrent(scratch: Scratch, work: list[list[Turn]]) -> float:
 # -- load and list --------------------------------------------------------------------------
 
 
-def build_big_state(path: Path, count: int) -> SQLiteStore:
-    store = SQLiteStore(path)
-    batch = 1_000
-    for first in range(0, count, batch):
-        entries = [make_entry(seq) for seq in range(first, min(first + batch, count))]
-        store.write("big", entries, make_snapshot(0, first // 3), create=first == 0)
-    return store
-
-
-def build_many_states(path: Path, count: int) -> SQLiteStore:
-    store = SQLiteStore(path)
-
-    async def create(i: int, gate: asyncio.Semaphore) -> None:
-        async with gate:
-            await store.awrite(state_id(i), [make_entry(0)], make_snapshot(i, i % 97), create=True)
-
-    async def main() -> None:
-        gate = asyncio.Semaphore(64)
-        await asyncio.gather(*(create(i, gate) for i in range(count)))
-
-    asyncio.run(main())
-    return store
-
-
 def raw_load(conn: sqlite3.Connection, sid: str) -> list[dict[str, Any]]:
     """The State's entries in seq order, each parsed with orjson."""
     loads = orjson.loads
@@ -225,24 +183,13 @@ def list_cold(store: SQLiteStore) -> list[SavedState]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small run (a smoke test, not a measurement)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    args = parser.parse_args(argv)
+    args = common.parse_args(__doc__, argv)
     cfg = QUICK if args.quick else FULL
 
     scratch = Scratch()
     began = time.perf_counter()
-    print(
-        f"statekeep SQLiteStore benchmark{' (--quick: numbers are not meaningful)' if args.quick else ''}\n"
-        f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version} on {platform.platform()}, "
-        f"{os.cpu_count()} CPUs\n"
-        f"scratch: {scratch.root} ({scratch.fs})\n"
-        f"workload: {cfg.states} States x {cfg.turns} turns, 3 entries/turn "
-        f"({'/'.join(str(s) for _, s in ENTRY_KINDS)} B text) + snapshot, 1 durable write/turn; "
-        f"median of {cfg.reps} reps (load/list: {cfg.read_reps})\n",
-        flush=True,
-    )
+    versions = f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}"
+    common.print_banner("SQLiteStore benchmark", args.quick, versions, scratch, cfg)
     samples: dict[str, list[float]] = {}
     try:
         work = make_workload(cfg.states, cfg.turns)
@@ -251,16 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("sqlite_seq", lambda: sqlite_sequential(scratch, work)),
             ("sqlite_concurrent", lambda: sqlite_concurrent(scratch, work)),
         ]
-        for rep in range(cfg.reps):
-            shift = rep % len(runs)
-            for name, run in runs[shift:] + runs[:shift]:
-                samples.setdefault(name, []).append(run())
-            for child in scratch.root.iterdir():  # keep the disk from filling up between reps
-                shutil.rmtree(child)
-            print(f"  turns: rep {rep + 1}/{cfg.reps} done", flush=True)
+        common.run_rotated(runs, cfg.reps, scratch, samples)
 
         # Load one State of many entries: SQLiteStore.read against the raw query + parse.
-        big = build_big_state(scratch.new("load") / "store.db", cfg.load_entries)
+        big = common.fill_big_state(SQLiteStore(scratch.new("load") / "store.db"), cfg.load_entries)
         raw = raw_connect(big.path)
         record = big.read("big")
         assert record is not None and record.entries == raw_load(raw, "big")
@@ -272,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("  load done", flush=True)
 
         # List many States: SQLiteStore.list against the same indexed query done raw.
-        many = build_many_states(scratch.new("list") / "store.db", cfg.list_states)
+        many = common.fill_many_states(SQLiteStore(scratch.new("list") / "store.db"), cfg.list_states)
         raw = raw_connect(many.path)
         assert many.list() == raw_list_saved(raw)
         assert len(raw_list_query(raw)) == len(raw_list_snapshots(raw)) == cfg.list_states
@@ -288,22 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         scratch.cleanup()
 
-    med = {name: statistics.median(values) for name, values in samples.items()}
-
-    def ratio_row(measure: str, key: str, unit: str, base_key: str, base_name: str, target: str = "") -> Row:
-        value, base = med[key], med[base_key]
-        r = value / base
-        met = None
-        if target:
-            op, bound = target.split()
-            met = r >= float(bound) if op == ">=" else r <= float(bound)
-        return Row(measure, value, unit, base_name, base, r, target, met, spread(samples[key]))
-
     n = cfg.states
+    med = common.Medians(samples)
+    ratio_row = med.ratio_row
     load = f"(4) SQLiteStore.read, {cfg.load_entries:,} entries"
     listing = f"(5) SQLiteStore.list, {cfg.list_states:,} States"
     rows = [
-        Row("(1) raw sqlite3, sequential", med["raw_seq"], "turns/s", spread=spread(samples["raw_seq"])),
+        med.row("(1) raw sqlite3, sequential", "raw_seq", "turns/s"),
         ratio_row("(2) SQLiteStore.write, sequential", "sqlite_seq", "turns/s", "raw_seq", "(1)", ">= 0.8"),
         ratio_row(
             f"(3) SQLiteStore.awrite, {n} concurrent",
@@ -319,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio_row(listing + ", cold", "list_sqlite_cold", "ms", "list_raw_query", "raw indexed query"),
         ratio_row(listing + ", cold", "list_sqlite_cold", "ms", "list_raw_saved", "raw query+SavedState"),
     ]
-    print_table(rows)
+    common.print_table(rows)
     elapsed = time.perf_counter() - began
     print(
         f"\n{cfg.states * cfg.turns} turns per run. Ratios: value / baseline.\n"
@@ -331,20 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Took {elapsed:.1f} s."
     )
     if args.json:
-        result = {
-            "config": asdict(cfg),
-            "quick": args.quick,
-            "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version,
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "scratch": str(scratch.root),
-            "filesystem": scratch.fs,
-            "seconds": elapsed,
-            "rows": [asdict(r) for r in rows],
-            "samples": samples,
-        }
-        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        versions = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+        common.write_json(args.json, cfg, args.quick, versions, scratch, {}, elapsed, rows, samples)
     return 0
 
 

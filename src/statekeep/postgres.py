@@ -38,20 +38,20 @@ import asyncio
 import hashlib
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Hashable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Hashable
+from contextlib import AsyncExitStack
 from itertools import islice
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from .backend import Backend
-from .bridge import _Owner, owner
-from .errors import CorruptStateError, StateConflictError
-from .loopstate import LoopState
+from . import servercommon
+from .bridge import _Owner
+from .errors import CorruptStateError
 from .records import Record, SavedState, listing_order
-from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from .servercommon import ServerLocal, ServerStore, Talking
+from .writes import PreparedWrite, check_overlap
 
 #: The schema version this statekeep writes; tables at a higher version are refused.
 SCHEMA_VERSION = 1
@@ -72,33 +72,18 @@ _MAX_IDENTIFIER = 63
 _LONGEST_SUFFIX = max(len(s) for s in ("states", "entries", "schema_version", "states_listing", "write"))
 _INT64_MAX = 2**63 - 1
 
-# Outcomes of the write function.
-_OK, _MISSING, _EXISTS, _GAP, _COMPARE, _BUSY = 0, 1, 2, 3, 4, 5
-# Writes of one batch at most (one transaction, one round trip).
-_MAX_BATCH = 256
-# Batches in flight at once, per store and process.
-_FLUSHERS = 1
+# Outcomes of the write function: those of every server store, and one of its own.
+_OK, _MISSING, _EXISTS, _GAP, _COMPARE = servercommon.OUTCOMES
+_BUSY = 5
 # In the write and delete functions: this transaction commits with the WAL flushed,
 # whatever the session says (a session setting could be reset or come from a pooler).
 _DURABLE = """IF current_setting('synchronous_commit') = 'off' THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;"""
-# A write whose overlap keeps changing under it (delete and re-create in between) gives up.
-_MAX_COMPARES = 8
-
-# Pools of a parent process, kept referenced in a forked child so that nothing ever
-# closes (or sends on) the connections the parent still uses.
-_abandoned: list[Any] = []
 
 
 def _import_asyncpg() -> Any:
-    try:
-        import asyncpg
-    except ImportError as exc:
-        raise ImportError(
-            f"PostgresStore needs the asyncpg driver: pip install 'statekeep[postgres]' ({exc})"
-        ) from exc
-    return asyncpg
+    return servercommon.import_driver("asyncpg", "PostgresStore", "the asyncpg driver", "postgres")
 
 
 def redact_dsn(dsn: str) -> str:
@@ -418,7 +403,7 @@ def _listing(state_id: str, snapshot: bytes | None) -> tuple[Any, ...]:
     return (row.task, row.created_at, row.updated_at, row.turn, row.stopped_by, row.finished, None)
 
 
-class PostgresStore(Backend):
+class PostgresStore(ServerStore):
     """Saves States in PostgreSQL (needs ``pip install 'statekeep[postgres]'``).
 
     Durable on return: when ``write``/``awrite`` returns, its transaction has committed with
@@ -507,34 +492,19 @@ class PostgresStore(Backend):
         snapshot = None if write.snapshot is None else write.snapshot.decode()
         listing = _listing(sid, write.snapshot)
         approved: list[str] | None = None
-        for _ in range(_MAX_COMPARES):
+        for _ in range(servercommon.MAX_COMPARES):
             args = (sid, write.create, write.first_seq, lines, snapshot, *listing, approved)
             status, next_seq, stored = await self._send(args)
             if status == _OK:
                 return
-            if status == _MISSING:
-                raise missing_error(sid)
-            if status == _EXISTS:
-                raise exists_error(sid)
-            if status == _GAP:
-                plan_append(write, int(next_seq or 0))  # raises the gap error
-                raise AssertionError(f"the server reported a gap at {next_seq} that is none")
+            servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the
             # server checks byte for byte (the State may have changed in between).
             stored = stored or []
-            try:
-                decoded = [orjson.loads(data) for data in stored]
-            except orjson.JSONDecodeError as exc:
-                raise CorruptStateError(
-                    f"State {sid!r}: an entry stored in {self._sql.entries} is not valid JSON: {exc}"
-                ) from None
-            check_overlap(write, decoded)
+            check_overlap(write, servercommon.decode_stored(stored, sid, self._sql.entries))
             approved = stored
-        raise StateConflictError(
-            f"State {sid!r} kept changing while this write compared its entries with it "
-            f"({_MAX_COMPARES} tries); nothing was written. Read the State again and retry"
-        )
+        raise servercommon.kept_changing(sid)
 
     async def _read(self, state_id: str) -> Record | None:
         rows = await self._query("read", "fetch", self._sql.read, state_id)
@@ -556,19 +526,7 @@ class PostgresStore(Backend):
             raise CorruptStateError(
                 f"State {state_id!r}: the entry at seq {seq} in {self._sql.entries} is not a JSON object"
             )
-        snapshot = None
-        if snapshot_text is not None:
-            try:
-                snapshot = loads(snapshot_text)
-            except orjson.JSONDecodeError as exc:
-                raise CorruptStateError(
-                    f"the snapshot of State {state_id!r} in {self._sql.states} is not valid JSON: {exc}"
-                ) from None
-            if not isinstance(snapshot, dict):
-                raise CorruptStateError(
-                    f"the snapshot of State {state_id!r} in {self._sql.states} is not a JSON object"
-                )
-        return Record(entries, snapshot)
+        return Record(entries, servercommon.decode_snapshot(snapshot_text, state_id, self._sql.states))
 
     def _entry(self, state_id: str, seq: int, data: str) -> Any:
         try:
@@ -593,23 +551,11 @@ class PostgresStore(Backend):
                 listed.append(SavedState.from_snapshot(sid, orjson.loads(raw)))
                 resort = True  # ordered by the snapshot, not by the index
             except ValueError as exc:
-                skipped.append(f"statekeep: State {sid!r} left out of the listing: {exc}")
+                skipped.append(servercommon.left_out(sid, exc))
         return (listing_order(listed) if resort else listed), skipped
 
     async def _delete(self, state_id: str) -> None:
         await self._query("delete", "execute", self._sql.delete, state_id)
-
-    async def _close(self) -> None:
-        own = owner()
-        local = self._state
-        if local is None or local.owner is not own:
-            return
-        await local.drain(10.0)  # operations under way finish first, on this pool
-        self._state = None
-        if local.closer is not None and local.closer in own.closers:
-            own.closers.remove(local.closer)
-        if local.pool is not None and local.pool is not self._user_pool:
-            await _close_pool(local.pool)
 
     # -- writes: one at a time, or batched -----------------------------------------
 
@@ -622,35 +568,14 @@ class PostgresStore(Backend):
         gets its own outcome. In a batch a State whose row another transaction holds is
         skipped at once and sent again alone, so a batch never waits for a lock.
         """
-        async with _Talking(self, "write"):
-            local = await self._local()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        local.queue.append((args, future))
-        if local.flushers < _FLUSHERS:
-            # Nobody is sending: this caller sends, until its own write is done.
-            local.flushers += 1
-            await self._flush(local, until=future)
-        row = await future
+        row = await self._queued(args)
         return row[0], row[1], row[2]
-
-    async def _flush(self, local: _Local, until: asyncio.Future[Any] | None = None) -> None:
-        """Send the queue, batch by batch (until ``until`` is done, if given; then a task
-        takes over what is left). ``local.flushers`` was counted up for this call."""
-        try:
-            while local.queue and not (until is not None and until.done()):
-                batch, local.queue = local.queue[:_MAX_BATCH], local.queue[_MAX_BATCH:]
-                await self._write_batch(local, batch)
-        finally:
-            local.flushers -= 1
-            if until is not None and local.queue and local.flushers < _FLUSHERS:
-                local.flushers += 1
-                local.spawn(self._flush(local))
 
     async def _write_one(self, local: _Local, args: tuple[Any, ...]) -> Any:
         """One write alone, waiting for the State's row lock if another transaction has it."""
         return await self._query("write", "fetchrow", self._sql.write, *args, False, local=local)
 
-    async def _write_batch(self, local: _Local, batch: list[_Queued]) -> None:
+    async def _send_batch(self, local: _Local, batch: list[_Queued]) -> None:
         """Send ``batch`` as one transaction (one statement when it is one write), skipping
         States whose row is locked: those are sent again alone, in tasks of their own."""
         batch.sort(key=lambda item: item[0][0])  # row locks in id order, the same everywhere
@@ -701,7 +626,7 @@ class PostgresStore(Backend):
             if local is None:  # else a flusher, already counted
                 local = await stack.enter_async_context(self._using(action))
             else:
-                await stack.enter_async_context(_Talking(self, action))
+                await stack.enter_async_context(self._talking(action))
             pool = local.pool
             tries = pool.get_max_size() + 1  # every connection of the pool may be broken
             for attempt in range(tries):
@@ -722,31 +647,18 @@ class PostgresStore(Backend):
 
     # -- the pool -------------------------------------------------------------------
 
-    async def _local(self) -> _Local:
-        """This process's pool and write queue, made on first use (again after a fork)."""
-        own = owner()
-        local = self._state
-        if local is None or local.owner is not own:
-            if local is not None and local.pool is not None:
-                _abandoned.append(local.pool)  # the parent's: never touch it
-            local = self._state = _Local(own)
-        if local.pool is None:
-            async with local.starting:
-                if local.pool is None:
-                    local.pool = await self._open(local)
-        return local
+    def _new_local(self, own: _Owner) -> _Local:
+        return _Local(own)
 
-    @asynccontextmanager
-    async def _using(self, action: str) -> AsyncIterator[_Local]:
-        """This process's connection state, counted as in use (close waits for it), with
-        lost connections turned into ConnectionError and passwords kept out of errors."""
-        async with _Talking(self, action):
-            local = await self._local()
-            local.busy += 1
-            try:
-                yield local
-            finally:
-                local.busy -= 1
+    def _user_conn(self) -> Any:
+        return self._user_pool
+
+    def _talking(self, action: str) -> _Talking:
+        return _Talking(self, action)
+
+    @staticmethod
+    async def _close_conn(conn: Any) -> None:
+        await _close_pool(conn)
 
     async def _open(self, local: _Local) -> Any:
         own = local.owner
@@ -761,22 +673,13 @@ class PostgresStore(Backend):
                 )
         else:
             pool = await self._asyncpg.create_pool(self._dsn, ssl=self._ssl, **self._pool_kwargs)
-        try:
-            if not self._migrated:
-                await self._migrate(pool)
-                self._migrated = True
-        except BaseException:
-            if pool is not self._user_pool:
-                await _close_pool(pool)
-            raise
-        if pool is not self._user_pool:
-
-            async def close_at_exit(pool: Any = pool) -> None:
-                await _close_pool(pool)
-
-            local.closer = close_at_exit
-            own.closers.append(close_at_exit)
+        await self._checked_open(local, pool, self._migrate_once)
         return pool
+
+    async def _migrate_once(self, pool: Any) -> None:
+        if not self._migrated:
+            await self._migrate(pool)
+            self._migrated = True
 
     async def _migrate(self, pool: Any) -> None:
         """Create or upgrade the tables; refuse tables of a newer statekeep."""
@@ -830,14 +733,15 @@ class PostgresStore(Backend):
 _Queued = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 
 
-class _Local(LoopState):
+class _Local(ServerLocal):
     """The pool and write queue of a PostgresStore on one owner loop."""
 
     queue: list[_Queued]
 
-    def __init__(self, own: _Owner) -> None:
-        super().__init__(own)
-        self.pool: Any = None
+    @property
+    def pool(self) -> Any:
+        """The asyncpg pool (None until opened)."""
+        return self.conn
 
 
 async def _settle(future: asyncio.Future[Any], work: Awaitable[Any]) -> None:
@@ -856,40 +760,20 @@ async def _settle(future: asyncio.Future[Any], work: Awaitable[Any]) -> None:
         future.set_result(row)
 
 
-class _Talking:
-    """Turns a lost or refused connection into ConnectionError with a clear message, and
-    keeps the password out of every error that leaves the store."""
+class _Talking(Talking):
+    """Errors of PostgreSQL: asyncpg's connection errors, the DSN's password scrubbed."""
 
-    def __init__(self, store: PostgresStore, action: str) -> None:
-        self.store, self.action = store, action
+    store: PostgresStore
 
-    async def __aenter__(self) -> None:
-        return None
+    def server(self) -> str:
+        w = self.store._where
+        return f"PostgreSQL at {w.host}:{w.port}"
 
-    async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None or not isinstance(exc, Exception):
-            return
-        store = self.store
-        text = str(exc)
-        clean = store._where.scrub(text)
-        if isinstance(exc, store._connection_errors()):
-            w = store._where
-            if self.action == "write":
-                outcome = (
-                    "the write may or may not have been saved; sending the same write again is "
-                    "safe (entries the store already has are skipped)"
-                )
-            else:
-                outcome = f"the {self.action} did not complete; try again"
-            message = (
-                f"PostgreSQL at {w.host}:{w.port} could not be reached or the connection was lost "
-                f"({type(exc).__name__}: {clean}); {outcome}"
-            )
-            if clean != text:
-                raise ConnectionError(message) from None
-            raise ConnectionError(message) from exc
-        if clean != text:  # rare: keep the type's name, lose the password
-            raise RuntimeError(f"{type(exc).__name__}: {clean}") from None
+    def scrub(self, text: str) -> str:
+        return self.store._where.scrub(text)
+
+    def lost(self) -> tuple[type[BaseException], ...]:
+        return self.store._connection_errors()
 
 
 async def _close_pool(pool: Any) -> None:

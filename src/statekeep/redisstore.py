@@ -34,30 +34,25 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from collections.abc import AsyncIterator, Hashable
-from contextlib import asynccontextmanager
+from collections.abc import Hashable
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
-from .backend import Backend
-from .bridge import _Owner, owner
-from .errors import CorruptStateError, StateConflictError
-from .loopstate import LoopState
+from . import servercommon
+from .bridge import _Owner
+from .errors import CorruptStateError
 from .records import Record, SavedState, listing_order
-from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from .servercommon import ServerLocal, ServerStore, Talking
+from .writes import PreparedWrite, check_overlap
 
 #: The key layout this statekeep writes; a prefix holding a newer one is refused.
 LAYOUT_VERSION = 1
 
 # Outcomes of the write script.
-_OK, _MISSING, _EXISTS, _GAP, _COMPARE = 0, 1, 2, 3, 4
-_MAX_COMPARES = 8
-# Writes of one pipeline at most, and pipelines in flight at once, per store and process.
-_MAX_BATCH = 256
-_FLUSHERS = 1
+_OK, _MISSING, _EXISTS, _GAP, _COMPARE = servercommon.OUTCOMES
 # ARGV slots before the entries.
 _HEAD = 8
 
@@ -143,17 +138,10 @@ return out
 
 # Servers already checked for durability settings, so that each is warned about once.
 _checked: set[Hashable] = set()
-_abandoned: list[Any] = []
 
 
 def _import_redis() -> Any:
-    try:
-        import redis.asyncio as aioredis
-    except ImportError as exc:
-        raise ImportError(
-            f"RedisStore needs the redis package: pip install 'statekeep[redis]' ({exc})"
-        ) from exc
-    return aioredis
+    return servercommon.import_driver("redis.asyncio", "RedisStore", "the redis package", "redis")
 
 
 def redact_url(url: str) -> str:
@@ -178,7 +166,7 @@ def _listing_score(snapshot: bytes | None) -> str:
     return repr(score) if math.isfinite(score) else "-inf"
 
 
-class RedisStore(Backend):
+class RedisStore(ServerStore):
     """Saves States in Redis (needs ``pip install 'statekeep[redis]'``).
 
     Durability is the server's: a write is atomic (one Lua script), and when it returns
@@ -259,31 +247,17 @@ class RedisStore(Backend):
             _listing_score(write.snapshot),
         ]
         approved: list[bytes] = []
-        for _ in range(_MAX_COMPARES):
+        for _ in range(servercommon.MAX_COMPARES):
             reply = await self._send((*self._keys(sid), *head, str(len(approved)), *lines, *approved))
             status = int(reply[0])
             if status == _OK:
                 return
-            if status == _MISSING:
-                raise missing_error(sid)
-            if status == _EXISTS:
-                raise exists_error(sid)
-            if status == _GAP:
-                plan_append(write, int(reply[1]))  # raises the gap error
-                raise AssertionError(f"the server reported a gap at {reply[1]} that is none")
+            servercommon.check_outcome(status, write, reply[1] if status == _GAP else None)
             stored = [_as_bytes(b) for b in reply[2]]
-            try:
-                decoded = [orjson.loads(b) for b in stored]
-            except orjson.JSONDecodeError as exc:
-                raise CorruptStateError(
-                    f"State {sid!r}: an entry stored in Redis is not valid JSON: {exc}"
-                ) from None
-            check_overlap(write, decoded)  # a real difference raises StateConflictError
+            # a real difference raises StateConflictError
+            check_overlap(write, servercommon.decode_stored(stored, sid, "Redis"))
             approved = stored
-        raise StateConflictError(
-            f"State {sid!r} kept changing while this write compared its entries with it "
-            f"({_MAX_COMPARES} tries); nothing was written. Read the State again and retry"
-        )
+        raise servercommon.kept_changing(sid)
 
     async def _read(self, state_id: str) -> Record | None:
         state_key, entries_key, _ = self._keys(state_id)
@@ -297,17 +271,7 @@ class RedisStore(Backend):
         if len(items) != int(next_seq):
             raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {len(items)}")
         entries = _decode_entries(items, where)
-        snapshot = None
-        if snapshot_bytes is not None:
-            try:
-                snapshot = orjson.loads(snapshot_bytes)
-            except orjson.JSONDecodeError as exc:
-                raise CorruptStateError(
-                    f"the snapshot of State {state_id!r} in Redis is not valid JSON: {exc}"
-                ) from None
-            if not isinstance(snapshot, dict):
-                raise CorruptStateError(f"the snapshot of State {state_id!r} in Redis is not a JSON object")
-        return Record(entries, snapshot)
+        return Record(entries, servercommon.decode_snapshot(snapshot_bytes, state_id, "Redis"))
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         async with self._using("list") as local:
@@ -322,7 +286,7 @@ class RedisStore(Backend):
             try:
                 rows.append(SavedState.from_snapshot(sid, orjson.loads(snapshot)))
             except ValueError as exc:
-                skipped.append(f"statekeep: State {sid!r} left out of the listing: {exc}")
+                skipped.append(servercommon.left_out(sid, exc))
         return listing_order(rows), skipped
 
     async def _delete(self, state_id: str) -> None:
@@ -331,18 +295,6 @@ class RedisStore(Backend):
             pipe.delete(state_key, entries_key)
             pipe.zrem(index, state_id)
             await pipe.execute()
-
-    async def _close(self) -> None:
-        own = owner()
-        local = self._state
-        if local is None or local.owner is not own:
-            return
-        await local.drain(10.0)  # operations under way finish first, on this client
-        self._state = None
-        if local.closer is not None and local.closer in own.closers:
-            own.closers.remove(local.closer)
-        if local.client is not None and local.client is not self._user_client:
-            await _close_client(local.client)
 
     # -- writes: one at a time, or pipelined ----------------------------------------
 
@@ -353,28 +305,7 @@ class RedisStore(Backend):
         server together in one pipeline (one round trip; the server fsyncs its log once for
         all it got in one go). Each is still its own atomic script with its own outcome.
         """
-        async with self._talking("write"):
-            local = await self._local()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        local.queue.append((args, future))
-        if local.flushers < _FLUSHERS:
-            # Nobody is sending: this caller sends, until its own write is done.
-            local.flushers += 1
-            await self._flush(local, until=future)
-        return await future
-
-    async def _flush(self, local: _Local, until: asyncio.Future[Any] | None = None) -> None:
-        """Send the queue, batch by batch (until ``until`` is done, if given; then a task
-        takes over what is left). ``local.flushers`` was counted up for this call."""
-        try:
-            while local.queue and not (until is not None and until.done()):
-                batch, local.queue = local.queue[:_MAX_BATCH], local.queue[_MAX_BATCH:]
-                await self._send_batch(local, batch)
-        finally:
-            local.flushers -= 1
-            if until is not None and local.queue and local.flushers < _FLUSHERS:
-                local.flushers += 1
-                local.spawn(self._flush(local))
+        return await self._queued(args)
 
     async def _send_batch(
         self, local: _Local, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]
@@ -415,34 +346,17 @@ class RedisStore(Backend):
 
     # -- the client -----------------------------------------------------------------
 
-    async def _local(self) -> _Local:
-        """This process's client and write queue, made on first use (again after a fork)."""
-        own = owner()
-        local = self._state
-        if local is None or local.owner is not own:
-            if local is not None and local.client is not None:
-                _abandoned.append(local.client)  # the parent's: never touch it
-            local = self._state = _Local(own)
-        if local.client is None:
-            async with local.starting:
-                if local.client is None:
-                    await self._open(local)
-        return local
+    def _new_local(self, own: _Owner) -> _Local:
+        return _Local(own)
 
-    @asynccontextmanager
-    async def _using(self, action: str) -> AsyncIterator[_Local]:
-        """This process's connection state, counted as in use (close waits for it), with
-        lost connections turned into ConnectionError and passwords kept out of errors."""
-        async with self._talking(action):
-            local = await self._local()
-            local.busy += 1
-            try:
-                yield local
-            finally:
-                local.busy -= 1
+    def _user_conn(self) -> Any:
+        return self._user_client
 
-    async def _open(self, local: _Local) -> None:
-        own = local.owner
+    @staticmethod
+    async def _close_conn(conn: Any) -> None:
+        await _close_client(conn)
+
+    async def _open(self, local: _Local) -> Any:
         if self._user_client is not None:
             client = self._user_client
         else:
@@ -450,22 +364,10 @@ class RedisStore(Backend):
             from redis.backoff import NoBackoff
 
             client = self._aioredis.Redis.from_url(self._url, retry=Retry(NoBackoff(), 0))
-        try:
-            await self._check_server(client)
-        except BaseException:
-            if client is not self._user_client:
-                await _close_client(client)
-            raise
+        await self._checked_open(local, client, self._check_server)
         local.write_script = client.register_script(_WRITE_LUA)
         local.list_script = client.register_script(_LIST_LUA)
-        if client is not self._user_client:
-
-            async def close_at_exit(client: Any = client) -> None:
-                await _close_client(client)
-
-            local.closer = close_at_exit
-            own.closers.append(close_at_exit)
-        local.client = client
+        return client
 
     async def _check_server(self, client: Any) -> None:
         """Check the key layout's version, and warn once per server about weak durability."""
@@ -563,52 +465,34 @@ class RedisStore(Backend):
         return _Talking(self, action)
 
 
-class _Local(LoopState):
+class _Local(ServerLocal):
     """The client, its scripts and the write queue of a RedisStore on one owner loop."""
-
-    queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]
 
     def __init__(self, own: _Owner) -> None:
         super().__init__(own)
-        self.client: Any = None
         self.write_script: Any = None
         self.list_script: Any = None
 
+    @property
+    def client(self) -> Any:
+        """The redis-py client (None until opened)."""
+        return self.conn
 
-class _Talking:
-    """Turns a lost or refused connection into ConnectionError with a clear message, and
-    keeps the password out of every error that leaves the store."""
 
-    def __init__(self, store: RedisStore, action: str) -> None:
-        self.store, self.action = store, action
+class _Talking(Talking):
+    """Errors of Redis: redis-py's connection and timeout errors, the URL's password scrubbed."""
 
-    async def __aenter__(self) -> None:
-        return None
+    store: RedisStore
 
-    async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None or not isinstance(exc, Exception):
-            return
-        store = self.store
-        text = str(exc)
-        clean = store._scrub(text)
-        lost = (OSError, store._aioredis.ConnectionError, store._aioredis.TimeoutError)
-        if isinstance(exc, lost):
-            if self.action == "write":
-                outcome = (
-                    "the write may or may not have been saved; sending the same write again is "
-                    "safe (entries the store already has are skipped)"
-                )
-            else:
-                outcome = f"the {self.action} did not complete; try again"
-            message = (
-                f"Redis at {store._where()} could not be reached or the connection was lost "
-                f"({type(exc).__name__}: {clean}); {outcome}"
-            )
-            if clean != text:
-                raise ConnectionError(message) from None
-            raise ConnectionError(message) from exc
-        if clean != text:
-            raise RuntimeError(f"{type(exc).__name__}: {clean}") from None
+    def server(self) -> str:
+        return f"Redis at {self.store._where()}"
+
+    def scrub(self, text: str) -> str:
+        return self.store._scrub(text)
+
+    def lost(self) -> tuple[type[BaseException], ...]:
+        aioredis = self.store._aioredis
+        return (OSError, aioredis.ConnectionError, aioredis.TimeoutError)
 
 
 def _copy(exc: Exception) -> Exception:

@@ -1,0 +1,348 @@
+"""What the benchmark scripts share: the workload, scratch space on disk, timing, the rows
+of the report and its table, and the JSON of a run.
+
+The scripts import it as ``common`` (each is run as ``python benchmarks/bench_X.py``, so this
+folder is on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from statekeep import Store
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_FILESYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "overlay-tmpfs"}
+
+# (kind, size of its text field in bytes): one turn writes one of each.
+ENTRY_KINDS = (("message", 800), ("tool_call", 200), ("tool_result", 2048))
+BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+T = TypeVar("T")
+S = TypeVar("S", bound=Store)
+
+
+# -- the workload ------------------------------------------------------------------------
+
+
+def _text_pool(size: int = 1 << 16) -> str:
+    rng = random.Random(20260101)
+    letters = "abcdefghijklmnopqrstuvwxyz      ,.ABCDEFGHIJ0123456789"
+    return "".join(rng.choices(letters, k=size))
+
+
+POOL = _text_pool()
+
+
+def make_entry(seq: int) -> dict[str, Any]:
+    kind, size = ENTRY_KINDS[seq % len(ENTRY_KINDS)]
+    start = (seq * 7919) % (len(POOL) - size)
+    entry: dict[str, Any] = {"seq": seq, "kind": kind}
+    if kind == "message":
+        entry["role"] = "assistant"
+    else:
+        entry["call_id"] = f"call_{seq // len(ENTRY_KINDS)}"
+        if kind == "tool_call":
+            entry["name"] = "search"
+    entry["text"] = POOL[start : start + size]
+    return entry
+
+
+def make_snapshot(state: int, turn: int) -> dict[str, Any]:
+    return {
+        "task": f"benchmark task {state}",
+        "created_at": BASE_TIME.isoformat(),
+        "updated_at": (BASE_TIME + timedelta(seconds=turn)).isoformat(),
+        "turn": turn,
+        "stopped_by": None,
+        "finished": False,
+    }
+
+
+def make_workload(
+    states: int, turns: int, make_turn: Callable[[list[dict[str, Any]], dict[str, Any]], T]
+) -> list[list[T]]:
+    """Per State, its turns: ``make_turn(entries, snapshot)`` of each (3 entries a turn)."""
+    work = []
+    per_turn = len(ENTRY_KINDS)
+    for s in range(states):
+        rows = []
+        for t in range(turns):
+            entries = [make_entry(t * per_turn + i) for i in range(per_turn)]
+            rows.append(make_turn(entries, make_snapshot(s, t)))
+        work.append(rows)
+    return work
+
+
+def state_id(i: int) -> str:
+    return f"state-{i:04d}"
+
+
+def fill_big_state(store: S, count: int) -> S:
+    """Write one State, ``"big"``, of ``count`` entries to ``store``, 1,000 a write."""
+    batch = 1_000
+    for first in range(0, count, batch):
+        entries = [make_entry(seq) for seq in range(first, min(first + batch, count))]
+        store.write("big", entries, make_snapshot(0, first // 3), create=first == 0)
+    return store
+
+
+def fill_many_states(store: S, count: int) -> S:
+    """Create ``count`` States of one entry each in ``store``, 64 at a time."""
+
+    async def create(i: int, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            await store.awrite(state_id(i), [make_entry(0)], make_snapshot(i, i % 97), create=True)
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(64)
+        await asyncio.gather(*(create(i, gate) for i in range(count)))
+
+    asyncio.run(main())
+    return store
+
+
+# -- scratch space on the real disk --------------------------------------------------------
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the file system ``path`` is on, from /proc/mounts ('unknown' if unsure)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    real = os.path.realpath(path)
+    best, kind = "", "unknown"
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, parts[2]
+    return kind
+
+
+class Scratch:
+    """A scratch folder on the repository's disk, removed whole by :meth:`cleanup`."""
+
+    def __init__(self) -> None:
+        tmp = Path(tempfile.gettempdir())
+        self.made_parent: Path | None = None
+        on_disk = filesystem_type(tmp) not in MEMORY_FILESYSTEMS
+        if on_disk and os.stat(tmp).st_dev == os.stat(REPO).st_dev:
+            parent = tmp
+        else:
+            parent = REPO / ".bench-tmp"
+            if not parent.exists():
+                parent.mkdir()
+                self.made_parent = parent
+        self.root = Path(tempfile.mkdtemp(prefix="statekeep-bench-", dir=parent))
+        self.fs = filesystem_type(self.root)
+        if self.fs in MEMORY_FILESYSTEMS:
+            raise SystemExit(f"scratch folder {self.root} is on {self.fs}, not a disk; refusing to measure")
+        self._n = 0
+
+    def new(self, name: str) -> Path:
+        self._n += 1
+        path = self.root / f"{self._n:03d}-{name}"
+        path.mkdir()
+        return path
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self.made_parent is not None:
+            try:
+                self.made_parent.rmdir()
+            except OSError:
+                pass
+
+
+def settle() -> None:
+    """Start each timing from a quiet disk and a clean heap."""
+    gc.collect()
+    os.sync()
+
+
+# -- timing ----------------------------------------------------------------------------------
+
+
+def timed(fn: Callable[[], object], faults: list[float] | None = None) -> float:
+    """Seconds one call of ``fn`` takes (after a collection, with the cache warm); the
+    process's minor page faults during the call are appended to ``faults`` if given."""
+    gc.collect()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - start
+    if faults is not None:
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return elapsed
+
+
+def run_rotated(
+    runs: list[tuple[str, Callable[[], float]]],
+    reps: int,
+    scratch: Scratch,
+    samples: dict[str, list[float]],
+) -> None:
+    """Each of ``runs`` once per repetition, the order rotated, each result appended to
+    ``samples[name]``; the scratch folder is emptied after each repetition."""
+    for rep in range(reps):
+        shift = rep % len(runs)
+        for name, run in runs[shift:] + runs[:shift]:
+            samples.setdefault(name, []).append(run())
+        for child in scratch.root.iterdir():  # keep the disk from filling up between reps
+            shutil.rmtree(child)
+        print(f"  turns: rep {rep + 1}/{reps} done", flush=True)
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    measure: str
+    value: float
+    unit: str
+    baseline_name: str = ""
+    baseline: float | None = None
+    ratio: float | None = None
+    target: str = ""
+    met: bool | None = None
+    spread: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "turns/s":
+        return f"{value:,.0f} {unit}"
+    return f"{value:,.3f} {unit}" if value < 10 else f"{value:,.1f} {unit}"
+
+
+def spread(samples: Sequence[float]) -> str:
+    if len(samples) < 2:
+        return ""
+    mid = statistics.median(samples)
+    return f"±{(max(samples) - min(samples)) / 2 / mid * 100:.0f}%" if mid else ""
+
+
+class Medians:
+    """The median of each measure's samples, and rows that compare two of them."""
+
+    def __init__(self, samples: dict[str, list[float]]) -> None:
+        self.samples = samples
+        self.med = {name: statistics.median(values) for name, values in samples.items()}
+
+    def __getitem__(self, key: str) -> float:
+        return self.med[key]
+
+    def row(self, measure: str, key: str, unit: str) -> Row:
+        """``key``'s median, with no baseline."""
+        return Row(measure, self.med[key], unit, spread=spread(self.samples[key]))
+
+    def ratio_row(
+        self, measure: str, key: str, unit: str, base_key: str, base_name: str, target: str = ""
+    ) -> Row:
+        """``key``'s median against ``base_key``'s; ``target`` is ``">= x"`` or ``"<= x"``."""
+        value, base = self.med[key], self.med[base_key]
+        r = value / base
+        met = None
+        if target:
+            op, bound = target.split()
+            met = r >= float(bound) if op == ">=" else r <= float(bound)
+        return Row(measure, value, unit, base_name, base, r, target, met, spread(self.samples[key]))
+
+
+def print_table(rows: list[Row]) -> None:
+    headers = ("measure", "value", "spread", "baseline", "ratio", "target", "met")
+    table = []
+    for r in rows:
+        base = "" if r.baseline is None else f"{r.baseline_name}: {fmt(r.baseline, r.unit)}"
+        ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
+        met = "" if r.met is None else ("yes" if r.met else "NO")
+        table.append((r.measure, fmt(r.value, r.unit), r.spread, base, ratio, r.target or "-", met or "-"))
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    right = {1, 2, 4}
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    print(line(headers))
+    print("-+-".join("-" * w for w in widths))
+    for row in table:
+        print(line(row))
+
+
+# -- running a script -------------------------------------------------------------------------
+
+
+def parse_args(doc: str | None, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``--quick`` and ``--json PATH``, with the first line of ``doc`` as description."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run (a smoke test, not a measurement)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    return parser.parse_args(argv)
+
+
+def print_banner(title: str, quick: bool, versions: str, scratch: Scratch, cfg: Any) -> None:
+    """The lines a run starts with: what runs where, and the workload."""
+    print(
+        f"statekeep {title}{' (--quick: numbers are not meaningful)' if quick else ''}\n"
+        f"{versions} on {platform.platform()}, {os.cpu_count()} CPUs\n"
+        f"scratch: {scratch.root} ({scratch.fs})\n"
+        f"workload: {cfg.states} States x {cfg.turns} turns, 3 entries/turn "
+        f"({'/'.join(str(s) for _, s in ENTRY_KINDS)} B text) + snapshot, 1 durable write/turn; "
+        f"median of {cfg.reps} reps (load/list: {cfg.read_reps})\n",
+        flush=True,
+    )
+
+
+def write_json(
+    path: str,
+    cfg: Any,
+    quick: bool,
+    versions: dict[str, str],
+    scratch: Scratch,
+    extra: dict[str, Any],
+    elapsed: float,
+    rows: list[Row],
+    samples: dict[str, list[float]],
+) -> None:
+    """The run's results as JSON: ``versions`` (python, ...) after ``quick``, ``extra``
+    before ``seconds``."""
+    result = {
+        "config": asdict(cfg),
+        "quick": quick,
+        **versions,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "scratch": str(scratch.root),
+        "filesystem": scratch.fs,
+        **extra,
+        "seconds": elapsed,
+        "rows": [asdict(r) for r in rows],
+        "samples": samples,
+    }
+    Path(path).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
