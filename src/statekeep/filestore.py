@@ -116,6 +116,9 @@ class FileStore(Backend):
     append; a damaged line followed by good ones raises :class:`CorruptStateError` naming
     the file and line.
 
+    ``delete``/``adelete`` is durable on return too: the State's folder was renamed away
+    and the store's folder fsync'd before its files are removed.
+
     Several processes may use one folder: writes to one State are serialised with a file
     lock. The folder is created (0700) on the first write.
     """

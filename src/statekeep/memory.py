@@ -14,8 +14,8 @@ from .writes import PreparedWrite, check_overlap, exists_error, missing_error, p
 class MemoryStore(Backend):
     """Keeps States in this process's memory, for tests and short-lived runs.
 
-    Same contract as every store; nothing is durable, everything is gone when the process
-    ends. Data is kept encoded, so readers always get fresh copies and the same values a
+    Same contract as every store; nothing is durable: when ``write`` returns the data is
+    in this process's memory only, and everything is gone when the process ends. Data is kept encoded, so readers always get fresh copies and the same values a
     file or database store would give back (tuples come back as lists).
     """
 
