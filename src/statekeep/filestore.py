@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from .backend import Backend
 from .batching import GroupCommit
 from .bridge import owner
@@ -36,7 +34,7 @@ from .errors import CorruptStateError
 from .fsio import OsIO
 from .ids import validate_id
 from .logframe import LogScan, scan_log
-from .records import Record, SavedState, listing_order
+from .records import Record, SavedState, decode_snapshot, left_out, listing_order
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
 LOG = "log.jsonl"
@@ -387,7 +385,7 @@ class FileStore(Backend):
             raise CorruptStateError(f"{self._where(sid, LOG)} is missing")
         return lambda: Record(
             scan_log(log, name=self._where(sid, LOG)).entries,
-            None if snapshot is None else self._parse_snapshot(sid, snapshot),
+            decode_snapshot(snapshot, self._where(sid, SNAPSHOT)),
         )
 
     def _read_file(self, folder: int, sid: str, name: str) -> bytes | None:
@@ -401,17 +399,7 @@ class FileStore(Backend):
             os.close(fd)
 
     def _read_snapshot(self, folder: int, sid: str) -> dict[str, Any] | None:
-        data = self._read_file(folder, sid, SNAPSHOT)
-        return None if data is None else self._parse_snapshot(sid, data)
-
-    def _parse_snapshot(self, sid: str, data: bytes) -> dict[str, Any]:
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise CorruptStateError(f"{self._where(sid, SNAPSHOT)} is not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise CorruptStateError(f"{self._where(sid, SNAPSHOT)} does not hold a JSON object")
-        return value
+        return decode_snapshot(self._read_file(folder, sid, SNAPSHOT), self._where(sid, SNAPSHOT))
 
     def _list_sync(self) -> tuple[list[SavedState], list[str]]:
         root = self._open_root(create=False)
@@ -440,7 +428,7 @@ class FileStore(Backend):
                     if snapshot is not None:
                         rows.append(SavedState.from_snapshot(name, snapshot))
                 except (OSError, ValueError) as exc:
-                    skipped.append(f"statekeep: State {name!r} left out of the listing: {exc}")
+                    skipped.append(left_out(name, exc))
         finally:
             os.close(root)
         return listing_order(rows), skipped

@@ -7,7 +7,7 @@ from collections.abc import Hashable
 import orjson
 
 from .backend import Backend
-from .records import Record, SavedState, listing_order
+from .records import Record, SavedState, left_out, listing_order
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
 
@@ -61,7 +61,7 @@ class MemoryStore(Backend):
             try:
                 rows.append(SavedState.from_snapshot(sid, orjson.loads(snapshot)))
             except ValueError as exc:
-                skipped.append(f"statekeep: State {sid!r} left out of the listing: {exc}")
+                skipped.append(left_out(sid, exc))
         return listing_order(rows), skipped
 
     async def _delete(self, state_id: str) -> None:

@@ -49,7 +49,7 @@ import orjson
 from . import servercommon
 from .bridge import _Owner
 from .errors import CorruptStateError
-from .records import Record, SavedState, listing_order
+from .records import Record, SavedState, decode_snapshot, left_out, listing_order
 from .servercommon import ServerLocal, ServerStore, Talking
 from .writes import PreparedWrite, check_overlap
 
@@ -526,7 +526,10 @@ class PostgresStore(ServerStore):
             raise CorruptStateError(
                 f"State {state_id!r}: the entry at seq {seq} in {self._sql.entries} is not a JSON object"
             )
-        return Record(entries, servercommon.decode_snapshot(snapshot_text, state_id, self._sql.states))
+        return Record(
+            entries,
+            decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
+        )
 
     def _entry(self, state_id: str, seq: int, data: str) -> Any:
         try:
@@ -551,7 +554,7 @@ class PostgresStore(ServerStore):
                 listed.append(SavedState.from_snapshot(sid, orjson.loads(raw)))
                 resort = True  # ordered by the snapshot, not by the index
             except ValueError as exc:
-                skipped.append(servercommon.left_out(sid, exc))
+                skipped.append(left_out(sid, exc))
         return (listing_order(listed) if resort else listed), skipped
 
     async def _delete(self, state_id: str) -> None:

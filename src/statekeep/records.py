@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
+from .errors import CorruptStateError
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
@@ -85,3 +89,24 @@ def listing_order(rows: list[SavedState]) -> list[SavedState]:
     rows.sort(key=lambda r: r.id)
     rows.sort(key=lambda r: r.updated_at, reverse=True)
     return rows
+
+
+def decode_snapshot(raw: bytes | str | None, where: str) -> dict[str, Any] | None:
+    """A stored snapshot decoded (None if there is none); ``where`` names it in errors.
+
+    Raises CorruptStateError if it is not JSON or not a JSON object.
+    """
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptStateError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CorruptStateError(f"{where} is not a JSON object")
+    return value
+
+
+def left_out(state_id: str, why: object) -> str:
+    """The warning for a State that ``list()`` leaves out."""
+    return f"statekeep: State {state_id!r} left out of the listing: {why}"

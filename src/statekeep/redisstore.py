@@ -44,7 +44,7 @@ import orjson
 from . import servercommon
 from .bridge import _Owner
 from .errors import CorruptStateError
-from .records import Record, SavedState, listing_order
+from .records import Record, SavedState, decode_snapshot, left_out, listing_order
 from .servercommon import ServerLocal, ServerStore, Talking
 from .writes import PreparedWrite, check_overlap
 
@@ -271,7 +271,9 @@ class RedisStore(ServerStore):
         if len(items) != int(next_seq):
             raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {len(items)}")
         entries = _decode_entries(items, where)
-        return Record(entries, servercommon.decode_snapshot(snapshot_bytes, state_id, "Redis"))
+        return Record(
+            entries, decode_snapshot(snapshot_bytes, f"the snapshot of State {state_id!r} in Redis")
+        )
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         async with self._using("list") as local:
@@ -286,7 +288,7 @@ class RedisStore(ServerStore):
             try:
                 rows.append(SavedState.from_snapshot(sid, orjson.loads(snapshot)))
             except ValueError as exc:
-                skipped.append(servercommon.left_out(sid, exc))
+                skipped.append(left_out(sid, exc))
         return listing_order(rows), skipped
 
     async def _delete(self, state_id: str) -> None:

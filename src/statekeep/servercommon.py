@@ -265,23 +265,3 @@ def kept_changing(sid: str) -> StateConflictError:
         f"State {sid!r} kept changing while this write compared its entries with it "
         f"({MAX_COMPARES} tries); nothing was written. Read the State again and retry"
     )
-
-
-def decode_snapshot(raw: Any, state_id: str, place: str) -> dict[str, Any] | None:
-    """A stored snapshot (None if there is none), decoded and checked to be a JSON object."""
-    if raw is None:
-        return None
-    try:
-        snapshot = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise CorruptStateError(
-            f"the snapshot of State {state_id!r} in {place} is not valid JSON: {exc}"
-        ) from None
-    if not isinstance(snapshot, dict):
-        raise CorruptStateError(f"the snapshot of State {state_id!r} in {place} is not a JSON object")
-    return snapshot
-
-
-def left_out(sid: str, exc: Exception) -> str:
-    """The warning for a State that ``list()`` leaves out."""
-    return f"statekeep: State {sid!r} left out of the listing: {exc}"

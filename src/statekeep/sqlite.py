@@ -42,7 +42,7 @@ from .backend import Backend
 from .batching import GroupCommit
 from .bridge import owner
 from .errors import CorruptStateError
-from .records import Record, SavedState
+from .records import Record, SavedState, decode_snapshot, left_out
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
 T = TypeVar("T")
@@ -350,17 +350,7 @@ class SQLiteStore(Backend):
             entries = [loads(d) for (d,) in data]
         except orjson.JSONDecodeError:
             entries = [self._decode(sid, seq, d) for seq, (d,) in enumerate(data)]  # names the bad one
-        snapshot = None
-        if snap is not None:
-            try:
-                snapshot = loads(snap)
-            except orjson.JSONDecodeError as exc:
-                raise CorruptStateError(
-                    f"{self.path}: the snapshot of State {sid!r} is not JSON: {exc}"
-                ) from None
-            if not isinstance(snapshot, dict):
-                raise CorruptStateError(f"{self.path}: the snapshot of State {sid!r} is not a JSON object")
-        return Record(entries, snapshot)
+        return Record(entries, decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}"))
 
     def _list_once(self) -> tuple[list[SavedState], list[str]]:
         if self._absent():
@@ -378,7 +368,7 @@ class SQLiteStore(Backend):
             cache[row] = _saved_state(row) if item is None else item
         conns.listed = cache
         listing = list(cache.values())
-        skipped = [f"statekeep: State {sid!r} left out of the listing: {why}" for sid, why in unlisted]
+        skipped = [left_out(sid, why) for sid, why in unlisted]
         return listing, skipped
 
     def _absent(self) -> bool:
