@@ -6,7 +6,6 @@ import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import unquote, urlsplit
 
 import click
 
@@ -26,25 +25,14 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _open(url: str) -> Store:
     """Open an existing store; the commands that read never create one."""
-    local = _local_path(url)
-    if local is not None and not local.exists():
-        _fail(f"no store at {url!r} ({local} does not exist); pass --store or run 'statekeep demo' first")
     try:
-        return open_store(url)
+        store = open_store(url)
     except (ValueError, ImportError) as exc:
         _fail(str(exc), 2)
-
-
-def _local_path(url: str) -> Path | None:
-    """The file or folder a local store URL names (None for servers and memory)."""
-    if "://" not in url:
-        return Path(url)
-    scheme, rest = url.split("://", 1)
-    if scheme.lower() == "file":
-        return Path(unquote(urlsplit(url).path))
-    if scheme.lower() == "sqlite" and rest.startswith("/"):
-        return Path(unquote(rest[1:]))
-    return None
+    local = getattr(store, "path", None)  # FileStore and SQLiteStore: a folder or a file
+    if isinstance(local, Path) and not local.exists():
+        _fail(f"no store at {url!r} ({local} does not exist); pass --store or run 'statekeep demo' first")
+    return store
 
 
 def _state_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
