@@ -707,3 +707,136 @@ def test_a_write_that_adds_no_entry_keeps_the_store_appending(
     store.write(SID, first, snapshot(turn=3))  # changes the snapshot, appends nothing
     store.write(SID, then, snapshot(turn=4))  # continues (or overlaps) the 3 entries
     assert FileStore(tmp_path).read(SID) == Record(entries(0, 4), snapshot(turn=4))
+
+
+# -- an acknowledged write never covers bytes that are not durable --------------------
+
+
+class DiskIO(FaultIO):
+    """FaultIO that also models how much of a log is on disk, as Linux behaves.
+
+    A successful fsync makes what was written durable. A failed one may drop the dirty
+    pages and mark them clean, so a later fsync succeeds without them (fsyncgate); only
+    cutting them off and writing the bytes again makes them durable.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.durable: dict[str, int] = {}  # path: bytes from the start that are on disk
+        self.lost: dict[str, int] = {}  # path: where the dropped pages start
+
+    def watch(self, path: Path) -> None:
+        """Model ``path`` from now on; what it holds now is on disk."""
+        self.durable[str(path)] = path.stat().st_size
+
+    def fsync(self, fd: int) -> None:
+        path = fd_path(fd)
+        try:
+            super().fsync(fd)
+        except OSError:
+            if path in self.durable:
+                self.lost[path] = min(self.lost.get(path, self.durable[path]), self.durable[path])
+            raise
+        if path in self.durable:
+            size = os.fstat(fd).st_size
+            self.durable[path] = min(size, self.lost.get(path, size))
+
+    def truncate(self, fd: int, size: int) -> None:
+        path = fd_path(fd)
+        super().truncate(fd, size)
+        if path in self.durable:
+            self.durable[path] = min(self.durable[path], size)
+            if self.lost.get(path, size) >= size:
+                self.lost.pop(path, None)
+
+
+def assert_log_durable(io: DiskIO, root: Path) -> None:
+    log = root / SID / "log.jsonl"
+    assert io.durable[str(log)] == log.stat().st_size, "the write returned with log bytes not durable"
+
+
+DIES_BEFORE_FSYNC = """
+import os, signal, sys
+from statekeep import FileStore
+from statekeep.fsio import OsIO
+from tests.test_faults import NEW_ENTRIES, NEW_SNAPSHOT
+
+class DiesBeforeFsync(OsIO):
+    def fsync(self, fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/log.jsonl"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().fsync(fd)
+
+FileStore(sys.argv[1], io=DiesBeforeFsync()).write("s", NEW_ENTRIES, NEW_SNAPSHOT)
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
+def test_resending_the_write_of_a_writer_that_died_before_its_fsync_makes_it_durable(
+    tmp_path: Path, warm: bool
+) -> None:
+    io = DiskIO()
+    store = FileStore(tmp_path, io=io)
+    before = make_old(tmp_path, store if warm else None)
+    log = tmp_path / SID / "log.jsonl"
+    io.watch(log)
+    # Writer A, another process, appends the write and dies before its fsync.
+    done = subprocess.run([sys.executable, "-c", DIES_BEFORE_FSYNC, str(tmp_path)], cwd=REPO)
+    assert done.returncode == -9
+    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    # Writer B sends the same write again: every entry is skipped as stored.
+    append_new(store)
+    assert_log_durable(io, tmp_path)
+    assert_new(tmp_path)
+
+
+def test_a_write_covering_only_what_this_store_synced_does_not_fsync_the_log_again(tmp_path: Path) -> None:
+    io = FaultIO()
+    store = FileStore(tmp_path, io=io)
+    make_old(tmp_path, store)
+    append_new(store)
+    io.calls.clear()
+    append_new(store)  # sent again: nothing new, and the log is durable as this store left it
+    store.write(SID, [], snapshot("later", turn=5))
+    assert ("fsync", str(tmp_path / SID / "log.jsonl")) not in io.calls
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
+def test_an_append_whose_fsync_and_undo_failed_is_cut_off_before_the_next_write(
+    tmp_path: Path, warm: bool
+) -> None:
+    io = DiskIO()
+    store = FileStore(tmp_path, io=io)
+    before = make_old(tmp_path, store if warm else None)
+    log = tmp_path / SID / "log.jsonl"
+    io.watch(log)
+    io.faults = [Fault("fsync", named("/log.jsonl")), Fault("truncate", named("/log.jsonl"))]
+    with pytest.raises(OSError) as info:
+        append_new(store)
+    # The lines stay (the undo failed) and their pages may be gone from the disk: a second
+    # fsync would report success without them.
+    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    io.heal()
+    append_new(store)
+    assert_log_durable(io, tmp_path)
+    assert_new(tmp_path)
+    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    # The error said that the undo failed too.
+    assert any("undoing this append failed too" in note for note in info.value.__notes__)
+
+
+@pytest.mark.parametrize("other", ["appends", "resends"])
+def test_a_failed_undo_is_never_finished_over_another_writers_work(tmp_path: Path, other: str) -> None:
+    io = FaultIO()
+    store = FileStore(tmp_path, io=io)
+    make_old(tmp_path, store)
+    io.faults = [Fault("fsync", named("/log.jsonl")), Fault("truncate", named("/log.jsonl"))]
+    with pytest.raises(OSError):
+        append_new(store)
+    io.heal()
+    # Before this store writes again, another writer builds on what the failed write left.
+    more = NEW_ENTRIES + (entries(5, 1) if other == "appends" else [])
+    FileStore(tmp_path).write(SID, more, snapshot("other", turn=5))
+    store.write(SID, entries(len(OLD.entries) + len(more), 1), None)
+    expected = OLD.entries + more + entries(len(OLD.entries) + len(more), 1)
+    assert FileStore(tmp_path).read(SID) == Record(expected, snapshot("other", turn=5))

@@ -51,6 +51,8 @@ _FILE_READ = os.O_RDONLY | os.O_NOFOLLOW
 class _Tail:
     """What this process last knew of a log: where it ended and the seq that comes next.
 
+    The first ``size`` bytes are durable: this process fsync'd the log up to there (or
+    found it so), so a write covering no more than them needs no fsync of the log.
     Checked before use against ``fstat`` and the log's last bytes: a log deleted and made
     again by another process can have the same inode number (ext4 reuses them) and size.
     """
@@ -87,6 +89,7 @@ class _Append:
     size: int = 0  # the log's size before this write
     next_seq: int = 0  # the seq after the log's last entry once this write is in
     new: bytes = b""
+    sync_log: bool = False  # the log holds bytes not known durable: fsync it
     appended: bool = False
     published: bool = False
     error: BaseException | None = None
@@ -104,11 +107,15 @@ class FileStore(Backend):
     """Saves each State in its own folder under ``path``: ``log.jsonl`` + ``snapshot.json``.
 
     Durable on return: when ``write``/``awrite`` returns, the new entries and the snapshot
-    are on disk (file and folder fsync'd) and survive a crash or power cut. If an append
-    raises OSError (disk full, I/O error), the log is left as it was before it; send the
-    same write again once the cause is fixed. If a create raises OSError, the State may or
-    may not exist: send the same write with ``create=False`` (it skips what is stored), and
-    with ``create=True`` only if that raises LookupError (``Store.save`` does this).
+    are on disk (file and folder fsync'd) and survive a crash or power cut, and so are
+    the entries it skipped as already stored (another writer may have appended them and
+    died before its fsync: the log is fsync'd again unless this process knows it durable).
+    If an append raises OSError (disk full, I/O error), the log is left as it was before
+    it (if even that fails, this process's next write to the State cuts it back first);
+    send the same write again once the cause is fixed. If a create raises OSError, the
+    State may or may not exist: send the same write with ``create=False`` (it skips what
+    is stored), and with ``create=True`` only if that raises LookupError (``Store.save``
+    does this).
 
     After a crash, a partly written last line is ignored on read and cut before the next
     append; a damaged line followed by good ones raises :class:`CorruptStateError` naming
@@ -126,6 +133,7 @@ class FileStore(Backend):
         self._key = os.path.realpath(self.path)
         self._io = io or OsIO()
         self._tails: dict[str, _Tail] = {}
+        self._doubts: dict[str, _Doubt] = {}
         self._swept = False
         self._batches = GroupCommit(lambda writes: self._commit(writes))  # late-bound: wrappable
 
@@ -217,13 +225,17 @@ class FileStore(Backend):
         if not _still_named(root, sid, folder):  # type: ignore[arg-type]
             raise missing_error(sid)  # deleted while we waited for the lock
         item.log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
-        item.size, next_seq = self._tail(item.log, sid)
+        self._settle_doubt(folder, item.log, sid)
+        item.size, next_seq, durable = self._tail(item.log, sid)
         skip = plan_append(write, next_seq)
         item.next_seq = next_seq + len(write.lines) - skip
         if skip:
             stored = self._scan(item.log, sid).entries[write.first_seq : write.first_seq + skip]
             check_overlap(write, stored)
         item.new = b"".join(write.lines[skip:])
+        # Never acknowledge bytes nobody made durable: entries skipped as stored may be
+        # the append of a writer that died before its fsync.
+        item.sync_log = bool(item.new) or not durable
         if item.new:
             item.appended = True
             io.write_all(item.log, item.new)
@@ -239,7 +251,7 @@ class FileStore(Backend):
         and fsync the folder. ``helped``: may hand the snapshot's fsync to a helper thread
         (only off the helper pool itself, whose jobs must never wait on each other)."""
         io = self._io
-        if helped and item.new and item.tmp >= 0:
+        if helped and item.sync_log and item.tmp >= 0:
             # Both at once: concurrent fsyncs share the journal commit.
             job = owner().aux.submit(io.fsync, item.tmp)
             try:
@@ -248,7 +260,7 @@ class FileStore(Backend):
                 job.exception()  # the file closes after this: never leave its fsync running
             job.result()
         else:
-            if item.new:
+            if item.sync_log:
                 io.fsync(item.log)
             if item.tmp >= 0:
                 io.fsync(item.tmp)
@@ -266,23 +278,54 @@ class FileStore(Backend):
         if item.tmp >= 0:
             _quietly(lambda: self._io.unlink(SNAPSHOT_TMP, dir_fd=item.folder))
         if item.appended:
-            self._undo_append(item.log, item.size)
+            self._undo_append(item)
 
-    def _undo_append(self, log: int, size: int) -> None:
-        """Cut the log back to ``size`` after a failed append; the original error follows."""
-        _quietly(lambda: (self._io.truncate(log, size), self._io.fsync(log)))
+    def _undo_append(self, item: _Append) -> None:
+        """Cut the log back to its size before a failed append; the original error follows.
 
-    def _tail(self, log: int, sid: str) -> tuple[int, int]:
-        """(size, next seq) of the log, from the cache when the file did not change.
+        If that fails too, the log may keep (part of) the write, never made durable, and
+        after a failed fsync another fsync may report success without it (fsyncgate): so
+        this process's next write to the State cuts it off first (:meth:`_settle_doubt`).
+        """
+        io = self._io
+        try:
+            io.truncate(item.log, item.size)
+            io.fsync(item.log)
+        except OSError as exc:
+            if item.error is not None:
+                item.error.add_note(f"statekeep: undoing this append failed too: {exc}")
+            try:
+                self._doubts[item.write.state_id] = _Doubt(
+                    _Tail.of(item.log, 0), _snapshot_id(item.folder), item.size
+                )
+            except OSError:
+                pass  # the next write then scans the log whole and fsyncs it
 
-        A torn tail left by a crashed writer is cut here, before anything is appended.
+    def _settle_doubt(self, folder: int, log: int, sid: str) -> None:
+        """Finish an undo of this process that failed: cut the log back, unless someone
+        wrote to the State since (then it is theirs: it is scanned whole and fsync'd)."""
+        doubt = self._doubts.get(sid)
+        if doubt is None:
+            return
+        st = os.fstat(log)
+        left = doubt.left
+        if left.holds_in(log, st) and st.st_size == left.size and _snapshot_id(folder) == doubt.snapshot:
+            self._io.truncate(log, doubt.cut_to)
+            self._io.fsync(log)
+        del self._doubts[sid]
+
+    def _tail(self, log: int, sid: str) -> tuple[int, int, bool]:
+        """(size, next seq, durable) of the log, from the cache when the file did not change.
+
+        ``durable``: the log is known durable up to its end. A torn tail left by a crashed
+        writer is cut here, before anything is appended.
         """
         st = os.fstat(log)
         known = self._tails.get(sid)
         if known is not None and not known.holds_in(log, st):
             known = None  # replaced or cut by someone else: scan it whole
         if known is not None and st.st_size == known.size:
-            return known.size, known.next_seq
+            return known.size, known.next_seq, True
         if known is not None:
             # Another process appended: read only what it added.
             data = os.pread(log, st.st_size - known.size, known.size)
@@ -296,7 +339,8 @@ class FileStore(Backend):
         if end < st.st_size:
             self._io.truncate(log, end)
             self._io.fsync(log)
-        return end, scan.next_seq
+            return end, scan.next_seq, True  # that fsync made the rest durable too
+        return end, scan.next_seq, False
 
     def _scan(self, log: int, sid: str) -> LogScan:
         os.lseek(log, 0, os.SEEK_SET)
@@ -561,6 +605,24 @@ def _close_inherited_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
+@dataclass(frozen=True, slots=True)
+class _Doubt:
+    """A log whose undo failed: it may hold bytes of a failed append past ``cut_to``."""
+
+    left: _Tail  # the log as the failed write left it
+    snapshot: tuple[int, int, int] | None  # and the snapshot file (see _snapshot_id)
+    cut_to: int  # the log's size before that append
+
+
+def _snapshot_id(folder: int) -> tuple[int, int, int] | None:
+    """The snapshot file's identity and mtime: a write replaces it with a new file."""
+    try:
+        st = os.stat(SNAPSHOT, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 _CHECK_BYTES = 4096
