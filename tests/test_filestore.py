@@ -313,3 +313,43 @@ async def test_many_states_written_at_once_share_commits_without_wedging(tmp_pat
     fresh = FileStore(tmp_path)
     for sid in ids:
         assert fresh.read(sid) == Record(entries(0, 3), snapshot(turn=2))
+
+
+APPEND_ALL_AT_ONCE = """
+import asyncio, resource, sys
+from statekeep import FileStore
+from tests.conftest import entries, snapshot
+
+root, count, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+store = FileStore(root)
+
+async def main() -> list[BaseException]:
+    results = await asyncio.gather(
+        *(store.awrite(f"s{i}", entries(1, 1), snapshot(turn=1)) for i in range(count)),
+        return_exceptions=True,
+    )
+    return [r for r in results if r is not None]
+
+failed = asyncio.run(main())
+print(f"{len(failed)} of {count} writes failed: {failed[:3]}")
+sys.exit(1 if failed else 0)
+"""
+
+
+def test_many_appends_at_once_stay_within_the_descriptor_limit(tmp_path: Path) -> None:
+    # Each staged append holds three descriptors: 200 in one batch would need 600.
+    count, limit = 200, 100
+    setup = FileStore(tmp_path)
+    for i in range(count):
+        setup.write(f"s{i}", entries(0, 1), snapshot(), create=True)
+    done = subprocess.run(
+        [sys.executable, "-c", APPEND_ALL_AT_ONCE, str(tmp_path), str(count), str(limit)],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    fresh = FileStore(tmp_path)
+    for i in range(count):
+        assert fresh.read(f"s{i}") == Record(entries(0, 2), snapshot(turn=1))

@@ -21,8 +21,13 @@ class GroupCommit(Generic[T]):
     """The queue of one store in one process; it starts over after a fork."""
 
     def __init__(
-        self, commit: Callable[[list[T]], list[BaseException | None]], *, max_batch: int | None = None
+        self,
+        commit: Callable[[list[T]], list[BaseException | None]],
+        *,
+        max_batch: int | Callable[[], int] | None = None,
     ) -> None:
+        """``max_batch``: most operations per commit (None: no cap), or a function that
+        gives it when each batch is cut (for a cap that follows a limit that may change)."""
         self._commit = commit  # blocking: returns each operation's error, or None
         self._max = max_batch
         self._owner: object = None
@@ -48,7 +53,8 @@ class GroupCommit(Generic[T]):
     async def _flush(self) -> None:
         try:
             while self.queue:
-                cut = len(self.queue) if self._max is None else self._max
+                cap = self._max() if callable(self._max) else self._max
+                cut = len(self.queue) if cap is None else max(1, cap)
                 batch, self.queue = self.queue[:cut], self.queue[cut:]
                 try:
                     errors = await owner().io.run(self._commit, [item for item, _ in batch])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import resource
 import secrets
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
@@ -135,7 +136,8 @@ class FileStore(Backend):
         self._tails: dict[str, _Tail] = {}
         self._doubts: dict[str, _Doubt] = {}
         self._swept = False
-        self._batches = GroupCommit(lambda writes: self._commit(writes))  # late-bound: wrappable
+        # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
+        self._batches = GroupCommit(lambda writes: self._commit(writes), max_batch=_batch_cap)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.path)!r})"
@@ -605,6 +607,21 @@ def _close_inherited_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
+# A staged write holds three descriptors (folder, log, snapshot's temporary file) until its
+# batch is done. A batch uses at most a quarter of the process's limit: the rest stays
+# free for everything else it has open (sockets, other stores, reads, creates).
+_FDS_PER_WRITE = 3
+_FDS_SHARE = 4
+
+
+def _batch_cap() -> int:
+    """Most appends one group commit stages at once, from the descriptor limit now."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        soft = 1 << 20
+    return max(1, soft // _FDS_SHARE // _FDS_PER_WRITE)
 
 
 @dataclass(frozen=True, slots=True)
