@@ -416,17 +416,19 @@ class FileStore(Backend):
             return None
         try:
             folder = self._open_state(root, sid)
+            if folder is None:
+                return None
+            try:
+                # Snapshot first: it is written after the entries, so it never covers
+                # entries this read does not see.
+                snapshot = self._read_file(folder, sid, SNAPSHOT)
+                log = self._read_file(folder, sid, LOG)
+                if (snapshot is None or log is None) and not _still_named(root, sid, folder):
+                    return None  # deleted meanwhile: renamed away, then its files removed
+            finally:
+                os.close(folder)
         finally:
             os.close(root)
-        if folder is None:
-            return None
-        try:
-            # Snapshot first: it is written after the entries, so it never covers
-            # entries this read does not see.
-            snapshot = self._read_file(folder, sid, SNAPSHOT)
-            log = self._read_file(folder, sid, LOG)
-        finally:
-            os.close(folder)
         if log is None:
             raise CorruptStateError(f"{self._where(sid, LOG)} is missing")
         return lambda: Record(
