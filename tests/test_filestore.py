@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -424,3 +425,48 @@ def test_a_read_racing_a_delete_sees_the_state_whole_or_gone(
         else:
             assert [r.id for r in store.list()] == (["s"] if sees_snapshot else [])
     assert io.fired
+
+
+def saved_finished_state(root: Path) -> tuple[State, bytes]:
+    """A finished State saved in ``root`` (its snapshot says seq 2, finished), and its log."""
+    state = State("task", id="a")
+    state.add_user("hello")
+    state.finish("done")  # seq 2, the stop entry
+    FileStore(root).save(state)
+    assert state.snapshot()["seq"] == 2 and state.finished
+    return state, (root / "a" / "log.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["last-line-cut-short", "last-line-gone"])
+def test_a_snapshot_ahead_of_the_log_is_corruption(tmp_path: Path, damage: str) -> None:
+    _, data = saved_finished_state(tmp_path)
+    log = tmp_path / "a" / "log.jsonl"
+    last = data.rstrip(b"\n").rfind(b"\n") + 1  # where the stop entry's line starts
+    damaged = data[:-10] if damage == "last-line-cut-short" else data[:last]
+    log.write_bytes(damaged)
+    cut = f", and its last line (from byte {last}) is cut short" if damage == "last-line-cut-short" else ""
+    message = re.escape(
+        f"{tmp_path / 'a' / 'snapshot.json'} covers the history up to seq 2, but {log} holds "
+        f"entries up to seq 1 only{cut}: the saved entries with seq 2 are missing"
+    )
+    store = FileStore(tmp_path)
+    with pytest.raises(CorruptStateError, match=message):
+        store.read("a")
+    with pytest.raises(CorruptStateError, match=message):
+        store.load("a")
+    if damage == "last-line-cut-short":
+        # An append must not cut the damaged line as if a crash had torn it.
+        with pytest.raises(CorruptStateError, match=message):
+            store.write("a", [{"seq": 2, "kind": "user", "text": "more"}], None)
+    assert log.read_bytes() == damaged
+
+
+def test_a_line_torn_by_a_crash_after_the_snapshot_is_no_corruption(tmp_path: Path) -> None:
+    state, _ = saved_finished_state(tmp_path)
+    # A writer died while appending seq 3: its snapshot was never written.
+    append_raw(tmp_path, "a", b'{"seq":3,"kind":"us')
+    store = FileStore(tmp_path)
+    assert store.read("a").entries == state.history
+    assert store.load("a") == state
+    store.write("a", [{"seq": 3, "kind": "error", "at": state.updated_at, "message": "x"}], None)
+    assert FileStore(tmp_path).read("a").entries[-1]["seq"] == 3

@@ -120,7 +120,8 @@ class FileStore(Backend):
 
     After a crash, a partly written last line is ignored on read and cut before the next
     append; a damaged line followed by good ones raises :class:`CorruptStateError` naming
-    the file and line.
+    the file and line, and so does a log that lacks entries its State's snapshot covers
+    (the snapshot's ``seq``): a read, and a write, report it rather than drop them.
 
     ``delete``/``adelete`` is durable on return too: the State's folder was renamed away
     and the store's folder fsync'd before its files are removed.
@@ -228,7 +229,7 @@ class FileStore(Backend):
             raise missing_error(sid)  # deleted while we waited for the lock
         item.log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
         self._settle_doubt(folder, item.log, sid)
-        item.size, next_seq, durable = self._tail(item.log, sid)
+        item.size, next_seq, durable = self._tail(folder, item.log, sid)
         skip = plan_append(write, next_seq)
         item.next_seq = next_seq + len(write.lines) - skip
         if skip:
@@ -316,11 +317,11 @@ class FileStore(Backend):
             self._io.fsync(log)
         del self._doubts[sid]
 
-    def _tail(self, log: int, sid: str) -> tuple[int, int, bool]:
+    def _tail(self, folder: int, log: int, sid: str) -> tuple[int, int, bool]:
         """(size, next seq, durable) of the log, from the cache when the file did not change.
 
         ``durable``: the log is known durable up to its end. A torn tail left by a crashed
-        writer is cut here, before anything is appended.
+        writer is cut here, before anything is appended, unless the snapshot covers it.
         """
         st = os.fstat(log)
         known = self._tails.get(sid)
@@ -339,6 +340,13 @@ class FileStore(Backend):
             scan = self._scan(log, sid)
             end = scan.end
         if end < st.st_size:
+            # A crash never leaves a torn line that the snapshot covers: damage does, and
+            # cutting it would drop acknowledged entries without a word.
+            try:
+                snapshot = self._read_snapshot(folder, sid)
+            except CorruptStateError:
+                snapshot = None  # damaged itself: this write may replace it
+            self._check_covered(sid, snapshot, scan.next_seq, end)
             self._io.truncate(log, end)
             self._io.fsync(log)
             return end, scan.next_seq, True  # that fsync made the rest durable too
@@ -431,9 +439,35 @@ class FileStore(Backend):
             os.close(root)
         if log is None:
             raise CorruptStateError(f"{self._where(sid, LOG)} is missing")
-        return lambda: Record(
-            scan_log(log, name=self._where(sid, LOG)).entries,
-            decode_snapshot(snapshot, self._where(sid, SNAPSHOT)),
+        return lambda: self._parse(sid, log, snapshot)
+
+    def _parse(self, sid: str, log: bytes, raw_snapshot: bytes | None) -> Record:
+        scan = scan_log(log, name=self._where(sid, LOG))
+        snapshot = decode_snapshot(raw_snapshot, self._where(sid, SNAPSHOT))
+        self._check_covered(sid, snapshot, scan.next_seq, scan.end if scan.torn else None)
+        return Record(scan.entries, snapshot)
+
+    def _check_covered(
+        self, sid: str, snapshot: dict[str, Any] | None, next_seq: int, torn_at: int | None
+    ) -> None:
+        """Raise CorruptStateError if a State's snapshot covers entries the log lacks.
+
+        The snapshot is written after its entries are durable, so only damage puts it
+        ahead of the log. ``torn_at``: where the log's unreadable last line starts.
+        """
+        if snapshot is None or type(snapshot.get("v")) is not int:
+            return  # not a State's snapshot: its "seq", if any, is not ours to read
+        seq = snapshot.get("seq")
+        if type(seq) is not int or seq < next_seq:
+            return
+        holds = "no entries" if next_seq == 0 else f"entries up to seq {next_seq - 1} only"
+        cut = "" if torn_at is None else f", and its last line (from byte {torn_at}) is cut short"
+        missing = f"seq {seq}" if seq == next_seq else f"seqs {next_seq} to {seq}"
+        raise CorruptStateError(
+            f"{self._where(sid, SNAPSHOT)} covers the history up to seq {seq}, but "
+            f"{self._where(sid, LOG)} holds {holds}{cut}: the saved entries with {missing} "
+            "are missing (the log was damaged after they were saved). Nothing was repaired: "
+            "restore the log from a backup, or move the State's folder aside"
         )
 
     def _read_file(self, folder: int, sid: str, name: str) -> bytes | None:
