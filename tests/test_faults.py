@@ -840,3 +840,39 @@ def test_a_failed_undo_is_never_finished_over_another_writers_work(tmp_path: Pat
     store.write(SID, entries(len(OLD.entries) + len(more), 1), None)
     expected = OLD.entries + more + entries(len(OLD.entries) + len(more), 1)
     assert FileStore(tmp_path).read(SID) == Record(expected, snapshot("other", turn=5))
+
+
+CREATE_DIES_BEFORE_LAST_FSYNC = """
+import os, signal, sys
+from statekeep import FileStore
+from statekeep.fsio import OsIO
+from tests.test_faults import OLD, SID
+
+class DiesBeforeStoreFsync(OsIO):
+    def fsync(self, fd):
+        if os.readlink(f"/proc/self/fd/{fd}") == sys.argv[1]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().fsync(fd)
+
+FileStore(sys.argv[1], io=DiesBeforeStoreFsync()).write(SID, OLD.entries, OLD.snapshot, create=True)
+"""
+
+
+def test_appending_to_a_state_whose_create_died_before_its_last_fsync_makes_it_durable(
+    tmp_path: Path,
+) -> None:
+    FileStore(tmp_path).write("other", [], snapshot(), create=True)  # the store folder exists
+    # A create renames the State's folder into place and dies before the store folder's
+    # fsync: the State may vanish in a power cut.
+    done = subprocess.run([sys.executable, "-c", CREATE_DIES_BEFORE_LAST_FSYNC, str(tmp_path)], cwd=REPO)
+    assert done.returncode == -9
+    assert FileStore(tmp_path).read(SID) == OLD
+    io = FaultIO()
+    store = FileStore(tmp_path, io=io)
+    store.write(SID, OLD.entries, OLD.snapshot)  # sent again as an append: all skipped
+    assert ("fsync", str(tmp_path)) in io.calls, "acknowledged a State whose folder entry may not be durable"
+    # Known durable from then on: the next append does not fsync the store folder again.
+    io.calls.clear()
+    append_new(store)
+    assert ("fsync", str(tmp_path)) not in io.calls
+    assert FileStore(tmp_path).read(SID) == NEW

@@ -91,6 +91,7 @@ class _Append:
     next_seq: int = 0  # the seq after the log's last entry once this write is in
     new: bytes = b""
     sync_log: bool = False  # the log holds bytes not known durable: fsync it
+    sync_root: bool = False  # a State this process never wrote: fsync the store's folder
     appended: bool = False
     published: bool = False
     error: BaseException | None = None
@@ -109,8 +110,9 @@ class FileStore(Backend):
 
     Durable on return: when ``write``/``awrite`` returns, the new entries and the snapshot
     are on disk (file and folder fsync'd) and survive a crash or power cut, and so are
-    the entries it skipped as already stored (another writer may have appended them and
-    died before its fsync: the log is fsync'd again unless this process knows it durable).
+    the entries it skipped as already stored and the State's folder itself (another
+    writer may have appended or created them and died before its fsync: the log, and the
+    store's folder, are fsync'd again unless this process knows them durable).
     If an append raises OSError (disk full, I/O error), the log is left as it was before
     it (if even that fails, this process's next write to the State cuts it back first);
     send the same write again once the cause is fixed. If a create raises OSError, the
@@ -188,7 +190,7 @@ class FileStore(Backend):
                 self._attempt(item, self._stage, root)
             # Then each write finishes on a thread of its own: concurrent fsyncs share the
             # journal commit and the device flush, and no write waits for a slower one.
-            live = [a for a in ordered if a.error is None]
+            live = self._sync_root(root, [a for a in ordered if a.error is None])
             aux = owner().aux
             jobs = [aux.submit(self._attempt, a, self._finish, False) for a in live[1:]]
             if live:
@@ -207,6 +209,22 @@ class FileStore(Backend):
             if root is not None:
                 os.close(root)
         return [a.error for a in items]
+
+    def _sync_root(self, root: int | None, live: list[_Append]) -> list[_Append]:
+        """Fsync the store's folder once if a write is to a State this process never
+        wrote: its create may have died after the rename into place, before that fsync.
+        Returns the writes still live."""
+        if root is None or not any(a.sync_root for a in live):
+            return live
+        try:
+            self._io.fsync(root)
+        except BaseException as exc:
+            for item in live:
+                if item.sync_root:
+                    item.error = exc
+                    self._undo(item)
+            return [a for a in live if a.error is None]
+        return live
 
     def _attempt(self, item: _Append, step: Callable[..., object], *args: object) -> None:
         if item.error is not None:
@@ -228,6 +246,7 @@ class FileStore(Backend):
         if not _still_named(root, sid, folder):  # type: ignore[arg-type]
             raise missing_error(sid)  # deleted while we waited for the lock
         item.log = self._open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
+        item.sync_root = sid not in self._tails
         self._settle_doubt(folder, item.log, sid)
         item.size, next_seq, durable = self._tail(folder, item.log, sid)
         skip = plan_append(write, next_seq)
