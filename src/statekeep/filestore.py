@@ -147,9 +147,9 @@ class FileStore(Backend):
     the path and the fix; ``list`` leaves such a State out with a warning.
 
     On a case-insensitive file system (macOS by default, casefold ext4), ids that differ
-    only in case would share one folder. The store notices this when it marks or opens the
-    folder (``case_insensitive``): an id then finds only a folder spelled exactly as the
-    id, and creating ``Run`` beside ``run`` raises ValueError.
+    only in case would share one folder. The store notices this when it opens a marked
+    folder or marks one (``case_insensitive``): an id then finds only a folder spelled
+    exactly as the id, and creating ``Run`` beside ``run`` raises ValueError.
 
     ``read_only=True`` never writes anything (no folder, marker or clean-up of leftovers);
     its ``write`` and ``delete`` raise RuntimeError. An empty ``path`` is a ValueError
