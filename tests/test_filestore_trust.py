@@ -198,13 +198,21 @@ class SweepMidway(OsIO):
 
     def __init__(self, root: Path, when: str) -> None:
         self.root, self.when = root, when
-        self.seen: list[str] = []
+        self.before: list[str] = []
+        self.after: list[str] = []
+
+    def _leftovers(self) -> list[str]:
+        return sorted(p.name for p in self.root.iterdir() if p.name.startswith((".creating-", ".deleting-")))
 
     def _sweep_now(self) -> None:
-        self.seen = sorted(
-            p.name for p in self.root.iterdir() if p.name.startswith((".creating-", ".deleting-"))
-        )
+        self.before = self._leftovers()
         subprocess.run([sys.executable, "-c", SWEEP, str(self.root)], check=True, cwd=ROOT)
+        self.after = self._leftovers()
+
+    def mkdir(self, name: str, *, dir_fd: int) -> None:
+        super().mkdir(name, dir_fd=dir_fd)
+        if self.when == "made" and name.startswith(".creating-"):
+            self._sweep_now()  # the folder exists, and is not locked yet
 
     def rename(self, src: str, dst: str, *, dir_fd: int) -> None:
         if self.when == "create" and src.startswith(".creating-"):
@@ -217,19 +225,20 @@ class SweepMidway(OsIO):
         super().rmdir(name, dir_fd=dir_fd)
 
 
-def test_a_create_in_progress_is_not_swept_by_another_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["made", "create"])
+def test_a_create_in_progress_is_not_swept_by_another_process(tmp_path: Path, when: str) -> None:
     make_store(tmp_path, "a")
-    io = SweepMidway(tmp_path, "create")
+    io = SweepMidway(tmp_path, when)
     FileStore(tmp_path, io=io).write("b", entries(0, 2), snapshot("b"), create=True)
-    assert len(io.seen) == 1
+    assert len(io.before) == 1 and io.after == io.before
     assert FileStore(tmp_path).read("b") == Record(entries(0, 2), snapshot("b"))
 
 
 def test_a_delete_in_progress_is_not_swept_by_another_process(tmp_path: Path) -> None:
     make_store(tmp_path, "a", "b")
     io = SweepMidway(tmp_path, "delete")
-    FileStore(tmp_path, io=io).delete("b")  # its own rmdir would fail if the sweep took the folder
-    assert len(io.seen) == 1
+    FileStore(tmp_path, io=io).delete("b")
+    assert len(io.before) == 1 and io.after == io.before
     assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER, "a"]
 
 
