@@ -280,6 +280,8 @@ def raw_list_read(root: Path) -> int:
     """List the folder and read every snapshot file (open + read + close), no parsing."""
     total = 0
     for name in os.listdir(root):
+        if name.startswith("."):  # the store marker, not a State (FileStore.list skips these too)
+            continue
         with open(root / name / "snapshot.json", "rb") as f:
             total += len(f.read())
     return total
@@ -289,6 +291,8 @@ def raw_list_parse(root: Path) -> list[dict[str, Any]]:
     """As :func:`raw_list_read`, and decode each snapshot with orjson."""
     rows = []
     for name in os.listdir(root):
+        if name.startswith("."):  # the store marker, not a State (FileStore.list skips these too)
+            continue
         with open(root / name / "snapshot.json", "rb") as f:
             rows.append(orjson.loads(f.read()))
     return rows

@@ -128,7 +128,7 @@ def leftovers(root: Path) -> list[str]:
     """Staging folders (``.creating-*``, ``.deleting-*``) in the store's folder."""
     if not root.exists():
         return []
-    return sorted(p.name for p in root.iterdir() if p.name.startswith("."))
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(".") and p.is_dir())
 
 
 class Expected:
@@ -264,7 +264,7 @@ def test_sigkill_during_create_leaves_all_or_nothing(tmp_path: Path) -> None:
         store = FileStore(root)
         listed = {r.id for r in store.list()}  # the first use also removes the dead writer's leftovers
         assert leftovers(root) == [], f"kill {kill}: staging folders left behind"
-        names = {p.name for p in root.iterdir()} if root.exists() else set()
+        names = {p.name for p in root.iterdir() if not p.name.startswith(".")} if root.exists() else set()
         assert listed == names, "a State folder exists that the listing does not show, or the reverse"
         for i in range(first, first + len(new) + 2):
             sid = f"c{i}"
@@ -320,7 +320,7 @@ def test_sigkill_during_delete_leaves_state_whole_or_gone(tmp_path: Path) -> Non
         fresh = FileStore(root)
         listed = {r.id for r in fresh.list()}
         assert leftovers(root) == [], f"kill {kill}: a dead writer's delete folder was not removed"
-        assert listed == {p.name for p in root.iterdir()}
+        assert listed == {p.name for p in root.iterdir() if not p.name.startswith(".")}
         still = []
         for i in remaining:
             sid = f"c{i}"

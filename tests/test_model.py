@@ -322,7 +322,7 @@ class FileMachine(StoreMachine):
         if not self.path.exists():
             assert not self.model
             return
-        names = sorted(os.listdir(self.path))
+        names = sorted(n for n in os.listdir(self.path) if n != ".statekeep-store")
         assert names == sorted(self.model), names  # no leftover .creating-/.deleting- folders
         for sid in names:
             files = set(os.listdir(self.path / sid))

@@ -17,3 +17,13 @@ class CorruptStateError(ValueError):
     The message names the file (or key) and the place. Nothing is repaired or dropped
     silently: a damaged record followed by good ones needs a person to look at it.
     """
+
+
+class UnsafeStoreError(PermissionError):
+    """A store's folder or file could be changed by another local user, so it is not used.
+
+    Raised by :class:`FileStore` for a store folder, State folder or file that is not owned
+    by the current user, or is writable by group or others (as ssh refuses such keys).
+    The message names the path and the ``chown``/``chmod`` that fixes it. ``list()``
+    leaves such a State out with a warning instead of failing whole.
+    """

@@ -2,16 +2,22 @@
 
 Layout under the store's folder::
 
+    .statekeep-store        the store marker: a JSON object, {"format": 1}
     {id}/log.jsonl          one history entry per line, appended
     {id}/snapshot.json      the snapshot, replaced whole on every write
     {id}/snapshot.json.tmp  the next snapshot while it is being written
     .creating-{pid}-{rand}  a State being created (renamed to {id} when complete)
     .deleting-{pid}-{rand}  a State being deleted (renamed away first)
 
+A ``.creating-``/``.deleting-`` folder is flock'd by the process working on it for as
+long as it exists; a sweep removes only those whose lock is free (their process is gone,
+whatever its pid: pids repeat after a reboot and differ between containers).
+
 Every write is durable when it returns: the appended lines are fsync'd, the new snapshot
 is written to a temporary file that is fsync'd and renamed into place, and the folder is
 fsync'd after the rename. Folders are 0700 and files 0600 whatever the umask; symlinks
-inside the store are refused, never followed. Writers in other processes are kept apart
+inside the store are refused, never followed, and so is a folder or file that another
+user owns or could write (fileroot.check_owner). Writers in other processes are kept apart
 with ``fcntl.flock`` on the State's folder.
 """
 
@@ -32,6 +38,16 @@ from .backend import Backend
 from .batching import GroupCommit
 from .bridge import owner
 from .errors import CorruptStateError
+from .fileroot import (
+    CREATING,
+    DELETING,
+    check_adoptable,
+    check_owner,
+    foreign_files,
+    probe_case,
+    read_marker,
+    write_marker,
+)
 from .fsio import OsIO
 from .ids import validate_id
 from .logframe import LogScan, scan_log
@@ -41,8 +57,6 @@ from .writes import PreparedWrite, check_overlap, exists_error, missing_error, p
 LOG = "log.jsonl"
 SNAPSHOT = "snapshot.json"
 SNAPSHOT_TMP = "snapshot.json.tmp"
-_CREATING = ".creating-"
-_DELETING = ".deleting-"
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _FILE_READ = os.O_RDONLY | os.O_NOFOLLOW
@@ -128,17 +142,51 @@ class FileStore(Backend):
     ``delete``/``adelete`` is durable on return too: the State's folder was renamed away
     and the store's folder fsync'd before its files are removed.
 
-    Several processes may use one folder: writes to one State are serialised with a file
-    lock. The folder is created (0700) on the first write.
+    Several processes on one host may use one folder: writes to one State are serialised
+    with ``fcntl.flock``. One host only: flock is not reliable over network file systems
+    (NFS, SMB), so do not share a FileStore folder between machines.
+
+    The folder is created (0700) on the first write, with a ``.statekeep-store`` marker in
+    it. A folder without the marker is used only if it holds nothing but States (as
+    stores of earlier versions do; it is marked on its first write), else every operation
+    raises ValueError naming what is in it: a mistyped path never becomes a store whose
+    ``delete`` removes your files. ``delete`` also refuses a State folder that holds
+    anything but a State's own files (CorruptStateError).
+
+    The store folder, the State folders and files must be owned by you and not writable
+    by group or others, or :class:`~statekeep.UnsafeStoreError` (a PermissionError) names
+    the path and the fix; ``list`` leaves such a State out with a warning.
+
+    On a case-insensitive file system (macOS by default, casefold ext4), ids that differ
+    only in case would share one folder. The store notices this when it opens a marked
+    folder or marks one (``case_insensitive``): an id then finds only a folder spelled
+    exactly as the id, and creating ``Run`` beside ``run`` raises ValueError.
+
+    ``read_only=True`` never writes anything (no folder, marker or clean-up of leftovers);
+    its ``write`` and ``delete`` raise RuntimeError. An empty ``path`` is a ValueError
+    (use ``"."`` for the current folder).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, io: OsIO | None = None) -> None:
+    case_insensitive: bool = False
+    """Does the store's folder treat ``run`` and ``RUN`` as one name? Known once opened."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, io: OsIO | None = None, read_only: bool = False
+    ) -> None:
+        if not os.fspath(path):
+            raise ValueError(
+                "a FileStore needs a folder path, got an empty one; use '.' for the current folder"
+            )
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
         self._io = io or OsIO()
+        self._read_only = read_only
         self._tails: dict[str, _Tail] = {}
         self._doubts: dict[str, _Doubt] = {}
         self._swept = False
+        self._checked = False  # the marker read, or the folder found to hold only States
+        self._marked = False
+        self._spelling: dict[str, tuple[int, int]] = {}  # case-insensitive folders: id -> folder
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches = GroupCommit(lambda writes: self._commit(writes), max_batch=_batch_cap)
 
@@ -184,7 +232,7 @@ class FileStore(Backend):
         items = [_Append(w) for w in writes]
         # Folder locks are taken in id order, the same in every process: no deadlock.
         ordered = sorted(items, key=lambda a: a.write.state_id)
-        root = self._open_root(create=False)
+        root = self._open_root(create=False, writing=True)
         try:
             for item in ordered:
                 self._attempt(item, self._stage, root)
@@ -386,11 +434,10 @@ class FileStore(Backend):
     def _create(self, root: int, write: PreparedWrite) -> None:
         io, sid = self._io, write.state_id
         if _exists(root, sid):
-            raise exists_error(sid)
-        staging = f"{_CREATING}{os.getpid()}-{secrets.token_hex(6)}"
-        io.mkdir(staging, dir_fd=root)
+            raise self._exists_error(root, sid)
+        staging = f"{CREATING}{os.getpid()}-{secrets.token_hex(6)}"
+        folder = self._make_staging(root, staging)
         try:
-            folder = self._open_in(root, sid, staging, _DIR)
             try:
                 pending = None
                 if write.snapshot is not None:
@@ -408,19 +455,48 @@ class FileStore(Backend):
                     if pending is not None:
                         pending.result()
                 io.fsync(folder)
-            finally:
-                os.close(folder)
-            try:
-                io.rename(staging, sid, dir_fd=root)
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise exists_error(sid) from None
+                try:
+                    io.rename(staging, sid, dir_fd=root)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise self._exists_error(root, sid) from None
+                    raise
+            except BaseException:
+                _quietly(lambda: _remove_tree(io, root, staging))
                 raise
-        except BaseException:
-            _quietly(lambda: _remove_tree(io, root, staging))
-            raise
+        finally:
+            _unlock(folder)  # only now: a staging folder whose lock is free is a leftover
         io.fsync(root)
         self._tails[sid] = tail
+
+    def _make_staging(self, root: int, staging: str) -> int:
+        """Make the staging folder and return it opened and locked.
+
+        The store's folder is share-locked meanwhile: a sweep takes that lock exclusively,
+        so it never sees a staging folder that exists but is not locked yet.
+        """
+        _hold(root, fcntl.LOCK_SH)
+        try:
+            self._io.mkdir(staging, dir_fd=root)
+            try:
+                folder = self._open_in(root, staging, staging, _DIR)
+            except BaseException:
+                _quietly(lambda: self._io.rmdir(staging, dir_fd=root))
+                raise
+            _lock(folder)
+            return folder
+        finally:
+            _release(root)
+
+    def _exists_error(self, root: int, sid: str) -> ValueError:
+        if self.case_insensitive:
+            twin = next((n for n in os.listdir(root) if n.lower() == sid.lower() and n != sid), None)
+            if twin is not None:
+                return ValueError(
+                    f"State id {sid!r} differs only in case from {twin!r}, which {self.path} holds; "
+                    "on this case-insensitive file system both would be one folder. Use another id"
+                )
+        return exists_error(sid)
 
     def _write_file(self, folder: int, name: str, data: bytes) -> None:
         """Write ``name`` whole (created 0600, truncated) and fsync it."""
@@ -519,8 +595,9 @@ class FileStore(Backend):
                 try:
                     if is_link:
                         raise CorruptStateError(f"{self._where(name)} is a symbolic link; not followed")
-                    folder = self._open_state(root, name)
-                    if folder is None:
+                    try:  # named as scandir found it: spelled as stored
+                        folder = self._open_in(root, name, name, _DIR)
+                    except FileNotFoundError:
                         continue  # deleted meanwhile
                     try:
                         snapshot = self._read_snapshot(folder, name)
@@ -537,7 +614,7 @@ class FileStore(Backend):
     # -- delete ---------------------------------------------------------------------
 
     def _delete_sync(self, sid: str) -> None:
-        root = self._open_root(create=False)
+        root = self._open_root(create=False, writing=True)
         if root is None:
             return
         io = self._io
@@ -549,21 +626,35 @@ class FileStore(Backend):
             try:
                 if not _still_named(root, sid, folder):
                     return
-                trash = f"{_DELETING}{os.getpid()}-{secrets.token_hex(6)}"
+                strangers = foreign_files(folder)
+                if strangers:
+                    raise CorruptStateError(
+                        f"{self._where(sid)} holds {', '.join(map(repr, strangers))}, which are not a "
+                        "State's files; it is not deleted. Move them out, or remove the folder yourself"
+                    )
+                trash = f"{DELETING}{os.getpid()}-{secrets.token_hex(6)}"
                 io.rename(sid, trash, dir_fd=root)  # the atomic point: the State is gone
                 self._tails.pop(sid, None)
                 io.fsync(root)
+                # A failure from here leaves a leftover; the lock held until it is removed
+                # tells a sweep whether its deleter is still at work.
+                _quietly(lambda: _remove_tree(io, root, trash))
             finally:
                 _unlock(folder)
-            # A failure from here leaves a leftover that the next start removes.
-            _quietly(lambda: _remove_tree(io, root, trash))
         finally:
             os.close(root)
 
     # -- folders --------------------------------------------------------------------
 
-    def _open_root(self, *, create: bool) -> int | None:
-        """Open the store's folder; create it (0700, durably) if asked. None if absent."""
+    def _open_root(self, *, create: bool, writing: bool = False) -> int | None:
+        """Open the store's folder, checked; None if absent.
+
+        ``create``: make the folder (0700, durably) if it is missing. ``create`` or
+        ``writing``: mark the folder as a store if it is not yet.
+        """
+        writing = writing or create
+        if writing and self._read_only:
+            raise RuntimeError(f"{self!r} was opened with read_only=True; open it without to write")
         try:
             root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -571,10 +662,34 @@ class FileStore(Backend):
                 return None
             self._make_root()
             root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        if not self._swept:
+        try:
+            check_owner(root, self.path)
+            if not self._checked:
+                self._check_root(root)
+            if writing and not self._marked:
+                write_marker(self._io, root)
+                self._marked = True
+                self.case_insensitive = self._probe_case(root)
+        except BaseException:
+            os.close(root)
+            raise
+        if not self._swept and not self._read_only:
             self._swept = True
             _quietly(lambda: self._sweep(root))
         return root
+
+    def _check_root(self, root: int) -> None:
+        """Once per instance: the marker is ours, or the folder holds only States."""
+        marker = read_marker(self._io, root, str(self.path))
+        if marker is None:
+            check_adoptable(root, str(self.path))
+        else:
+            self._marked = True
+            self.case_insensitive = self._probe_case(root)
+        self._checked = True
+
+    def _probe_case(self, root: int) -> bool:
+        return probe_case(root)
 
     def _make_root(self) -> None:
         missing = []
@@ -595,31 +710,66 @@ class FileStore(Backend):
                 os.close(parent)
 
     def _sweep(self, root: int) -> None:
-        """Remove what crashed creates and deletes left behind (their process is gone)."""
-        with os.scandir(root) as it:
-            names = [e.name for e in it if e.name.startswith((_CREATING, _DELETING))]
-        for name in names:
-            pid = name.split("-")[1] if name.count("-") >= 2 else ""
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                _quietly(lambda name=name: _remove_tree(self._io, root, name))
+        """Remove what crashed creates and deletes left behind: folders whose lock is free."""
+        if not _hold(root, fcntl.LOCK_EX | fcntl.LOCK_NB):
+            self._swept = False  # a create is making its folder: the next operation sweeps
+            return
+        try:
+            with os.scandir(root) as it:
+                names = [e.name for e in it if e.name.startswith((CREATING, DELETING))]
+            for name in names:
+                try:
+                    folder = os.open(name, _DIR | os.O_CLOEXEC, dir_fd=root)
+                except OSError:
+                    continue
+                _locked.add(folder)
+                try:
+                    if _try_lock(folder):  # else its process is still at work
+                        _quietly(lambda name=name: _remove_tree(self._io, root, name))
+                finally:
+                    _unlock(folder)
+        finally:
+            _release(root)
 
     def _open_state(self, root: int, sid: str) -> int | None:
         try:
-            return self._open_in(root, sid, sid, _DIR)
+            folder = self._open_in(root, sid, sid, _DIR)
         except FileNotFoundError:
             return None
+        if self.case_insensitive and not self._spelled(root, sid, folder):
+            os.close(folder)
+            return None  # the folder of an id spelled in another case
+        return folder
+
+    def _spelled(self, root: int, sid: str, folder: int) -> bool:
+        """On a case-insensitive folder: is ``folder`` named exactly ``sid``?"""
+        st = os.fstat(folder)
+        if self._spelling.get(sid) == (st.st_dev, st.st_ino):
+            return True
+        if sid not in os.listdir(root):
+            return False
+        self._spelling[sid] = (st.st_dev, st.st_ino)
+        return True
 
     def _open_in(self, dir_fd: int, sid: str, name: str, flags: int) -> int:
+        """Open ``name`` in ``dir_fd`` (a State's folder, or the store's for ``name == sid``),
+        never through a link, and refuse it if another user could change it."""
+        where = self._where(sid) if name == sid else self._where(sid, name)
         try:
-            return self._io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
+            fd = self._io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                where = self._where(sid) if name == sid else self._where(sid, name)
                 raise CorruptStateError(
                     f"{where} is a symbolic link or not what statekeep made; "
                     "links inside a store are never followed"
                 ) from None
             raise
+        try:
+            check_owner(fd, where)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def _where(self, sid: str, name: str | None = None) -> str:
         return str(self.path / sid / name) if name else str(self.path / sid)
@@ -640,6 +790,37 @@ def _lock(folder: int) -> None:
         _locked.discard(folder)
         os.close(folder)
         raise
+
+
+def _try_lock(folder: int) -> bool:
+    """Take the lock of a folder already listed in ``_locked`` if it is free."""
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _hold(fd: int, how: int) -> bool:
+    """flock ``fd`` (kept open); False if ``how`` has LOCK_NB and the lock is taken."""
+    _locked.add(fd)
+    try:
+        fcntl.flock(fd, how)
+    except BlockingIOError:
+        _locked.discard(fd)
+        return False
+    except BaseException:
+        _locked.discard(fd)
+        raise
+    return True
+
+
+def _release(fd: int) -> None:
+    """Undo :func:`_hold`; the descriptor stays open."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        _locked.discard(fd)
 
 
 def _unlock(folder: int) -> None:
@@ -737,16 +918,6 @@ def _remove_tree(io: OsIO, root: int, name: str) -> None:
     finally:
         os.close(folder)
     io.rmdir(name, dir_fd=root)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _discard(job: Future[None], cleanup: Callable[[], object]) -> None:

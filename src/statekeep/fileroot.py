@@ -1,0 +1,156 @@
+"""What a FileStore checks before it trusts a folder: owners and modes, and the store marker.
+
+A store folder holds ``.statekeep-store``, a small JSON object statekeep writes when it
+creates the store (or on the first write to a folder of States made before the marker
+existed). A folder without one is used only if everything in it is a State or a
+leftover of statekeep's own, so a mistyped path never turns a project folder into a
+store whose ``delete`` removes the user's files.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from typing import Any
+
+import orjson
+
+from .errors import CorruptStateError, UnsafeStoreError
+from .fsio import OsIO
+from .ids import validate_id
+
+MARKER = ".statekeep-store"
+MARKER_TMP = ".statekeep-store.tmp-"
+MARKER_FORMAT = 1
+STATE_FILES = frozenset({"log.jsonl", "snapshot.json", "snapshot.json.tmp"})
+CREATING = ".creating-"
+DELETING = ".deleting-"
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def check_owner(fd: int, path: object) -> None:
+    """Refuse what another user could change: not owned by us, or writable by group/others.
+
+    As ssh does for its keys: another local user who can write a State's folder or file
+    (or rename the store's States aside) could make us load a history of their choosing.
+    """
+    st = os.fstat(fd)
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise UnsafeStoreError(
+            f"{path} is owned by uid {st.st_uid}, not by you (uid {me}): another user could change "
+            f"what statekeep reads there. Fix: chown {me} '{path}' (or use a store folder of your own)"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        raise UnsafeStoreError(
+            f"{path} is writable by group or others (mode {mode:o}): another user could replace "
+            f"what statekeep reads there. Fix: chmod go-w '{path}'"
+        )
+
+
+def read_marker(io: OsIO, root: int, path: str) -> dict[str, Any] | None:
+    """The store marker's contents, or None if the folder has none."""
+    where = os.path.join(path, MARKER)
+    try:
+        fd = io.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CorruptStateError(f"{where} is a symbolic link; not followed") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptStateError(f"{where} is not a file; statekeep writes its store marker as one")
+        check_owner(fd, where)
+        raw = io.read_all(fd)
+    finally:
+        os.close(fd)
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptStateError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict) or not isinstance(value.get("format"), int):
+        raise CorruptStateError(f"{where} is not a JSON object with a 'format' number")
+    return value
+
+
+def write_marker(io: OsIO, root: int) -> None:
+    """Write the marker durably: a temporary file (0600) fsync'd, renamed, folder fsync'd."""
+    tmp = f"{MARKER_TMP}{secrets.token_hex(6)}"
+    fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=root)
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            io.write_all(fd, orjson.dumps({"format": MARKER_FORMAT}))
+            io.fsync(fd)
+        finally:
+            os.close(fd)
+        io.rename(tmp, MARKER, dir_fd=root)
+    except BaseException:
+        try:
+            io.unlink(tmp, dir_fd=root)
+        except OSError:
+            pass
+        raise
+    io.fsync(root)
+
+
+def probe_case(root: int) -> bool:
+    """Is the folder case-insensitive? (The marker found under its name in capitals.)"""
+    try:
+        upper = os.stat(MARKER.upper(), dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.stat(MARKER, dir_fd=root, follow_symlinks=False)
+    return (upper.st_dev, upper.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def foreign_files(folder: int) -> list[str]:
+    """What a State's folder holds besides a State's own files, sorted."""
+    with os.scandir(folder) as it:
+        return sorted(e.name for e in it if e.name not in STATE_FILES or not e.is_file(follow_symlinks=False))
+
+
+def check_adoptable(root: int, path: str) -> None:
+    """Refuse a folder without a marker unless it holds only States and statekeep's leftovers.
+
+    Stores written before the marker existed hold just that; anything else means the
+    path names some other folder, which a store must not write to or delete from.
+    """
+    strangers: list[str] = []
+    with os.scandir(root) as it:
+        entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    for name, is_dir in sorted(entries):
+        if name.startswith(MARKER_TMP) and not is_dir:
+            continue
+        if not is_dir or not (name.startswith((CREATING, DELETING)) or _is_id(name)):
+            strangers.append(name)
+            continue
+        try:
+            folder = os.open(name, _DIR, dir_fd=root)
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        try:
+            strangers += [f"{name}/{inner}" for inner in foreign_files(folder)]
+        finally:
+            os.close(folder)
+    if strangers:
+        shown = ", ".join(repr(s) for s in strangers[:5])
+        more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        raise ValueError(
+            f"{path} is not a statekeep store: it has no {MARKER} marker and holds {shown}{more}, "
+            "which are not States. Pass an empty or new folder as the store (statekeep creates it)"
+        )
+
+
+def _is_id(name: str) -> bool:
+    try:
+        validate_id(name)
+    except ValueError:
+        return False
+    return True
