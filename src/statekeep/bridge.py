@@ -19,6 +19,8 @@ import concurrent.futures
 import contextvars
 import os
 import threading
+import warnings
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -42,7 +44,7 @@ class _Owner:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
         self._locks: dict[Hashable, list[Any]] = {}
-        self.closers: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self.closers: set[Closer] = set()  # of stores still open (see Closer)
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name="statekeep-loop", daemon=True)
         self.thread.start()
@@ -78,6 +80,17 @@ class _Owner:
                 raise RuntimeError("statekeep is shutting down with the interpreter; no new work")
             self.loop.call_soon_threadsafe(begin)
 
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """On the loop: run ``coro`` as a task that the exit drain waits for."""
+        task = self.loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def track(self, store: object, close: Callable[[], Coroutine[Any, Any, None]]) -> Closer:
+        """Have ``close()`` run on this loop when ``store`` is closed, dropped or left open at
+        exit (see :class:`Closer`). ``close`` must not refer to ``store``."""
+        return Closer(self, store, close)
+
     @asynccontextmanager
     async def lock(self, key: Hashable) -> AsyncIterator[None]:
         """Hold the lock for ``key``; it is dropped from the map when nobody waits on it."""
@@ -97,11 +110,56 @@ class _Owner:
         pending = {t for t in self.tasks if t is not asyncio.current_task()}
         if pending:
             await asyncio.wait(pending, timeout=timeout)
-        for close in self.closers:
+        for closer in list(self.closers):
             try:
-                await asyncio.wait_for(close(), timeout=1.0)
+                await asyncio.wait_for(closer.close(), timeout=1.0)
             except Exception:
                 pass
+
+
+class Closer:
+    """Closes what one store holds (its connections) on the owner loop, once.
+
+    While the store is open, its owner lists it in ``closers`` (closed at interpreter
+    exit). ``store.close()`` calls :meth:`release` and closes them itself. A store dropped
+    unclosed is only weakly referenced, so it is collected; then its connections are closed
+    on the loop and a ResourceWarning says so, as for an unclosed file.
+    """
+
+    def __init__(self, own: _Owner, store: object, close: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._own = own
+        self._close = close
+        self._name = repr(store)
+        own.closers.add(self)
+        self._finalizer = weakref.finalize(store, self._dropped)
+        self._finalizer.atexit = False  # the exit drain closes what is still open
+
+    def release(self) -> None:
+        """Stop tracking: the store closes its connections itself."""
+        self._finalizer.detach()
+        self._own.closers.discard(self)
+
+    async def close(self) -> None:
+        """Close the connections now (at exit, or when a dropped store was collected)."""
+        self.release()
+        try:
+            await self._close()
+        except Exception:
+            pass  # nobody is left to tell; the process or the store is going away
+
+    def _dropped(self) -> None:
+        # Runs in whichever thread collected the store, maybe in a signal handler: no waiting.
+        own = self._own
+        if own is not _owner or own.stopping:
+            return  # a forked child never closes its parent's connections; at exit, drain does
+        own.closers.discard(self)
+        own.loop.call_soon_threadsafe(own.spawn, self.close())
+        warnings.warn(
+            f"{self._name} was dropped without close(); statekeep closed its connections. "
+            "Call close() (or use 'with'/'async with') when done with a store",
+            ResourceWarning,
+            stacklevel=2,
+        )
 
 
 class _Waiter:
