@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from statekeep import FileStore, MemoryStore, SQLiteStore, Store
+from statekeep import FileStore, MemoryStore, SQLiteStore, Store, bridge
 from tests import servers
 from tests.servers import postgres_server, redis_server  # noqa: F401  (session fixtures)
 
@@ -84,3 +87,28 @@ def api(request: pytest.FixtureRequest, store: Store) -> Api:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+# -- dropped stores ------------------------------------------------------------------------
+
+
+def drop_and_collect(stores: list[Store]) -> list[str]:
+    """Drop the caller's ``stores`` (the list is emptied), collect garbage, and wait until
+    statekeep's loop has closed what they held. Returns the ResourceWarnings raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stores.clear()
+        gc.collect()
+    owner_loop_settled()
+    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def owner_loop_settled() -> None:
+    """Wait until statekeep's owner loop has finished every task it was given."""
+
+    async def others_done() -> None:
+        me = asyncio.current_task()
+        while others := [t for t in bridge.owner().tasks if t is not me]:
+            await asyncio.wait(others)
+
+    bridge.run_sync(others_done(), "others_done")

@@ -692,3 +692,113 @@ def test_exit_with_writes_in_flight_does_not_hang(tmp_path: Path, daemon: str, m
             assert record in (None, Record([{"seq": 0, "i": i}, {"seq": 1, "i": i}], {"i": i})), i
     store.write("after", entries(0, 1), snapshot(), create=True)
     assert store.read("after").entries == entries(0, 1)
+
+
+# -- signal handlers and Ctrl-C -------------------------------------------------------------
+
+SIGNAL_AT_EVERY_LINE = """
+import asyncio, signal, sys, threading
+from statekeep import FileStore, State, bridge
+
+store = FileStore(sys.argv[1])
+main = State("main", id="main")
+store.save(main)  # the owner loop exists from here on
+saved_by_handler = []
+in_handler = False
+
+def on_sigterm(signum, frame):
+    # A handler that saves the run, as an agent would on SIGTERM.
+    global in_handler
+    in_handler = True
+    state = State("from the handler", id=f"h{len(saved_by_handler)}")
+    store.save(state)
+    saved_by_handler.append(state.id)
+    in_handler = False
+
+signal.signal(signal.SIGTERM, on_sigterm)
+
+def owner_loop_idle():
+    # Wait until the owner loop has finished and handed over everything it was given.
+    own, idle = bridge.owner(), threading.Event()
+    async def check():
+        me = asyncio.current_task()
+        while others := [t for t in own.tasks if t is not me]:
+            await asyncio.wait(others)
+        idle.set()
+    own.loop.call_soon_threadsafe(lambda: own.loop.create_task(check()))
+    idle.wait()
+
+def save_interrupted_at_line(k):
+    # Save `main`; at the k-th line the main thread runs inside that call, let the owner
+    # loop finish what it has, then take SIGTERM right there. False once k is past the end.
+    lines = 0
+    def local(frame, event, arg):
+        nonlocal lines
+        if event == "line" and not in_handler:
+            lines += 1
+            if lines == k:
+                owner_loop_idle()
+                signal.raise_signal(signal.SIGTERM)
+        return local
+    main.add_user(f"message {k}")
+    sys.settrace(lambda frame, event, arg: local)
+    try:
+        store.save(main)
+    finally:
+        sys.settrace(None)
+    return lines >= k
+
+k = 1
+while save_interrupted_at_line(k):
+    k += 1
+print(k - 1, len(saved_by_handler), flush=True)
+fresh = FileStore(sys.argv[1])
+assert fresh.load("main").history == main.history
+for sid in saved_by_handler:
+    assert fresh.load(sid).task == "from the handler"
+"""
+
+
+def test_a_signal_handler_that_saves_can_interrupt_a_sync_call_anywhere(tmp_path: Path) -> None:
+    # The main thread takes SIGTERM at each line it runs inside store.save, in turn, with
+    # every lock it holds there; the handler saves another State. A hang fails the test.
+    result = run_script(SIGNAL_AT_EVERY_LINE, str(tmp_path / "store"), timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines, saves = map(int, result.stdout.split())
+    assert lines > 5 and saves == lines  # one save per line, every one of them stored
+
+
+CTRL_C_WHILE_WAITING = """
+import signal, sys, threading
+from statekeep import FileStore, Store
+
+inner = FileStore(sys.argv[1])
+done = threading.Event()
+
+class CtrlCWhileWriting(Store):
+    # Ctrl-C reaches the caller while its write is under way on statekeep's loop.
+    async def awrite(self, state_id, entries, snapshot, *, create=False):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        await inner.awrite(state_id, entries, snapshot, create=create)
+        done.set()
+
+    async def aread(self, state_id):
+        return await inner.aread(state_id)
+
+store = CtrlCWhileWriting()
+try:
+    store.write("s", [{"seq": 0}], {"n": 0}, create=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+done.wait()  # the write went on to its end
+assert FileStore(sys.argv[1]).read("s").snapshot == {"n": 0}
+inner.write("s", [{"seq": 1}], {"n": 1})  # and the loop still serves calls
+assert store.read("s").snapshot == {"n": 1}
+"""
+
+
+def test_ctrl_c_during_a_sync_call_leaves_the_operation_running_to_its_end(tmp_path: Path) -> None:
+    result = run_script(CTRL_C_WHILE_WAITING, str(tmp_path / "store"), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["interrupted"]
+    assert "Traceback" not in result.stderr and "Exception in callback" not in result.stderr, result.stderr

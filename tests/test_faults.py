@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore, Record
-from statekeep.bridge import owner
+from statekeep.bridge import run_async
 from statekeep.fsio import OsIO
 from tests.conftest import entries, is_root, snapshot
 
@@ -590,7 +590,7 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
         async def queued() -> list[str]:  # runs on the owner loop after both writes got there
             return sorted(w.state_id for w, _ in store._batches.queue)
 
-        assert await asyncio.wrap_future(owner().submit(queued())) == ["a", "b"]
+        assert await run_async(queued()) == ["a", "b"]
     finally:
         release.set()
     await gate

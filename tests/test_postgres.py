@@ -16,7 +16,7 @@ import pytest
 from statekeep import Record
 from statekeep.bridge import owner
 from tests import servers
-from tests.conftest import entries, snapshot
+from tests.conftest import drop_and_collect, entries, snapshot
 from tests.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -554,3 +554,46 @@ async def test_closing_while_writes_are_under_way(postgres_server: PostgresServe
                 assert isinstance(result, RuntimeError) and "closed" in str(result), result
     finally:
         await fresh.aclose()
+
+
+def sessions_named(server: PostgresServer, name: str, expected: int) -> int:
+    """The server's sessions with application_name ``name``, once that is ``expected`` (a
+    session ends a moment after its socket closed: ask again, bounded)."""
+
+    async def go() -> int:
+        conn = await asyncpg.connect(server.dsn)
+        try:
+            for _ in range(10_000):
+                query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+                count = int(await conn.fetchval(query, name))
+                if count == expected:
+                    break
+            return count
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def test_dropped_stores_close_their_pools(postgres_server: PostgresServer) -> None:
+    name = unique_name("dropped")
+    schema = unique_name("sk")
+    stores = [
+        PostgresStore(
+            postgres_server.dsn,
+            schema=schema,
+            table_prefix=f"p{i}_",
+            server_settings={"application_name": name},
+        )
+        for i in range(20)
+    ]
+    for store in stores:
+        store.write("a", entries(0, 1), snapshot(), create=True)
+    del store
+    assert sessions_named(postgres_server, name, 20) == 20
+    closers = len(owner().closers)
+    warned = drop_and_collect(stores)
+    assert sessions_named(postgres_server, name, 0) == 0  # every pool closed
+    assert len(owner().closers) == closers - 20
+    assert len(warned) == 20 and all(w.startswith("PostgresStore(") for w in warned)
+    assert postgres_server.password not in " ".join(warned)

@@ -16,7 +16,7 @@ import pytest
 from statekeep import CorruptStateError, Record
 from statekeep.bridge import owner, run_sync
 from tests import servers
-from tests.conftest import entries, snapshot
+from tests.conftest import drop_and_collect, entries, snapshot
 from tests.servers import RedisServer, unique_name
 
 aioredis = pytest.importorskip("redis.asyncio")
@@ -406,3 +406,44 @@ async def test_closing_while_writes_are_under_way(redis_server: RedisServer, rs:
                 assert isinstance(result, RuntimeError) and "closed" in str(result), result
     finally:
         await fresh.aclose()
+
+
+def connected_clients(server: RedisServer, expected: int) -> int:
+    """The clients connected to ``server`` besides the one asking, once that is ``expected``
+    (the server notices a closed socket a moment after it closed: ask again, bounded)."""
+
+    async def go() -> int:
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            for _ in range(10_000):
+                count = len(await client.client_list()) - 1
+                if count == expected:
+                    break
+            return count
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_dropped_stores_close_their_clients(own_redis: RedisServer) -> None:
+    stores = [RedisStore(own_redis.url, prefix=f"p{i}:") for i in range(50)]
+    for store in stores:
+        store.write("a", entries(0, 1), snapshot(), create=True)
+    del store
+    assert connected_clients(own_redis, 50) == 50
+    closers = len(owner().closers)
+    warned = drop_and_collect(stores)
+    assert connected_clients(own_redis, 0) == 0  # every connection closed, none left behind
+    assert len(owner().closers) == closers - 50
+    assert len(warned) == 50 and all(w.startswith("RedisStore(") for w in warned)
+    assert own_redis.password and own_redis.password not in " ".join(warned)
+
+
+def test_a_store_with_your_client_is_dropped_without_warning(own_redis: RedisServer) -> None:
+    client = aioredis.Redis.from_url(own_redis.url)
+    stores = [RedisStore(client=client)]
+    stores[0].write("a", [], None, create=True)
+    assert drop_and_collect(stores) == []  # the client is yours: the store neither closes it nor warns
+    assert run_sync(client.ping(), "ping") is True
+    run_sync(client.aclose(), "aclose")

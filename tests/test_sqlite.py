@@ -33,7 +33,7 @@ import statekeep.sqlite as sqlite_module
 from statekeep import CorruptStateError, FileStore, Record, SQLiteStore, StateConflictError, Store
 from statekeep.bridge import owner
 from statekeep.writes import prepare_write
-from tests.conftest import entries, snapshot
+from tests.conftest import drop_and_collect, entries, snapshot
 from tests.test_model import StoreMachine, new_entries, normal
 from tests.test_model import bodies as model_bodies
 from tests.test_model import ids as model_ids
@@ -185,7 +185,7 @@ def test_exit_closer_closes_connections(db: Path) -> None:
     store.write("a", [], None, create=True)
     conns = store._conns
     assert conns.closer is not None
-    asyncio.run_coroutine_threadsafe(conns.closer(), owner().loop).result(10)
+    asyncio.run_coroutine_threadsafe(conns.closer.close(), owner().loop).result(10)
     assert conns.writer is None and not conns.idle
     store.write("a", entries(0, 1), None)  # a straggler still works; its connection is closed after
     assert conns.writer is None
@@ -793,3 +793,43 @@ def test_bench_sqlite_quick_runs(tmp_path: Path) -> None:
     assert result["quick"] is True and len(result["rows"]) >= 5
     assert all(math.isfinite(row["value"]) for row in result["rows"])
     assert not Path(result["scratch"]).exists()
+
+
+def fds_on(db: Path) -> int:
+    """This process's open file descriptors on the database and its WAL and shm files."""
+    names = {str(db), f"{db}-wal", f"{db}-shm"}
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") in names
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
+def test_dropped_stores_are_closed_forgotten_and_warned_about(db: Path) -> None:
+    with SQLiteStore(db) as first:
+        first.write("a", entries(0, 1), snapshot(), create=True)
+    drop_and_collect([])  # stores other tests left behind
+    closers = len(owner().closers)
+    stores = []
+    for _ in range(1000):
+        store = SQLiteStore(db)
+        assert store.read("a") is not None  # holds a connection from here on
+        stores.append(store)
+    del store
+    assert len(owner().closers) == closers + 1000 and fds_on(db) >= 1000
+    warned = drop_and_collect(stores)
+    assert len(owner().closers) == closers  # not one left registered
+    assert fds_on(db) == 0  # and every connection really closed
+    assert len(warned) == 1000 and all(f"SQLiteStore({str(db)!r})" in w for w in warned)
+
+
+def test_a_store_that_holds_nothing_is_dropped_without_warning(db: Path) -> None:
+    unused = SQLiteStore(db)
+    closed = SQLiteStore(db)
+    closed.write("a", [], None, create=True)
+    closed.close()
+    with SQLiteStore(db) as used_in_with:
+        used_in_with.read("a")
+    assert drop_and_collect([unused, closed, used_in_with]) == []

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore, MemoryStore, Record, Store
+from tests.conftest import STORE_FACTORIES, drop_and_collect, entries, snapshot
 
 
 class SyncDictStore(Store):
@@ -119,3 +120,28 @@ async def test_async_with_closes() -> None:
         await store.awrite("a", [], None, create=True)
     with pytest.raises(RuntimeError, match="closed"):
         await store.aread("a")
+
+
+@pytest.mark.parametrize("kind", sorted(STORE_FACTORIES))
+def test_with_closes_every_builtin_store(tmp_path: Path, kind: str) -> None:
+    stores = [STORE_FACTORIES[kind](tmp_path)]
+    with stores[0] as store:
+        assert store is stores[0]
+        store.write("a", entries(0, 1), snapshot(), create=True)
+    with pytest.raises(RuntimeError, match="closed"):
+        store.read("a")
+    del store
+    assert drop_and_collect(stores) == []  # closed: nothing left to warn about
+
+
+@pytest.mark.parametrize("kind", sorted(STORE_FACTORIES))
+async def test_async_with_closes_every_builtin_store(tmp_path: Path, kind: str) -> None:
+    stores = [STORE_FACTORIES[kind](tmp_path)]
+    async with stores[0] as store:
+        assert store is stores[0]
+        await store.awrite("a", entries(0, 1), snapshot(), create=True)
+        assert (await store.aread("a")).entries == entries(0, 1)
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.aread("a")
+    del store
+    assert drop_and_collect(stores) == []

@@ -19,6 +19,8 @@ import concurrent.futures
 import contextvars
 import os
 import threading
+import warnings
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -42,7 +44,7 @@ class _Owner:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
         self._locks: dict[Hashable, list[Any]] = {}
-        self.closers: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self.closers: set[Closer] = set()  # of stores still open (see Closer)
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name="statekeep-loop", daemon=True)
         self.thread.start()
@@ -53,38 +55,41 @@ class _Owner:
         self.loop.call_soon(started.set)
         self.loop.run_forever()
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Start ``coro`` as a task on the loop, in a copy of the caller's context.
+    def start(self, coro: Coroutine[Any, Any, T], done: Callable[[asyncio.Task[T]], None]) -> None:
+        """Start ``coro`` as a task on the loop, in a copy of the caller's context, and call
+        ``done(task)`` on the loop when it ends.
 
-        Cancelling the returned future does not cancel the task: an operation that
-        started runs to its end, so it either happened whole or not at all.
+        ``done`` must never block: it runs on the loop thread, and the caller it reports to
+        may be a thread interrupted by a signal handler, holding whatever lock it held. A
+        caller that stops waiting does not cancel the task: an operation that started runs
+        to its end, so it either happened whole or not at all.
         """
-        cf: concurrent.futures.Future[T] = concurrent.futures.Future()
         ctx = contextvars.copy_context()
 
-        def start() -> None:
+        def begin() -> None:
             task = self.loop.create_task(coro, context=ctx)
             self.tasks.add(task)
-            task.add_done_callback(lambda t: self._settle(t, cf))
+            task.add_done_callback(self.tasks.discard)
+            task.add_done_callback(done)
 
+        # The guard makes "not stopping, so queued before the exit drain" one step. It is
+        # reentrant: a signal handler that calls statekeep may interrupt this very thread here.
         with _guard:
             if self.stopping:
                 coro.close()
                 raise RuntimeError("statekeep is shutting down with the interpreter; no new work")
-            self.loop.call_soon_threadsafe(start)
-        return cf
+            self.loop.call_soon_threadsafe(begin)
 
-    def _settle(self, task: asyncio.Task[T], cf: concurrent.futures.Future[T]) -> None:
-        self.tasks.discard(task)
-        try:
-            if task.cancelled():
-                cf.cancel()
-            elif (exc := task.exception()) is not None:
-                cf.set_exception(exc)
-            else:
-                cf.set_result(task.result())
-        except concurrent.futures.InvalidStateError:
-            pass  # the caller stopped waiting; the outcome was still reached
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """On the loop: run ``coro`` as a task that the exit drain waits for."""
+        task = self.loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def track(self, store: object, close: Callable[[], Coroutine[Any, Any, None]]) -> Closer:
+        """Have ``close()`` run on this loop when ``store`` is closed, dropped or left open at
+        exit (see :class:`Closer`). ``close`` must not refer to ``store``."""
+        return Closer(self, store, close)
 
     @asynccontextmanager
     async def lock(self, key: Hashable) -> AsyncIterator[None]:
@@ -105,14 +110,115 @@ class _Owner:
         pending = {t for t in self.tasks if t is not asyncio.current_task()}
         if pending:
             await asyncio.wait(pending, timeout=timeout)
-        for close in self.closers:
+        for closer in list(self.closers):
             try:
-                await asyncio.wait_for(close(), timeout=1.0)
+                await asyncio.wait_for(closer.close(), timeout=1.0)
             except Exception:
                 pass
 
 
-_guard = threading.Lock()
+class Closer:
+    """Closes what one store holds (its connections) on the owner loop, once.
+
+    While the store is open, its owner lists it in ``closers`` (closed at interpreter
+    exit). ``store.close()`` calls :meth:`release` and closes them itself. A store dropped
+    unclosed is only weakly referenced, so it is collected; then its connections are closed
+    on the loop and a ResourceWarning says so, as for an unclosed file.
+    """
+
+    def __init__(self, own: _Owner, store: object, close: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._own = own
+        self._close = close
+        self._name = repr(store)
+        own.closers.add(self)
+        self._finalizer = weakref.finalize(store, self._dropped)
+        self._finalizer.atexit = False  # the exit drain closes what is still open
+
+    def release(self) -> None:
+        """Stop tracking: the store closes its connections itself."""
+        self._finalizer.detach()
+        self._own.closers.discard(self)
+
+    async def close(self) -> None:
+        """Close the connections now (at exit, or when a dropped store was collected)."""
+        self.release()
+        try:
+            await self._close()
+        except Exception:
+            pass  # nobody is left to tell; the process or the store is going away
+
+    def _dropped(self) -> None:
+        # Runs in whichever thread collected the store, maybe in a signal handler: no waiting.
+        own = self._own
+        if own is not _owner or own.stopping:
+            return  # a forked child never closes its parent's connections; at exit, drain does
+        own.closers.discard(self)
+        own.loop.call_soon_threadsafe(own.spawn, self.close())
+        warnings.warn(
+            f"{self._name} was dropped without close(); statekeep closed its connections. "
+            "Call close() (or use 'with'/'async with') when done with a store",
+            ResourceWarning,
+            stacklevel=2,
+        )
+
+
+class _Waiter:
+    """A sync caller's wait for one operation's outcome.
+
+    Settling releases a plain lock, which never blocks the owner loop. (Not a
+    concurrent.futures.Future: its set_result takes a lock that the waiting thread holds
+    inside result(), and a signal handler may interrupt that thread there and call
+    statekeep, which then waits on the loop, which would wait on that lock.)
+    """
+
+    __slots__ = ("_ready", "_task")
+
+    def __init__(self) -> None:
+        self._ready = threading.Lock()
+        self._ready.acquire()
+        self._task: asyncio.Task[Any] | None = None
+
+    def settle(self, task: asyncio.Task[Any]) -> None:
+        """On the owner loop: hand the finished task over (never blocks)."""
+        self._task = task
+        self._ready.release()
+
+    def wait(self) -> Any:
+        """Block until settled (a signal handler may run meanwhile); return or raise its outcome."""
+        self._ready.acquire()
+        task = self._task
+        assert task is not None
+        if task.cancelled():
+            raise concurrent.futures.CancelledError()
+        return task.result()
+
+
+def _settle_on(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[T]) -> Callable[[asyncio.Task[T]], None]:
+    """A done callback (run on the owner loop) that hands a task's outcome to ``fut`` on
+    ``loop`` without waiting for anything."""
+
+    def done(task: asyncio.Task[T]) -> None:
+        try:
+            loop.call_soon_threadsafe(_copy_outcome, task, fut)
+        except RuntimeError:
+            pass  # the caller's loop is closed: nobody waits any more; the outcome stands
+
+    return done
+
+
+def _copy_outcome(task: asyncio.Task[T], fut: asyncio.Future[T]) -> None:
+    if fut.done():
+        return  # the caller was cancelled and stopped waiting
+    if task.cancelled():
+        fut.cancel()
+    elif (exc := task.exception()) is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(task.result())
+
+
+# Reentrant: a signal handler that calls statekeep may interrupt its own thread holding it.
+_guard = threading.RLock()
 _owner: _Owner | None = None
 
 
@@ -123,7 +229,11 @@ def owner() -> _Owner:
     if current is None:
         with _guard:
             if _owner is None:
-                _owner = _Owner()
+                made = _Owner()
+                if _owner is None:
+                    _owner = made
+                else:  # a signal handler on this thread made one meanwhile: keep that one
+                    made.loop.call_soon_threadsafe(made.loop.stop)
             current = _owner
     return current
 
@@ -132,8 +242,10 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
     """Run ``coro`` on the owner loop and block until it is done (the sync API's path).
 
     Works from any thread, including one running its own event loop (which it blocks
-    for the call). On the owner loop's own thread it raises RuntimeError at once, since
-    waiting there would deadlock.
+    for the call), and from a signal handler that interrupted a sync call. On the owner
+    loop's own thread it raises RuntimeError at once, since waiting there would deadlock.
+    A caller interrupted while waiting (KeyboardInterrupt) leaves the operation running
+    to its end.
     """
     own = owner()
     if threading.current_thread() is own.thread:
@@ -142,7 +254,10 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
             f"this sync statekeep method was called from statekeep's own event loop "
             f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
         )
-    return own.submit(coro).result()
+    waiter = _Waiter()
+    own.start(coro, waiter.settle)
+    result: T = waiter.wait()
+    return result
 
 
 async def run_async(coro: Coroutine[Any, Any, T]) -> T:
@@ -151,19 +266,22 @@ async def run_async(coro: Coroutine[Any, Any, T]) -> T:
     If the caller is cancelled, the operation still runs to its end on the owner loop.
     """
     own = owner()
-    if asyncio.get_running_loop() is own.loop:
+    loop = asyncio.get_running_loop()
+    if loop is own.loop:
         task = own.loop.create_task(coro)
         own.tasks.add(task)
         task.add_done_callback(own.tasks.discard)
         return await asyncio.shield(task)
-    return await asyncio.wrap_future(own.submit(coro))
+    fut: asyncio.Future[T] = loop.create_future()
+    own.start(coro, _settle_on(loop, fut))
+    return await fut
 
 
 def _forget_after_fork() -> None:
     # The parent's loop thread does not exist in the child: start over on first use.
     global _owner, _guard
     _owner = None
-    _guard = threading.Lock()
+    _guard = threading.RLock()
 
 
 def _shutdown() -> None:

@@ -8,10 +8,10 @@ A forked child makes a new one and leaves the parent's alone (never closing it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
-from .bridge import _Owner
+from .bridge import Closer, _Owner
 
 
 class LoopState:
@@ -23,7 +23,7 @@ class LoopState:
         self.queue: list[Any] = []
         self.flushers = 0
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.closer: Callable[[], Awaitable[None]] | None = None
+        self.closer: Closer | None = None  # closes a connection the store made
         self.busy = 0  # operations using the connection right now
 
     async def drain(self, timeout: float) -> None:

@@ -12,6 +12,7 @@ errors. Nothing here imports a driver: each store imports its own, when it is ma
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -179,7 +180,7 @@ class ServerStore(Backend):
         self, local: ServerLocal, conn: Any, check: Callable[[Any], Awaitable[None]]
     ) -> None:
         """Run ``check(conn)`` (the server's checks), closing ``conn`` if it fails and the
-        store made it; else have the owner loop close it at exit."""
+        store made it; else track it (see bridge.Closer)."""
         user = self._user_conn()
         try:
             await check(conn)
@@ -188,13 +189,8 @@ class ServerStore(Backend):
                 await self._close_conn(conn)
             raise
         if conn is not user:
-            close = self._close_conn
-
-            async def close_at_exit(conn: Any = conn) -> None:
-                await close(conn)
-
-            local.closer = close_at_exit
-            local.owner.closers.append(close_at_exit)
+            # Closed by close(), at exit, or (with a ResourceWarning) when the store is dropped.
+            local.closer = local.owner.track(self, functools.partial(self._close_conn, conn))
 
     async def _close(self) -> None:
         own = owner()
@@ -203,8 +199,8 @@ class ServerStore(Backend):
             return
         await local.drain(10.0)  # operations under way finish first, on this connection
         self._state = None
-        if local.closer is not None and local.closer in own.closers:
-            own.closers.remove(local.closer)
+        if local.closer is not None:
+            local.closer.release()
         if local.conn is not None and local.conn is not self._user_conn():
             await self._close_conn(local.conn)
 

@@ -40,7 +40,7 @@ import orjson
 
 from .backend import Backend
 from .batching import GroupCommit
-from .bridge import owner
+from .bridge import Closer, owner
 from .errors import CorruptStateError
 from .records import Record, SavedState, decode_snapshot, left_out
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
@@ -141,7 +141,8 @@ class SQLiteStore(Backend):
     read of a missing file finds nothing), when the schema is also created or migrated.
     A database written by a newer statekeep is refused with RuntimeError: upgrade
     statekeep to use it. Close the store to release its
-    connections; they are also closed when the interpreter exits.
+    connections; they are also closed when the interpreter exits, or (with a
+    ResourceWarning) when the store is dropped unclosed.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -176,9 +177,9 @@ class SQLiteStore(Backend):
         await self._batches.drain()  # let queued writes commit first
         conns = self._conns
         if conns.owner is own:
+            if conns.closer is not None:
+                conns.closer.release()
             await own.io.run(conns.close)
-            if conns.closer in own.closers:
-                own.closers.remove(conns.closer)
 
     # -- group commit ---------------------------------------------------------------
 
@@ -413,17 +414,21 @@ class SQLiteStore(Backend):
     def _connections(self) -> _Connections:
         own = owner()
         conns = self._conns
-        if conns.owner is not own:
-            # First use in this process, or the first after a fork. A child must never use
-            # or close the parent's connections (SQLite's locks belong to the parent):
-            # they stay referenced in _abandoned, untouched.
-            if conns.owner is not None:
-                _abandoned.append(conns)
-            conns = _Connections(own)
-            conns.closer = _closer(weakref.ref(conns))
-            own.closers.append(conns.closer)
-            _live.add(conns)
-            self._conns = conns
+        if conns.owner is own:
+            return conns
+        with _making:  # a read and a commit may both come first, on two worker threads
+            conns = self._conns
+            if conns.owner is not own:
+                # First use in this process, or the first after a fork. A child must never
+                # use or close the parent's connections (SQLite's locks belong to the
+                # parent): they stay referenced in _abandoned, untouched.
+                if conns.owner is not None:
+                    _abandoned.append(conns)
+                conns = _Connections(own)
+                # Closed by close(), at exit, or (with a ResourceWarning) when the store is dropped.
+                conns.closer = own.track(self, _closer(conns))
+                _live.add(conns)
+                self._conns = conns
         return conns
 
     def _connect(self) -> sqlite3.Connection:
@@ -568,7 +573,7 @@ class _Connections:
     """
 
     owner: object
-    closer: Callable[[], Coroutine[Any, Any, None]] | None = None
+    closer: Closer | None = None
     schema_ok: bool = False
     closed: bool = False
     writer: sqlite3.Connection | None = None
@@ -626,23 +631,25 @@ class _Connections:
 # that are the parent's) nor used.
 _live: weakref.WeakSet[_Connections] = weakref.WeakSet()
 _abandoned: list[_Connections] = []
+_making = threading.Lock()
 
 
 def _abandon_after_fork() -> None:
+    global _making
     _abandoned.extend(_live)
     _live.clear()
+    _making = threading.Lock()  # another thread of the parent may have held it
 
 
 os.register_at_fork(after_in_child=_abandon_after_fork)
 
 
-def _closer(ref: weakref.ref[_Connections]) -> Callable[[], Coroutine[Any, Any, None]]:
-    """A closer for ``owner().closers`` that does not keep the connections alive."""
+def _closer(conns: _Connections) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Closes ``conns`` on a worker thread (closing may checkpoint the WAL). It must not
+    refer to the store, which is only weakly tracked."""
 
     async def close() -> None:
-        conns = ref()
-        if conns is not None:
-            await owner().io.run(conns.close)
+        await owner().io.run(conns.close)
 
     return close
 

@@ -166,7 +166,12 @@ class Store(ABC):
     # -- lifetime -------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Release what the store holds (connections, handles). Safe to call twice."""
+        """Release what the store holds (connections, handles). Safe to call twice.
+
+        ``with store:`` and ``async with store:`` close it at the end of the block. A
+        built-in store dropped unclosed is closed when it is garbage collected, with a
+        ResourceWarning.
+        """
         self.close()
 
     def close(self) -> None:
