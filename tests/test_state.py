@@ -219,3 +219,9 @@ def test_replay_of_a_long_history_is_linear() -> None:
         state.add_tool_result(f"c{i}", i)
     copy = State._from_history(state.id, state.history)
     assert copy == state and copy.turn == 3_400 and len(copy.messages) == 1 + 2 * 3_400
+
+
+def test_a_listing_time_beyond_the_year_9999_in_utc_is_a_value_error() -> None:
+    snap = State("t").snapshot() | {"updated_at": "9999-12-31T23:59:59-01:00"}
+    with pytest.raises(ValueError, match="invalid 'updated_at'.*years 1 to 9999 in UTC"):
+        SavedState.from_snapshot("odd", snap)
