@@ -35,6 +35,7 @@ import pytest
 from statekeep import (
     FORMAT_VERSION,
     Agent,
+    CorruptStateError,
     FileStore,
     MemoryStore,
     Reply,
@@ -1002,6 +1003,25 @@ def test_a_history_not_starting_with_a_task_is_refused(store: Store) -> None:
     store.write("empty", [], raw_snapshot(), create=True)
     with pytest.raises(ValueError, match="damaged"):
         store.load("empty")
+
+
+def test_a_snapshot_ahead_of_the_history_is_corruption_naming_the_missing_seqs(store: Store) -> None:
+    # The snapshot acknowledges seqs 0-4 and a finish; the history holds only 0-2.
+    entries = [
+        raw(0, "task", text="t"),
+        raw(1, "run_start", agent=agent_info("a", "m")),
+        raw(2, "model_request", model="m"),
+    ]
+    snap = raw_snapshot(seq=4, turn=1, stopped_by="finish", finished=True)
+    store.write("ahead", entries, snap, create=True)
+    for load in (store.load, lambda sid: asyncio.run(store.aload(sid))):
+        with pytest.raises(CorruptStateError, match=r"'ahead' is damaged.*seq 4.*ends at seq 2.*seq 3 to 4"):
+            load("ahead")
+    store.write("ahead-by-one", entries, raw_snapshot(seq=3), create=True)
+    with pytest.raises(CorruptStateError, match=r"entry seq 3 is missing"):
+        store.load("ahead-by-one")
+    store.write("behind", entries, raw_snapshot(seq=1), create=True)  # an older snapshot is fine
+    assert len(store.load("behind").history) == 4  # the request closed by a model_error
 
 
 async def test_an_unknown_id_is_a_lookup_error(store: Store) -> None:
