@@ -9,6 +9,9 @@ entry), kept in memory, and written by the next save.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -40,15 +43,43 @@ class ResumeWarning(UserWarning):
 
 
 def warn_if_agent_changed(state_id: str, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Warn with :class:`ResumeWarning`, at the caller's line, if the agent changed."""
     if saved is None:
         return
     changes = {key: (saved.get(key), current[key]) for key in current if saved.get(key) != current[key]}
     if changes:
-        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
-        warnings.warn(
-            ResumeWarning(f"State {state_id!r} is resumed by a different agent ({listed})", changes),
-            stacklevel=3,
+        listed = "; ".join(
+            "system prompt changed" if key == "system_sha256" else f"{key}: {old!r} -> {new!r}"
+            for key, (old, new) in changes.items()
         )
+        _warn_at_caller(
+            ResumeWarning(f"State {state_id!r} is resumed by a different agent ({listed})", changes)
+        )
+
+
+# Frames in these folders are statekeep's or the event loop's, never the caller's line.
+_NOT_THE_CALLER = (os.path.dirname(__file__) + os.sep, os.path.dirname(asyncio.__file__) + os.sep)
+
+
+def _warn_at_caller(warning: Warning) -> None:
+    """Warn at the first frame outside statekeep and asyncio: the line that called
+    statekeep, however deep in statekeep or the event loop the warning arises."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
+        frame = frame.f_back
+    if frame is None:  # no caller's frame on this thread's stack
+        warnings.warn(warning, stacklevel=2)
+        return
+    module_globals = frame.f_globals
+    warnings.warn_explicit(
+        warning,
+        type(warning),
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module_globals.get("__name__", "<string>"),
+        module_globals.setdefault("__warningregistry__", {}),
+        module_globals,
+    )
 
 
 def write_args(state: State, store: Store) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
@@ -63,6 +94,24 @@ def write_args(state: State, store: Store) -> tuple[list[dict[str, Any]], dict[s
 
 def after_write(state: State, store: Store, sent_to: int) -> None:
     state._store, state._saved, state._created, state._create_unsure = store, sent_to, True, False
+
+
+def exists(state: State) -> ValueError:
+    """The error of a first save whose id is taken (advice for save and Agent.run)."""
+    sid = state.id
+    return ValueError(
+        f"State {sid!r} already exists in this store, saved by another State object; nothing was "
+        f"written. To continue that one, load it with store.load({sid!r}); to start over, delete "
+        f"it with store.delete({sid!r}) first; or give this State a new id"
+    )
+
+
+def deleted(state: State) -> LookupError:
+    """The error of a save whose State was deleted from the store since it was saved."""
+    return LookupError(
+        f"State {state.id!r} was deleted from this store after it was saved or loaded; nothing was "
+        "written. A deleted State stays deleted: to go on, start a new State with a new id"
+    )
 
 
 def conflict(state: State, exc: StateConflictError) -> StateConflictError:

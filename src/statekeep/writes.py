@@ -126,15 +126,23 @@ def same_json(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def exists_error(state_id: str) -> ValueError:
-    return ValueError(
+class ExistsError(ValueError):
+    """A ``create=True`` write found the id taken; nothing was written."""
+
+
+class MissingError(LookupError):
+    """A ``create=False`` write found no State; nothing was written."""
+
+
+def exists_error(state_id: str) -> ExistsError:
+    return ExistsError(
         f"State {state_id!r} already exists; nothing was written. "
         "Use create=False to add to it, or pick another id"
     )
 
 
-def missing_error(state_id: str) -> LookupError:
-    return LookupError(
+def missing_error(state_id: str) -> MissingError:
+    return MissingError(
         f"no State {state_id!r} in this store (never created, or deleted); "
         "use create=True for the first write of a new State"
     )
