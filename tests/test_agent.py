@@ -296,6 +296,18 @@ def test_a_tool_returning_what_json_cannot_hold_gives_an_error_result_and_the_ru
     assert loaded == state and loaded.history[4]["outcome"] == "done"
 
 
+def test_a_reply_json_cannot_hold_is_recorded_as_a_model_error_and_the_state_stays_saveable(
+    store: Store,
+) -> None:
+    model = ScriptedModel([Reply("", [call("c1", "lookup", city={"Paris"})])])
+    state = State("bad args", id="bad-args")
+    with pytest.raises(TypeError, match=r"State.add_reply\(\) tool_calls\[0\]\['args'\]\['city'\] is a set"):
+        Agent(model, tools=[lookup], store=store).run(state)
+    assert kinds(state.history)[-3:] == ["model_request", "model_error", "error"]
+    store.save(state)  # nothing unsaveable entered the history
+    assert store.load("bad-args") == state
+
+
 def test_unknown_tool_gives_an_error_result() -> None:
     model = ScriptedModel([Reply("", [call("c1", "teleport", to="Mars")]), "ok"])
     state = State("unknown tool")
