@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, Store, bridge
@@ -36,6 +37,51 @@ def snapshot(task: str = "task", *, turn: int = 0, updated: str = "2026-01-01T00
         "stopped_by": None,
         "finished": False,
     }
+
+
+async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
+    """Put ``raw`` in place of a State's stored snapshot through the store's own storage,
+    as a hand edit or an older statekeep could have left it (listing columns included)."""
+    import sqlite3
+
+    from statekeep.postgres import PostgresStore, quote_identifier
+    from statekeep.redisstore import RedisStore
+
+    if isinstance(store, MemoryStore):
+        store._snapshots[state_id] = raw
+    elif isinstance(store, FileStore):
+        (store.path / state_id / "snapshot.json").write_bytes(raw)
+    elif isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(
+                "UPDATE states SET snapshot = ?, updated_at = ? WHERE id = ?",
+                (raw.decode(), orjson.loads(raw).get("updated_at"), state_id),
+            )
+        conn.close()
+    elif isinstance(store, PostgresStore):
+        import asyncpg
+
+        conn = await asyncpg.connect(servers.shared_postgres().dsn)
+        try:  # the listing columns empty: list() reads the snapshot itself
+            await conn.execute(
+                f"UPDATE {quote_identifier(store.schema)}.states SET snapshot = $2, task = NULL, "
+                "created_at = NULL, updated_at = NULL, turn = NULL, stopped_by = NULL, "
+                "finished = NULL, unlisted = NULL WHERE id = $1",
+                state_id,
+                raw.decode(),
+            )
+        finally:
+            await conn.close()
+    elif isinstance(store, RedisStore):
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(servers.shared_redis().url)
+        try:
+            await client.hset(store.prefix + "state:" + state_id, "snapshot", raw)
+        finally:
+            await client.aclose()
+    else:
+        raise AssertionError(f"no way to plant a snapshot in {store!r}")
 
 
 def entries(start: int, count: int, **extra: Any) -> list[dict]:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ import pytest
 from statekeep import (
     FORMAT_VERSION,
     Agent,
+    CorruptStateError,
     FileStore,
     MemoryStore,
     Reply,
@@ -271,6 +273,41 @@ def test_tool_that_raises_gives_an_error_result_and_the_run_continues(mode: str)
     assert state.finished and "error" not in kinds(state.history)
 
 
+def test_a_tool_returning_what_json_cannot_hold_gives_an_error_result_and_the_run_goes_on(
+    store: Store,
+) -> None:
+    effects = []
+
+    def tag(label: str) -> set[str]:
+        """Tag something; returns a set, which JSON cannot hold."""
+        effects.append(label)
+        return {label}
+
+    model = ScriptedModel([Reply("", [call("c1", "tag", label="x")]), "tagged"])
+    state = State("tag it", id="tagging")
+    assert Agent(model, tools=[tag], store=store).run(state) == "tagged"
+    assert effects == ["x"] and state.finished
+    result = state.history[4]
+    assert (result["kind"], result["call_id"], result["is_error"]) == ("tool_result", "c1", True)
+    assert result["outcome"] == "done"  # the tool ran: its effects happened
+    assert "ran, but its result cannot be saved" in result["output"] and "is a set" in result["output"]
+    assert model.calls[1][-1]["content"] == result["output"]  # the model is told
+    loaded = store.load("tagging")
+    assert loaded == state and loaded.history[4]["outcome"] == "done"
+
+
+def test_a_reply_json_cannot_hold_is_recorded_as_a_model_error_and_the_state_stays_saveable(
+    store: Store,
+) -> None:
+    model = ScriptedModel([Reply("", [call("c1", "lookup", city={"Paris"})])])
+    state = State("bad args", id="bad-args")
+    with pytest.raises(TypeError, match=r"State.add_reply\(\) tool_calls\[0\]\['args'\]\['city'\] is a set"):
+        Agent(model, tools=[lookup], store=store).run(state)
+    assert kinds(state.history)[-3:] == ["model_request", "model_error", "error"]
+    store.save(state)  # nothing unsaveable entered the history
+    assert store.load("bad-args") == state
+
+
 def test_unknown_tool_gives_an_error_result() -> None:
     model = ScriptedModel([Reply("", [call("c1", "teleport", to="Mars")]), "ok"])
     state = State("unknown tool")
@@ -387,6 +424,51 @@ def test_a_model_that_raises_records_the_error_saves_and_reraises(store: Store, 
     with no_warnings():
         assert Agent(ScriptedModel(["back"], name="model"), tools=[lookup], store=store).run(loaded) == "back"
     assert store.load(state.id) == loaded and loaded.finished
+
+
+def failing_model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+    raise ValueError("model down")
+
+
+def test_an_error_from_run_has_no_false_cause() -> None:
+    with pytest.raises(ValueError, match="model down") as info:
+        Agent(failing_model).run(State("t"))
+    assert info.value.__context__ is None and info.value.__cause__ is None
+    assert "no running event loop" not in "".join(traceback.format_exception(info.value))
+
+
+async def test_an_error_from_run_inside_a_running_loop_has_no_false_cause() -> None:
+    with pytest.raises(ValueError, match="model down") as info:
+        Agent(failing_model).run(State("t"))
+    assert info.value.__context__ is None
+
+
+def test_running_the_same_new_state_twice_says_to_load_delete_or_use_a_new_id(store: Store) -> None:
+    Agent(ScriptedModel(["first"]), store=store).run(State("weather", id="weather-1"))
+    again = State("weather", id="weather-1")
+    with pytest.raises(ValueError, match="already exists") as info:
+        Agent(ScriptedModel(["second"]), store=store).run(again)
+    message = str(info.value)
+    assert "store.load('weather-1')" in message and "store.delete('weather-1')" in message
+    assert "new id" in message and "create=" not in message
+    with pytest.raises(ValueError, match="already exists") as info:
+        store.save(State("weather", id="weather-1"))
+    assert "store.load('weather-1')" in str(info.value) and "create=" not in str(info.value)
+    assert store.load("weather-1").answer == "first"
+
+
+async def test_saving_a_deleted_state_says_it_was_deleted(store: Store) -> None:
+    state = State("t", id="gone")
+    store.save(state)
+    store.delete("gone")
+    state.add_user("more")
+    for save in (store.save, store.asave):
+        with pytest.raises(LookupError, match="'gone' was deleted") as info:
+            result = save(state)
+            if asyncio.iscoroutine(result):
+                await result
+        assert "create=" not in str(info.value) and "new State" in str(info.value)
+    assert store.read("gone") is None
 
 
 # -- saves as it goes -------------------------------------------------------------------
@@ -810,6 +892,46 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def one_resume_warning(caught: list[warnings.WarningMessage]) -> warnings.WarningMessage:
+    [warning] = [w for w in caught if issubclass(w.category, ResumeWarning)]
+    return warning
+
+
+def test_resume_warning_points_at_the_callers_line(store: Store) -> None:
+    sid = saved_after_one_run(store)
+    base = dict(name="agent", model="scripted", system="A", tools=["t1"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store.load(sid).begin_run(agent_info(**{**base, "system": "B"}))  # type: ignore[arg-type]
+    warning = one_resume_warning(caught)
+    assert warning.filename == __file__
+    message = str(warning.message)
+    assert "system prompt changed" in message and sha("A") not in message and sha("B") not in message
+    assert warning.message.changes == {"system_sha256": (sha("A"), sha("B"))}  # type: ignore[union-attr]
+
+    for how in ("run", "asyncio.run(arun)"):
+        agent, _ = changed_agent(store, name=f"other-{how}", limit=1, call_id=f"c-{how}")
+        state = store.load(sid)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            agent.run(state) if how == "run" else asyncio.run(agent.arun(state))
+        assert one_resume_warning(caught).filename == __file__, how
+
+
+async def test_resume_warning_points_at_the_callers_line_in_async_code(store: Store) -> None:
+    sid = saved_after_one_run(store)
+    for how in ("await arun", "run inside a running loop"):
+        agent, _ = changed_agent(store, model_name=f"m-{how}", limit=1, call_id=f"c-{how}")
+        state = await store.aload(sid)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if how == "await arun":
+                await agent.arun(state)
+            else:
+                agent.run(state)
+        assert one_resume_warning(caught).filename == __file__, how
+
+
 def test_the_same_agent_resumes_silently(store: Store) -> None:
     sid = saved_after_one_run(store)
     state = store.load(sid)
@@ -855,7 +977,8 @@ def test_each_kind_of_change_warns(store: Store, change: str) -> None:
     message = str(warning.message)
     assert f"State {sid!r} is resumed by a different agent" in message
     for field, (old, new) in expected.items():
-        assert f"{field}: {old!r} -> {new!r}" in message
+        shown = "system prompt changed" if field == "system_sha256" else f"{field}: {old!r} -> {new!r}"
+        assert shown in message
 
 
 def test_all_changes_are_listed(store: Store) -> None:
@@ -872,8 +995,9 @@ def test_all_changes_are_listed(store: Store) -> None:
         "tools": (["t1"], ["t2"]),
     }
     message = str(warning.message)
-    for field in changes:
+    for field in ("name", "model", "tools"):
         assert f"{field}: " in message
+    assert "system prompt changed" in message
 
 
 def test_only_the_first_run_after_a_load_warns(store: Store) -> None:
@@ -1002,6 +1126,25 @@ def test_a_history_not_starting_with_a_task_is_refused(store: Store) -> None:
     store.write("empty", [], raw_snapshot(), create=True)
     with pytest.raises(ValueError, match="damaged"):
         store.load("empty")
+
+
+def test_a_snapshot_ahead_of_the_history_is_corruption_naming_the_missing_seqs(store: Store) -> None:
+    # The snapshot acknowledges seqs 0-4 and a finish; the history holds only 0-2.
+    entries = [
+        raw(0, "task", text="t"),
+        raw(1, "run_start", agent=agent_info("a", "m")),
+        raw(2, "model_request", model="m"),
+    ]
+    snap = raw_snapshot(seq=4, turn=1, stopped_by="finish", finished=True)
+    store.write("ahead", entries, snap, create=True)
+    for load in (store.load, lambda sid: asyncio.run(store.aload(sid))):
+        with pytest.raises(CorruptStateError, match=r"'ahead' is damaged.*seq 4.*ends at seq 2.*seq 3 to 4"):
+            load("ahead")
+    store.write("ahead-by-one", entries, raw_snapshot(seq=3), create=True)
+    with pytest.raises(CorruptStateError, match=r"entry seq 3 is missing"):
+        store.load("ahead-by-one")
+    store.write("behind", entries, raw_snapshot(seq=1), create=True)  # an older snapshot is fine
+    assert len(store.load("behind").history) == 4  # the request closed by a model_error
 
 
 async def test_an_unknown_id_is_a_lookup_error(store: Store) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
+import orjson
 import pytest
 
 from statekeep import Record, SavedState, StateConflictError
-from tests.conftest import Api, entries, snapshot
+from tests.conftest import Api, entries, plant_snapshot, snapshot
 
 
 async def test_create_then_read_round_trips(api: Api) -> None:
@@ -154,6 +157,40 @@ async def test_list_skips_a_bad_snapshot_with_a_warning(api: Api) -> None:
     await api.write("good", [], snapshot("good"), create=True)
     await api.write("bad", [], {"task": "no times"}, create=True)
     with pytest.warns(RuntimeWarning, match="'bad'.*created_at"):
+        rows = await api.list()
+    assert [r.id for r in rows] == ["good"]
+
+
+BAD_TIMES = {
+    "beyond 9999 in UTC": "9999-12-31T23:59:59-01:00",
+    "before year 1 in UTC": "0001-01-01T00:00:00+01:00",
+    "no UTC offset": "2026-01-01T00:00:00",
+    "not a time": "yesterday",
+    "not text": 20260101,
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TIMES))
+async def test_a_snapshot_time_listings_cannot_read_is_refused(api: Api, case: str) -> None:
+    bad = BAD_TIMES[case]
+    await api.write("a", entries(0, 1), snapshot("kept"), create=True)
+    for key in ("created_at", "updated_at"):
+        with pytest.raises(ValueError, match=rf"snapshot\['{key}'\] is .*nothing was written.*UTC offset"):
+            await api.write("a", entries(1, 1), {**snapshot("new"), key: bad})
+        with pytest.raises(ValueError, match=rf"snapshot\['{key}'\]"):
+            await api.write("b", entries(0, 1), {**snapshot("b"), key: bad}, create=True)
+    assert await api.read("a") == Record(entries(0, 1), snapshot("kept"))
+    assert await api.read("b") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [r.id for r in await api.list()] == ["a"]
+
+
+async def test_a_bad_time_already_stored_is_left_out_with_a_warning(api: Api) -> None:
+    await api.write("good", [], snapshot("good"), create=True)
+    await api.write("odd", [], snapshot("odd"), create=True)
+    await plant_snapshot(api.store, "odd", orjson.dumps(snapshot("odd", updated="9999-12-31T23:59:59-01:00")))
+    with pytest.warns(RuntimeWarning, match="'odd'.*updated_at.*years 1 to 9999"):
         rows = await api.list()
     assert [r.id for r in rows] == ["good"]
 

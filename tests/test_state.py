@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import json
+import math
 import re
+from typing import Any
 
 import pytest
 
-from statekeep import FORMAT_VERSION, SavedState, State, agent_info
+from statekeep import FORMAT_VERSION, MemoryStore, SavedState, State, agent_info
 
 AGENT = agent_info("helper", "model-x", system="be brief", tools=["b", "a"])
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
@@ -148,8 +152,9 @@ def test_nothing_follows_finish() -> None:
     for call in (lambda: state.add_user("more"), lambda: state.set_data("k", 1), lambda: state.stop("x")):
         with pytest.raises(ValueError, match="finished"):
             call()
-    with pytest.raises(ValueError, match="finished State cannot run again"):
+    with pytest.raises(ValueError, match="finished State cannot run again") as info:
         state.begin_run(AGENT)
+    assert "new State" in str(info.value) and "messages" in str(info.value)
 
 
 def test_stopped_state_can_run_again() -> None:
@@ -219,3 +224,95 @@ def test_replay_of_a_long_history_is_linear() -> None:
         state.add_tool_result(f"c{i}", i)
     copy = State._from_history(state.id, state.history)
     assert copy == state and copy.turn == 3_400 and len(copy.messages) == 1 + 2 * 3_400
+
+
+def test_a_listing_time_beyond_the_year_9999_in_utc_is_a_value_error() -> None:
+    snap = State("t").snapshot() | {"updated_at": "9999-12-31T23:59:59-01:00"}
+    with pytest.raises(ValueError, match=r"invalid 'updated_at'.*years 1 to 9999 in UTC"):
+        SavedState.from_snapshot("odd", snap)
+
+
+def with_call(state: State) -> State:
+    state.request("m")
+    state.add_reply("", [{"id": "c1", "name": "a", "args": {}}])
+    return state
+
+
+NOT_JSON: dict[str, tuple[Any, str]] = {
+    "nan data": (lambda s: s.set_data("k", math.nan), r"State.set_data\('k'\) value is nan"),
+    "a set": (lambda s: s.set_data("k", {1, 2}), r"State.set_data\('k'\) value is a set"),
+    "nested inf": (
+        lambda s: s.set_data("plan", {"a": [1, math.inf]}),
+        r"State.set_data\('plan'\) value\['a'\]\[1\] is inf",
+    ),
+    "tool output": (
+        lambda s: with_call(s).add_tool_result("c1", object()),
+        r"State.add_tool_result\('c1'\) output is a object",
+    ),
+    "answer key": (lambda s: s.stop("limit", {1: "x"}), r"State.stop\('limit'\) answer has a key 1"),
+    "call args": (
+        lambda s: (s.request("m"), s.add_reply("", [{"id": "c", "name": "a", "args": {"x": math.nan}}])),
+        r"State.add_reply\(\) tool_calls\[0\]\['args'\]\['x'\] is nan",
+    ),
+    "usage": (
+        lambda s: (s.request("m"), s.add_reply("", usage={"in": 2**70})),
+        r"State.add_reply\(\) usage\['in'\] = \d+ does not fit",
+    ),
+    "lone surrogate": (lambda s: s.add_user("bad \udcff"), r"State.add_user\(\) text holds a lone surrogate"),
+    "bytes": (lambda s: s.add_error(b"boom"), r"State.add_error\(\) message is a bytes"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_JSON))
+def test_a_value_json_cannot_hold_is_refused_naming_the_method_and_key(case: str) -> None:
+    step, message = NOT_JSON[case]
+    state = running()
+    state.set_data("kept", [1])
+    store = MemoryStore()
+    store.save(state)
+    with pytest.raises(TypeError, match=message):
+        step(state)
+    assert "entries[" not in message
+    assert state.history[-1]["kind"] in ("data", "model_request", "model_reply")
+    store.save(state)  # nothing bad entered: saving still works
+    assert store.load("s1").data == {"kept": [1]}
+
+
+def test_history_keeps_its_own_copy_of_each_value() -> None:
+    plan = {"steps": ["a"], "pair": (1, 2)}
+    state = State("t", id="copies")
+    state.set_data("plan", plan)
+    plan["steps"].append({"bad": {1}})  # later changes to the caller's object do not reach the State
+    assert state.data == {"plan": {"steps": ["a"], "pair": [1, 2]}}
+    store = MemoryStore()
+    store.save(state)
+    assert store.load("copies") == state  # tuples are lists already, as after a load
+
+
+def test_data_is_read_only_so_in_place_edits_fail_loudly() -> None:
+    state = State("t")
+    state.set_data("plan", {"steps": ["a", "b"], "meta": {"n": 1}})
+    data = state.data
+    edits = [
+        lambda: data.__setitem__("x", 1),
+        lambda: data.pop("plan"),
+        lambda: data.update(x=1),
+        lambda: data["plan"].__setitem__("extra", 1),
+        lambda: data["plan"]["steps"].append("c"),
+        lambda: data["plan"]["steps"].__setitem__(0, "z"),
+        lambda: data["plan"]["steps"].sort(),
+        lambda: data["plan"]["meta"].clear(),
+    ]
+    for edit in edits:
+        with pytest.raises(TypeError, match=r"State.data is read-only.*set_data"):
+            edit()
+    with pytest.raises(TypeError, match="read-only"):
+        del data["plan"]
+    assert state.data == {"plan": {"steps": ["a", "b"], "meta": {"n": 1}}}
+    assert len(state.history) == 2
+    # A deep copy is plain and changeable, and frozen values can be set again.
+    mine = copy.deepcopy(state.data)
+    mine["plan"]["steps"].append("c")
+    assert type(mine) is dict and type(mine["plan"]["steps"]) is list
+    state.set_data("again", state.data["plan"])
+    assert json.loads(json.dumps(state.data))["again"] == {"steps": ["a", "b"], "meta": {"n": 1}}

@@ -82,15 +82,23 @@ class Agent:
         """Sync :meth:`arun`: runs the loop on an event loop of its own, never on statekeep's
         private one, so slow tools and models never hold up other callers' saves. Inside a
         running event loop it runs on a thread of its own and blocks that loop meanwhile."""
+        state._check_run(self.info())  # here, so that a ResumeWarning points at the caller
         try:
             asyncio.get_running_loop()
+            in_a_loop = True
         except RuntimeError:
+            in_a_loop = False
+        # Outside the except block: errors of the run must not be chained to the RuntimeError.
+        if not in_a_loop:
             return asyncio.run(self.arun(state))
         with ThreadPoolExecutor(1, thread_name_prefix="statekeep-agent") as pool:
             return pool.submit(asyncio.run, self.arun(state)).result()
 
     async def arun(self, state: State) -> Any:
-        """Run until the model answers without calling tools; return the answer."""
+        """Run until the model answers without calling tools; return the answer.
+
+        A tool whose output JSON cannot hold gives the model an error result saying so
+        (outcome ``done``: the tool ran), and the run goes on."""
         state.begin_run(self.info())
         await self._save(state)
         schemas = [t.schema for t in self.tools.values()]
@@ -109,7 +117,7 @@ class Agent:
                     return reply.text
                 for call in reply.tool_calls:
                     output, is_error = await self._call_tool(call)
-                    state.add_tool_result(call["id"], output, is_error=is_error)
+                    _record_result(state, call, output, is_error)
                     await self._save(state)
             state.stop("limit")
             await self._save(state)
@@ -150,6 +158,19 @@ class Agent:
     async def _save(self, state: State) -> None:
         if self.store is not None:
             await self.store.asave(state)
+
+
+def _record_result(state: State, call: Mapping[str, Any], output: Any, is_error: bool) -> None:
+    try:
+        state.add_tool_result(call["id"], output, is_error=is_error)
+    except TypeError as exc:
+        # The tool ran (its effects happened: outcome done), but its output cannot be saved.
+        state.add_tool_result(
+            call["id"],
+            f"tool {call['name']!r} ran, but its result cannot be saved: {exc}",
+            is_error=True,
+            outcome="done",
+        )
 
 
 def _is_async(fn: Any) -> bool:

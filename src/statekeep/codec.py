@@ -33,6 +33,13 @@ def encode(value: dict[str, Any], path: str) -> bytes:
     return orjson.dumps(value)
 
 
+def check(value: Any, path: str, depth: int = 0) -> None:
+    """Raise TypeError naming the path of the first value in ``value`` that JSON cannot
+    round-trip (as :func:`encode` does). ``depth`` is how deep ``value`` sits in the
+    object that will be encoded, so the nesting limit counts from there."""
+    _check(value, path, depth)
+
+
 def decode(data: bytes | str) -> Any:
     """Decode JSON bytes; raises orjson.JSONDecodeError (a ValueError) when invalid."""
     return orjson.loads(data)

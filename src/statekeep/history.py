@@ -28,6 +28,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from .frozen import FrozenDict, freeze
+
 FORMAT_VERSION = 1
 KINDS = (
     "task",
@@ -78,8 +80,16 @@ class Replay:
         self.finished = False
         self.answer: Any = None
         self.stopped_by: str | None = None
-        self.data: dict[str, Any] = {}
+        self._values: dict[str, Any] = {}  # key -> deep-frozen value
+        self._data_view: FrozenDict | None = FrozenDict()
         self.last_agent: dict[str, Any] | None = None
+
+    @property
+    def data(self) -> FrozenDict:
+        """The application data, deep-frozen; built again only after it changes."""
+        if self._data_view is None:
+            self._data_view = FrozenDict(self._values)
+        return self._data_view
 
     def apply(self, entry: dict[str, Any]) -> None:
         """Append ``entry`` if it can follow the history; else ValueError saying why."""
@@ -179,11 +189,12 @@ class Replay:
 
     def _data(self, e: dict[str, Any]) -> None:
         if e.get("deleted") is True:
-            self.data.pop(e["key"], None)
+            self._values.pop(e["key"], None)
         elif "value" in e:
-            self.data[e["key"]] = e["value"]
+            self._values[e["key"]] = freeze(e["value"])
         else:
             raise ValueError(f"seq {e['seq']}: a data entry needs 'value' or 'deleted': true")
+        self._data_view = None
 
     def _error(self, e: dict[str, Any]) -> None:
         self.stopped_by = "error"

@@ -11,6 +11,9 @@ import orjson
 
 from .errors import CorruptStateError
 
+#: The snapshot keys that hold times, which listings sort by.
+LISTING_TIMES = ("created_at", "updated_at")
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
@@ -42,7 +45,8 @@ class SavedState:
         """Build a listing row from a snapshot dict.
 
         The snapshot needs ``task`` (str), ``created_at`` and ``updated_at`` (ISO 8601
-        strings), ``turn`` (int >= 0), ``stopped_by`` (str or None) and ``finished`` (bool).
+        strings with a UTC offset, within the years 1 to 9999 in UTC), ``turn`` (int >= 0),
+        ``stopped_by`` (str or None) and ``finished`` (bool).
         Raises ValueError naming the first missing or invalid key.
         """
         if not isinstance(snapshot, Mapping):
@@ -63,15 +67,11 @@ class SavedState:
         if not isinstance(task, str):
             raise bad("task", "a str")
         times = []
-        for key in ("created_at", "updated_at"):
-            raw = get(key)
+        for key in LISTING_TIMES:
             try:
-                when = datetime.fromisoformat(raw)
-            except (TypeError, ValueError):
-                raise bad(key, "an ISO 8601 time") from None
-            if when.tzinfo is None:
-                raise bad(key, "a time with a UTC offset")
-            times.append(when.astimezone(UTC))
+                times.append(utc_time(get(key)))
+            except ValueError as exc:
+                raise bad(key, str(exc)) from None
         turn = get("turn")
         if type(turn) is not int or turn < 0:
             raise bad("turn", "an int >= 0")
@@ -82,6 +82,23 @@ class SavedState:
         if type(finished) is not bool:
             raise bad("finished", "a bool")
         return cls(state_id, task, times[0], times[1], turn, stopped_by, finished)
+
+
+def utc_time(raw: Any) -> datetime:
+    """``raw`` (an ISO 8601 time with a UTC offset) as an aware UTC datetime.
+
+    Raises ValueError whose message says what was expected.
+    """
+    try:
+        when = datetime.fromisoformat(raw)
+    except (TypeError, ValueError):
+        raise ValueError("an ISO 8601 time") from None
+    if when.tzinfo is None:
+        raise ValueError("a time with a UTC offset")
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-01:00 is in the year 10000 in UTC
+        raise ValueError("a time within the years 1 to 9999 in UTC") from None
 
 
 def listing_order(rows: list[SavedState]) -> list[SavedState]:

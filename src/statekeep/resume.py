@@ -9,10 +9,13 @@ entry), kept in memory, and written by the next save.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .errors import StateConflictError
+from .errors import CorruptStateError, StateConflictError
 from .history import FORMAT_VERSION
 from .records import Record
 from .state import State
@@ -40,15 +43,43 @@ class ResumeWarning(UserWarning):
 
 
 def warn_if_agent_changed(state_id: str, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Warn with :class:`ResumeWarning`, at the caller's line, if the agent changed."""
     if saved is None:
         return
     changes = {key: (saved.get(key), current[key]) for key in current if saved.get(key) != current[key]}
     if changes:
-        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
-        warnings.warn(
-            ResumeWarning(f"State {state_id!r} is resumed by a different agent ({listed})", changes),
-            stacklevel=3,
+        listed = "; ".join(
+            "system prompt changed" if key == "system_sha256" else f"{key}: {old!r} -> {new!r}"
+            for key, (old, new) in changes.items()
         )
+        _warn_at_caller(
+            ResumeWarning(f"State {state_id!r} is resumed by a different agent ({listed})", changes)
+        )
+
+
+# Frames in these folders are statekeep's or the event loop's, never the caller's line.
+_NOT_THE_CALLER = (os.path.dirname(__file__) + os.sep, os.path.dirname(asyncio.__file__) + os.sep)
+
+
+def _warn_at_caller(warning: Warning) -> None:
+    """Warn at the first frame outside statekeep and asyncio: the line that called
+    statekeep, however deep in statekeep or the event loop the warning arises."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
+        frame = frame.f_back
+    if frame is None:  # no caller's frame on this thread's stack
+        warnings.warn(warning, stacklevel=2)
+        return
+    module_globals = frame.f_globals
+    warnings.warn_explicit(
+        warning,
+        type(warning),
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module_globals.get("__name__", "<string>"),
+        module_globals.setdefault("__warningregistry__", {}),
+        module_globals,
+    )
 
 
 def write_args(state: State, store: Store) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
@@ -65,6 +96,24 @@ def after_write(state: State, store: Store, sent_to: int) -> None:
     state._store, state._saved, state._created, state._create_unsure = store, sent_to, True, False
 
 
+def exists(state: State) -> ValueError:
+    """The error of a first save whose id is taken (advice for save and Agent.run)."""
+    sid = state.id
+    return ValueError(
+        f"State {sid!r} already exists in this store, saved by another State object; nothing was "
+        f"written. To continue that one, load it with store.load({sid!r}); to start over, delete "
+        f"it with store.delete({sid!r}) first; or give this State a new id"
+    )
+
+
+def deleted(state: State) -> LookupError:
+    """The error of a save whose State was deleted from the store since it was saved."""
+    return LookupError(
+        f"State {state.id!r} was deleted from this store after it was saved or loaded; nothing was "
+        "written. A deleted State stays deleted: to go on, start a new State with a new id"
+    )
+
+
 def conflict(state: State, exc: StateConflictError) -> StateConflictError:
     return StateConflictError(
         f"{exc} — State {state.id!r} was changed by another writer since it was loaded; "
@@ -73,7 +122,8 @@ def conflict(state: State, exc: StateConflictError) -> StateConflictError:
 
 
 def from_record(state_id: str, record: Record | None, store: Store) -> State:
-    """Rebuild and repair a State that ``store`` read; LookupError or ValueError."""
+    """Rebuild and repair a State that ``store`` read; LookupError or ValueError
+    (CorruptStateError when saved entries are missing)."""
     if record is None:
         raise LookupError(f"no State {state_id!r} in this store")
     snapshot = record.snapshot
@@ -87,6 +137,7 @@ def from_record(state_id: str, record: Record | None, store: Store) -> State:
             f"State {state_id!r} was saved in format version {version!r}, newer than this statekeep "
             f"reads (version {FORMAT_VERSION}); upgrade statekeep to load it"
         )
+    _check_snapshot_covered(state_id, snapshot, record.entries)
     try:
         state = State._from_history(state_id, record.entries)
     except ValueError as exc:
@@ -95,6 +146,24 @@ def from_record(state_id: str, record: Record | None, store: Store) -> State:
     _repair(state)
     state._check_agent = True
     return state
+
+
+def _check_snapshot_covered(state_id: str, snapshot: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+    """The snapshot is written after the entries it covers, so a snapshot beyond the last
+    entry means acknowledged entries were lost: refuse, rather than load less than was saved."""
+    seq = snapshot.get("seq")
+    last = len(entries) - 1
+    if type(seq) is not int or seq <= last:
+        return
+    ends = "is empty" if last < 0 else f"ends at seq {last}"
+    missing = (
+        f"entry seq {seq} is missing" if seq == last + 1 else f"entries seq {last + 1} to {seq} are missing"
+    )
+    raise CorruptStateError(
+        f"State {state_id!r} is damaged: its snapshot covers the history up to seq {seq}, but the "
+        f"history {ends}, so saved {missing}. Nothing was loaded or repaired; restore "
+        "the missing entries from a backup, or delete the State"
+    )
 
 
 def _repair(state: State) -> None:

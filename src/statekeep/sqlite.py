@@ -32,7 +32,6 @@ import weakref
 from collections.abc import Callable, Coroutine, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,7 +41,7 @@ from .backend import Backend
 from .batching import GroupCommit
 from .bridge import Closer, owner
 from .errors import CorruptStateError
-from .records import Record, SavedState, decode_snapshot, left_out
+from .records import Record, SavedState, decode_snapshot, left_out, utc_time
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
 T = TypeVar("T")
@@ -364,12 +363,15 @@ class SQLiteStore(Backend):
         # SavedState: building one (two datetimes, a frozen dataclass) costs more than the
         # query. The cache holds the rows of the last listing only.
         seen, cache = conns.listed, {}
+        skipped = [left_out(sid, why) for sid, why in unlisted]
         for row in rows:
             item = seen.get(row)
-            cache[row] = _saved_state(row) if item is None else item
+            try:
+                cache[row] = _saved_state(row) if item is None else item
+            except ValueError as exc:  # columns edited by hand: leave the State out, as elsewhere
+                skipped.append(left_out(row[0], exc))
         conns.listed = cache
         listing = list(cache.values())
-        skipped = [left_out(sid, why) for sid, why in unlisted]
         return listing, skipped
 
     def _absent(self) -> bool:
@@ -702,9 +704,14 @@ def _op_id(op: _Op) -> str:
 def _saved_state(row: tuple[Any, ...]) -> SavedState:
     """A listing row, as read by the listing query."""
     sid, task, created, updated, turn, stopped_by, finished = row
-    when = datetime.fromisoformat
+    times = []
+    for key, raw in (("created_at", created), ("updated_at", updated)):
+        try:
+            times.append(utc_time(raw))
+        except ValueError as exc:
+            raise ValueError(f"its {key} column holds {raw!r}, not {exc}") from None
     turn = turn if type(turn) is int else int(turn)
-    return SavedState(sid, task, when(created), when(updated), turn, stopped_by, bool(finished))
+    return SavedState(sid, task, times[0], times[1], turn, stopped_by, bool(finished))
 
 
 def _listing(sid: str, snapshot: bytes | None) -> tuple[Any, ...]:

@@ -7,6 +7,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
+from .codec import check, decode
 from .history import AGENT_KEYS, FORMAT_VERSION, Replay, now
 from .ids import validate_id
 
@@ -27,7 +30,8 @@ class State:
     """An agent run: an append-only history plus everything derived from it.
 
     Create one with ``State(task)``, append with the write-side methods (each adds one
-    history entry, or raises ValueError if history cannot follow), save it with
+    history entry, or raises ValueError if history cannot follow, TypeError for a value
+    JSON cannot hold, and then adds nothing), save it with
     ``store.save(state)`` and get it back with ``store.load(state.id)``. Read-side
     properties are kept up to date entry by entry.
     """
@@ -36,7 +40,7 @@ class State:
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         self._setup(uuid.uuid4().hex if id is None else validate_id(id))
-        self._append("task", text=task)
+        self._append("task", "State()", text=task)
 
     def _setup(self, state_id: str) -> None:
         self.id = state_id
@@ -106,8 +110,13 @@ class State:
         return self._replay.stopped_by
 
     @property
-    def data(self) -> dict[str, Any]:
-        """Application data set with :meth:`set_data` (do not modify it in place)."""
+    def data(self) -> Mapping[str, Any]:
+        """Application data set with :meth:`set_data`, read-only and deep-frozen.
+
+        It is a dict whose dicts and lists refuse changes (TypeError): change data with
+        :meth:`set_data` and :meth:`delete_data`, which the history records. It does not
+        follow later changes; ``copy.deepcopy(state.data)`` gives a plain copy to edit.
+        """
         return self._replay.data
 
     @property
@@ -139,13 +148,23 @@ class State:
     # -- write side ---------------------------------------------------------------------
 
     def add_user(self, text: str) -> None:
-        self._append("user", text=text)
+        self._append("user", "State.add_user()", text=text)
 
     def begin_run(self, agent: Mapping[str, Any]) -> None:
         """Start a run by ``agent`` (see :func:`agent_info`). The first run after a load
         warns with :class:`ResumeWarning` if the agent differs from the last one."""
+        self._append("run_start", "State.begin_run()", agent=self._check_run(agent))
+
+    def _check_run(self, agent: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``run_start`` agent for ``agent``, once a run can start; adds nothing. The
+        first check after a load warns if the agent changed (Agent.run checks early, in the
+        caller's thread, so that the warning points at the caller's line)."""
         if self.finished:
-            raise ValueError(f"State {self.id!r} is finished; a finished State cannot run again")
+            raise ValueError(
+                f"State {self.id!r} is finished; a finished State cannot run again. To go on from "
+                "it, start a new State and give it what it needs from this one's messages "
+                "(state.messages), e.g. with add_user()"
+            )
         info = {key: agent[key] for key in AGENT_KEYS if key in agent}
         if set(info) != set(AGENT_KEYS):
             raise ValueError(f"agent needs {', '.join(AGENT_KEYS)}; use statekeep.agent_info(...)")
@@ -156,11 +175,11 @@ class State:
 
             warn_if_agent_changed(self.id, self.last_agent, info)  # may raise under -W error
             self._check_agent = False
-        self._append("run_start", agent=info)
+        return info
 
     def request(self, model: str) -> None:
         """Record that a request is being sent to ``model``."""
-        self._append("model_request", model=model)
+        self._append("model_request", "State.request()", model=model)
 
     def add_reply(
         self,
@@ -173,22 +192,28 @@ class State:
         """Record the model's reply to the waiting request."""
         calls = [{"id": c["id"], "name": c["name"], "args": c.get("args", {})} for c in tool_calls]
         self._append(
-            "model_reply", text=text, tool_calls=calls, usage=dict(usage or {}), stop_reason=stop_reason
+            "model_reply",
+            "State.add_reply()",
+            text=text,
+            tool_calls=calls,
+            usage=dict(usage or {}),
+            stop_reason=stop_reason,
         )
 
     def add_model_error(self, message: str) -> None:
         """Close the waiting request: the model gave no reply."""
-        self._append("model_error", message=message)
+        self._append("model_error", "State.add_model_error()", message=message)
 
     def add_tool_result(
         self, call_id: str, output: Any, *, is_error: bool = False, outcome: str | None = None
     ) -> None:
         """Record the result of a pending tool call (outcome ``done``, or ``error`` if
-        ``is_error``, unless given)."""
+        ``is_error``, unless given). ``output`` must be a JSON value (TypeError otherwise)."""
         call = self._replay.pending_calls.get(call_id)
         name = call["name"] if call else ""
         self._append(
             "tool_result",
+            f"State.add_tool_result({call_id!r})",
             call_id=call_id,
             name=name,
             output=output,
@@ -198,25 +223,35 @@ class State:
 
     def stop(self, by: str, answer: Any = None) -> None:
         """End the current run; ``by`` says why (``limit``, a condition's name, ...)."""
-        self._append("stop", by=by, answer=answer)
+        self._append("stop", f"State.stop({by!r})", by=by, answer=answer)
 
     def finish(self, answer: Any) -> None:
         """End the run for good with ``answer``; a finished State cannot run again."""
-        self.stop("finish", answer)
+        self._append("stop", "State.finish()", by="finish", answer=answer)
 
     def set_data(self, key: str, value: Any) -> None:
-        self._append("data", key=key, value=value)
+        """Set application data ``key`` to ``value``, a JSON value (TypeError otherwise)."""
+        self._append("data", f"State.set_data({key!r})", key=key, value=value)
 
     def delete_data(self, key: str) -> None:
-        self._append("data", key=key, deleted=True)
+        self._append("data", f"State.delete_data({key!r})", key=key, deleted=True)
 
     def add_error(self, message: str) -> None:
         """Record that the run ended with an exception."""
-        self._append("error", message=message)
+        self._append("error", "State.add_error()", message=message)
 
-    def _append(self, kind: str, **fields: Any) -> None:
-        entry = {"seq": len(self.history), "kind": kind, "at": now(), **fields}
-        self._replay.apply(entry)
+    def _append(self, kind: str, call: str, **fields: Any) -> None:
+        """Add an entry holding ``fields``, or raise naming ``call`` (the State method) and
+        the key; nothing is added then, so every save can still encode the history."""
+        for key, value in fields.items():
+            check(value, f"{call} {key}", 1)
+        # The history keeps a JSON copy: later changes to the caller's objects never reach
+        # it, and it equals what a load gives back (tuples become lists).
+        entry = decode(orjson.dumps({"seq": len(self.history), "kind": kind, "at": now(), **fields}))
+        try:
+            self._replay.apply(entry)
+        except ValueError as exc:
+            raise ValueError(f"{call}: {exc}") from None
 
     # -- identity -----------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ from typing import Any
 from .bridge import run_sync
 from .errors import StateConflictError
 from .records import Record, SavedState
-from .resume import after_write, conflict, from_record, write_args
+from .resume import after_write, conflict, deleted, exists, from_record, write_args
 from .state import State
+from .writes import ExistsError, MissingError
 
 
 class Store(ABC):
@@ -119,10 +120,11 @@ class Store(ABC):
     async def asave(self, state: State) -> None:
         """Write what the store does not have of ``state`` yet, plus its snapshot.
 
-        The first save creates the State. Durable as the store's ``awrite``. A State is
-        saved in one store only (ValueError elsewhere). If the write fails, nothing is
-        marked saved and the next save sends it again, whole. If another writer appended
-        to the State meanwhile, :class:`StateConflictError` says to load it again.
+        The first save creates the State: ValueError if the id is taken by another State.
+        Durable as the store's ``awrite``. A State is saved in one store only (ValueError
+        elsewhere). If the write fails, nothing is marked saved and the next save sends it
+        again, whole. If another writer appended to the State meanwhile,
+        :class:`StateConflictError` says to load it again; LookupError if it was deleted.
         """
         entries, snapshot, create = write_args(state, self)
         sent = len(state.history)
@@ -138,6 +140,10 @@ class Store(ABC):
                 await self.awrite(state.id, entries, snapshot, create=create)
         except StateConflictError as exc:
             raise conflict(state, exc) from None
+        except ExistsError:  # the raw write's advice (create=...) is not for save
+            raise exists(state) from None
+        except MissingError:
+            raise deleted(state) from None
         except (ValueError, TypeError, LookupError):
             raise
         except Exception:

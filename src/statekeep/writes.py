@@ -18,6 +18,7 @@ import orjson
 from .codec import encode
 from .errors import StateConflictError
 from .ids import validate_id
+from .records import LISTING_TIMES, utc_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,11 @@ class PreparedWrite:
 def prepare_write(
     state_id: str, entries: Sequence[dict[str, Any]], snapshot: dict[str, Any] | None, create: bool
 ) -> PreparedWrite:
-    """Validate and encode a write; raise TypeError/ValueError for bad input."""
+    """Validate and encode a write; raise TypeError/ValueError for bad input.
+
+    A snapshot's ``created_at`` and ``updated_at``, when present, must be times listings
+    can read (ISO 8601 with a UTC offset, within the years 1 to 9999 in UTC).
+    """
     validate_id(state_id)
     if not isinstance(entries, (list, tuple)):
         raise TypeError(f"entries must be a list of dicts, got {type(entries).__name__}")
@@ -59,10 +64,27 @@ def prepare_write(
                 "the entries of one write must have consecutive seqs, in order"
             )
         lines.append(encode(entry, f"entries[{i}]") + b"\n")
-    snap = None if snapshot is None else encode(snapshot, "snapshot")
+    snap = None
+    if snapshot is not None:
+        snap = encode(snapshot, "snapshot")
+        _check_times(snapshot)
     if create and lines and first_seq != 0:
         raise ValueError(f"a new State's history starts at seq 0, got {first_seq}")
     return PreparedWrite(state_id, first_seq, tuple(lines), snap, bool(create))
+
+
+def _check_times(snapshot: dict[str, Any]) -> None:
+    """Refuse a snapshot time that listings could not read, so one bad write never breaks
+    ``list()`` (a snapshot without times is fine: it is left out of listings)."""
+    for key in LISTING_TIMES:
+        if key in snapshot:
+            try:
+                utc_time(snapshot[key])
+            except ValueError as exc:
+                raise ValueError(
+                    f"snapshot[{key!r}] is {snapshot[key]!r}, but listings need {exc}; nothing was "
+                    "written. Give an ISO 8601 time with a UTC offset, e.g. datetime.now(UTC).isoformat()"
+                ) from None
 
 
 def plan_append(write: PreparedWrite, next_seq: int) -> int:
@@ -104,15 +126,23 @@ def same_json(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def exists_error(state_id: str) -> ValueError:
-    return ValueError(
+class ExistsError(ValueError):
+    """A ``create=True`` write found the id taken; nothing was written."""
+
+
+class MissingError(LookupError):
+    """A ``create=False`` write found no State; nothing was written."""
+
+
+def exists_error(state_id: str) -> ExistsError:
+    return ExistsError(
         f"State {state_id!r} already exists; nothing was written. "
         "Use create=False to add to it, or pick another id"
     )
 
 
-def missing_error(state_id: str) -> LookupError:
-    return LookupError(
+def missing_error(state_id: str) -> MissingError:
+    return MissingError(
         f"no State {state_id!r} in this store (never created, or deleted); "
         "use create=True for the first write of a new State"
     )
