@@ -1138,7 +1138,10 @@ def test_a_snapshot_ahead_of_the_history_is_corruption_naming_the_missing_seqs(s
     snap = raw_snapshot(seq=4, turn=1, stopped_by="finish", finished=True)
     store.write("ahead", entries, snap, create=True)
     for load in (store.load, lambda sid: asyncio.run(store.aload(sid))):
-        with pytest.raises(CorruptStateError, match=r"'ahead' is damaged.*seq 4.*ends at seq 2.*seq 3 to 4"):
+        with pytest.raises(
+            CorruptStateError,
+            match=r"covers the history up to seq 4, but .*ends at seq 2, so the saved entries seq 3 to 4 are missing",
+        ):
             load("ahead")
     store.write("ahead-by-one", entries, raw_snapshot(seq=3), create=True)
     with pytest.raises(CorruptStateError, match=r"entry seq 3 is missing"):

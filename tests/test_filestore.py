@@ -445,10 +445,10 @@ def test_a_snapshot_ahead_of_the_log_is_corruption(tmp_path: Path, damage: str) 
     last = data.rstrip(b"\n").rfind(b"\n") + 1  # where the stop entry's line starts
     damaged = data[:-10] if damage == "last-line-cut-short" else data[:last]
     log.write_bytes(damaged)
-    cut = f", and its last line (from byte {last}) is cut short" if damage == "last-line-cut-short" else ""
+    cut = f" (its last line, from byte {last}, is cut short)" if damage == "last-line-cut-short" else ""
     message = re.escape(
-        f"{tmp_path / 'a' / 'snapshot.json'} covers the history up to seq 2, but {log} holds "
-        f"entries up to seq 1 only{cut}: the saved entries with seq 2 are missing"
+        f"State 'a' is damaged: {tmp_path / 'a' / 'snapshot.json'} covers the history up to seq 2, but {log}{cut} "
+        "ends at seq 1, so the saved entry seq 2 is missing"
     )
     store = FileStore(tmp_path)
     with pytest.raises(CorruptStateError, match=message):

@@ -51,7 +51,7 @@ from .fileroot import (
 from .fsio import OsIO
 from .ids import validate_id
 from .logframe import LogScan, scan_log
-from .records import Record, SavedState, decode_snapshot, left_out, listing_order
+from .records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
 LOG = "log.jsonl"
@@ -545,24 +545,15 @@ class FileStore(Backend):
     def _check_covered(
         self, sid: str, snapshot: dict[str, Any] | None, next_seq: int, torn_at: int | None
     ) -> None:
-        """Raise CorruptStateError if a State's snapshot covers entries the log lacks.
-
-        The snapshot is written after its entries are durable, so only damage puts it
-        ahead of the log. ``torn_at``: where the log's unreadable last line starts.
-        """
-        if snapshot is None or type(snapshot.get("v")) is not int:
-            return  # not a State's snapshot: its "seq", if any, is not ours to read
-        seq = snapshot.get("seq")
-        if type(seq) is not int or seq < next_seq:
-            return
-        holds = "no entries" if next_seq == 0 else f"entries up to seq {next_seq - 1} only"
-        cut = "" if torn_at is None else f", and its last line (from byte {torn_at}) is cut short"
-        missing = f"seq {seq}" if seq == next_seq else f"seqs {next_seq} to {seq}"
-        raise CorruptStateError(
-            f"{self._where(sid, SNAPSHOT)} covers the history up to seq {seq}, but "
-            f"{self._where(sid, LOG)} holds {holds}{cut}: the saved entries with {missing} "
-            "are missing (the log was damaged after they were saved). Nothing was repaired: "
-            "restore the log from a backup, or move the State's folder aside"
+        """CorruptStateError if the snapshot covers entries the log lacks (see
+        :func:`check_covered`). ``torn_at``: where the log's unreadable last line starts."""
+        cut = "" if torn_at is None else f" (its last line, from byte {torn_at}, is cut short)"
+        check_covered(
+            snapshot,
+            next_seq,
+            snapshot_name=f"State {sid!r} is damaged: {self._where(sid, SNAPSHOT)}",
+            history_name=f"{self._where(sid, LOG)}{cut}",
+            advice="restore the log from a backup, or move the State's folder aside",
         )
 
     def _read_file(self, folder: int, sid: str, name: str) -> bytes | None:

@@ -124,6 +124,29 @@ def decode_snapshot(raw: bytes | str | None, where: str) -> dict[str, Any] | Non
     return value
 
 
+def check_covered(
+    snapshot: Mapping[str, Any] | None, next_seq: int, *, snapshot_name: str, history_name: str, advice: str
+) -> None:
+    """Raise CorruptStateError if a State's snapshot covers entries its history lacks.
+
+    A snapshot is written after the entries it covers are durable, so only damage puts it
+    ahead of them: acknowledged entries were lost. ``next_seq`` is the seq after the last
+    entry held. Snapshots without an int ``"v"`` are not a State's (written through the raw
+    API): their ``"seq"``, if any, is not ours to read.
+    """
+    if snapshot is None or type(snapshot.get("v")) is not int:
+        return
+    seq = snapshot.get("seq")
+    if type(seq) is not int or seq < next_seq:
+        return
+    holds = "holds no entries" if next_seq == 0 else f"ends at seq {next_seq - 1}"
+    missing = f"entry seq {seq} is" if seq == next_seq else f"entries seq {next_seq} to {seq} are"
+    raise CorruptStateError(
+        f"{snapshot_name} covers the history up to seq {seq}, but {history_name} {holds}, so the "
+        f"saved {missing} missing. Nothing was loaded or repaired; {advice}"
+    )
+
+
 def left_out(state_id: str, why: object) -> str:
     """The warning for a State that ``list()`` leaves out."""
     return f"statekeep: State {state_id!r} left out of the listing: {why}"

@@ -15,9 +15,9 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .errors import CorruptStateError, StateConflictError
+from .errors import StateConflictError
 from .history import FORMAT_VERSION
-from .records import Record
+from .records import Record, check_covered
 from .state import State
 
 if TYPE_CHECKING:
@@ -137,7 +137,13 @@ def from_record(state_id: str, record: Record | None, store: Store) -> State:
             f"State {state_id!r} was saved in format version {version!r}, newer than this statekeep "
             f"reads (version {FORMAT_VERSION}); upgrade statekeep to load it"
         )
-    _check_snapshot_covered(state_id, snapshot, record.entries)
+    check_covered(
+        snapshot,
+        len(record.entries),
+        snapshot_name=f"State {state_id!r} is damaged: its snapshot",
+        history_name="its history",
+        advice="restore the missing entries from a backup, or delete the State",
+    )
     try:
         state = State._from_history(state_id, record.entries)
     except ValueError as exc:
@@ -146,24 +152,6 @@ def from_record(state_id: str, record: Record | None, store: Store) -> State:
     _repair(state)
     state._check_agent = True
     return state
-
-
-def _check_snapshot_covered(state_id: str, snapshot: dict[str, Any], entries: list[dict[str, Any]]) -> None:
-    """The snapshot is written after the entries it covers, so a snapshot beyond the last
-    entry means acknowledged entries were lost: refuse, rather than load less than was saved."""
-    seq = snapshot.get("seq")
-    last = len(entries) - 1
-    if type(seq) is not int or seq <= last:
-        return
-    ends = "is empty" if last < 0 else f"ends at seq {last}"
-    missing = (
-        f"entry seq {seq} is missing" if seq == last + 1 else f"entries seq {last + 1} to {seq} are missing"
-    )
-    raise CorruptStateError(
-        f"State {state_id!r} is damaged: its snapshot covers the history up to seq {seq}, but the "
-        f"history {ends}, so saved {missing}. Nothing was loaded or repaired; restore "
-        "the missing entries from a backup, or delete the State"
-    )
 
 
 def _repair(state: State) -> None:
