@@ -37,11 +37,11 @@ import warnings
 from collections.abc import Hashable
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from . import servercommon
+from . import redaction, servercommon
 from .bridge import _Owner
 from .errors import CorruptStateError
 from .records import Record, SavedState, decode_snapshot, left_out, listing_order
@@ -145,10 +145,9 @@ def _import_redis() -> Any:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with the password replaced by ``***`` (userinfo and ``password=`` options)."""
-    from .postgres import redact_dsn
-
-    return redact_dsn(url)
+    """``url`` with its user information and every password replaced by ``***`` (see
+    :mod:`statekeep.redaction`)."""
+    return redaction.redact_url(url)
 
 
 def _listing_score(snapshot: bytes | None) -> str:
@@ -205,6 +204,7 @@ class RedisStore(ServerStore):
         self._errors = redis.exceptions
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, got {type(url).__name__}")
+        redaction.check_userinfo(url)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         try:
@@ -215,13 +215,13 @@ class RedisStore(ServerStore):
         self._url = url
         self._user_client = client
         self._server = self._server_key(url, client)
-        self._secrets = self._find_secrets(url)
+        self._secrets = redaction.url_secrets(url)
         self._index = self._prefix + b"index"
         # The client of this process; replaced when owner() changes (after a fork).
         self._state: _Local | None = None
 
     def __repr__(self) -> str:
-        where = "client=<redis client>" if self._user_client is not None else repr(self._scrub(self._url))
+        where = "client=<redis client>" if self._user_client is not None else repr(redact_url(self._url))
         return f"RedisStore({where}, prefix={self.prefix!r})"
 
     def _storage_key(self) -> Hashable:
@@ -430,7 +430,7 @@ class RedisStore(ServerStore):
         if client is not None:
             kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
             return (kwargs.get("path") or kwargs.get("host"), kwargs.get("port"), kwargs.get("db", 0))
-        parts = urlsplit(url)
+        parts = urlsplit(redaction.split_userinfo(url)[1])  # a password may hold '/', '?', '#'
         query = parse_qs(parts.query)
         if parts.scheme == "unix":
             return (parts.path, None, int(query.get("db", ["0"])[0] or 0))
@@ -441,23 +441,8 @@ class RedisStore(ServerStore):
             port = None
         return ((parts.hostname or "localhost"), port, int(db) if db.isdigit() else db)
 
-    @staticmethod
-    def _find_secrets(url: str) -> list[str]:
-        found: set[str] = set()
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        userinfo, at, _ = netloc.rpartition("@")
-        if at and ":" in userinfo:
-            secret = userinfo.split(":", 1)[1]
-            found.update({secret, unquote(secret)})
-        for value in parse_qs(parts.query).get("password", []):
-            found.add(value)
-        return sorted((s for s in found if s), key=len, reverse=True)
-
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return redact_url(text)
+        return redaction.scrub(text, self._secrets)
 
     def _where(self) -> str:
         host, port, db = self._server

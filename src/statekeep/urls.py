@@ -9,6 +9,7 @@ from urllib.parse import unquote, urlsplit
 
 from .filestore import FileStore
 from .memory import MemoryStore
+from .redaction import redact_url
 from .store import Store
 
 _EXTRAS = {"postgres": "postgres", "redis": "redis"}
@@ -61,11 +62,3 @@ def _load(module: str, name: str) -> Any:
         if extra is None:
             raise
         raise ImportError(f"{name} needs an extra: pip install 'statekeep[{extra}]' ({exc})") from exc
-
-
-def redact_url(text: str) -> str:
-    """``text`` with a URL password replaced by ***, for messages."""
-    parts = urlsplit(text)
-    if parts.password:
-        return text.replace(f":{parts.password}@", ":***@", 1)
-    return text
