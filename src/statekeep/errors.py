@@ -17,3 +17,12 @@ class CorruptStateError(ValueError):
     The message names the file (or key) and the place. Nothing is repaired or dropped
     silently: a damaged record followed by good ones needs a person to look at it.
     """
+
+
+class NotAStoreError(ValueError):
+    """A store was pointed at something that is not a statekeep store: another program's
+    database, a file that is not a database, a key prefix holding no statekeep keys.
+
+    Raised before anything there is changed: the message says what was found and what to
+    pass instead.
+    """
