@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import Record
+from statekeep import NotAStoreError, Record
 from statekeep.bridge import owner
 from tests import servers
 from tests.conftest import entries, snapshot
@@ -558,3 +558,26 @@ async def test_closing_while_writes_are_under_way(postgres_server: PostgresServe
                 assert isinstance(result, RuntimeError) and "closed" in str(result), result
     finally:
         await fresh.aclose()
+
+
+# -- create=False ---------------------------------------------------------------------------------
+
+
+def test_create_false_creates_nothing_and_refuses_a_schema_without_tables(
+    postgres_server: PostgresServer,
+) -> None:
+    schema = unique_name("sk")
+    store = PostgresStore(postgres_server.dsn, schema=schema, create=False)
+    try:
+        for attempt in (store.list, lambda: store.read("a"), lambda: store.delete("a")):
+            with pytest.raises(NotAStoreError, match=f"schema '{schema}' holds no statekeep tables"):
+                attempt()
+    finally:
+        store.close()
+    assert raw(postgres_server, "SELECT 1 FROM pg_namespace WHERE nspname = $1", schema) == []
+    with PostgresStore(postgres_server.dsn, schema=schema) as made:
+        made.write("a", entries(0, 1), snapshot(), create=True)
+    with PostgresStore(postgres_server.dsn, schema=schema, create=False) as existing:
+        assert existing.read("a") == Record(entries(0, 1), snapshot())
+        existing.delete("a")
+        assert existing.list() == []

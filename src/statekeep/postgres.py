@@ -47,7 +47,7 @@ import orjson
 
 from . import redaction, servercommon
 from .bridge import _Owner
-from .errors import CorruptStateError
+from .errors import CorruptStateError, NotAStoreError
 from .records import Record, SavedState, decode_snapshot, left_out, listing_order
 from .servercommon import ServerLocal, ServerStore, Talking
 from .writes import PreparedWrite, check_overlap
@@ -82,7 +82,10 @@ _DURABLE = """IF current_setting('synchronous_commit') = 'off' THEN
 
 
 def _import_asyncpg() -> Any:
-    return servercommon.import_driver("asyncpg", "PostgresStore", "the asyncpg driver", "postgres")
+    # 0.30: executemany that returns rows, which batched writes need.
+    return servercommon.import_driver(
+        "asyncpg", "PostgresStore", "the asyncpg driver", "postgres", ("asyncpg", (0, 30))
+    )
 
 
 def redact_dsn(dsn: str) -> str:
@@ -417,7 +420,10 @@ class PostgresStore(ServerStore):
     name starting with ``table_prefix``; several stores can share one database with
     different schemas or prefixes. Both are quoted, never pasted into SQL; a NUL or a
     name longer than PostgreSQL's 63 bytes is refused. Tables made by a newer statekeep
-    (a higher schema version) are refused with a message saying so. The password never
+    (a higher schema version) are refused with a message saying so. ``create=False``
+    opens existing tables only (what the command line does): the store then creates and
+    migrates nothing, and a schema without statekeep's tables is refused with
+    NotAStoreError. The password never
     appears in ``repr()`` or in the store's error messages.
     """
 
@@ -429,6 +435,7 @@ class PostgresStore(ServerStore):
         schema: str = "statekeep",
         table_prefix: str = "",
         ssl: Any = None,
+        create: bool = True,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = _import_asyncpg()
@@ -451,6 +458,7 @@ class PostgresStore(ServerStore):
         # The pool of this process; replaced when owner() changes (after a fork).
         self._state: _Local | None = None
         self._migrated = False
+        self._create = create
 
     def __repr__(self) -> str:
         if self._user_pool is not None:
@@ -685,6 +693,13 @@ class PostgresStore(ServerStore):
             if version == SCHEMA_VERSION:
                 return
             self._check_version(version)
+            if not self._create:
+                found = "no statekeep tables" if version is None else f"statekeep schema version {version}"
+                raise NotAStoreError(
+                    f"{self!r}: schema {self.schema!r} holds {found} (this store was opened with "
+                    "create=False, which creates and migrates nothing); nothing was changed. Pass "
+                    "the DSN, schema and table prefix statekeep saved to"
+                )
             async with conn.transaction():
                 # One migrator per schema at a time, in every process and host.
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(self.schema))
