@@ -201,18 +201,18 @@ def test_show_in_a_missing_store_exits_1(tmp_path: Path) -> None:
 
 
 def test_delete_removes_a_state(folder: Path) -> None:
-    result = cli("delete", "limited", "--store", str(folder))
+    result = cli("delete", "limited", "--store", str(folder), "--yes")
     assert (result.exit_code, result.stdout) == (0, "deleted limited\n")
     assert FileStore(folder).read("limited") is None
     assert ids_listed(cli("list", "--store", str(folder)).stdout) == ["crashed", "booked"]
-    result = cli("delete", "limited", "--store", str(folder))
+    result = cli("delete", "limited", "--store", str(folder), "--yes")
     assert result.exit_code == 1 and "no State 'limited'" in result.stderr
 
 
 def test_delete_an_unknown_or_malformed_id(folder: Path) -> None:
-    result = cli("delete", "nobody", "--store", str(folder))
+    result = cli("delete", "nobody", "--store", str(folder), "--yes")
     assert result.exit_code == 1 and f"no State 'nobody' in {folder}" in result.stderr
-    result = cli("delete", "../booked", "--store", str(folder))
+    result = cli("delete", "../booked", "--store", str(folder), "--yes")
     assert result.exit_code == 2 and ID_RULE in result.stderr
     assert [row.id for row in FileStore(folder).list()] == ["crashed", "limited", "booked"]
 
@@ -237,10 +237,10 @@ def test_memory_store_is_empty() -> None:
     assert (result.exit_code, result.stdout) == (0, "no saved States\n")
     result = cli("show", "booked", "--store", "memory://")
     assert result.exit_code == 1 and "no State 'booked' in memory://" in result.stderr
-    assert cli("delete", "booked", "--store", "memory://").exit_code == 1
+    assert cli("delete", "booked", "--store", "memory://", "--yes").exit_code == 1
 
 
-@pytest.mark.parametrize("command", [["list"], ["show", "booked"], ["delete", "booked"]])
+@pytest.mark.parametrize("command", [["list"], ["show", "booked"], ["delete", "booked", "--yes"]])
 def test_an_unknown_url_scheme_exits_2_naming_it(command: list[str]) -> None:
     result = cli(*command, "--store", "ftp://host/runs")
     assert result.exit_code == 2
@@ -290,6 +290,6 @@ def test_the_cli_as_a_subprocess(folder: Path, tmp_path: Path) -> None:
     proc = run_cli("--version")
     assert proc.returncode == 0 and version("statekeep") in proc.stdout
 
-    proc = run_cli("delete", "crashed", "--store", str(folder))
+    proc = run_cli("delete", "crashed", "--store", str(folder), "--yes")
     assert (proc.returncode, proc.stdout) == (0, "deleted crashed\n")
     assert FileStore(folder).read("crashed") is None
