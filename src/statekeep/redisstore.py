@@ -414,7 +414,7 @@ class RedisStore(ServerStore):
             for name in ("appendonly", "appendfsync", "maxmemory-policy"):
                 pipe.config_get(name)
             replies = await pipe.execute(raise_on_error=False)
-        version, *ttls, appendonly, appendfsync, policy = replies[-7:]
+        version, *ttls, appendonly, appendfsync, policy = replies[-6:]
         if isinstance(version, Exception):
             raise version
         if version is None and not self._create:
