@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import sqlite3
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -42,8 +44,6 @@ def snapshot(task: str = "task", *, turn: int = 0, updated: str = "2026-01-01T00
 async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     """Put ``raw`` in place of a State's stored snapshot through the store's own storage,
     as a hand edit or an older statekeep could have left it (listing columns included)."""
-    import sqlite3
-
     from statekeep.postgres import PostgresStore, quote_identifier
     from statekeep.redisstore import RedisStore
 
@@ -158,3 +158,16 @@ def owner_loop_settled() -> None:
             await asyncio.wait(others)
 
     bridge.run_sync(others_done(), "others_done")
+
+
+def sqlite_looks(path: Path) -> tuple[bytes, str, list[str], list[str]]:
+    """What a test compares before and after: the file's bytes, its journal mode, its
+    tables, and the files next to it."""
+    data = path.read_bytes()
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_master ORDER BY name")]
+    finally:
+        conn.close()
+    return data, mode, tables, sorted(os.listdir(path.parent))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-from statekeep import FileStore
+from statekeep import FileStore, SQLiteStore
 
 
 def run_demo(folder: Path) -> str:
@@ -37,3 +38,41 @@ def test_demo_can_run_twice_in_one_folder(tmp_path: Path) -> None:
     run_demo(tmp_path)
     run_demo(tmp_path)
     assert [r.id for r in FileStore(tmp_path).list()] == ["demo-booking"]
+
+
+def test_demo_takes_a_store_url_and_suggests_a_command_that_works(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "statekeep", "demo", "--store", "sqlite:///demo.db"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("demo.db")) == []
+    assert "answer: Booked" in proc.stdout
+    [hint] = [line for line in proc.stdout.splitlines() if "statekeep show" in line]
+    command = shlex.split(hint.split(": ", 1)[1])
+    assert command[:4] == ["statekeep", "show", "demo-booking", "--store"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "statekeep", *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "State demo-booking: Book a table" in shown.stdout
+    with SQLiteStore(tmp_path / "demo.db") as store:
+        record = store.read("demo-booking")
+    assert record is not None and record.snapshot["finished"] is True
+
+
+def test_demo_refuses_a_memory_store() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "statekeep", "demo", "--store", "memory://"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "not memory://" in proc.stderr and "Traceback" not in proc.stderr

@@ -386,10 +386,11 @@ def test_delete_failing_after_the_rename_leaves_the_state_gone(
         store.delete(SID)
     assert len(io.fired) == 1
     # What is left is a leftover, never listed, never in the way. Its lock was released
-    # when the delete returned, so the next store that opens the folder removes it.
+    # when the delete returned, so the next store that writes or deletes removes it.
     (leftover,) = dot_folders(tmp_path)
     assert leftover.startswith(f".deleting-{os.getpid()}-")
     state_absent(tmp_path, SID)
+    FileStore(tmp_path).delete("nobody")
     assert dot_folders(tmp_path) == []
     store.delete(SID)  # deleting again is a no-op
     store.write(SID, OLD.entries, OLD.snapshot, create=True)  # and the id can be used again
@@ -426,6 +427,7 @@ def test_delete_leftover_is_removed_once_its_process_is_dead(tmp_path: Path) -> 
     fresh = FileStore(tmp_path)
     assert fresh.read(SID) is None
     assert [r.id for r in fresh.list()] == ["keep"]
+    fresh.delete("nobody")  # the first write or delete removes leftovers
     assert dot_folders(tmp_path) == []
     assert fresh.read("keep") == Record(entries(0, 1), snapshot("keep"))
 

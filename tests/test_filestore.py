@@ -194,6 +194,8 @@ def test_leftovers_of_crashed_creates_and_deletes_are_removed(tmp_path: Path) ->
         (tmp_path / name / "log.jsonl").write_bytes(b'{"seq":0}\n')
     store = FileStore(tmp_path)
     assert [r.id for r in store.list()] == ["a"]
+    assert len(list(tmp_path.iterdir())) == 4  # reads never write, not even to clean up
+    store.write("a", entries(1, 1), None)  # the first write (or delete) sweeps
     # A create or delete still at work is left alone: tests/test_filestore_trust.py.
     assert sorted(p.name for p in tmp_path.iterdir()) == [".statekeep-store", "a"]
 

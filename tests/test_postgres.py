@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import Record
+from statekeep import NotAStoreError, Record
 from statekeep.bridge import owner
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
@@ -281,15 +281,19 @@ def test_quote_identifier() -> None:
 @pytest.mark.parametrize(
     ("dsn", "shown"),
     [
-        ("postgresql://u:s3cr%40t@h:5432/db", "postgresql://u:***@h:5432/db"),
-        ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
+        ("postgresql://u:s3cr%40t@h:5432/db", "postgresql://***@h:5432/db"),
+        ("postgres://u:p@ss@h/db", "postgres://***@h/db"),
+        ("postgresql://u:pa/ss@h/db", "postgresql://***@h/db"),
+        ("postgresql://u:p?a#s@h:5432/db?sslmode=require", "postgresql://***@h:5432/db?sslmode=require"),
         (
             "postgresql://h/db?user=u&password=s3cret&sslmode=verify-full",
             "postgresql://h/db?user=u&password=***&sslmode=verify-full",
         ),
-        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        ("postgresql://u@h/db", "postgresql://***@h/db"),
+        ("postgresql://h/db", "postgresql://h/db"),
         ("host=h password=s3cret user=u", "host=h password=*** user=u"),
-        ("postgresql://u:s3cret@h1:1,h2:2/db", "postgresql://u:***@h1:1,h2:2/db"),
+        ("host=h password='s3 cret' user=u", "host=h password=*** user=u"),
+        ("postgresql://u:s3cret@h1:1,h2:2/db", "postgresql://***@h1:1,h2:2/db"),
     ],
 )
 def test_redact_dsn(dsn: str, shown: str) -> None:
@@ -597,3 +601,26 @@ def test_dropped_stores_close_their_pools(postgres_server: PostgresServer) -> No
     assert len(owner().closers) == closers - 20
     assert len(warned) == 20 and all(w.startswith("PostgresStore(") for w in warned)
     assert postgres_server.password not in " ".join(warned)
+
+
+# -- create=False ---------------------------------------------------------------------------------
+
+
+def test_create_false_creates_nothing_and_refuses_a_schema_without_tables(
+    postgres_server: PostgresServer,
+) -> None:
+    schema = unique_name("sk")
+    store = PostgresStore(postgres_server.dsn, schema=schema, create=False)
+    try:
+        for attempt in (store.list, lambda: store.read("a"), lambda: store.delete("a")):
+            with pytest.raises(NotAStoreError, match=f"schema '{schema}' holds no statekeep tables"):
+                attempt()
+    finally:
+        store.close()
+    assert raw(postgres_server, "SELECT 1 FROM pg_namespace WHERE nspname = $1", schema) == []
+    with PostgresStore(postgres_server.dsn, schema=schema) as made:
+        made.write("a", entries(0, 1), snapshot(), create=True)
+    with PostgresStore(postgres_server.dsn, schema=schema, create=False) as existing:
+        assert existing.read("a") == Record(entries(0, 1), snapshot())
+        existing.delete("a")
+        assert existing.list() == []

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from statekeep import CorruptStateError, Record
+from statekeep import CorruptStateError, NotAStoreError, Record
 from statekeep.bridge import owner, run_sync
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
@@ -268,8 +270,9 @@ def test_warning_when_config_is_disabled() -> None:
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
-        ("rediss://user:s3%40cret@h/1", "rediss://user:***@h/1"),
+        ("redis://:s3cret@h:6379/0", "redis://***@h:6379/0"),
+        ("rediss://user:s3%40cret@h/1", "rediss://***@h/1"),
+        ("redis://:pa/ss?x#y@h:6379/0", "redis://***@h:6379/0"),
         ("redis://h:6379/0?password=s3cret&db=1", "redis://h:6379/0?password=***&db=1"),
         ("unix:///run/redis.sock?password=s3cret", "unix:///run/redis.sock?password=***"),
         ("redis://h:6379/0", "redis://h:6379/0"),
@@ -447,3 +450,125 @@ def test_a_store_with_your_client_is_dropped_without_warning(own_redis: RedisSer
     assert drop_and_collect(stores) == []  # the client is yours: the store neither closes it nor warns
     assert run_sync(client.ping(), "ping") is True
     run_sync(client.aclose(), "aclose")
+
+
+# -- keys of another type, eviction, create=False ----------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["state", "entries", "index"])
+def test_a_key_of_the_wrong_type_fails_the_write_before_anything_is_written(
+    redis_server: RedisServer, rs: RedisStore, which: str
+) -> None:
+    rs.write("a", entries(0, 1), snapshot(), create=True)
+    key = {"state": "state:a", "entries": "entries:a", "index": "index"}[which]
+    dump = raw(redis_server, "DUMP", rs.prefix + key)
+    raw(redis_server, "DEL", rs.prefix + key)
+    raw(redis_server, "SET", rs.prefix + key, "something else")
+    before = {k: raw(redis_server, "DUMP", rs.prefix + k) for k in ("state:a", "entries:a", "index")}
+    with pytest.raises(CorruptStateError, match=f"{key}.*holds a string.*nothing of the write"):
+        rs.write("a", entries(1, 2), snapshot(turn=2))
+    assert {k: raw(redis_server, "DUMP", rs.prefix + k) for k in before} == before
+    raw(redis_server, "RESTORE", rs.prefix + key, 0, dump, "REPLACE")
+    assert rs.read("a") == Record(entries(0, 1), snapshot())
+
+
+def test_a_policy_that_evicts_any_key_is_warned_about() -> None:
+    server = own_server(extra=("--maxmemory-policy", "allkeys-lru"))
+    try:
+        caught = first_use_warnings(server.url)
+        assert len(caught) == 1, caught
+        assert "maxmemory-policy allkeys-lru" in caught[0] and "noeviction" in caught[0]
+    finally:
+        server.remove()
+
+
+def test_a_volatile_policy_is_warned_about_when_statekeep_keys_have_a_ttl() -> None:
+    server = own_server(extra=("--maxmemory-policy", "volatile-lru"))
+    try:
+        prefix = unique_name("sk") + ":"
+        raw(server, "SET", prefix + "layout", str(LAYOUT_VERSION), "EX", 3600)
+        store = RedisStore(server.url, prefix=prefix)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                store.list()
+        finally:
+            store.close()
+        [message] = [str(w.message) for w in caught]
+        assert "maxmemory-policy volatile-lru, and they have a TTL" in message
+    finally:
+        server.remove()
+
+
+def test_a_volatile_policy_without_ttls_is_no_warning() -> None:
+    server = own_server(extra=("--maxmemory-policy", "volatile-lru"))
+    try:
+        assert first_use_warnings(server.url) == []
+    finally:
+        server.remove()
+
+
+def test_create_false_writes_nothing_and_refuses_a_prefix_without_statekeep_keys(
+    redis_server: RedisServer,
+) -> None:
+    prefix = unique_name("sk") + ":"
+    store = RedisStore(redis_server.url, prefix=prefix, create=False)
+    try:
+        for attempt in (store.list, lambda: store.read("a"), lambda: store.delete("a")):
+            with pytest.raises(NotAStoreError, match="no statekeep keys under prefix"):
+                attempt()
+    finally:
+        store.close()
+    assert raw(redis_server, "KEYS", prefix + "*") == []
+    with RedisStore(redis_server.url, prefix=prefix) as made:
+        made.write("a", entries(0, 1), snapshot(), create=True)
+    with RedisStore(redis_server.url, prefix=prefix, create=False) as existing:
+        assert existing.read("a") == Record(entries(0, 1), snapshot())
+        existing.delete("a")
+        assert existing.list() == []
+
+
+# -- TLS ------------------------------------------------------------------------------------------
+
+
+def _certificates(folder: Path, names: dict[str, str]) -> None:
+    """A CA (ca.pem), and for each name a key and a certificate it signed for that
+    subjectAltName (``{"wrong": "DNS:wrong.example"}`` gives wrong.key, wrong.pem)."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test CA",
+            "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+    for name, san in names.items():
+        (folder / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr")  # fmt: skip
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "2", "-out", f"{name}.pem", "-extfile", f"{name}.ext")  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "san"), [("wrong", "DNS:wrong.example"), ("right", "IP:127.0.0.1")])
+def test_rediss_checks_the_server_host_name(tmp_path: Path, name: str, san: str) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    _certificates(tmp_path, {name: san})
+    port = servers.free_port()
+    tls = ("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(tmp_path / f"{name}.pem"),
+           "--tls-key-file", str(tmp_path / f"{name}.key"), "--tls-ca-cert-file", str(tmp_path / "ca.pem"),
+           "--tls-auth-clients", "no")  # fmt: skip
+    server = servers.RedisServer(servers._scratch("statekeep-redis-tls-"), port, None, tls)
+    try:
+        server.start()
+        store = RedisStore(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'ca.pem'}")
+        try:
+            if name == "wrong":  # signed by the trusted CA, but for another host
+                with pytest.raises(ConnectionError, match=r"not valid for '127\.0\.0\.1'"):
+                    store.list()
+            else:
+                store.write("a", entries(0, 1), snapshot(), create=True)
+                assert store.read("a") == Record(entries(0, 1), snapshot())
+        finally:
+            store.close()
+    finally:
+        server.remove()

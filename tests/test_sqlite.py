@@ -30,10 +30,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 import statekeep.sqlite as sqlite_module
-from statekeep import CorruptStateError, FileStore, Record, SQLiteStore, StateConflictError, Store
+from statekeep import (
+    CorruptStateError,
+    FileStore,
+    NotAStoreError,
+    Record,
+    SQLiteStore,
+    StateConflictError,
+    Store,
+)
 from statekeep.bridge import owner
 from statekeep.writes import prepare_write
-from tests.conftest import drop_and_collect, entries, snapshot
+from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 from tests.test_model import StoreMachine, new_entries, normal
 from tests.test_model import bodies as model_bodies
 from tests.test_model import ids as model_ids
@@ -406,6 +414,85 @@ def test_newer_schema_is_refused(db: Path) -> None:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
 
 
+def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
+    # A database in rollback-journal mode, of a newer schema: refusing it must not even
+    # switch it to WAL.
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (2)")
+    conn.commit()
+    conn.close()
+    before = sqlite_looks(db)
+    assert before[1] == "delete"
+    newer = SQLiteStore(db)
+    for attempt in (lambda: newer.read("a"), newer.list, lambda: newer.write("a", entries(0, 1), None)):
+        with pytest.raises(RuntimeError, match="newer statekeep"):
+            attempt()
+    newer.close()
+    assert sqlite_looks(db) == before
+
+
+@pytest.fixture
+def foreign(db: Path) -> Path:
+    """Another program's SQLite database, in rollback-journal mode."""
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.execute("INSERT INTO users VALUES ('ada')")
+    conn.commit()
+    conn.close()
+    return db
+
+
+def test_create_false_never_changes_another_programs_database(foreign: Path) -> None:
+    before = sqlite_looks(foreign)
+    store = SQLiteStore(foreign, create=False)
+    message = r"is not a statekeep database \(its tables: users\); nothing was changed"
+    for attempt in (
+        lambda: store.read("a"),
+        store.list,
+        lambda: store.delete("a"),
+        lambda: store.write("a", entries(0, 1), snapshot(), create=True),
+    ):
+        with pytest.raises(NotAStoreError, match=message):
+            attempt()
+    store.close()
+    assert sqlite_looks(foreign) == before
+
+
+def test_create_false_reads_and_deletes_in_a_statekeep_database(db: Path) -> None:
+    with SQLiteStore(db) as store:
+        store.write("a", entries(0, 2), snapshot(), create=True)
+        store.write("b", entries(0, 1), snapshot("b"), create=True)
+    with SQLiteStore(db, create=False) as existing:
+        assert existing.read("a") == Record(entries(0, 2), snapshot())
+        assert sorted(row.id for row in existing.list()) == ["a", "b"]
+        existing.delete("a")
+        assert existing.read("a") is None
+    with SQLiteStore(db) as store:
+        assert store.read("a") is None and store.read("b") is not None
+
+
+def test_create_false_makes_no_file(db: Path) -> None:
+    store = SQLiteStore(db, create=False)
+    assert store.read("a") is None and store.list() == []
+    with pytest.raises(FileNotFoundError, match="create=False"):
+        store.write("a", entries(0, 1), None, create=True)
+    store.close()
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_file_that_is_not_a_database_is_refused_unchanged(db: Path, create: bool) -> None:
+    db.write_text("just some notes, not a database\n" * 200)
+    before = looks_bytes = db.read_bytes(), sorted(os.listdir(db.parent))
+    store = SQLiteStore(db, create=create)
+    for attempt in (lambda: store.read("a"), store.list, lambda: store.write("a", [], None, create=True)):
+        with pytest.raises(NotAStoreError, match="is not a SQLite database"):
+            attempt()
+    store.close()
+    assert (db.read_bytes(), sorted(os.listdir(db.parent))) == before == looks_bytes
+
+
 def test_schema_upgraded_under_an_open_store_stops_its_writes(store: SQLiteStore, db: Path) -> None:
     store.write("a", entries(0, 1), snapshot(), create=True)
     with raw(db) as conn:
@@ -425,14 +512,6 @@ def test_empty_file_gets_the_schema(db: Path) -> None:
     store.close()
     with raw(db) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
-
-
-def test_not_a_database_is_an_error(db: Path) -> None:
-    db.write_bytes(b"this is not SQLite" * 100)
-    store = SQLiteStore(db)
-    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
-        store.read("a")
-    store.close()
 
 
 # -- locks ---------------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from click.testing import CliRunner
@@ -88,7 +90,7 @@ def test_cli_reads_a_sqlite_store(tmp_path: Path) -> None:
     assert code == 0 and sid in out and "named by a URL" in out
     code, out = cli("show", sid, "--store", url)
     assert code == 0 and "task" in out
-    assert cli("delete", sid, "--store", url)[0] == 0
+    assert cli("delete", sid, "--store", url, "--yes")[0] == 0
     assert cli("show", sid, "--store", url)[0] == 1
 
 
@@ -106,6 +108,58 @@ def test_cli_reads_a_server_store(kind: str) -> None:
     code, out = cli("list", "--store", url)
     assert code == 0 and sid in out
     assert cli("show", sid, "--store", url)[0] == 0
-    assert cli("delete", sid, "--store", url)[0] == 0
+    assert cli("delete", sid, "--store", url, "--yes")[0] == 0
     code, out = cli("show", sid, "--store", url)
     assert code == 1 and "secret" not in out and servers.PG_PASSWORD not in out
+
+
+# -- passwords: one redaction rule for every URL ----------------------------------------------
+
+
+@pytest.mark.parametrize("password", ["Qz1/Wk2", "Qz1?Wk2", "Qz1#Wk2", "Qz1@Wk2/Vb3#Nm4?"])
+@pytest.mark.parametrize("scheme", ["postgresql", "redis"])
+def test_a_password_with_unescaped_url_characters_is_refused_unshown(scheme: str, password: str) -> None:
+    # Drivers would end the password at '/', '?' or '#' and take the rest for the host.
+    url = f"{scheme}://user:{password}@127.0.0.1:{servers.free_port()}/0"
+    shown = {p for p in (password, *re.split("[/?#@]", password)) if len(p) >= 3}
+    with pytest.raises(ValueError, match="%2F, %3F and %23") as info:
+        open_store(url)
+    assert not any(part in str(info.value) for part in shown), info.value
+    code, out = cli("list", "--store", url)
+    assert code == 2 and "%2F" in out
+    assert not any(part in out for part in shown), out
+
+
+@pytest.mark.parametrize("password", ["Qz1@Wk2@Vb3", "Qz1%2FWk2%3F%23"])
+@pytest.mark.parametrize("scheme", ["postgresql", "redis"])
+def test_an_odd_password_is_in_no_repr_or_error(scheme: str, password: str) -> None:
+    port = servers.free_port()  # loopback, nothing listening
+    url = f"{scheme}://user:{password}@127.0.0.1:{port}/0"
+    shown = {p for p in (password, unquote(password), *re.split("[@%]", password)) if len(p) >= 4}
+    with open_store(url) as store:
+        assert not any(part in repr(store) for part in shown), repr(store)
+        assert f"127.0.0.1:{port}" in repr(store)
+        with pytest.raises(ConnectionError) as info:
+            store.list()
+        message = str(info.value)
+        assert f"127.0.0.1:{port}" in message  # the host is found past the odd password
+        assert not any(part in message for part in shown), message
+    code, out = cli("list", "--store", url)
+    assert code == 1 and f"127.0.0.1:{port}" in out
+    assert not any(part in out for part in shown), out
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://127.0.0.1:{port}/db?user=u&password=hunter2xyz",
+        "redis://127.0.0.1:{port}/0?password=hunter2xyz",
+        "postgresql://u:hunter2xyz@127.0.0.1:{port}/db",
+    ],
+)
+def test_the_cli_never_prints_a_password(url: str) -> None:
+    url = url.format(port=servers.free_port())
+    for command in (["list"], ["show", "x"], ["delete", "x", "--yes"]):
+        code, out = cli(*command, "--store", url)
+        assert code == 1, out
+        assert "hunter2xyz" not in out and "127.0.0.1" in out, out

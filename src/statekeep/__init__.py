@@ -8,7 +8,7 @@ has a sync twin that works from scripts, threads and running event loops.
 from typing import TYPE_CHECKING
 
 from .agent import Agent, Reply, ScriptedModel
-from .errors import CorruptStateError, StateConflictError, UnsafeStoreError
+from .errors import CorruptStateError, NotAStoreError, StateConflictError, UnsafeStoreError
 from .filestore import FileStore
 from .history import FORMAT_VERSION
 from .ids import ID_RULE, validate_id
@@ -32,6 +32,7 @@ __all__ = [
     "CorruptStateError",
     "FileStore",
     "MemoryStore",
+    "NotAStoreError",
     "PostgresStore",
     "Record",
     "RedisStore",

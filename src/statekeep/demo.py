@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 
 from .agent import Agent, Reply, ScriptedModel
-from .cli import timeline
-from .filestore import FileStore
+from .cli import DEFAULT_STORE, timeline
+from .memory import MemoryStore
+from .redaction import redact_url
 from .state import State
+from .store import Store
+from .urls import open_store
 
 STATE_ID = "demo-booking"
 TASK = "Book a table for 4 in Paris on Friday evening"
 BOOKING_STARTED = "booking the table..."
 
-_CHILD = """
-import sys
+# The store URL goes to the child in its environment, not on its command line (where
+# any user could read a password in it).
+_URL_VARIABLE = "STATEKEEP_DEMO_STORE"
+_CHILD = f"""
+import os
 from statekeep.demo import first_run
-first_run(sys.argv[1])
+first_run(os.environ[{_URL_VARIABLE!r}])
 """
 
 
@@ -41,7 +48,7 @@ def check_booking(restaurant: str) -> str:
     return f"{restaurant}: a table for 4 on Friday 20:00 is confirmed"
 
 
-def first_run(path: str) -> None:
+def first_run(url: str) -> None:
     """The doomed process: the agent searches, then starts a booking and is killed."""
     model = ScriptedModel(
         [
@@ -63,19 +70,35 @@ def first_run(path: str) -> None:
         name="demo-model",
     )
     agent = Agent(
-        model, tools=[search_restaurants, book_table, check_booking], store=FileStore(path), name="booker"
+        model, tools=[search_restaurants, book_table, check_booking], store=open_store(url), name="booker"
     )
     agent.run(State(TASK, id=STATE_ID))
 
 
-def run(path: str | os.PathLike[str] = ".statekeep") -> int:
-    """Run the demo with a FileStore in ``path``; returns the exit status."""
-    store = FileStore(path)
+def run(url: str | os.PathLike[str] = DEFAULT_STORE) -> int:
+    """Run the demo in the store ``url`` names (a folder or any store URL, see
+    :func:`open_store`); returns the exit status."""
+    url = os.fspath(url)
+    with open_store(url) as store:
+        if isinstance(store, MemoryStore):
+            raise ValueError(
+                "the demo needs a store that a second process can open: a folder, sqlite:///, "
+                "postgresql:// or redis://, not memory://"
+            )
+        return _run(url, store)
+
+
+def _run(url: str, store: Store) -> int:
     store.delete(STATE_ID)
     say = print
-    say(f"statekeep demo · FileStore in {store.path}\n")
+    say(f"statekeep demo · {store!r}\n")
     say("1. An agent process starts the task and saves after every step:")
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, _URL_VARIABLE: url},
+    )
     assert child.stdout is not None
     for line in child.stdout:
         if line.strip() == BOOKING_STARTED:
@@ -113,7 +136,11 @@ def run(path: str | os.PathLike[str] = ".statekeep") -> int:
     for row in store.list():
         status = "finished" if row.finished else (row.stopped_by or "running")
         say(f"   {row.id}  turn {row.turn}  {status}  {row.task}")
-    say(
-        f"\nThe whole history: statekeep show {STATE_ID} --store {path}   (in this repo: ./dev show {STATE_ID})"
-    )
+    if url == DEFAULT_STORE:
+        say(f"\nThe whole history: statekeep show {STATE_ID}   (in this repo: ./dev show {STATE_ID})")
+    else:
+        shown = redact_url(url)
+        say(f"\nThe whole history: statekeep show {STATE_ID} --store {shlex.quote(shown)}")
+        if shown != url:
+            say("(with your password in place of ***)")
     return 0

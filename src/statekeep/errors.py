@@ -27,3 +27,12 @@ class UnsafeStoreError(PermissionError):
     The message names the path and the ``chown``/``chmod`` that fixes it. ``list()``
     leaves such a State out with a warning instead of failing whole.
     """
+
+
+class NotAStoreError(ValueError):
+    """A store was pointed at something that is not a statekeep store: another program's
+    database, a file that is not a database, a key prefix holding no statekeep keys.
+
+    Raised before anything there is changed: the message says what was found and what to
+    pass instead.
+    """

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .errors import CorruptStateError, UnsafeStoreError
+from .errors import CorruptStateError, NotAStoreError, UnsafeStoreError
 from .fsio import OsIO
 from .ids import validate_id
 
@@ -142,7 +142,7 @@ def check_adoptable(root: int, path: str) -> None:
     if strangers:
         shown = ", ".join(repr(s) for s in strangers[:5])
         more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
-        raise ValueError(
+        raise NotAStoreError(
             f"{path} is not a statekeep store: it has no {MARKER} marker and holds {shown}{more}, "
             "which are not States. Pass an empty or new folder as the store (statekeep creates it)"
         )

@@ -162,8 +162,9 @@ class FileStore(Backend):
     folder or marks one (``case_insensitive``): an id then finds only a folder spelled
     exactly as the id, and creating ``Run`` beside ``run`` raises ValueError.
 
-    ``read_only=True`` never writes anything (no folder, marker or clean-up of leftovers);
-    its ``write`` and ``delete`` raise RuntimeError. An empty ``path`` is a ValueError
+    Reads and listings never write anything (no folder, marker or clean-up of leftovers:
+    those wait for the first write or delete). ``read_only=True`` also makes ``write`` and
+    ``delete`` raise RuntimeError. An empty ``path`` is a ValueError
     (use ``"."`` for the current folder).
     """
 
@@ -664,7 +665,7 @@ class FileStore(Backend):
         except BaseException:
             os.close(root)
             raise
-        if not self._swept and not self._read_only:
+        if writing and not self._swept:  # reads never write, not even to clean up
             self._swept = True
             _quietly(lambda: self._sweep(root))
         return root

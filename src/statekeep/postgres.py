@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import re
 from collections.abc import Awaitable, Hashable
 from contextlib import AsyncExitStack
 from itertools import islice
@@ -46,9 +45,9 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from . import servercommon
+from . import redaction, servercommon
 from .bridge import _Owner
-from .errors import CorruptStateError
+from .errors import CorruptStateError, NotAStoreError
 from .records import Record, SavedState, decode_snapshot, left_out, listing_order
 from .servercommon import ServerLocal, ServerStore, Talking
 from .writes import PreparedWrite, check_overlap
@@ -83,25 +82,16 @@ _DURABLE = """IF current_setting('synchronous_commit') = 'off' THEN
 
 
 def _import_asyncpg() -> Any:
-    return servercommon.import_driver("asyncpg", "PostgresStore", "the asyncpg driver", "postgres")
+    # 0.30: executemany that returns rows, which batched writes need.
+    return servercommon.import_driver(
+        "asyncpg", "PostgresStore", "the asyncpg driver", "postgres", ("asyncpg", (0, 30))
+    )
 
 
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` with every password replaced by ``***`` (URL userinfo and ``password=`` options)."""
-    scheme, sep, rest = dsn.partition("://")
-    if not sep:  # key=value form
-        return re.sub(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
-    rest = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", rest)
-    end = len(rest)
-    for stop in "/?#":
-        found = rest.find(stop)
-        if found >= 0:
-            end = min(end, found)
-    netloc = rest[:end]
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        netloc = userinfo.split(":", 1)[0] + ":***@" + hosts
-    return f"{scheme}://{netloc}{rest[end:]}"
+    """``dsn`` with its user information and every password replaced by ``***`` (see
+    :mod:`statekeep.redaction`)."""
+    return redaction.redact_url(dsn)
 
 
 def quote_identifier(name: str) -> str:
@@ -136,15 +126,13 @@ class _Where:
         user: Any = None
         secrets: set[str] = set()
         if dsn:
-            parts = urlsplit(dsn)
-            netloc = parts.netloc
-            userinfo, at, hostlist = netloc.rpartition("@")
-            if at:
-                name, colon, password = userinfo.partition(":")
-                user = unquote(name) or None
-                if colon and password:
-                    secrets.update({password, unquote(password)})
-            host, port = _split_hosts(hostlist)
+            # The user information first: a password may hold '/', '?', '#' or '@'.
+            userinfo, rest = redaction.split_userinfo(dsn)
+            secrets.update(redaction.url_secrets(dsn))
+            if userinfo:
+                user = unquote(userinfo.partition(":")[0]) or None
+            parts = urlsplit(rest)
+            host, port = _split_hosts(parts.netloc)
             database = unquote(parts.path.lstrip("/")) or None
             for key, value in _query(parts.query):
                 if key == "host":
@@ -155,8 +143,6 @@ class _Where:
                     database = value
                 elif key == "user":
                     user = value
-                elif key == "password" and value:
-                    secrets.add(value)
         host = kwargs.get("host", host) or os.environ.get("PGHOST") or "localhost"
         port = kwargs.get("port", port) or os.environ.get("PGPORT") or 5432
         user = kwargs.get("user", user) or os.environ.get("PGUSER")
@@ -171,9 +157,7 @@ class _Where:
 
     def scrub(self, text: str) -> str:
         """``text`` with any password it holds replaced by ``***``."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return redact_dsn(text) if "://" in text or "password" in text.lower() else text
+        return redaction.scrub(text, self.secrets)
 
 
 def _split_hosts(hostlist: str) -> tuple[str | None, str | None]:
@@ -436,7 +420,10 @@ class PostgresStore(ServerStore):
     name starting with ``table_prefix``; several stores can share one database with
     different schemas or prefixes. Both are quoted, never pasted into SQL; a NUL or a
     name longer than PostgreSQL's 63 bytes is refused. Tables made by a newer statekeep
-    (a higher schema version) are refused with a message saying so. The password never
+    (a higher schema version) are refused with a message saying so. ``create=False``
+    opens existing tables only (what the command line does): the store then creates and
+    migrates nothing, and a schema without statekeep's tables is refused with
+    NotAStoreError. The password never
     appears in ``repr()`` or in the store's error messages.
     """
 
@@ -448,11 +435,14 @@ class PostgresStore(ServerStore):
         schema: str = "statekeep",
         table_prefix: str = "",
         ssl: Any = None,
+        create: bool = True,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = _import_asyncpg()
         if dsn is not None and not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str or None, got {type(dsn).__name__}")
+        if dsn is not None:
+            redaction.check_userinfo(dsn)
         self.schema = _check_name(schema, "schema", _MAX_IDENTIFIER)
         if not schema:
             raise ValueError("schema must not be empty")
@@ -468,12 +458,13 @@ class PostgresStore(ServerStore):
         # The pool of this process; replaced when owner() changes (after a fork).
         self._state: _Local | None = None
         self._migrated = False
+        self._create = create
 
     def __repr__(self) -> str:
         if self._user_pool is not None:
             where = "pool=<asyncpg pool>"
         elif self._dsn is not None:
-            where = repr(self._where.scrub(redact_dsn(self._dsn)))
+            where = repr(redact_dsn(self._dsn))
         else:
             where = f"host={self._where.host!r}, port={self._where.port!r}"
         return f"PostgresStore({where}, schema={self.schema!r}, table_prefix={self.table_prefix!r})"
@@ -702,6 +693,13 @@ class PostgresStore(ServerStore):
             if version == SCHEMA_VERSION:
                 return
             self._check_version(version)
+            if not self._create:
+                found = "no statekeep tables" if version is None else f"statekeep schema version {version}"
+                raise NotAStoreError(
+                    f"{self!r}: schema {self.schema!r} holds {found} (this store was opened with "
+                    "create=False, which creates and migrates nothing); nothing was changed. Pass "
+                    "the DSN, schema and table prefix statekeep saved to"
+                )
             async with conn.transaction():
                 # One migrator per schema at a time, in every process and host.
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(self.schema))

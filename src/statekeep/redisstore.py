@@ -37,13 +37,13 @@ import warnings
 from collections.abc import Hashable
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from . import servercommon
+from . import redaction, servercommon
 from .bridge import _Owner
-from .errors import CorruptStateError
+from .errors import CorruptStateError, NotAStoreError
 from .records import Record, SavedState, decode_snapshot, left_out, listing_order
 from .servercommon import ServerLocal, ServerStore, Talking
 from .writes import PreparedWrite, check_overlap
@@ -53,6 +53,8 @@ LAYOUT_VERSION = 1
 
 # Outcomes of the write script.
 _OK, _MISSING, _EXISTS, _GAP, _COMPARE = servercommon.OUTCOMES
+# The script's own outcome: a key of the wrong type, nothing written.
+_WRONGTYPE = 5
 # ARGV slots before the entries.
 _HEAD = 8
 
@@ -67,6 +69,14 @@ local n = tonumber(ARGV[4])
 local has_snapshot = ARGV[5] == '1'
 local napproved = tonumber(ARGV[8])
 local base = {_HEAD}
+
+-- Every key's type before the first write: a key of another type (the prefix shared with
+-- something else) would fail half-way through, after some writes were made.
+local want = {{'hash', 'list', 'zset'}}
+for i = 1, 3 do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= want[i] then return {{{_WRONGTYPE}, KEYS[i], t, want[i]}} end
+end
 
 local function push(from, to)
   local i = from
@@ -141,14 +151,16 @@ _checked: set[Hashable] = set()
 
 
 def _import_redis() -> Any:
-    return servercommon.import_driver("redis.asyncio", "RedisStore", "the redis package", "redis")
+    # 6.0 checks the server's host name on rediss:// by default; 6.2 fixed its TLS options.
+    return servercommon.import_driver(
+        "redis.asyncio", "RedisStore", "the redis package", "redis", ("redis", (6, 2))
+    )
 
 
 def redact_url(url: str) -> str:
-    """``url`` with the password replaced by ``***`` (userinfo and ``password=`` options)."""
-    from .postgres import redact_dsn
-
-    return redact_dsn(url)
+    """``url`` with its user information and every password replaced by ``***`` (see
+    :mod:`statekeep.redaction`)."""
+    return redaction.redact_url(url)
 
 
 def _listing_score(snapshot: bytes | None) -> str:
@@ -176,7 +188,9 @@ class RedisStore(ServerStore):
     AOF is on) up to a second of acknowledged writes can be lost; with no AOF, everything
     since the last RDB save. On first connect the store reads both settings and warns
     once (RuntimeWarning) if they are weaker, or if ``CONFIG GET`` is refused so that it
-    cannot tell. Replicas are asynchronous, and Redis 7.0 has no ``WAITAOF``, so the store
+    cannot tell. It also warns when the server's ``maxmemory-policy`` may evict
+    statekeep's keys (``allkeys-*``, or ``volatile-*`` when they have a TTL). Replicas are
+    asynchronous, and Redis 7.0 has no ``WAITAOF``, so the store
     cannot confirm an fsync itself. A connection lost during a write raises
     ConnectionError with the outcome unknown: sending the same write again is safe, since
     entries the store already has are skipped when equal. (A ``create=True`` write sent
@@ -189,6 +203,10 @@ class RedisStore(ServerStore):
     store does not close it. The store's own client does not retry commands by itself,
     so errors surface at once; it reconnects on the next call.
 
+    ``create=False`` opens existing statekeep keys only (what the command line does): the
+    store then writes nothing on connecting, and a prefix without statekeep's layout key
+    is refused with NotAStoreError.
+
     All keys start with ``prefix``; stores with different prefixes share a database
     without seeing each other's States (keep prefixes from being prefixes of one
     another, and end them with ``:``). Needs a single Redis server or a primary with
@@ -197,7 +215,12 @@ class RedisStore(ServerStore):
     """
 
     def __init__(
-        self, url: str = "redis://localhost:6379/0", *, prefix: str = "statekeep:", client: Any = None
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        prefix: str = "statekeep:",
+        client: Any = None,
+        create: bool = True,
     ) -> None:
         self._aioredis = _import_redis()
         import redis.exceptions
@@ -205,6 +228,7 @@ class RedisStore(ServerStore):
         self._errors = redis.exceptions
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, got {type(url).__name__}")
+        redaction.check_userinfo(url)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         try:
@@ -214,14 +238,15 @@ class RedisStore(ServerStore):
         self.prefix = prefix
         self._url = url
         self._user_client = client
+        self._create = create
         self._server = self._server_key(url, client)
-        self._secrets = self._find_secrets(url)
+        self._secrets = redaction.url_secrets(url)
         self._index = self._prefix + b"index"
         # The client of this process; replaced when owner() changes (after a fork).
         self._state: _Local | None = None
 
     def __repr__(self) -> str:
-        where = "client=<redis client>" if self._user_client is not None else repr(self._scrub(self._url))
+        where = "client=<redis client>" if self._user_client is not None else repr(redact_url(self._url))
         return f"RedisStore({where}, prefix={self.prefix!r})"
 
     def _storage_key(self) -> Hashable:
@@ -252,6 +277,12 @@ class RedisStore(ServerStore):
             status = int(reply[0])
             if status == _OK:
                 return
+            if status == _WRONGTYPE:
+                key, found, wanted = (_as_bytes(part).decode("utf-8", "replace") for part in reply[1:4])
+                raise CorruptStateError(
+                    f"{self!r}: the key {key!r} holds a {found}, where statekeep keeps a {wanted}; "
+                    f"nothing of the write to State {sid!r} was saved. Is the prefix used by something else?"
+                )
             servercommon.check_outcome(status, write, reply[1] if status == _GAP else None)
             stored = [_as_bytes(b) for b in reply[2]]
             # a real difference raises StateConflictError
@@ -375,13 +406,23 @@ class RedisStore(ServerStore):
         """Check the key layout's version, and warn once per server about weak durability."""
         layout = self._prefix + b"layout"
         async with client.pipeline(transaction=False) as pipe:
-            pipe.set(layout, str(LAYOUT_VERSION), nx=True)
+            if self._create:
+                pipe.set(layout, str(LAYOUT_VERSION), nx=True)
             pipe.get(layout)
-            pipe.config_get("appendonly")
-            pipe.config_get("appendfsync")
-            _, version, appendonly, appendfsync = await pipe.execute(raise_on_error=False)
+            pipe.pttl(layout)
+            pipe.pttl(self._index)
+            for name in ("appendonly", "appendfsync", "maxmemory-policy"):
+                pipe.config_get(name)
+            replies = await pipe.execute(raise_on_error=False)
+        version, *ttls, appendonly, appendfsync, policy = replies[-6:]
         if isinstance(version, Exception):
             raise version
+        if version is None and not self._create:
+            raise NotAStoreError(
+                f"{self!r}: no statekeep keys under prefix {self.prefix!r} (the key "
+                f"{layout.decode(errors='replace')!r} is missing); nothing was changed. Pass the "
+                "URL and prefix statekeep saved to"
+            )
         try:
             found = None if version is None else int(version)
         except ValueError:
@@ -412,6 +453,16 @@ class RedisStore(ServerStore):
                 stacklevel=2,
             )
             return
+        evicts = _config_value(policy, "maxmemory-policy")
+        with_ttl = any(isinstance(ttl, int) and ttl >= 0 for ttl in ttls)
+        if evicts.startswith("allkeys-") or (evicts.startswith("volatile-") and with_ttl):
+            warnings.warn(
+                f"statekeep: Redis at {where} may evict statekeep's keys when it runs out of memory "
+                f"(maxmemory-policy {evicts}{', and they have a TTL' if with_ttl else ''}): saved States "
+                "can disappear. Use 'maxmemory-policy noeviction' (redis.conf, or CONFIG SET)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         aof = _config_value(appendonly, "appendonly")
         fsync = _config_value(appendfsync, "appendfsync")
         if aof != "yes" or fsync != "always":
@@ -430,7 +481,7 @@ class RedisStore(ServerStore):
         if client is not None:
             kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
             return (kwargs.get("path") or kwargs.get("host"), kwargs.get("port"), kwargs.get("db", 0))
-        parts = urlsplit(url)
+        parts = urlsplit(redaction.split_userinfo(url)[1])  # a password may hold '/', '?', '#'
         query = parse_qs(parts.query)
         if parts.scheme == "unix":
             return (parts.path, None, int(query.get("db", ["0"])[0] or 0))
@@ -441,23 +492,8 @@ class RedisStore(ServerStore):
             port = None
         return ((parts.hostname or "localhost"), port, int(db) if db.isdigit() else db)
 
-    @staticmethod
-    def _find_secrets(url: str) -> list[str]:
-        found: set[str] = set()
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        userinfo, at, _ = netloc.rpartition("@")
-        if at and ":" in userinfo:
-            secret = userinfo.split(":", 1)[1]
-            found.update({secret, unquote(secret)})
-        for value in parse_qs(parts.query).get("password", []):
-            found.add(value)
-        return sorted((s for s in found if s), key=len, reverse=True)
-
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return redact_url(text)
+        return redaction.scrub(text, self._secrets)
 
     def _where(self) -> str:
         host, port, db = self._server

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import importlib.metadata
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -42,13 +44,26 @@ _abandoned: list[Any] = []
 _Queued = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 
 
-def import_driver(module: str, store: str, what: str, extra: str) -> Any:
+def import_driver(
+    module: str, store: str, what: str, extra: str, minimum: tuple[str, tuple[int, ...]] | None = None
+) -> Any:
     """Import a store's driver ``module`` when the store is made (never when statekeep is
-    imported), or say which extra to install."""
+    imported), or say which extra to install. ``minimum`` is (distribution, version): an
+    older installed version is refused too, since it would work worse without saying so."""
     try:
-        return importlib.import_module(module)
+        driver = importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(f"{store} needs {what}: pip install 'statekeep[{extra}]' ({exc})") from exc
+    if minimum is not None:
+        dist, wanted = minimum
+        found = importlib.metadata.version(dist)
+        numbers = tuple(int(part) for part in re.findall(r"\d+", found)[: len(wanted)])
+        if numbers < wanted:
+            need = ".".join(map(str, wanted))
+            raise ImportError(
+                f"{store} needs {dist} {need} or newer, found {found}: pip install -U 'statekeep[{extra}]'"
+            )
+    return driver
 
 
 class ServerLocal(LoopState):

@@ -40,7 +40,7 @@ import orjson
 from .backend import Backend
 from .batching import GroupCommit
 from .bridge import Closer, owner
-from .errors import CorruptStateError
+from .errors import CorruptStateError, NotAStoreError
 from .records import Record, SavedState, decode_snapshot, left_out, utc_time
 from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
@@ -138,14 +138,23 @@ class SQLiteStore(Backend):
 
     The file (0600) and missing parent folders (0700) are created on the first write (a
     read of a missing file finds nothing), when the schema is also created or migrated.
-    A database written by a newer statekeep is refused with RuntimeError: upgrade
-    statekeep to use it. Close the store to release its
-    connections; they are also closed when the interpreter exits, or (with a
-    ResourceWarning) when the store is dropped unclosed.
+    A database written by a newer statekeep is refused with RuntimeError (upgrade
+    statekeep to use it), and a file that is not a SQLite database with NotAStoreError;
+    neither is written to.
+
+    ``create=False`` opens an existing statekeep database only (what the command line's
+    ``list``, ``show`` and ``delete`` do): the store then never creates the file or its
+    tables, never switches the journal mode and never migrates; a database without
+    statekeep's tables is refused with NotAStoreError, unchanged. Reads of a missing file
+    still find nothing.
+
+    Close the store to release its connections; they are also closed when the
+    interpreter exits, or (with a ResourceWarning) when the store is dropped unclosed.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
         self.path = Path(os.path.abspath(os.fspath(path)))
+        self.create = create
         self._key = os.path.realpath(self.path)
         self._batches = GroupCommit(lambda ops: self._commit(ops), max_batch=_MAX_BATCH)  # late-bound
         # This process's connections, replaced when owner() changes (after a fork).
@@ -443,10 +452,20 @@ class SQLiteStore(Backend):
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
-        except BaseException:
+        except BaseException as exc:
             conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                self._not_a_database(exc)
             raise
         return conn
+
+    def _not_a_database(self, exc: sqlite3.DatabaseError) -> None:
+        """Raise NotAStoreError if ``exc`` says the file is not a SQLite database."""
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+            raise NotAStoreError(
+                f"{self.path} is not a SQLite database ({exc}); nothing was changed. "
+                "Pass a statekeep SQLite database, or a folder for a FileStore"
+            ) from None
 
     def _ensure_schema(self, conns: _Connections) -> None:
         """Create or migrate the schema once per process (refusing a newer one)."""
@@ -454,7 +473,7 @@ class SQLiteStore(Backend):
             return
         with conns.schema_lock:
             if not conns.schema_ok:
-                conn = self._retry_busy(self._migrate)
+                conn = self._retry_busy(self._migrate if self.create else self._inspect)
                 conns.schema_ok = True
                 conns.give_reader(conn, reuse=True)
 
@@ -462,14 +481,17 @@ class SQLiteStore(Backend):
         self._make_file()
         conn = self._connect()
         try:
+            # The version first: a database this statekeep refuses is not written to, not
+            # even to switch its journal mode.
+            version = self._schema_version(conn)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise RuntimeError(
                     f"{self.path}: SQLite could not switch the database to WAL mode (it reports "
                     f"{mode!r}); SQLiteStore needs WAL, which needs a local file system"
                 )
-            # Read first: a file that is up to date (the usual case) needs no write lock.
-            if self._schema_version(conn) == SCHEMA_VERSION:
+            # A file that is up to date (the usual case) needs no write lock.
+            if version == SCHEMA_VERSION:
                 return conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -493,14 +515,46 @@ class SQLiteStore(Backend):
             raise
         return conn
 
+    def _inspect(self) -> sqlite3.Connection:
+        """Open an existing statekeep database without changing it (``create=False``)."""
+        if not self.path.exists():
+            raise FileNotFoundError(
+                f"{self.path}: no database there (this store was opened with create=False, which makes none)"
+            )
+        conn = self._connect()
+        try:
+            version = self._schema_version(conn)
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if version == 0 or not {"states", "entries"} <= tables:
+                found = f"its tables: {', '.join(sorted(tables))}" if tables else "it has no tables"
+                raise NotAStoreError(
+                    f"{self.path} is not a statekeep database ({found}); nothing was changed. "
+                    "Pass the database statekeep saved to"
+                )
+            if version < SCHEMA_VERSION:
+                raise NotAStoreError(
+                    f"{self.path} has statekeep schema version {version}, older than this "
+                    f"statekeep's {SCHEMA_VERSION}; open it once with SQLiteStore(path) to upgrade "
+                    "it; nothing was changed"
+                )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     def _schema_version(self, conn: sqlite3.Connection) -> int:
-        """The file's schema version (0 if it has none yet); refuses a newer one."""
-        if conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-        ).fetchone():
+        """The file's schema version (0 if it has none yet); refuses a newer one, and a
+        file that is not a SQLite database."""
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+            ).fetchone()
+        except sqlite3.DatabaseError as exc:
+            self._not_a_database(exc)
+            raise
+        version = 0
+        if found:
             version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
-        else:
-            version = 0
         self._refuse_newer(version)
         return version
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .filestore import FileStore
 from .memory import MemoryStore
+from .redaction import redact_url
 from .store import Store
 
 _EXTRAS = {"postgres": "postgres", "redis": "redis"}
 
 
-def open_store(url: str | Path, **options: Any) -> Store:
+def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store:
     """Open the store a URL names.
 
     - ``path/to/dir`` or ``file:///abs/dir``: :class:`FileStore`
@@ -23,34 +25,61 @@ def open_store(url: str | Path, **options: Any) -> Store:
     - ``postgresql://user:pass@host/db`` (extra ``statekeep[postgres]``)
     - ``redis://host:6379/0`` (extra ``statekeep[redis]``)
 
-    ``options`` go to the store's constructor. An unknown scheme is a ValueError naming it;
-    a missing extra is an ImportError saying which one to install.
+    ``create=False`` opens an existing store only, changing nothing until a write or
+    delete: SQLite, PostgreSQL and Redis stores then create no file, tables or keys and
+    refuse a place that holds no statekeep store (NotAStoreError); a FileStore makes
+    nothing before its first write anyway. Other ``options`` go to the store's constructor.
+    An empty URL, an unknown scheme, or a path to a file where a FileStore folder is
+    expected is a ValueError saying what to write instead; a missing extra is an
+    ImportError saying which one to install.
     """
     text = str(url)
+    if not text.strip():
+        raise ValueError(
+            "the store URL is empty; give a folder (a FileStore) or a URL such as sqlite:///runs.db"
+        )
     if "://" not in text:
-        return FileStore(text, **options)
+        return _file_store(text, text, **options)
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise ValueError(f"file URLs name a local folder (file:///path), got host {parts.netloc!r}")
-        return FileStore(unquote(parts.path), **options)
+        return _file_store(unquote(parts.path), text, **options)
     if scheme == "memory":
         return MemoryStore(**options)
     if scheme == "sqlite":
         # sqlite:///relative.db -> "relative.db"; sqlite:////abs.db -> "/abs.db"
         path = unquote(text.split("://", 1)[1])
         if not path.startswith("/") or path == "/":
-            raise ValueError(f"a SQLite URL is sqlite:///relative.db or sqlite:////absolute.db, got {text!r}")
-        return _load("sqlite", "SQLiteStore")(path[1:], **options)
+            raise ValueError(
+                f"a SQLite URL is sqlite:///relative.db or sqlite:////absolute.db, got {redact_url(text)!r}"
+            )
+        return _load("sqlite", "SQLiteStore")(path[1:], create=create, **options)
     if scheme in ("postgres", "postgresql"):
-        return _load("postgres", "PostgresStore")(text, **options)
+        return _load("postgres", "PostgresStore")(text, create=create, **options)
     if scheme in ("redis", "rediss", "unix"):
-        return _load("redisstore", "RedisStore")(text, **options)
+        return _load("redisstore", "RedisStore")(text, create=create, **options)
     raise ValueError(
         f"unknown store URL scheme {parts.scheme!r} in {redact_url(text)!r}; use a folder path, file://, "
         "memory://, sqlite:///, postgresql:// or redis://"
     )
+
+
+def _file_store(path: str, url: str, **options: Any) -> Store:
+    """A FileStore in the folder ``path``; a path to a file is refused (a common slip:
+    a SQLite file given without sqlite:///)."""
+    if os.path.isfile(path):
+        with open(path, "rb") as file:
+            sqlite = file.read(16) == b"SQLite format 3\x00"
+        hint = f"; for a SQLite database write sqlite:///{path}" if sqlite or _looks_sqlite(path) else ""
+        raise ValueError(f"{url!r} is a file, not a FileStore folder{hint}")
+    return FileStore(path, **options)
+
+
+def _looks_sqlite(path: str) -> bool:
+    """A name a SQLite database usually has."""
+    return path.lower().endswith((".db", ".sqlite", ".sqlite3"))
 
 
 def _load(module: str, name: str) -> Any:
@@ -61,11 +90,3 @@ def _load(module: str, name: str) -> Any:
         if extra is None:
             raise
         raise ImportError(f"{name} needs an extra: pip install 'statekeep[{extra}]' ({exc})") from exc
-
-
-def redact_url(text: str) -> str:
-    """``text`` with a URL password replaced by ***, for messages."""
-    parts = urlsplit(text)
-    if parts.password:
-        return text.replace(f":{parts.password}@", ":***@", 1)
-    return text

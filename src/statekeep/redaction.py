@@ -1,0 +1,92 @@
+"""Keeping passwords out of what statekeep shows: one rule for every store URL and DSN.
+
+A URL's user information is everything between ``://`` and the *last* ``@`` (a password
+may hold ``/``, ``?``, ``#`` or ``@`` unescaped, so no earlier character ends it); it is
+shown as ``***``, user name included (some services put their token there). A
+``password=`` parameter (URL query or ``key=value`` DSN) is shown as ``password=***``.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+# A URL inside free text ends at white space or a quote.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]*")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&;]password=)[^&#]*")
+_KEYWORD_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&#'\"]+)")
+
+
+def split_userinfo(url: str) -> tuple[str | None, str]:
+    """``(userinfo, url without it)``; userinfo is None when the URL has none.
+
+    ``postgresql://u:p/w@h/db`` gives ``("u:p/w", "postgresql://h/db")``, which
+    ``urllib.parse.urlsplit`` then splits correctly.
+    """
+    match = _SCHEME.match(url)
+    if match is None:
+        return None, url
+    head, rest = url[: match.end()], url[match.end() :]
+    userinfo, at, after = rest.rpartition("@")
+    if not at:
+        return None, url
+    return userinfo, head + after
+
+
+def check_userinfo(url: str) -> None:
+    """Refuse a URL whose user name or password holds ``/``, ``?`` or ``#`` unescaped:
+    drivers end the user information there, and would take part of the password for the
+    host. The ValueError says how to write it and never shows the password."""
+    userinfo, _ = split_userinfo(url)
+    if userinfo and any(c in userinfo for c in "/?#"):
+        raise ValueError(
+            f"the user name or password in {redact_url(url)!r} holds '/', '?' or '#', which a URL "
+            "must percent-encode: write them as %2F, %3F and %23"
+        )
+
+
+def url_secrets(url: str) -> list[str]:
+    """The passwords a URL or DSN holds, as written and percent-decoded, longest first
+    (for replacing in texts that quote them, such as a driver's error message)."""
+    found: set[str] = set()
+    userinfo, rest = split_userinfo(url)
+    if userinfo:
+        found.add(userinfo)
+        _, colon, password = userinfo.partition(":")
+        if colon:
+            found.add(password)
+    for match in _QUERY_PASSWORD.finditer(rest):
+        found.add(rest[match.end() :].split("&", 1)[0].split("#", 1)[0])
+    if _SCHEME.match(url) is None:
+        for match in _KEYWORD_PASSWORD.finditer(url):
+            found.add(match.group(2).strip("'"))
+    found |= {unquote(s) for s in found}
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
+def redact_url(url: str) -> str:
+    """``url`` (a whole URL or ``key=value`` DSN) with its user information and
+    ``password=`` values replaced by ``***``."""
+    if _SCHEME.match(url) is None:
+        return _KEYWORD_PASSWORD.sub(r"\1***", url)
+    userinfo, rest = split_userinfo(url)
+    if userinfo is not None:
+        scheme_end = _SCHEME.match(rest)
+        assert scheme_end is not None
+        rest = rest[: scheme_end.end()] + "***@" + rest[scheme_end.end() :]
+    return _QUERY_PASSWORD.sub(r"\1***", rest)
+
+
+def redact_text(text: str) -> str:
+    """``text`` (a message) with every URL in it redacted as by :func:`redact_url`, and
+    ``password=`` values replaced by ``***``."""
+    text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
+    return _KEYWORD_PASSWORD.sub(r"\1***", text)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with each of ``secrets`` (longest first) and every URL password replaced by ``***``."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return redact_text(text)
