@@ -163,7 +163,7 @@ class PostgresBench:
         self.server = server
 
     def store(self, schema: str) -> Store:
-        from statekeep.postgres import PostgresStore
+        from statekeep.stores._postgres import PostgresStore
 
         return PostgresStore(self.server.dsn, schema=schema)
 
@@ -249,7 +249,7 @@ class RedisBench:
         self.server = server
 
     def store(self, prefix: str) -> Store:
-        from statekeep.redisstore import RedisStore
+        from statekeep.stores._redis import RedisStore
 
         return RedisStore(self.server.url, prefix=prefix + ":")
 

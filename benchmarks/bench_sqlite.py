@@ -32,7 +32,7 @@ import common
 from bench_core import Turn, make_workload, store_concurrent, store_sequential
 from common import Scratch, settle, state_id, timed
 from statekeep import SavedState, SQLiteStore
-from statekeep.sqlite import _LIST, _MIGRATIONS
+from statekeep.stores._sqlite import _LIST, _MIGRATIONS
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from statekeep import FileStore, MemoryStore, SQLiteStore, Store, bridge
+from statekeep import FileStore, MemoryStore, SQLiteStore, Store
+from statekeep import _bridge as bridge
 from tests import servers
 from tests.servers import postgres_server, redis_server  # noqa: F401  (session fixtures)
 
@@ -44,8 +45,8 @@ def snapshot(task: str = "task", *, turn: int = 0, updated: str = "2026-01-01T00
 async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     """Put ``raw`` in place of a State's stored snapshot through the store's own storage,
     as a hand edit or an older statekeep could have left it (listing columns included)."""
-    from statekeep.postgres import PostgresStore, quote_identifier
-    from statekeep.redisstore import RedisStore
+    from statekeep.stores._postgres import PostgresStore, quote_identifier
+    from statekeep.stores._redis import RedisStore
 
     if isinstance(store, MemoryStore):
         store._snapshots[state_id] = raw

@@ -82,7 +82,7 @@ def _say(line: str) -> None:
 
 def _append(root: str, sid: str, seed: int, slow: bool) -> None:
     from statekeep import FileStore
-    from statekeep.fsio import OsIO
+    from statekeep.stores import OsIO
 
     class SlowDisk(OsIO):
         def write(self, fd: int, data: memoryview) -> int:

@@ -49,8 +49,8 @@ from statekeep import (
     Tool,
     agent_info,
 )
-from statekeep.fsio import OsIO
-from statekeep.resume import INTERRUPTED_MODEL, INTERRUPTED_TOOL
+from statekeep._resume import INTERRUPTED_MODEL, INTERRUPTED_TOOL
+from statekeep.stores import OsIO
 from tests import agent_child as child
 
 CHILD = str(Path(__file__).with_name("agent_child.py"))

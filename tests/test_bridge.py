@@ -25,8 +25,9 @@ from typing import Any
 import orjson
 import pytest
 
-from statekeep import FileStore, MemoryStore, Record, StateConflictError, Store, bridge
-from statekeep.fsio import OsIO
+from statekeep import FileStore, MemoryStore, Record, StateConflictError, Store
+from statekeep import _bridge as bridge
+from statekeep.stores import OsIO
 from tests.conftest import entries, snapshot
 
 JOIN = 120.0  # seconds; a bound that turns a deadlock into a failure, not a speed limit
@@ -698,7 +699,8 @@ def test_exit_with_writes_in_flight_does_not_hang(tmp_path: Path, daemon: str, m
 
 SIGNAL_AT_EVERY_LINE = """
 import asyncio, signal, sys, threading
-from statekeep import FileStore, State, bridge
+from statekeep import FileStore, State
+from statekeep import _bridge as bridge
 
 store = FileStore(sys.argv[1])
 main = State("main", id="main")

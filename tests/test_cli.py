@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from statekeep import ID_RULE, FileStore, SQLiteStore, State, agent_info
+from statekeep._resume import INTERRUPTED_TOOL
 from statekeep.cli import main
-from statekeep.resume import INTERRUPTED_TOOL
 from tests.conftest import sqlite_looks
 
 LONG_TASK = "Book a table for four people in Paris on Friday evening, " * 5

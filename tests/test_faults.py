@@ -25,8 +25,8 @@ import orjson
 import pytest
 
 from statekeep import FileStore, Record
-from statekeep.bridge import run_async
-from statekeep.fsio import OsIO
+from statekeep._bridge import run_async
+from statekeep.stores import OsIO
 from tests.conftest import entries, is_root, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -400,7 +400,7 @@ def test_delete_failing_after_the_rename_leaves_the_state_gone(
 DELETE_WITH_FAULT = """
 import errno, sys
 from statekeep import FileStore
-from statekeep.fsio import OsIO
+from statekeep.stores import OsIO
 
 class NoUnlink(OsIO):
     def unlink(self, name, *, dir_fd):
@@ -763,7 +763,7 @@ def assert_log_durable(io: DiskIO, root: Path) -> None:
 DIES_BEFORE_FSYNC = """
 import os, signal, sys
 from statekeep import FileStore
-from statekeep.fsio import OsIO
+from statekeep.stores import OsIO
 from tests.test_faults import NEW_ENTRIES, NEW_SNAPSHOT
 
 class DiesBeforeFsync(OsIO):
@@ -850,7 +850,7 @@ def test_a_failed_undo_is_never_finished_over_another_writers_work(tmp_path: Pat
 CREATE_DIES_BEFORE_LAST_FSYNC = """
 import os, signal, sys
 from statekeep import FileStore
-from statekeep.fsio import OsIO
+from statekeep.stores import OsIO
 from tests.test_faults import OLD, SID
 
 class DiesBeforeStoreFsync(OsIO):

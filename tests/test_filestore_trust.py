@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from statekeep import CorruptStateError, FileStore, Record, open_store
-from statekeep.fsio import OsIO
+from statekeep.stores import OsIO
 from tests.conftest import entries, snapshot
 
 NOBODY = 65534

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from statekeep import NotAStoreError, Record
-from statekeep.bridge import owner
+from statekeep._bridge import owner
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
 from tests.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 
-from statekeep.postgres import PostgresStore, quote_identifier, redact_dsn  # noqa: E402
+from statekeep.stores._postgres import PostgresStore, quote_identifier, redact_dsn  # noqa: E402
 
 
 @pytest.fixture

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from statekeep import CorruptStateError, NotAStoreError, Record
-from statekeep.bridge import owner, run_sync
+from statekeep._bridge import owner, run_sync
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
 from tests.servers import RedisServer, unique_name
 
 aioredis = pytest.importorskip("redis.asyncio")
 
-from statekeep.redisstore import LAYOUT_VERSION, RedisStore, redact_url  # noqa: E402
+from statekeep.stores._redis import LAYOUT_VERSION, RedisStore, redact_url  # noqa: E402
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-import statekeep.sqlite as sqlite_module
+import statekeep.stores._sqlite as sqlite_module
 from statekeep import (
     CorruptStateError,
     FileStore,
@@ -39,8 +39,8 @@ from statekeep import (
     StateConflictError,
     Store,
 )
-from statekeep.bridge import owner
-from statekeep.writes import prepare_write
+from statekeep._bridge import owner
+from statekeep._writes import prepare_write
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 from tests.test_model import StoreMachine, new_entries, normal
 from tests.test_model import bodies as model_bodies

@@ -52,8 +52,8 @@ def test_unknown_scheme_is_named_and_no_password_shown() -> None:
 
 
 def test_server_urls_open_server_stores() -> None:
-    from statekeep.postgres import PostgresStore
-    from statekeep.redisstore import RedisStore
+    from statekeep.stores._postgres import PostgresStore
+    from statekeep.stores._redis import RedisStore
 
     pg = open_store("postgresql://me:secret@127.0.0.1:1/db")
     assert isinstance(pg, PostgresStore) and "secret" not in repr(pg)
@@ -65,7 +65,12 @@ def test_server_urls_open_server_stores() -> None:
 def test_a_missing_driver_says_which_extra(monkeypatch: pytest.MonkeyPatch, url: str, extra: str) -> None:
     driver = "asyncpg" if extra == "postgres" else "redis"
     monkeypatch.setitem(sys.modules, driver, None)  # as if not installed
-    for name in ("statekeep.postgres", "statekeep.redisstore", "redis.asyncio", "redis.exceptions"):
+    for name in (
+        "statekeep.stores._postgres",
+        "statekeep.stores._redis",
+        "redis.asyncio",
+        "redis.exceptions",
+    ):
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(ImportError, match=rf"pip install 'statekeep\[{extra}\]'"):
         open_store(url)

@@ -7,23 +7,20 @@ has a sync twin that works from scripts, threads and running event loops.
 
 from typing import TYPE_CHECKING
 
-from .agent import Agent, Reply, ScriptedModel
-from .errors import CorruptStateError, NotAStoreError, StateConflictError, UnsafeStoreError
-from .filestore import FileStore
-from .history import FORMAT_VERSION
-from .ids import ID_RULE, validate_id
-from .memory import MemoryStore
-from .records import Record, SavedState
-from .resume import ResumeWarning
-from .sqlite import SQLiteStore
-from .state import State, agent_info
-from .store import Store
-from .tools import Tool
-from .urls import open_store
+from ._agent import Agent, Reply, ScriptedModel
+from ._errors import CorruptStateError, NotAStoreError, StateConflictError, UnsafeStoreError
+from ._history import FORMAT_VERSION
+from ._ids import ID_RULE, validate_id
+from ._records import Record, SavedState
+from ._resume import ResumeWarning
+from ._state import State, agent_info
+from ._store import Store
+from ._tools import Tool
+from ._urls import open_store
+from .stores import FileStore, MemoryStore, SQLiteStore
 
 if TYPE_CHECKING:  # loaded on first use by __getattr__ below
-    from .postgres import PostgresStore
-    from .redisstore import RedisStore
+    from .stores import PostgresStore, RedisStore
 
 __all__ = [
     "FORMAT_VERSION",
@@ -56,12 +53,8 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> object:
     # The server stores load on first use, so that importing statekeep never needs their drivers.
-    if name == "PostgresStore":
-        from .postgres import PostgresStore
+    if name in ("PostgresStore", "RedisStore"):
+        from . import stores
 
-        return PostgresStore
-    if name == "RedisStore":
-        from .redisstore import RedisStore
-
-        return RedisStore
+        return getattr(stores, name)
     raise AttributeError(f"module 'statekeep' has no attribute {name!r}")

@@ -20,12 +20,12 @@ from typing import Any, NoReturn
 
 import click
 
-from .errors import CorruptStateError, NotAStoreError
-from .ids import ID_RULE, validate_id
-from .records import Record
-from .redaction import redact_text
-from .store import Store
-from .urls import _looks_sqlite, open_store
+from ._errors import CorruptStateError, NotAStoreError
+from ._ids import ID_RULE, validate_id
+from ._records import Record
+from ._redaction import redact_text
+from ._store import Store
+from ._urls import _looks_sqlite, open_store
 
 DEFAULT_STORE = ".statekeep"
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
@@ -194,7 +194,7 @@ def delete(state_id: str, store_url: str, yes: bool) -> None:
 )
 def demo(store_url: str) -> None:
     """Run an agent, kill it with SIGKILL mid-tool-call, then load it and finish the run."""
-    from .demo import run
+    from ._demo import run
 
     with _reporting():
         status = run(store_url)

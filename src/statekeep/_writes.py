@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from .codec import encode
-from .errors import StateConflictError
-from .ids import validate_id
-from .records import LISTING_TIMES, utc_time
+from ._codec import encode
+from ._errors import StateConflictError
+from ._ids import validate_id
+from ._records import LISTING_TIMES, utc_time
 
 
 @dataclass(frozen=True, slots=True)

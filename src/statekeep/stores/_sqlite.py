@@ -37,12 +37,12 @@ from typing import Any, TypeVar
 
 import orjson
 
-from .backend import Backend
-from .batching import GroupCommit
-from .bridge import Closer, owner
-from .errors import CorruptStateError, NotAStoreError
-from .records import Record, SavedState, decode_snapshot, left_out, utc_time
-from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from .._backend import Backend
+from .._batching import GroupCommit
+from .._bridge import Closer, owner
+from .._errors import CorruptStateError, NotAStoreError
+from .._records import Record, SavedState, decode_snapshot, left_out, utc_time
+from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
 T = TypeVar("T")
 

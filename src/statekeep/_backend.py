@@ -12,11 +12,11 @@ import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from .bridge import owner, run_async, run_sync
-from .ids import validate_id
-from .records import Record, SavedState
-from .store import Store
-from .writes import PreparedWrite, prepare_write
+from ._bridge import owner, run_async, run_sync
+from ._ids import validate_id
+from ._records import Record, SavedState
+from ._store import Store
+from ._writes import PreparedWrite, prepare_write
 
 
 class Backend(Store):

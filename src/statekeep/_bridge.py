@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from .workers import Workers
+from ._workers import Workers
 
 T = TypeVar("T")
 

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .state import State, agent_info
-from .store import Store
-from .tools import Tool
+from ._state import State, agent_info
+from ._store import Store
+from ._tools import Tool
 
 
 @dataclass(frozen=True)

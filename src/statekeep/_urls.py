@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .filestore import FileStore
-from .memory import MemoryStore
-from .redaction import redact_url
-from .store import Store
+from ._redaction import redact_url
+from ._store import Store
+from .stores._file import FileStore
+from .stores._memory import MemoryStore
 
-_EXTRAS = {"postgres": "postgres", "redis": "redis"}
+_EXTRAS = {"_postgres": "postgres", "_redis": "redis"}
 
 
 def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store:
@@ -55,11 +55,11 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
             raise ValueError(
                 f"a SQLite URL is sqlite:///relative.db or sqlite:////absolute.db, got {redact_url(text)!r}"
             )
-        return _load("sqlite", "SQLiteStore")(path[1:], create=create, **options)
+        return _load("_sqlite", "SQLiteStore")(path[1:], create=create, **options)
     if scheme in ("postgres", "postgresql"):
-        return _load("postgres", "PostgresStore")(text, create=create, **options)
+        return _load("_postgres", "PostgresStore")(text, create=create, **options)
     if scheme in ("redis", "rediss", "unix"):
-        return _load("redisstore", "RedisStore")(text, create=create, **options)
+        return _load("_redis", "RedisStore")(text, create=create, **options)
     raise ValueError(
         f"unknown store URL scheme {parts.scheme!r} in {redact_url(text)!r}; use a folder path, file://, "
         "memory://, sqlite:///, postgresql:// or redis://"
@@ -84,7 +84,7 @@ def _looks_sqlite(path: str) -> bool:
 
 def _load(module: str, name: str) -> Any:
     try:
-        return getattr(importlib.import_module(f"statekeep.{module}"), name)
+        return getattr(importlib.import_module(f"statekeep.stores.{module}"), name)
     except ImportError as exc:
         extra = _EXTRAS.get(module)
         if extra is None:

@@ -15,13 +15,13 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .errors import StateConflictError
-from .history import FORMAT_VERSION
-from .records import Record, check_covered
-from .state import State
+from ._errors import StateConflictError
+from ._history import FORMAT_VERSION
+from ._records import Record, check_covered
+from ._state import State
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ._store import Store
 
 INTERRUPTED_TOOL = (
     "The run was interrupted before the result of this tool call was recorded, so the tool "

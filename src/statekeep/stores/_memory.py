@@ -6,9 +6,9 @@ from collections.abc import Hashable
 
 import orjson
 
-from .backend import Backend
-from .records import Record, SavedState, left_out, listing_order
-from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from .._backend import Backend
+from .._records import Record, SavedState, left_out, listing_order
+from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 
 
 class MemoryStore(Backend):

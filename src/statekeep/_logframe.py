@@ -6,7 +6,7 @@ keeps the longest valid prefix. What follows it is a *torn tail* when no complet
 it holds a JSON object: that is what an interrupted append leaves, and it was never
 acknowledged. A complete JSON object after a bad line, or a line whose seq is not the
 previous plus one, is *corruption*: acknowledged data may be at stake, so it raises
-:class:`~statekeep.errors.CorruptStateError` naming the file and line.
+:class:`~statekeep._errors.CorruptStateError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .errors import CorruptStateError
+from ._errors import CorruptStateError
 
 
 @dataclass(frozen=True, slots=True)

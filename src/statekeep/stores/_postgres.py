@@ -45,12 +45,13 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from . import redaction, servercommon
-from .bridge import _Owner
-from .errors import CorruptStateError, NotAStoreError
-from .records import Record, SavedState, decode_snapshot, left_out, listing_order
-from .servercommon import ServerLocal, ServerStore, Talking
-from .writes import PreparedWrite, check_overlap
+from .. import _redaction as redaction
+from .._bridge import _Owner
+from .._errors import CorruptStateError, NotAStoreError
+from .._records import Record, SavedState, decode_snapshot, left_out, listing_order
+from .._writes import PreparedWrite, check_overlap
+from . import _server as servercommon
+from ._server import ServerLocal, ServerStore, Talking
 
 #: The schema version this statekeep writes; tables at a higher version are refused.
 SCHEMA_VERSION = 1
@@ -90,7 +91,7 @@ def _import_asyncpg() -> Any:
 
 def redact_dsn(dsn: str) -> str:
     """``dsn`` with its user information and every password replaced by ``***`` (see
-    :mod:`statekeep.redaction`)."""
+    :mod:`statekeep._redaction`)."""
     return redaction.redact_url(dsn)
 
 
@@ -413,7 +414,7 @@ class PostgresStore(ServerStore):
 
     ``pool``: an asyncpg pool to use instead of making one. asyncpg pools belong to the
     event loop that made them and statekeep runs all I/O on its own loop, so pass a pool
-    only if it was made on that loop (``statekeep.bridge.owner().loop``); the store never
+    only if it was made on that loop (``statekeep._bridge.owner().loop``); the store never
     closes a pool it did not make. Usually, leave it out.
 
     Tables live in ``schema`` (created if missing, with the tables, on first use), each
@@ -663,7 +664,7 @@ class PostgresStore(ServerStore):
                 raise RuntimeError(
                     f"{self!r}: the asyncpg pool passed as pool= belongs to another event loop; "
                     "statekeep runs all I/O on its own loop. Pass a DSN instead, or make the pool "
-                    "on statekeep.bridge.owner().loop"
+                    "on statekeep._bridge.owner().loop"
                 )
         else:
             pool = await self._asyncpg.create_pool(self._dsn, ssl=self._ssl, **self._pool_kwargs)

@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from .codec import check, decode
-from .history import AGENT_KEYS, FORMAT_VERSION, Replay, now
-from .ids import validate_id
+from ._codec import check, decode
+from ._history import AGENT_KEYS, FORMAT_VERSION, Replay, now
+from ._ids import validate_id
 
 
 def agent_info(
@@ -171,7 +171,7 @@ class State:
         info["tools"] = sorted(info["tools"])
         self._replay.check_idle("a run start", len(self.history))
         if self._check_agent:
-            from .resume import warn_if_agent_changed
+            from ._resume import warn_if_agent_changed
 
             warn_if_agent_changed(self.id, self.last_agent, info)  # may raise under -W error
             self._check_agent = False

@@ -9,13 +9,13 @@ import subprocess
 import sys
 import threading
 
-from .agent import Agent, Reply, ScriptedModel
+from ._agent import Agent, Reply, ScriptedModel
+from ._redaction import redact_url
+from ._state import State
+from ._store import Store
+from ._urls import open_store
 from .cli import DEFAULT_STORE, timeline
-from .memory import MemoryStore
-from .redaction import redact_url
-from .state import State
-from .store import Store
-from .urls import open_store
+from .stores._memory import MemoryStore
 
 STATE_ID = "demo-booking"
 TASK = "Book a table for 4 in Paris on Friday evening"
@@ -26,7 +26,7 @@ BOOKING_STARTED = "booking the table..."
 _URL_VARIABLE = "STATEKEEP_DEMO_STORE"
 _CHILD = f"""
 import os
-from statekeep.demo import first_run
+from statekeep._demo import first_run
 first_run(os.environ[{_URL_VARIABLE!r}])
 """
 

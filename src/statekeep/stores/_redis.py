@@ -41,12 +41,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from . import redaction, servercommon
-from .bridge import _Owner
-from .errors import CorruptStateError, NotAStoreError
-from .records import Record, SavedState, decode_snapshot, left_out, listing_order
-from .servercommon import ServerLocal, ServerStore, Talking
-from .writes import PreparedWrite, check_overlap
+from .. import _redaction as redaction
+from .._bridge import _Owner
+from .._errors import CorruptStateError, NotAStoreError
+from .._records import Record, SavedState, decode_snapshot, left_out, listing_order
+from .._writes import PreparedWrite, check_overlap
+from . import _server as servercommon
+from ._server import ServerLocal, ServerStore, Talking
 
 #: The key layout this statekeep writes; a prefix holding a newer one is refused.
 LAYOUT_VERSION = 1
@@ -159,7 +160,7 @@ def _import_redis() -> Any:
 
 def redact_url(url: str) -> str:
     """``url`` with its user information and every password replaced by ``***`` (see
-    :mod:`statekeep.redaction`)."""
+    :mod:`statekeep._redaction`)."""
     return redaction.redact_url(url)
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from .errors import CorruptStateError, NotAStoreError, UnsafeStoreError
-from .fsio import OsIO
-from .ids import validate_id
+from .._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
+from .._ids import validate_id
+from ._fsio import OsIO
 
 MARKER = ".statekeep-store"
 MARKER_TMP = ".statekeep-store.tmp-"

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from .bridge import owner
+from ._bridge import owner
 
 T = TypeVar("T")
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from .bridge import run_sync
-from .errors import StateConflictError
-from .records import Record, SavedState
-from .resume import after_write, conflict, deleted, exists, from_record, write_args
-from .state import State
-from .writes import ExistsError, MissingError
+from ._bridge import run_sync
+from ._errors import StateConflictError
+from ._records import Record, SavedState
+from ._resume import after_write, conflict, deleted, exists, from_record, write_args
+from ._state import State
+from ._writes import ExistsError, MissingError
 
 
 class Store(ABC):

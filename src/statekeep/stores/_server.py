@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 
-from .backend import Backend
-from .bridge import _Owner, owner
-from .errors import CorruptStateError, StateConflictError
-from .loopstate import LoopState
-from .writes import PreparedWrite, exists_error, missing_error, plan_append
+from .._backend import Backend
+from .._bridge import _Owner, owner
+from .._errors import CorruptStateError, StateConflictError
+from .._loopstate import LoopState
+from .._writes import PreparedWrite, exists_error, missing_error, plan_append
 
 # Outcomes of a server-side write (the SQL function, the Lua script).
 OK, MISSING, EXISTS, GAP, COMPARE = 0, 1, 2, 3, 4

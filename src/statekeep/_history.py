@@ -28,7 +28,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from .frozen import FrozenDict, freeze
+from ._frozen import FrozenDict, freeze
 
 FORMAT_VERSION = 1
 KINDS = (

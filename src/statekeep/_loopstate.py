@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from .bridge import Closer, _Owner
+from ._bridge import Closer, _Owner
 
 
 class LoopState:

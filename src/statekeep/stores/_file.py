@@ -34,11 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backend import Backend
-from .batching import GroupCommit
-from .bridge import owner
-from .errors import CorruptStateError
-from .fileroot import (
+from .._backend import Backend
+from .._batching import GroupCommit
+from .._bridge import owner
+from .._errors import CorruptStateError
+from .._ids import validate_id
+from .._logframe import LogScan, scan_log
+from .._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
+from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from ._fileroot import (
     CREATING,
     DELETING,
     check_adoptable,
@@ -48,11 +52,7 @@ from .fileroot import (
     read_marker,
     write_marker,
 )
-from .fsio import OsIO
-from .ids import validate_id
-from .logframe import LogScan, scan_log
-from .records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
-from .writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from ._fsio import OsIO
 
 LOG = "log.jsonl"
 SNAPSHOT = "snapshot.json"

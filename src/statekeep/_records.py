@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from .errors import CorruptStateError
+from ._errors import CorruptStateError
 
 #: The snapshot keys that hold times, which listings sort by.
 LISTING_TIMES = ("created_at", "updated_at")

@@ -1,0 +1,30 @@
+"""The built-in stores, and the I/O seam FileStore takes.
+
+``PostgresStore`` and ``RedisStore`` load on first use, so importing statekeep never needs
+their drivers (extras ``statekeep[postgres]`` and ``statekeep[redis]``).
+"""
+
+from typing import TYPE_CHECKING
+
+from ._file import FileStore
+from ._fsio import OsIO
+from ._memory import MemoryStore
+from ._sqlite import SQLiteStore
+
+if TYPE_CHECKING:  # loaded on first use by __getattr__ below
+    from ._postgres import PostgresStore
+    from ._redis import RedisStore
+
+__all__ = ["FileStore", "MemoryStore", "OsIO", "PostgresStore", "RedisStore", "SQLiteStore"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "PostgresStore":
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    if name == "RedisStore":
+        from ._redis import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module 'statekeep.stores' has no attribute {name!r}")
