@@ -8,7 +8,16 @@ has a sync twin that works from scripts, threads and running event loops.
 from typing import TYPE_CHECKING
 
 from ._agent import Agent, Reply, ScriptedModel
-from ._errors import CorruptStateError, NotAStoreError, StateConflictError, UnsafeStoreError
+from ._errors import (
+    CorruptStateError,
+    NotAStoreError,
+    StateConflictError,
+    StateExistsError,
+    StatekeepError,
+    StateNotFoundError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
+)
 from ._history import FORMAT_VERSION
 from ._ids import ID_RULE, validate_id
 from ._records import Record, SavedState
@@ -40,9 +49,13 @@ __all__ = [
     "ScriptedModel",
     "State",
     "StateConflictError",
+    "StateExistsError",
+    "StateNotFoundError",
+    "StatekeepError",
     "Store",
     "Tool",
     "UnsafeStoreError",
+    "UnsupportedFormatError",
     "agent_info",
     "open_store",
     "validate_id",

@@ -13,12 +13,23 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ._bridge import owner
+from ._slot import ProcessSlot
 
 T = TypeVar("T")
 
 
+class _Queue(Generic[T]):
+    """What waits to be committed in one process, and the task committing it."""
+
+    __slots__ = ("flusher", "items")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[T, asyncio.Future[None]]] = []
+        self.flusher: asyncio.Task[None] | None = None
+
+
 class GroupCommit(Generic[T]):
-    """The queue of one store in one process; it starts over after a fork."""
+    """The queue of one store in one process; a forked child starts with an empty one."""
 
     def __init__(
         self,
@@ -30,32 +41,35 @@ class GroupCommit(Generic[T]):
         gives it when each batch is cut (for a cap that follows a limit that may change)."""
         self._commit = commit  # blocking: returns each operation's error, or None
         self._max = max_batch
-        self._owner: object = None
-        self.queue: list[tuple[T, asyncio.Future[None]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._queues: ProcessSlot[_Queue[T]] = ProcessSlot(lambda own: _Queue())
+
+    @property
+    def queue(self) -> list[tuple[T, asyncio.Future[None]]]:
+        """The operations waiting in this process (not yet taken into a batch)."""
+        queue = self._queues.current()
+        return [] if queue is None else queue.items
 
     async def submit(self, item: T) -> None:
         """Queue ``item`` (on the owner loop) and return once its batch is committed."""
-        own = owner()
-        if self._owner is not own:  # first use, or a fork: the old queue is gone
-            self._owner, self.queue, self._flusher = own, [], None
-        fut = own.loop.create_future()
-        self.queue.append((item, fut))
-        if self._flusher is None:
-            self._flusher = own.loop.create_task(self._flush())
+        queue = self._queues.get()
+        fut = asyncio.get_running_loop().create_future()
+        queue.items.append((item, fut))
+        if queue.flusher is None:
+            queue.flusher = asyncio.get_running_loop().create_task(self._flush(queue))
         await fut
 
     async def drain(self) -> None:
         """Wait until everything queued in this process is committed."""
-        while self._owner is owner() and self._flusher is not None:
-            await asyncio.wait({self._flusher})
+        queue = self._queues.current()
+        while queue is not None and queue.flusher is not None:
+            await asyncio.wait({queue.flusher})
 
-    async def _flush(self) -> None:
+    async def _flush(self, queue: _Queue[T]) -> None:
         try:
-            while self.queue:
+            while queue.items:
                 cap = self._max() if callable(self._max) else self._max
-                cut = len(self.queue) if cap is None else max(1, cap)
-                batch, self.queue = self.queue[:cut], self.queue[cut:]
+                cut = len(queue.items) if cap is None else max(1, cap)
+                batch, queue.items = queue.items[:cut], queue.items[cut:]
                 try:
                     errors = await owner().io.run(self._commit, [item for item, _ in batch])
                 except BaseException as exc:  # the whole batch failed
@@ -68,4 +82,4 @@ class GroupCommit(Generic[T]):
                     else:
                         fut.set_exception(error)
         finally:
-            self._flusher = None
+            queue.flusher = None

@@ -1,9 +1,30 @@
-"""Exceptions raised by statekeep stores."""
+"""The exceptions statekeep raises on purpose: all are :class:`StatekeepError`.
+
+Each also keeps the built-in parent it had before the family existed, so code written as
+``except ValueError`` / ``except LookupError`` / ``except PermissionError`` keeps working.
+"""
 
 from __future__ import annotations
 
 
-class StateConflictError(ValueError):
+class StatekeepError(Exception):
+    """The base of every exception statekeep raises on purpose."""
+
+
+class StateNotFoundError(StatekeepError, LookupError):
+    """There is no State with that id (never created, deleted, or expired)."""
+
+
+class StateExistsError(StatekeepError, ValueError):
+    """A State with that id exists already, so it cannot be created; nothing was written."""
+
+
+class UnsupportedFormatError(StatekeepError, ValueError):
+    """Written by a newer statekeep (a newer history format or store schema): upgrade
+    statekeep to read it. Nothing was changed."""
+
+
+class StateConflictError(StatekeepError, ValueError):
     """Another writer saved a different entry for a seq this write also sends.
 
     Nothing of the write was stored. Read the State again, then retry from what the
@@ -11,7 +32,7 @@ class StateConflictError(ValueError):
     """
 
 
-class CorruptStateError(ValueError):
+class CorruptStateError(StatekeepError, ValueError):
     """What a store holds for a State cannot be read back as it was written.
 
     The message names the file (or key) and the place. Nothing is repaired or dropped
@@ -19,7 +40,7 @@ class CorruptStateError(ValueError):
     """
 
 
-class UnsafeStoreError(PermissionError):
+class UnsafeStoreError(StatekeepError, PermissionError):
     """A store's folder or file could be changed by another local user, so it is not used.
 
     Raised by :class:`FileStore` for a store folder, State folder or file that is not owned
@@ -29,7 +50,7 @@ class UnsafeStoreError(PermissionError):
     """
 
 
-class NotAStoreError(ValueError):
+class NotAStoreError(StatekeepError, ValueError):
     """A store was pointed at something that is not a statekeep store: another program's
     database, a file that is not a database, a key prefix holding no statekeep keys.
 
