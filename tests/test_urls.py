@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, State, open_store
 from statekeep.cli import main
+from statekeep.redaction import redact_url
 from tests import servers
 
 
@@ -163,3 +164,15 @@ def test_the_cli_never_prints_a_password(url: str) -> None:
         code, out = cli(*command, "--store", url)
         assert code == 1, out
         assert "hunter2xyz" not in out and "127.0.0.1" in out, out
+
+
+@pytest.mark.parametrize(("scheme", "param"), [("postgresql", "application_name"), ("redis", "client_name")])
+def test_an_at_sign_in_the_query_is_not_part_of_the_password(scheme: str, param: str) -> None:
+    port = servers.free_port()  # loopback, nothing listening
+    url = f"{scheme}://user:Qz1Wk2Vb3@127.0.0.1:{port}/0?{param}=me@work"
+    assert redact_url(url) == f"{scheme}://***@127.0.0.1:{port}/0?{param}=me@work"
+    with open_store(url) as store:  # a valid URL: not refused
+        assert f"127.0.0.1:{port}" in repr(store) and "Qz1Wk2Vb3" not in repr(store)
+        with pytest.raises(ConnectionError) as info:
+            store.list()
+    assert f"127.0.0.1:{port}" in str(info.value) and "Qz1Wk2Vb3" not in str(info.value)
