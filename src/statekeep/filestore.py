@@ -28,8 +28,10 @@ import fcntl
 import os
 import resource
 import secrets
-from collections.abc import Callable, Hashable
+import threading
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,6 +236,10 @@ class FileStore(Backend):
         snapshot into place and flush the folders. A write that fails in any phase is undone
         (log cut back, temporary file removed) and fails alone.
         """
+        with _budget.held(len(writes)):
+            return self._commit_within_budget(writes)
+
+    def _commit_within_budget(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         items = [_Append(w) for w in writes]
         # Folder locks are taken in id order, the same in every process: no deadlock.
         ordered = sorted(items, key=lambda a: a.write.state_id)
@@ -892,11 +898,37 @@ _FDS_SHARE = 4
 
 
 def _batch_cap() -> int:
-    """Most appends one group commit stages at once, from the descriptor limit now."""
+    """Most appends staged at once in this process, from the descriptor limit now."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft > 1 << 20:
         soft = 1 << 20
     return max(1, soft // _FDS_SHARE // _FDS_PER_WRITE)
+
+
+class _DescriptorBudget:
+    """The appends staged at once by every FileStore of the process stay within
+    :func:`_batch_cap`: a batch waits until its whole size fits (or it is alone), so
+    batches never wait on each other while holding part of the budget."""
+
+    def __init__(self) -> None:
+        self._used = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def held(self, count: int) -> Iterator[None]:
+        with self._cond:
+            while self._used and self._used + count > _batch_cap():
+                self._cond.wait()
+            self._used += count
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._used -= count
+                self._cond.notify_all()
+
+
+_budget = _DescriptorBudget()
 
 
 @dataclass(frozen=True, slots=True)
