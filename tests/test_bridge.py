@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import gc
 import os
 import select
 import signal
@@ -28,7 +29,7 @@ import pytest
 from statekeep import FileStore, MemoryStore, Record, StateConflictError, Store
 from statekeep import _bridge as bridge
 from statekeep.stores import OsIO
-from tests.conftest import entries, snapshot
+from tests.conftest import entries, owner_loop_settled, snapshot
 
 JOIN = 120.0  # seconds; a bound that turns a deadlock into a failure, not a speed limit
 SID = "shared"
@@ -804,3 +805,48 @@ def test_ctrl_c_during_a_sync_call_leaves_the_operation_running_to_its_end(tmp_p
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["interrupted"]
     assert "Traceback" not in result.stderr and "Exception in callback" not in result.stderr, result.stderr
+
+
+class FailsWhenReleased(OsIO):
+    """fsync of a log waits until released, then fails (EIO): a write whose caller can give up
+    while it is under way, and whose outcome is an error."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def fsync(self, fd: int) -> None:
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith("/log.jsonl"):
+            self.entered.set()
+            self.release.wait()
+            raise OSError(5, "Input/output error (injected)")
+        super().fsync(fd)
+
+
+def test_an_error_nobody_waits_for_any_more_is_not_logged_as_never_retrieved(tmp_path: Path) -> None:
+    io = FailsWhenReleased()
+    store = FileStore(tmp_path, io=io)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    io.armed = True
+    reported: list[dict[str, Any]] = []
+    loop = bridge.owner().loop
+    loop.call_soon_threadsafe(loop.set_exception_handler, lambda _loop, context: reported.append(context))
+
+    async def give_up() -> None:
+        write = asyncio.ensure_future(store.awrite("a", entries(1, 1), None))
+        await asyncio.get_running_loop().run_in_executor(None, io.entered.wait)
+        write.cancel()  # the caller stops waiting; the write goes on and fails
+        with pytest.raises(asyncio.CancelledError):
+            await write
+
+    try:
+        asyncio.run(give_up())
+        io.release.set()
+        owner_loop_settled()
+        gc.collect()
+        owner_loop_settled()  # a report made at collection runs on the loop
+    finally:
+        loop.call_soon_threadsafe(loop.set_exception_handler, None)
+    assert [c.get("message") for c in reported] == []
+    assert store.read("a") == Record(entries(0, 1), snapshot())  # the failed append was undone

@@ -396,7 +396,9 @@ def test_delete_without_a_terminal_needs_yes(folder: Path) -> None:
     assert FileStore(folder).read("limited") is not None
 
 
-@pytest.mark.parametrize(("answer", "code"), [("n", 1), ("", 1), ("y", 0)])
+@pytest.mark.parametrize(
+    ("answer", "code"), [("n", 1), ("", 1), ("\x04", 1), ("y", 0)], ids=["n", "enter", "ctrl-d", "y"]
+)
 def test_delete_asks_on_a_terminal(folder: Path, answer: str, code: int) -> None:
     leader, follower = pty.openpty()
     try:
@@ -416,6 +418,7 @@ def test_delete_asks_on_a_terminal(folder: Path, answer: str, code: int) -> None
     assert "State limited: " in err and "Delete it? [y/N]" in err
     assert (FileStore(folder).read("limited") is None) == (code == 0)
     assert out == ("deleted limited\n" if code == 0 else "")
+    assert code == 0 or err.rstrip().endswith("statekeep: nothing deleted")
 
 
 def test_delete_removes_a_damaged_state(folder: Path) -> None:
@@ -523,3 +526,10 @@ def test_redis_durability_warning_is_one_short_note() -> None:
         assert server.password not in proc.stderr
     finally:
         server.remove()
+
+
+def test_a_store_another_user_could_change_is_a_data_error(folder: Path) -> None:
+    os.chmod(folder, 0o770)  # group-writable: another user could plant a State
+    result = cli("list", "--store", str(folder))
+    assert result.exit_code == 3, result.output
+    assert len(result.stderr.splitlines()) == 1 and "chmod go-w" in result.stderr

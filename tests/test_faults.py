@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
 import subprocess
 import sys
@@ -746,6 +747,19 @@ class DiskIO(FaultIO):
             size = os.fstat(fd).st_size
             self.durable[path] = min(size, self.lost.get(path, size))
 
+    def write(self, fd: int, data: memoryview) -> int:
+        path = fd_path(fd)
+        at = os.fstat(fd).st_size if _appends(fd) else os.lseek(fd, 0, os.SEEK_CUR)
+        done = super().write(fd, data)
+        lost = self.lost.get(path)
+        if lost is not None and at <= lost < at + done:
+            # Written again: those pages are dirty once more, so the next fsync stores them.
+            if at + done >= os.fstat(fd).st_size:
+                del self.lost[path]
+            else:
+                self.lost[path] = at + done
+        return done
+
     def truncate(self, fd: int, size: int) -> None:
         path = fd_path(fd)
         super().truncate(fd, size)
@@ -753,6 +767,10 @@ class DiskIO(FaultIO):
             self.durable[path] = min(self.durable[path], size)
             if self.lost.get(path, size) >= size:
                 self.lost.pop(path, None)
+
+
+def _appends(fd: int) -> bool:
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND)
 
 
 def assert_log_durable(io: DiskIO, root: Path) -> None:
@@ -791,6 +809,28 @@ def test_resending_the_write_of_a_writer_that_died_before_its_fsync_makes_it_dur
     assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
     # Writer B sends the same write again: every entry is skipped as stored.
     append_new(store)
+    assert_log_durable(io, tmp_path)
+    assert_new(tmp_path)
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
+def test_a_resent_write_whose_fsync_failed_is_made_durable_by_the_next_one(
+    tmp_path: Path, warm: bool
+) -> None:
+    io = DiskIO()
+    store = FileStore(tmp_path, io=io)
+    before = make_old(tmp_path, store if warm else None)
+    log = tmp_path / SID / "log.jsonl"
+    io.watch(log)
+    done = subprocess.run([sys.executable, "-c", DIES_BEFORE_FSYNC, str(tmp_path)], cwd=REPO)
+    assert done.returncode == -9
+    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    # Writer B re-sends it (every entry skipped as stored); the fsync of A's bytes fails,
+    # and may drop them while marking them clean.
+    io.faults = [Fault("fsync", named("/log.jsonl"))]
+    with pytest.raises(OSError):
+        append_new(store)
+    append_new(store)  # sent again: a second fsync alone could succeed without those bytes
     assert_log_durable(io, tmp_path)
     assert_new(tmp_path)
 

@@ -325,13 +325,13 @@ import asyncio, resource, sys
 from statekeep import FileStore
 from tests.conftest import entries, snapshot
 
-root, count, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root, count, limit, instances = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-store = FileStore(root)
+stores = [FileStore(root) for _ in range(instances)]  # each with its own group commit
 
 async def main() -> list[BaseException]:
     results = await asyncio.gather(
-        *(store.awrite(f"s{i}", entries(1, 1), snapshot(turn=1)) for i in range(count)),
+        *(stores[i % instances].awrite(f"s{i}", entries(1, 1), snapshot(turn=1)) for i in range(count)),
         return_exceptions=True,
     )
     return [r for r in results if r is not None]
@@ -342,14 +342,16 @@ sys.exit(1 if failed else 0)
 """
 
 
-def test_many_appends_at_once_stay_within_the_descriptor_limit(tmp_path: Path) -> None:
-    # Each staged append holds three descriptors: 200 in one batch would need 600.
+@pytest.mark.parametrize("instances", [1, 8])
+def test_many_appends_at_once_stay_within_the_descriptor_limit(tmp_path: Path, instances: int) -> None:
+    # Each staged append holds three descriptors: 200 in one batch would need 600, and so
+    # would 8 stores' batches at once if each kept to a cap of its own.
     count, limit = 200, 100
     setup = FileStore(tmp_path)
     for i in range(count):
         setup.write(f"s{i}", entries(0, 1), snapshot(), create=True)
     done = subprocess.run(
-        [sys.executable, "-c", APPEND_ALL_AT_ONCE, str(tmp_path), str(count), str(limit)],
+        [sys.executable, "-c", APPEND_ALL_AT_ONCE, str(tmp_path), str(count), str(limit), str(instances)],
         cwd=Path(__file__).parent.parent,
         capture_output=True,
         text=True,

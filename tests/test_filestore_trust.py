@@ -317,6 +317,7 @@ def test_a_store_of_an_earlier_version_is_adopted_and_marked_on_its_first_write(
     make_store(root, "a", "b")
     (root / MARKER).unlink()
     leftover(root, ".creating-1-aa")
+    (root / ".DS_Store").write_bytes(b"\0")  # a file browser's litter does not stop adoption
     (root / "b" / "snapshot.json.tmp").write_bytes(b"{")
     os.chmod(root / "b" / "snapshot.json.tmp", 0o600)
     # Reading, listing and a read-only store never write the marker.

@@ -500,6 +500,26 @@ def test_a_volatile_policy_is_warned_about_when_statekeep_keys_have_a_ttl() -> N
         server.remove()
 
 
+def test_a_volatile_policy_is_warned_about_when_a_states_keys_have_a_ttl() -> None:
+    server = own_server(extra=("--maxmemory-policy", "volatile-lru"))
+    try:
+        prefix = unique_name("sk") + ":"
+        raw(server, "SET", prefix + "layout", str(LAYOUT_VERSION))  # no TTL here,
+        raw(server, "ZADD", prefix + "index", 1, "a")
+        raw(server, "HSET", prefix + "state:a", "next", 0)
+        raw(server, "EXPIRE", prefix + "state:a", 3600)  # but on a State's key
+        store = RedisStore(server.url, prefix=prefix)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                store.list()
+        finally:
+            store.close()
+        assert any("maxmemory-policy volatile-lru, and they have a TTL" in str(w.message) for w in caught)
+    finally:
+        server.remove()
+
+
 def test_a_volatile_policy_without_ttls_is_no_warning() -> None:
     server = own_server(extra=("--maxmemory-policy", "volatile-lru"))
     try:
@@ -551,7 +571,11 @@ def _certificates(folder: Path, names: dict[str, str]) -> None:
 @pytest.mark.parametrize(("name", "san"), [("wrong", "DNS:wrong.example"), ("right", "IP:127.0.0.1")])
 def test_rediss_checks_the_server_host_name(tmp_path: Path, name: str, san: str) -> None:
     if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
+        servers.need(
+            servers.ServerMissing(
+                "the openssl command (Debian package openssl) makes this test's certificates"
+            )
+        )
     _certificates(tmp_path, {name: san})
     port = servers.free_port()
     tls = ("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(tmp_path / f"{name}.pem"),

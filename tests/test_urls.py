@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import sys
 import uuid
@@ -12,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, State, open_store
+from statekeep._redaction import redact_url
 from statekeep.cli import main
 from tests import servers
 
@@ -168,3 +170,30 @@ def test_the_cli_never_prints_a_password(url: str) -> None:
         code, out = cli(*command, "--store", url)
         assert code == 1, out
         assert "hunter2xyz" not in out and "127.0.0.1" in out, out
+
+
+@pytest.mark.parametrize(("scheme", "param"), [("postgresql", "application_name"), ("redis", "client_name")])
+def test_an_at_sign_in_the_query_is_not_part_of_the_password(scheme: str, param: str) -> None:
+    port = servers.free_port()  # loopback, nothing listening
+    url = f"{scheme}://user:Qz1Wk2Vb3@127.0.0.1:{port}/0?{param}=me@work"
+    assert redact_url(url) == f"{scheme}://***@127.0.0.1:{port}/0?{param}=me@work"
+    with open_store(url) as store:  # a valid URL: not refused
+        assert f"127.0.0.1:{port}" in repr(store) and "Qz1Wk2Vb3" not in repr(store)
+        with pytest.raises(ConnectionError) as info:
+            store.list()
+    assert f"127.0.0.1:{port}" in str(info.value) and "Qz1Wk2Vb3" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "dist", "old"),
+    [("postgresql://127.0.0.1:1/db", "asyncpg", "0.29.0"), ("redis://127.0.0.1:1/0", "redis", "5.0.1")],
+)
+def test_a_driver_older_than_the_floor_is_refused_when_the_store_is_made(
+    monkeypatch: pytest.MonkeyPatch, url: str, dist: str, old: str
+) -> None:
+    # asyncpg 0.29 lacks fetchmany (batched commits turn off silently); redis-py 5 does not
+    # check rediss:// host names. pip's floors can be bypassed, so the store checks too.
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: old if d == dist else real(d))
+    with pytest.raises(ImportError, match=rf"needs {dist} [\d.]+ or newer, found {re.escape(old)}"):
+        open_store(url)

@@ -70,6 +70,7 @@ class _Owner:
             task = self.loop.create_task(coro, context=ctx)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+            task.add_done_callback(_retrieved)
             task.add_done_callback(done)
 
         # The guard makes "not stopping, so queued before the exit drain" one step. It is
@@ -115,6 +116,13 @@ class _Owner:
                 await asyncio.wait_for(closer.close(), timeout=1.0)
             except Exception:
                 pass
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a task's error as seen: its caller may have stopped waiting (cancelled, or
+    interrupted by Ctrl-C), and asyncio would log "Task exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Closer:
@@ -271,6 +279,7 @@ async def run_async(coro: Coroutine[Any, Any, T]) -> T:
         task = own.loop.create_task(coro)
         own.tasks.add(task)
         task.add_done_callback(own.tasks.discard)
+        task.add_done_callback(_retrieved)
         return await asyncio.shield(task)
     fut: asyncio.Future[T] = loop.create_future()
     own.start(coro, _settle_on(loop, fut))

@@ -1,8 +1,11 @@
 """Keeping passwords out of what statekeep shows: one rule for every store URL and DSN.
 
-A URL's user information is everything between ``://`` and the *last* ``@`` (a password
-may hold ``/``, ``?``, ``#`` or ``@`` unescaped, so no earlier character ends it); it is
-shown as ``***``, user name included (some services put their token there). A
+A URL's user information is what comes between ``://`` and the last ``@`` before the
+host, where the authority ends at the first ``/``, ``?`` or ``#`` (an ``@`` in the path or
+query is not part of it); it is shown as ``***``, user name included (some services put
+their token there). A password holding ``/``, ``?`` or ``#`` unescaped would end the
+authority early (``user:pa/ss@host`` reads as host ``user``, port ``pa``): such a URL is
+refused by :func:`check_userinfo`, and shown redacted up to its last ``@``. A
 ``password=`` parameter (URL query or ``key=value`` DSN) is shown as ``password=***``.
 """
 
@@ -21,25 +24,58 @@ _KEYWORD_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&
 def split_userinfo(url: str) -> tuple[str | None, str]:
     """``(userinfo, url without it)``; userinfo is None when the URL has none.
 
-    ``postgresql://u:p/w@h/db`` gives ``("u:p/w", "postgresql://h/db")``, which
-    ``urllib.parse.urlsplit`` then splits correctly.
+    ``postgresql://u:p@h/db?application_name=me@work`` gives ``("u:p",
+    "postgresql://h/db?application_name=me@work")``.
     """
     match = _SCHEME.match(url)
     if match is None:
         return None, url
     head, rest = url[: match.end()], url[match.end() :]
-    userinfo, at, after = rest.rpartition("@")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
     if not at:
         return None, url
+    return userinfo, head + host + rest[end:]
+
+
+def _cut_short(url: str) -> bool:
+    """Does ``url`` look like a password holding ``/``, ``?`` or ``#`` unescaped cut its
+    authority short? Either the authority has no ``@`` and reads ``name:port`` with a port
+    that is not a number while an ``@`` follows, or an ``@`` stands in the path or the
+    fragment (only a query may hold one: ``?application_name=me@work``)."""
+    match = _SCHEME.match(url)
+    if match is None:
+        return False
+    rest = url[match.end() :]
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, after = rest[:end], rest[end:]
+    path, _, fragment = after.partition("#")
+    if "@" in path.split("?", 1)[0] or "@" in fragment:
+        return True
+    if "@" in authority or authority.startswith("["):  # IPv6: its colons are no port
+        return False
+    _, colon, port = authority.rpartition(":")
+    return bool(colon) and not port.isdigit() and "@" in after
+
+
+def _greedy_userinfo(url: str) -> tuple[str | None, str]:
+    """For showing a URL that :func:`_cut_short` flags: everything up to the last ``@``."""
+    match = _SCHEME.match(url)
+    assert match is not None
+    head, rest = url[: match.end()], url[match.end() :]
+    userinfo, _, after = rest.rpartition("@")
     return userinfo, head + after
+
+
+def _userinfo_to_hide(url: str) -> tuple[str | None, str]:
+    return _greedy_userinfo(url) if _cut_short(url) else split_userinfo(url)
 
 
 def check_userinfo(url: str) -> None:
     """Refuse a URL whose user name or password holds ``/``, ``?`` or ``#`` unescaped:
     drivers end the user information there, and would take part of the password for the
     host. The ValueError says how to write it and never shows the password."""
-    userinfo, _ = split_userinfo(url)
-    if userinfo and any(c in userinfo for c in "/?#"):
+    if _cut_short(url):
         raise ValueError(
             f"the user name or password in {redact_url(url)!r} holds '/', '?' or '#', which a URL "
             "must percent-encode: write them as %2F, %3F and %23"
@@ -50,7 +86,7 @@ def url_secrets(url: str) -> list[str]:
     """The passwords a URL or DSN holds, as written and percent-decoded, longest first
     (for replacing in texts that quote them, such as a driver's error message)."""
     found: set[str] = set()
-    userinfo, rest = split_userinfo(url)
+    userinfo, rest = _userinfo_to_hide(url)
     if userinfo:
         found.add(userinfo)
         _, colon, password = userinfo.partition(":")
@@ -70,7 +106,7 @@ def redact_url(url: str) -> str:
     ``password=`` values replaced by ``***``."""
     if _SCHEME.match(url) is None:
         return _KEYWORD_PASSWORD.sub(r"\1***", url)
-    userinfo, rest = split_userinfo(url)
+    userinfo, rest = _userinfo_to_hide(url)
     if userinfo is not None:
         scheme_end = _SCHEME.match(rest)
         assert scheme_end is not None

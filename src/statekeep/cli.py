@@ -20,10 +20,11 @@ from typing import Any, NoReturn
 
 import click
 
-from ._errors import CorruptStateError, NotAStoreError
+from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
 from ._ids import ID_RULE, validate_id
 from ._records import Record
 from ._redaction import redact_text
+from ._resume import ResumeWarning
 from ._store import Store
 from ._urls import _looks_sqlite, open_store
 
@@ -55,9 +56,13 @@ def _fail(message: str, code: int = NOT_FOUND) -> NoReturn:
 
 def _exit_code(exc: Exception) -> int:
     """The exit status of an error a command met (see the module docstring)."""
-    if isinstance(exc, CorruptStateError | NotAStoreError | sqlite3.DatabaseError | RuntimeError):
+    if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | sqlite3.OperationalError):
+        return NOT_FOUND  # no store, State or server to be had (an unopenable or locked database)
+    if isinstance(exc, CorruptStateError | NotAStoreError | UnsafeStoreError | sqlite3.DatabaseError):
+        return DATA_ERROR  # unsafe: files another user could have changed
+    if isinstance(exc, RuntimeError):
         return DATA_ERROR
-    if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | OSError):
+    if isinstance(exc, OSError):
         return NOT_FOUND
     if isinstance(exc, ValueError | ImportError):
         return USAGE
@@ -77,7 +82,9 @@ def _reporting() -> Iterator[None]:
         else:
             failure = None
         finally:
-            for message in dict.fromkeys(str(w.message) for w in caught):
+            # statekeep's own notes only (a library's DeprecationWarning is not the user's news)
+            ours = (str(w.message) for w in caught if issubclass(w.category, RuntimeWarning | ResumeWarning))
+            for message in dict.fromkeys(ours):
                 note = message.removeprefix("statekeep: ")
                 _say(f"statekeep: note: {redact_text(note)}", err=True)
     if failure is not None:
@@ -178,7 +185,11 @@ def delete(state_id: str, store_url: str, yes: bool) -> None:
         if not yes:
             what = f"damaged: {damage}" if record is None else _summary(record)
             _say(f"State {state_id}: {_short(what, 200)}", err=True)
-            if not click.confirm("Delete it?", default=False, err=True):
+            try:
+                sure = click.confirm("Delete it?", default=False, err=True)
+            except click.Abort:  # Ctrl-C or end of input at the prompt
+                sure = False
+            if not sure:
                 _fail("nothing deleted")
         store.delete(state_id)
     _say(f"deleted {state_id}")

@@ -28,8 +28,10 @@ import fcntl
 import os
 import resource
 import secrets
-from collections.abc import Callable, Hashable
+import threading
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,7 @@ class _Append:
     new: bytes = b""
     sync_log: bool = False  # the log holds bytes not known durable: fsync it
     sync_root: bool = False  # a State this process never wrote: fsync the store's folder
+    durable: int = 0  # how much of the log is known durable (its start) before this write
     appended: bool = False
     published: bool = False
     error: BaseException | None = None
@@ -184,6 +187,9 @@ class FileStore(Backend):
         self._read_only = read_only
         self._tails: dict[str, _Tail] = {}
         self._doubts: dict[str, _Doubt] = {}
+        # Logs whose fsync failed: (dev, ino, from) -- bytes past ``from`` may be clean in
+        # the page cache yet not on disk (fsyncgate), so they are written again first.
+        self._suspects: dict[str, tuple[int, int, int]] = {}
         self._swept = False
         self._checked = False  # the marker read, or the folder found to hold only States
         self._marked = False
@@ -230,6 +236,10 @@ class FileStore(Backend):
         snapshot into place and flush the folders. A write that fails in any phase is undone
         (log cut back, temporary file removed) and fails alone.
         """
+        with _budget.held(len(writes)):
+            return self._commit_within_budget(writes)
+
+    def _commit_within_budget(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         items = [_Append(w) for w in writes]
         # Folder locks are taken in id order, the same in every process: no deadlock.
         ordered = sorted(items, key=lambda a: a.write.state_id)
@@ -298,6 +308,9 @@ class FileStore(Backend):
         item.sync_root = sid not in self._tails
         self._settle_doubt(folder, item.log, sid)
         item.size, next_seq, durable = self._tail(folder, item.log, sid)
+        item.durable = item.size if durable else 0
+        if self._rewrite_suspect(folder, item.log, sid, item.size):
+            durable, item.durable = False, 0
         skip = plan_append(write, next_seq)
         item.next_seq = next_seq + len(write.lines) - skip
         if skip:
@@ -326,13 +339,13 @@ class FileStore(Backend):
             # Both at once: concurrent fsyncs share the journal commit.
             job = owner().aux.submit(io.fsync, item.tmp)
             try:
-                io.fsync(item.log)
+                self._fsync_log(item)
             finally:
                 job.exception()  # the file closes after this: never leave its fsync running
             job.result()
         else:
             if item.sync_log:
-                io.fsync(item.log)
+                self._fsync_log(item)
             if item.tmp >= 0:
                 io.fsync(item.tmp)
         if item.tmp >= 0:
@@ -341,6 +354,45 @@ class FileStore(Backend):
             # From here a failed fsync leaves the snapshot maybe durable, maybe not, while
             # the entries before it are durable already.
             io.fsync(item.folder)
+
+    def _fsync_log(self, item: _Append) -> None:
+        """Fsync the log. If that fails, what it held past the part known durable is
+        suspect until written again (see :meth:`_rewrite_suspect`). A write that made
+        bytes durable without writing any (a re-sent write) also touches the log's mtime, so
+        that a pending cut-back of a failed undo (:meth:`_settle_doubt`) sees it was not alone."""
+        try:
+            if not item.new:
+                os.utime(item.log)
+            self._io.fsync(item.log)
+        except BaseException:
+            try:
+                st = os.fstat(item.log)
+                self._suspects[item.write.state_id] = (st.st_dev, st.st_ino, item.durable)
+            except OSError:
+                self._tails.pop(item.write.state_id, None)
+            raise
+
+    def _rewrite_suspect(self, folder: int, log: int, sid: str, end: int) -> bool:
+        """After a failed fsync of this log, write its suspect bytes again (same bytes, same
+        place) so that the next fsync really stores them; True if it did."""
+        suspect = self._suspects.pop(sid, None)
+        if suspect is None:
+            return False
+        st = os.fstat(log)
+        dev, ino, start = suspect
+        if (st.st_dev, st.st_ino) != (dev, ino) or start >= end:
+            return False  # replaced, or nothing left past the durable part
+        data = os.pread(log, end - start, start)
+        fd = self._open_in(folder, sid, LOG, os.O_WRONLY)  # no O_APPEND: write in place
+        try:
+            os.lseek(fd, start, os.SEEK_SET)
+            self._io.write_all(fd, data)
+        except BaseException:
+            self._suspects[sid] = suspect  # still suspect
+            raise
+        finally:
+            os.close(fd)
+        return True
 
     def _undo(self, item: _Append) -> None:
         """Take back what a failed write did, so the State is as it was before it."""
@@ -380,7 +432,8 @@ class FileStore(Backend):
             return
         st = os.fstat(log)
         left = doubt.left
-        if left.holds_in(log, st) and st.st_size == left.size and _snapshot_id(folder) == doubt.snapshot:
+        unchanged = st.st_size == left.size and st.st_mtime_ns == left.mtime_ns  # see _fsync_log
+        if left.holds_in(log, st) and unchanged and _snapshot_id(folder) == doubt.snapshot:
             self._io.truncate(log, doubt.cut_to)
             self._io.fsync(log)
         del self._doubts[sid]
@@ -845,11 +898,37 @@ _FDS_SHARE = 4
 
 
 def _batch_cap() -> int:
-    """Most appends one group commit stages at once, from the descriptor limit now."""
+    """Most appends staged at once in this process, from the descriptor limit now."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft > 1 << 20:
         soft = 1 << 20
     return max(1, soft // _FDS_SHARE // _FDS_PER_WRITE)
+
+
+class _DescriptorBudget:
+    """The appends staged at once by every FileStore of the process stay within
+    :func:`_batch_cap`: a batch waits until its whole size fits (or it is alone), so
+    batches never wait on each other while holding part of the budget."""
+
+    def __init__(self) -> None:
+        self._used = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def held(self, count: int) -> Iterator[None]:
+        with self._cond:
+            while self._used and self._used + count > _batch_cap():
+                self._cond.wait()
+            self._used += count
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._used -= count
+                self._cond.notify_all()
+
+
+_budget = _DescriptorBudget()
 
 
 @dataclass(frozen=True, slots=True)

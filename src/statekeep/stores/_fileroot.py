@@ -116,6 +116,10 @@ def foreign_files(folder: int) -> list[str]:
         return sorted(e.name for e in it if e.name not in STATE_FILES or not e.is_file(follow_symlinks=False))
 
 
+# Files an operating system's file browser leaves in any folder it shows.
+_OS_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+
+
 def check_adoptable(root: int, path: str) -> None:
     """Refuse a folder without a marker unless it holds only States and statekeep's leftovers.
 
@@ -126,8 +130,9 @@ def check_adoptable(root: int, path: str) -> None:
     with os.scandir(root) as it:
         entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
     for name, is_dir in sorted(entries):
-        if name.startswith(MARKER_TMP) and not is_dir:
-            continue
+        if not is_dir and (name == MARKER or name.startswith(MARKER_TMP) or name in _OS_LITTER):
+            continue  # the marker (another process may just have marked it), or OS litter
+
         if not is_dir or not (name.startswith((CREATING, DELETING)) or _is_id(name)):
             strangers.append(name)
             continue

@@ -456,6 +456,8 @@ class RedisStore(ServerStore):
             return
         evicts = _config_value(policy, "maxmemory-policy")
         with_ttl = any(isinstance(ttl, int) and ttl >= 0 for ttl in ttls)
+        if evicts.startswith("volatile-") and not with_ttl:
+            with_ttl = await self._states_have_ttl(client)
         if evicts.startswith("allkeys-") or (evicts.startswith("volatile-") and with_ttl):
             warnings.warn(
                 f"statekeep: Redis at {where} may evict statekeep's keys when it runs out of memory "
@@ -474,6 +476,19 @@ class RedisStore(ServerStore):
                 RuntimeWarning,
                 stacklevel=2,
             )
+
+    async def _states_have_ttl(self, client: Any, sample: int = 5) -> bool:
+        """Do the keys of the most recently updated States (a few) have a TTL, so that a
+        ``volatile-*`` eviction policy may drop them? (A sample: statekeep never scans keys.)"""
+        ids = await client.zrevrange(self._index, 0, sample - 1)
+        if not ids:
+            return False
+        async with client.pipeline(transaction=False) as pipe:
+            for sid in ids:
+                for key in self._keys(sid.decode() if isinstance(sid, bytes) else sid)[:2]:
+                    pipe.pttl(key)
+            ttls = await pipe.execute(raise_on_error=False)
+        return any(isinstance(ttl, int) and ttl >= 0 for ttl in ttls)
 
     # -- plumbing -------------------------------------------------------------------
 

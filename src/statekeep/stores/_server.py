@@ -56,7 +56,12 @@ def import_driver(
         raise ImportError(f"{store} needs {what}: pip install 'statekeep[{extra}]' ({exc})") from exc
     if minimum is not None:
         dist, wanted = minimum
-        found = importlib.metadata.version(dist)
+        try:
+            found = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:  # vendored or built in place: no metadata
+            found = str(getattr(driver, "__version__", ""))
+            if not found:
+                return driver  # nothing to check against; let it run
         numbers = tuple(int(part) for part in re.findall(r"\d+", found)[: len(wanted)])
         if numbers < wanted:
             need = ".".join(map(str, wanted))
