@@ -275,7 +275,7 @@ def test_processes_writing_one_state_never_corrupt_it(tmp_path: Path) -> None:
 
 
 def test_fork_while_a_state_is_locked_does_not_wedge_it(tmp_path: Path) -> None:
-    from statekeep.stores import _file as filestore
+    from statekeep.stores._file import store as filestore
 
     store = FileStore(tmp_path)
     store.write("a", entries(0, 1), snapshot(), create=True)

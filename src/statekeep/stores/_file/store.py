@@ -34,15 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._backend import Backend
-from .._batching import GroupCommit
-from .._bridge import owner
-from .._errors import CorruptStateError
-from .._ids import validate_id
-from .._logframe import LogScan, scan_log
-from .._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
-from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
-from ._fileroot import (
+from ..._backend import Backend
+from ..._batching import GroupCommit
+from ..._bridge import owner
+from ..._errors import CorruptStateError
+from ..._ids import validate_id
+from ..._logframe import LogScan, scan_log
+from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
+from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from .fsio import OsIO
+from .trust import (
     CREATING,
     DELETING,
     check_adoptable,
@@ -52,7 +53,6 @@ from ._fileroot import (
     read_marker,
     write_marker,
 )
-from ._fsio import OsIO
 
 LOG = "log.jsonl"
 SNAPSHOT = "snapshot.json"

@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from .._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
-from .._ids import validate_id
-from ._fsio import OsIO
+from ..._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
+from ..._ids import validate_id
+from .fsio import OsIO
 
 MARKER = ".statekeep-store"
 MARKER_TMP = ".statekeep-store.tmp-"
