@@ -275,12 +275,12 @@ def test_processes_writing_one_state_never_corrupt_it(tmp_path: Path) -> None:
 
 
 def test_fork_while_a_state_is_locked_does_not_wedge_it(tmp_path: Path) -> None:
-    from statekeep.stores import _file as filestore
+    from statekeep.stores._file.locking import lock, unlock
 
     store = FileStore(tmp_path)
     store.write("a", entries(0, 1), snapshot(), create=True)
     folder = os.open(tmp_path / "a", os.O_RDONLY | os.O_DIRECTORY)
-    filestore._lock(folder)  # as a writer thread holds it mid-write
+    lock(folder)  # as a writer thread holds it mid-write
     pid = os.fork()
     if pid == 0:  # the child: its copy of the lock must not keep the State locked
         code = 1
@@ -289,7 +289,7 @@ def test_fork_while_a_state_is_locked_does_not_wedge_it(tmp_path: Path) -> None:
             code = 0
         finally:
             os._exit(code)
-    filestore._unlock(folder)  # the writer finishes in the parent
+    unlock(folder)  # the writer finishes in the parent
     status: list[int] = []
     waiter = threading.Thread(target=lambda: status.append(os.waitpid(pid, 0)[1]), daemon=True)
     waiter.start()

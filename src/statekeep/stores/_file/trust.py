@@ -17,18 +17,21 @@ from typing import Any
 
 import orjson
 
-from .._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
-from .._ids import validate_id
-from ._fsio import OsIO
+from ..._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
+from ..._ids import validate_id
+from .fsio import OsIO, write_file
 
 MARKER = ".statekeep-store"
 MARKER_TMP = ".statekeep-store.tmp-"
 MARKER_FORMAT = 1
-STATE_FILES = frozenset({"log.jsonl", "snapshot.json", "snapshot.json.tmp"})
+LOG = "log.jsonl"  # a State's files: one history entry per line, appended
+SNAPSHOT = "snapshot.json"  # the snapshot, replaced whole on every write
+SNAPSHOT_TMP = "snapshot.json.tmp"  # the next snapshot while it is being written
+STATE_FILES = frozenset({LOG, SNAPSHOT, SNAPSHOT_TMP})
 CREATING = ".creating-"
 DELETING = ".deleting-"
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW  # a folder, never through a link
 
 
 def check_owner(fd: int, path: object) -> None:
@@ -82,14 +85,8 @@ def read_marker(io: OsIO, root: int, path: str) -> dict[str, Any] | None:
 def write_marker(io: OsIO, root: int) -> None:
     """Write the marker durably: a temporary file (0600) fsync'd, renamed, folder fsync'd."""
     tmp = f"{MARKER_TMP}{secrets.token_hex(6)}"
-    fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=root)
     try:
-        try:
-            os.fchmod(fd, 0o600)
-            io.write_all(fd, orjson.dumps({"format": MARKER_FORMAT}))
-            io.fsync(fd)
-        finally:
-            os.close(fd)
+        write_file(io, root, tmp, orjson.dumps({"format": MARKER_FORMAT}), exclusive=True)
         io.rename(tmp, MARKER, dir_fd=root)
     except BaseException:
         try:
@@ -120,7 +117,7 @@ def foreign_files(folder: int) -> list[str]:
 _OS_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
-def check_adoptable(root: int, path: str) -> None:
+def check_adoptable(io: OsIO, root: int, path: str) -> None:
     """Refuse a folder without a marker unless it holds only States and statekeep's leftovers.
 
     Stores written before the marker existed hold just that; anything else means the
@@ -137,7 +134,7 @@ def check_adoptable(root: int, path: str) -> None:
             strangers.append(name)
             continue
         try:
-            folder = os.open(name, _DIR, dir_fd=root)
+            folder = io.open(name, DIR, dir_fd=root)
         except FileNotFoundError:
             continue  # removed meanwhile
         try:

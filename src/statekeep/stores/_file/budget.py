@@ -1,0 +1,50 @@
+"""How many appends FileStore stages at once: a share of the process's descriptor limit.
+
+A staged write holds three descriptors (folder, log, snapshot's temporary file) until its
+batch is done. All the FileStores of a process together use at most a quarter of the
+limit: the rest stays free for everything else it has open (sockets, reads, creates).
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_FDS_PER_WRITE = 3
+_FDS_SHARE = 4
+
+
+def batch_cap() -> int:
+    """Most appends staged at once in this process, from the descriptor limit now."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        soft = 1 << 20
+    return max(1, soft // _FDS_SHARE // _FDS_PER_WRITE)
+
+
+class DescriptorBudget:
+    """Keeps the appends staged at once by every FileStore of the process within
+    :func:`batch_cap`: a batch waits until its whole size fits (or it is alone), so
+    batches never wait on each other while holding part of the budget."""
+
+    def __init__(self) -> None:
+        self._used = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def held(self, count: int) -> Iterator[None]:
+        with self._cond:
+            while self._used and self._used + count > batch_cap():
+                self._cond.wait()
+            self._used += count
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._used -= count
+                self._cond.notify_all()
+
+
+BUDGET = DescriptorBudget()

@@ -1,0 +1,142 @@
+"""Creating a State and deleting one, each atomic by one rename in the store's folder.
+
+A create writes the State whole in a staging folder (``.creating-{pid}-{rand}``) and
+renames it into place; a delete renames the State's folder away (``.deleting-...``) and
+then removes it. Each holds the flock of its dot-folder for as long as that exists, so a
+sweep (:meth:`.folder.StoreFolder._sweep`) removes only those whose process is gone.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+
+from ..._bridge import owner
+from ..._errors import CorruptStateError
+from ..._writes import PreparedWrite, exists_error
+from .folder import StoreFolder, quietly, remove_tree, still_named
+from .fsio import write_file, write_private
+from .locking import hold, lock, release, unlock
+from .recovery import Tail
+from .trust import CREATING, DELETING, DIR, LOG, SNAPSHOT, foreign_files
+
+
+def create(store: StoreFolder, tails: dict[str, Tail], write: PreparedWrite) -> None:
+    """Create the State ``write`` names, with its entries and snapshot, durably."""
+    root = store.open_root(create=True)
+    assert root is not None
+    try:
+        _create(store, tails, root, write)
+    finally:
+        os.close(root)
+
+
+def _create(store: StoreFolder, tails: dict[str, Tail], root: int, write: PreparedWrite) -> None:
+    io, sid = store.io, write.state_id
+    if _exists(root, sid):
+        raise _exists_error(store, root, sid)
+    staging = f"{CREATING}{os.getpid()}-{secrets.token_hex(6)}"
+    folder = _make_staging(store, root, staging)
+    try:
+        try:
+            pending = None
+            if write.snapshot is not None:
+                pending = owner().aux.submit(write_file, io, folder, SNAPSHOT, write.snapshot)
+            try:
+                log = io.open(LOG, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
+                try:
+                    write_private(io, log, b"".join(write.lines))
+                    tail = Tail.of(log, write.end_seq)
+                finally:
+                    os.close(log)
+            finally:
+                if pending is not None:
+                    pending.result()
+            io.fsync(folder)
+            try:
+                io.rename(staging, sid, dir_fd=root)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise _exists_error(store, root, sid) from None
+                raise
+        except BaseException:
+            quietly(lambda: remove_tree(io, root, staging))
+            raise
+    finally:
+        unlock(folder)  # only now: a staging folder whose lock is free is a leftover
+    io.fsync(root)
+    tails[sid] = tail
+
+
+def _make_staging(store: StoreFolder, root: int, staging: str) -> int:
+    """Make the staging folder and return it opened and locked.
+
+    The store's folder is share-locked meanwhile: a sweep takes that lock exclusively,
+    so it never sees a staging folder that exists but is not locked yet.
+    """
+    hold(root, fcntl.LOCK_SH)
+    try:
+        store.io.mkdir(staging, dir_fd=root)
+        try:
+            folder = store.open_in(root, staging, staging, DIR)
+        except BaseException:
+            quietly(lambda: store.io.rmdir(staging, dir_fd=root))
+            raise
+        lock(folder)
+        return folder
+    finally:
+        release(root)
+
+
+def _exists(root: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _exists_error(store: StoreFolder, root: int, sid: str) -> ValueError:
+    if store.case_insensitive:
+        twin = next((n for n in os.listdir(root) if n.lower() == sid.lower() and n != sid), None)
+        if twin is not None:
+            return ValueError(
+                f"State id {sid!r} differs only in case from {twin!r}, which {store.path} holds; "
+                "on this case-insensitive file system both would be one folder. Use another id"
+            )
+    return exists_error(sid)
+
+
+def delete(store: StoreFolder, tails: dict[str, Tail], sid: str) -> None:
+    """Delete the State ``sid`` if it exists, durably."""
+    root = store.open_root(create=False, writing=True)
+    if root is None:
+        return
+    io = store.io
+    try:
+        folder = store.open_state(root, sid)
+        if folder is None:
+            return
+        lock(folder)  # let a writer in another process finish first
+        try:
+            if not still_named(root, sid, folder):
+                return
+            strangers = foreign_files(folder)
+            if strangers:
+                raise CorruptStateError(
+                    f"{store.where(sid)} holds {', '.join(map(repr, strangers))}, which are not a "
+                    "State's files; it is not deleted. Move them out, or remove the folder yourself"
+                )
+            trash = f"{DELETING}{os.getpid()}-{secrets.token_hex(6)}"
+            io.rename(sid, trash, dir_fd=root)  # the atomic point: the State is gone
+            tails.pop(sid, None)
+            io.fsync(root)
+            # A failure from here leaves a leftover; the lock held until it is removed
+            # tells a sweep whether its deleter is still at work.
+            quietly(lambda: remove_tree(io, root, trash))
+        finally:
+            unlock(folder)
+    finally:
+        os.close(root)

@@ -1,0 +1,194 @@
+"""The store's folder as a FileStore opens it: checked before it is trusted (owner, marker
+or adoptable, see :mod:`.trust`), made and marked on the first write, swept of the
+leftovers of crashed creates and deletes, and the State folders in it opened safely:
+never through a link, and spelled exactly as the id on a case-insensitive file system.
+
+Reads and listings never write anything: no folder, marker or clean-up of leftovers.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from ..._errors import CorruptStateError
+from .fsio import OsIO, make_folders
+from .locking import hold, release, unlock
+from .trust import CREATING, DELETING, DIR, check_adoptable, check_owner, read_marker, write_marker
+
+_ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached through a link
+
+
+class StoreFolder:
+    """One FileStore's folder, and what it learnt about it (once per instance)."""
+
+    def __init__(
+        self, path: Path, io: OsIO, *, read_only: bool, label: str, probe_case: Callable[[int], bool]
+    ) -> None:
+        self.path = path
+        self.io = io
+        self.case_insensitive = False  # known once opened
+        self._read_only = read_only
+        self._label = label  # the store's repr, for errors
+        self._probe_case = probe_case
+        self._swept = False
+        self._checked = False  # the marker read, or the folder found to hold only States
+        self._marked = False
+        self._spelling: dict[str, tuple[int, int]] = {}  # case-insensitive folders: id -> folder
+
+    def open_root(self, *, create: bool, writing: bool = False) -> int | None:
+        """Open the store's folder, checked; None if absent.
+
+        ``create``: make the folder (0700, durably) if it is missing. ``create`` or
+        ``writing``: mark the folder as a store if it is not yet.
+        """
+        writing = writing or create
+        if writing and self._read_only:
+            raise RuntimeError(f"{self._label} was opened with read_only=True; open it without to write")
+        try:
+            root = self.io.open(str(self.path), _ROOT)
+        except FileNotFoundError:
+            if not create:
+                return None
+            make_folders(self.io, self.path)
+            root = self.io.open(str(self.path), _ROOT)
+        try:
+            check_owner(root, self.path)
+            if not self._checked:
+                self._check_root(root)
+            if writing and not self._marked:
+                write_marker(self.io, root)
+                self._marked = True
+                self.case_insensitive = self._probe_case(root)
+        except BaseException:
+            os.close(root)
+            raise
+        if writing and not self._swept:  # reads never write, not even to clean up
+            self._swept = True
+            quietly(lambda: self._sweep(root))
+        return root
+
+    def _check_root(self, root: int) -> None:
+        """Once per instance: the marker is ours, or the folder holds only States."""
+        marker = read_marker(self.io, root, str(self.path))
+        if marker is None:
+            check_adoptable(self.io, root, str(self.path))
+        else:
+            self._marked = True
+            self.case_insensitive = self._probe_case(root)
+        self._checked = True
+
+    def _sweep(self, root: int) -> None:
+        """Remove what crashed creates and deletes left behind: folders whose lock is free."""
+        if not hold(root, fcntl.LOCK_EX | fcntl.LOCK_NB):
+            self._swept = False  # a create is making its folder: the next operation sweeps
+            return
+        try:
+            with os.scandir(root) as it:
+                names = [e.name for e in it if e.name.startswith((CREATING, DELETING))]
+            for name in names:
+                try:
+                    folder = self.io.open(name, DIR, dir_fd=root)
+                except OSError:
+                    continue
+                try:
+                    if hold(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):  # else its process is at work
+                        quietly(partial(remove_tree, self.io, root, name))
+                finally:
+                    unlock(folder)
+        finally:
+            release(root)
+
+    def open_state(self, root: int, sid: str) -> int | None:
+        """The State's folder, opened and checked; None if there is none."""
+        try:
+            folder = self.open_in(root, sid, sid, DIR)
+        except FileNotFoundError:
+            return None
+        if self.case_insensitive and not self._spelled(root, sid, folder):
+            os.close(folder)
+            return None  # the folder of an id spelled in another case
+        return folder
+
+    def _spelled(self, root: int, sid: str, folder: int) -> bool:
+        """On a case-insensitive folder: is ``folder`` named exactly ``sid``?"""
+        st = os.fstat(folder)
+        if self._spelling.get(sid) == (st.st_dev, st.st_ino):
+            return True
+        if sid not in os.listdir(root):
+            return False
+        self._spelling[sid] = (st.st_dev, st.st_ino)
+        return True
+
+    def open_in(self, dir_fd: int, sid: str, name: str, flags: int) -> int:
+        """Open ``name`` in ``dir_fd`` (a State's folder, or the store's for ``name == sid``),
+        never through a link, and refuse it if another user could change it."""
+        where = self.where(sid) if name == sid else self.where(sid, name)
+        try:
+            fd = self.io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise CorruptStateError(
+                    f"{where} is a symbolic link or not what statekeep made; "
+                    "links inside a store are never followed"
+                ) from None
+            raise
+        try:
+            check_owner(fd, where)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def read_file(self, folder: int, sid: str, name: str) -> bytes | None:
+        """A State's file whole, or None if it has none."""
+        try:
+            fd = self.open_in(folder, sid, name, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            return self.io.read_all(fd)
+        finally:
+            os.close(fd)
+
+    def where(self, sid: str, name: str | None = None) -> str:
+        """The path of a State's folder, or of ``name`` in it, for messages."""
+        return str(self.path / sid / name) if name else str(self.path / sid)
+
+
+def still_named(root: int, sid: str, folder: int) -> bool:
+    """Is ``folder`` still the State's folder (not renamed away or replaced)?"""
+    try:
+        named = os.stat(sid, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(folder)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def remove_tree(io: OsIO, root: int, name: str) -> None:
+    """Remove a State folder (files only, no subfolders) that is no longer named as one."""
+    folder = io.open(name, DIR, dir_fd=root)
+    try:
+        with os.scandir(folder) as it:
+            files = [e.name for e in it]
+        for file in files:
+            try:
+                io.unlink(file, dir_fd=folder)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(folder)
+    io.rmdir(name, dir_fd=root)
+
+
+def quietly(action: Callable[[], object]) -> None:
+    """Run a best-effort clean-up whose failure must not hide the error being raised."""
+    try:
+        action()
+    except OSError:
+        pass

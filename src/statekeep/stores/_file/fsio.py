@@ -1,0 +1,102 @@
+"""The FileStore's seam to the operating system: every call that writes, syncs, renames,
+creates, removes or changes a mode goes through one :class:`OsIO` object, so tests can
+replace it to inject short writes, ENOSPC, EIO or a crash after any single operation.
+
+Also the one way statekeep makes what it creates owner-only whatever the umask, and
+durable, through the seam: :func:`write_private` for a file (0600, written, fsync'd),
+:func:`make_folders` for folders (0700 by :meth:`OsIO.mkdir`, each name fsync'd in its
+parent)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY
+
+
+class OsIO:
+    """The real operations. Subclass and override a method to inject faults."""
+
+    def open(self, name: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None) -> int:
+        return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        """One ``os.write``: may write fewer bytes than given."""
+        return os.write(fd, data)
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        """Write every byte, looping over short writes (a later call raises the error)."""
+        view = memoryview(data)
+        while view:
+            view = view[self.write(fd, view) :]
+
+    def read_all(self, fd: int) -> bytes:
+        """Read from the current offset to the end of the file."""
+        chunks = []
+        size = max(os.fstat(fd).st_size, 1 << 16)
+        while chunk := os.read(fd, size):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def chmod(self, fd: int, mode: int) -> None:
+        """``os.fchmod``: set an open file's mode."""
+        os.fchmod(fd, mode)
+
+    def rename(self, src: str, dst: str, *, dir_fd: int) -> None:
+        os.rename(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+    def mkdir(self, name: str, *, dir_fd: int) -> None:
+        """Make a folder, owner-only (0700) whatever the umask."""
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+        os.chmod(name, 0o700, dir_fd=dir_fd)  # whatever the umask
+
+    def unlink(self, name: str, *, dir_fd: int) -> None:
+        os.unlink(name, dir_fd=dir_fd)
+
+    def rmdir(self, name: str, *, dir_fd: int) -> None:
+        os.rmdir(name, dir_fd=dir_fd)
+
+
+def write_private(io: OsIO, fd: int, data: bytes, *, sync: bool = True) -> None:
+    """Make the open file ``fd`` owner-only (0600, whatever the umask it was created
+    under), write ``data`` whole and, with ``sync``, fsync it."""
+    io.chmod(fd, 0o600)
+    io.write_all(fd, data)
+    if sync:
+        io.fsync(fd)
+
+
+def write_file(io: OsIO, dir_fd: int, name: str, data: bytes, *, exclusive: bool = False) -> None:
+    """Create ``name`` in ``dir_fd`` (or, unless ``exclusive``, replace its contents) with
+    ``data``, owner-only and fsync'd; never through a symbolic link."""
+    how = os.O_EXCL if exclusive else os.O_TRUNC
+    fd = io.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | how, dir_fd=dir_fd)
+    try:
+        write_private(io, fd, data)
+    finally:
+        os.close(fd)
+
+
+def make_folders(io: OsIO, path: Path) -> None:
+    """Make the folder ``path`` and whichever of its parents are missing, each owner-only
+    and durable: its parent is fsync'd once it holds the new name (also when another
+    process made it meanwhile: its fsync may not have happened yet)."""
+    if path.exists():
+        return
+    make_folders(io, path.parent)
+    parent = io.open(str(path.parent), _DIR)
+    try:
+        try:
+            io.mkdir(path.name, dir_fd=parent)
+        except FileExistsError:
+            pass
+        io.fsync(parent)
+    finally:
+        os.close(parent)
