@@ -29,7 +29,6 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-import statekeep.stores._sqlite as sqlite_module
 from statekeep import (
     CorruptStateError,
     FileStore,
@@ -41,6 +40,7 @@ from statekeep import (
 )
 from statekeep._bridge import owner
 from statekeep._writes import prepare_write
+from statekeep.stores._sqlite import _connections, _sql, _store
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 from tests.test_model import StoreMachine, new_entries, normal
 from tests.test_model import bodies as model_bodies
@@ -139,7 +139,7 @@ def test_folders_0700_files_0600_whatever_the_umask(tmp_path: Path, umask: int) 
 def test_list_is_one_ordered_index_scan(store: SQLiteStore, db: Path) -> None:
     store.write("a", [], snapshot(), create=True)
     with raw(db) as conn:
-        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sqlite_module._LIST))
+        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + _sql.LIST))
     assert "COVERING INDEX states_listing" in plan and "TEMP B-TREE" not in plan, plan
 
 
@@ -534,7 +534,7 @@ def test_write_waits_for_another_writer_and_reads_do_not(store: SQLiteStore, db:
 
 
 def test_busy_is_retried_then_reported_clearly(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_SECONDS", 0.01)  # SQLite gives up at once
+    monkeypatch.setattr(_connections, "BUSY_TIMEOUT_SECONDS", 0.01)  # SQLite gives up at once
     store = SQLiteStore(db)
     store.write("a", [], None, create=True)
     other = raw(db)
@@ -543,7 +543,7 @@ def test_busy_is_retried_then_reported_clearly(db: Path, monkeypatch: pytest.Mon
     release.start()
     store.write("a", entries(0, 1), None)  # statekeep retried until the lock was free
     release.join()
-    monkeypatch.setattr(sqlite_module, "BUSY_PATIENCE_SECONDS", 0.2)
+    monkeypatch.setattr(_store, "BUSY_PATIENCE_SECONDS", 0.2)
     other.execute("BEGIN IMMEDIATE")
     with pytest.raises(TimeoutError, match="stayed locked by another connection"):
         store.write("a", entries(1, 1), None)
