@@ -37,6 +37,7 @@ from statekeep import (
     SQLiteStore,
     StateConflictError,
     Store,
+    UnsupportedFormatError,
 )
 from statekeep._bridge import owner
 from statekeep._writes import prepare_write
@@ -402,11 +403,11 @@ def test_newer_schema_is_refused(db: Path) -> None:
         conn.execute("UPDATE schema_version SET version = 2")
     newer = SQLiteStore(db)
     message = r"written by a newer statekeep \(database schema version 2.*Upgrade statekeep"
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(UnsupportedFormatError, match=message):
         newer.read("a")
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(UnsupportedFormatError, match=message):
         newer.write("a", entries(1, 1), None)
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(UnsupportedFormatError, match=message):
         newer.list()
     newer.close()
     with raw(db) as conn:  # nothing was changed
@@ -426,7 +427,7 @@ def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
     assert before[1] == "delete"
     newer = SQLiteStore(db)
     for attempt in (lambda: newer.read("a"), newer.list, lambda: newer.write("a", entries(0, 1), None)):
-        with pytest.raises(RuntimeError, match="newer statekeep"):
+        with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
             attempt()
     newer.close()
     assert sqlite_looks(db) == before
@@ -497,7 +498,7 @@ def test_schema_upgraded_under_an_open_store_stops_its_writes(store: SQLiteStore
     store.write("a", entries(0, 1), snapshot(), create=True)
     with raw(db) as conn:
         conn.execute("UPDATE schema_version SET version = 7")
-    with pytest.raises(RuntimeError, match="newer statekeep"):
+    with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.write("a", entries(1, 1), None)
     with raw(db) as conn:
         conn.execute("UPDATE schema_version SET version = 1")

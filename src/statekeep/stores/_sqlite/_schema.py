@@ -2,9 +2,9 @@
 transaction.
 
 The version sits in ``schema_version``. A database of a newer statekeep is refused with
-RuntimeError before anything is written to it, not even its journal mode; a
-file that is not a SQLite database, or (with ``create=False``) a database without
-statekeep's tables, is refused with NotAStoreError, unchanged.
+UnsupportedFormatError before anything is written to it, not even its journal mode; a file
+that is not a SQLite database, or (with ``create=False``) a database without statekeep's
+tables, is refused with NotAStoreError, unchanged.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from ..._errors import NotAStoreError
+from ..._errors import NotAStoreError, UnsupportedFormatError
 from . import _sql as sql
 from ._connections import closed_on_error, connect, refuse_not_a_database, rolled_back_on_error
 
@@ -109,7 +109,7 @@ def check_version(path: Path, conn: sqlite3.Connection) -> None:
 
 def _refuse_newer(path: Path, version: int) -> None:
     if version > SCHEMA_VERSION:
-        raise RuntimeError(
+        raise UnsupportedFormatError(
             f"{path} was written by a newer statekeep (database schema version {version}; "
             f"this statekeep knows versions up to {SCHEMA_VERSION}). Upgrade statekeep to use "
             "this database; nothing was read or written"

@@ -58,9 +58,9 @@ class SQLiteStore(Backend):
 
     The file (0600) and missing parent folders (0700) are created on the first write (a
     read of a missing file finds nothing), when the schema is also created or migrated.
-    A database written by a newer statekeep is refused with RuntimeError (upgrade
-    statekeep to use it), and a file that is not a SQLite database with NotAStoreError;
-    neither is written to.
+    A database written by a newer statekeep is refused with UnsupportedFormatError (a
+    ValueError: upgrade statekeep to use it), and a file that is not a SQLite database
+    with NotAStoreError; neither is written to.
 
     ``create=False`` opens an existing statekeep database only (what the command line's
     ``list``, ``show`` and ``delete`` do): the store then never creates the file or its
