@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,24 +83,28 @@ def quietly(action: Callable[[], object]) -> None:
 
 
 @contextmanager
-def closed_on_error(conn: sqlite3.Connection) -> Iterator[None]:
-    """Close ``conn`` if the block raises (the error goes on)."""
+def _on_error(undo: Callable[[], object]) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.close()
+        undo()
         raise
 
 
-@contextmanager
-def rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
-    """Roll back the open transaction if the block raises (the error goes on)."""
-    try:
-        yield
-    except BaseException:
+def closed_on_error(conn: sqlite3.Connection) -> AbstractContextManager[None]:
+    """Close ``conn`` if the block raises (the error goes on)."""
+    return _on_error(conn.close)
+
+
+def rolled_back_on_error(conn: sqlite3.Connection) -> AbstractContextManager[None]:
+    """Roll back the open transaction if the block raises (the error goes on, whatever
+    the rollback meets)."""
+
+    def roll_back() -> None:
         if conn.in_transaction:
             quietly(lambda: conn.execute(sql.ROLLBACK))
-        raise
+
+    return _on_error(roll_back)
 
 
 @dataclass(eq=False)
