@@ -32,7 +32,7 @@ import common
 from bench_core import Turn, make_workload, store_concurrent, store_sequential
 from common import Scratch, settle, state_id, timed
 from statekeep import SavedState, SQLiteStore
-from statekeep.stores._sqlite import _LIST, _MIGRATIONS
+from statekeep.stores._sqlite._sql import LIST, MIGRATIONS
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def raw_connect(path: Path) -> sqlite3.Connection:
 
 def raw_database(path: Path) -> sqlite3.Connection:
     conn = raw_connect(path)
-    for step in _MIGRATIONS:
+    for step in MIGRATIONS:
         for sql in step:
             conn.execute(sql)
     return conn
@@ -154,7 +154,7 @@ def raw_load(conn: sqlite3.Connection, sid: str) -> list[dict[str, Any]]:
 
 def raw_list_query(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """SQLiteStore's listing query through the index, rows as plain tuples."""
-    return conn.execute(_LIST).fetchall()
+    return conn.execute(LIST).fetchall()
 
 
 def raw_list_snapshots(conn: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -29,7 +29,6 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-import statekeep.stores._sqlite as sqlite_module
 from statekeep import (
     CorruptStateError,
     FileStore,
@@ -38,9 +37,11 @@ from statekeep import (
     SQLiteStore,
     StateConflictError,
     Store,
+    UnsupportedFormatError,
 )
 from statekeep._bridge import owner
 from statekeep._writes import prepare_write
+from statekeep.stores._sqlite import _connections, _sql, _store
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 from tests.test_model import StoreMachine, new_entries, normal
 from tests.test_model import bodies as model_bodies
@@ -139,7 +140,7 @@ def test_folders_0700_files_0600_whatever_the_umask(tmp_path: Path, umask: int) 
 def test_list_is_one_ordered_index_scan(store: SQLiteStore, db: Path) -> None:
     store.write("a", [], snapshot(), create=True)
     with raw(db) as conn:
-        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sqlite_module._LIST))
+        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + _sql.LIST))
     assert "COVERING INDEX states_listing" in plan and "TEMP B-TREE" not in plan, plan
 
 
@@ -402,11 +403,11 @@ def test_newer_schema_is_refused(db: Path) -> None:
         conn.execute("UPDATE schema_version SET version = 2")
     newer = SQLiteStore(db)
     message = r"written by a newer statekeep \(database schema version 2.*Upgrade statekeep"
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(UnsupportedFormatError, match=message):
         newer.read("a")
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(UnsupportedFormatError, match=message):
         newer.write("a", entries(1, 1), None)
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(UnsupportedFormatError, match=message):
         newer.list()
     newer.close()
     with raw(db) as conn:  # nothing was changed
@@ -426,7 +427,7 @@ def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
     assert before[1] == "delete"
     newer = SQLiteStore(db)
     for attempt in (lambda: newer.read("a"), newer.list, lambda: newer.write("a", entries(0, 1), None)):
-        with pytest.raises(RuntimeError, match="newer statekeep"):
+        with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
             attempt()
     newer.close()
     assert sqlite_looks(db) == before
@@ -497,7 +498,7 @@ def test_schema_upgraded_under_an_open_store_stops_its_writes(store: SQLiteStore
     store.write("a", entries(0, 1), snapshot(), create=True)
     with raw(db) as conn:
         conn.execute("UPDATE schema_version SET version = 7")
-    with pytest.raises(RuntimeError, match="newer statekeep"):
+    with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.write("a", entries(1, 1), None)
     with raw(db) as conn:
         conn.execute("UPDATE schema_version SET version = 1")
@@ -534,7 +535,7 @@ def test_write_waits_for_another_writer_and_reads_do_not(store: SQLiteStore, db:
 
 
 def test_busy_is_retried_then_reported_clearly(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_SECONDS", 0.01)  # SQLite gives up at once
+    monkeypatch.setattr(_connections, "BUSY_TIMEOUT_SECONDS", 0.01)  # SQLite gives up at once
     store = SQLiteStore(db)
     store.write("a", [], None, create=True)
     other = raw(db)
@@ -543,7 +544,7 @@ def test_busy_is_retried_then_reported_clearly(db: Path, monkeypatch: pytest.Mon
     release.start()
     store.write("a", entries(0, 1), None)  # statekeep retried until the lock was free
     release.join()
-    monkeypatch.setattr(sqlite_module, "BUSY_PATIENCE_SECONDS", 0.2)
+    monkeypatch.setattr(_store, "BUSY_PATIENCE_SECONDS", 0.2)
     other.execute("BEGIN IMMEDIATE")
     with pytest.raises(TimeoutError, match="stayed locked by another connection"):
         store.write("a", entries(1, 1), None)

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
+from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
 from ._ids import ID_RULE, validate_id
 from ._records import Record
 from ._redaction import redact_text
@@ -58,8 +58,9 @@ def _exit_code(exc: Exception) -> int:
     """The exit status of an error a command met (see the module docstring)."""
     if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | sqlite3.OperationalError):
         return NOT_FOUND  # no store, State or server to be had (an unopenable or locked database)
-    if isinstance(exc, CorruptStateError | NotAStoreError | UnsafeStoreError | sqlite3.DatabaseError):
-        return DATA_ERROR  # unsafe: files another user could have changed
+    unreadable = CorruptStateError | NotAStoreError | UnsafeStoreError | UnsupportedFormatError
+    if isinstance(exc, unreadable | sqlite3.DatabaseError):
+        return DATA_ERROR  # damaged, newer, not a store, or changeable by another user
     if isinstance(exc, RuntimeError):
         return DATA_ERROR
     if isinstance(exc, OSError):

@@ -1,0 +1,151 @@
+"""The database file and its schema: made or migrated on first use, checked in every
+transaction.
+
+The version sits in ``schema_version``. A database of a newer statekeep is refused with
+UnsupportedFormatError before anything is written to it, not even its journal mode; a file
+that is not a SQLite database, or (with ``create=False``) a database without statekeep's
+tables, is refused with NotAStoreError, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from ..._errors import NotAStoreError, UnsupportedFormatError
+from . import _sql as sql
+from ._connections import closed_on_error, connect, refuse_not_a_database, rolled_back_on_error
+
+#: The schema this statekeep writes; databases with a higher version are refused.
+SCHEMA_VERSION = 1
+assert len(sql.MIGRATIONS) == SCHEMA_VERSION
+
+
+def open_schema(path: Path, *, create: bool) -> sqlite3.Connection:
+    """A connection to ``path`` once its schema is this statekeep's: made or migrated first
+    if ``create``, else only checked (see :func:`inspect`)."""
+    return migrate(path) if create else inspect(path)
+
+
+def migrate(path: Path) -> sqlite3.Connection:
+    """Make the file if missing, switch it to WAL, and create or migrate its schema."""
+    make_file(path)
+    conn = connect(path)
+    with closed_on_error(conn):
+        # The version first: a database this statekeep refuses is not written to, not
+        # even to switch its journal mode.
+        version = read_version(path, conn)
+        mode = conn.execute(sql.JOURNAL_MODE_WAL).fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise RuntimeError(
+                f"{path}: SQLite could not switch the database to WAL mode (it reports "
+                f"{mode!r}); SQLiteStore needs WAL, which needs a local file system"
+            )
+        # A file that is up to date (the usual case) needs no write lock.
+        if version == SCHEMA_VERSION:
+            return conn
+        conn.execute(sql.BEGIN_IMMEDIATE)
+        with rolled_back_on_error(conn):
+            version = read_version(path, conn)  # again, now that no one else can migrate
+            if version == 0:
+                conn.execute(sql.CREATE_VERSION_TABLE)
+            for step in sql.MIGRATIONS[version:]:
+                for statement in step:
+                    conn.execute(statement)
+            if version == 0:
+                conn.execute(sql.INSERT_VERSION, (SCHEMA_VERSION,))
+            elif version < SCHEMA_VERSION:
+                conn.execute(sql.UPDATE_VERSION, (SCHEMA_VERSION,))
+            conn.execute(sql.COMMIT)
+    return conn
+
+
+def inspect(path: Path) -> sqlite3.Connection:
+    """Open an existing statekeep database without changing it (``create=False``)."""
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path}: no database there (this store was opened with create=False, which makes none)"
+        )
+    conn = connect(path)
+    with closed_on_error(conn):
+        version = read_version(path, conn)
+        tables = {name for (name,) in conn.execute(sql.TABLES)}
+        if version == 0 or not {"states", "entries"} <= tables:
+            found = f"its tables: {', '.join(sorted(tables))}" if tables else "it has no tables"
+            raise NotAStoreError(
+                f"{path} is not a statekeep database ({found}); nothing was changed. "
+                "Pass the database statekeep saved to"
+            )
+        if version < SCHEMA_VERSION:
+            raise NotAStoreError(
+                f"{path} has statekeep schema version {version}, older than this "
+                f"statekeep's {SCHEMA_VERSION}; open it once with SQLiteStore(path) to upgrade "
+                "it; nothing was changed"
+            )
+    return conn
+
+
+def read_version(path: Path, conn: sqlite3.Connection) -> int:
+    """The file's schema version (0 if it has none yet); refuses a newer one, and a file
+    that is not a SQLite database."""
+    try:
+        found = conn.execute(sql.HAS_VERSION_TABLE).fetchone()
+    except sqlite3.DatabaseError as exc:
+        refuse_not_a_database(path, exc)
+        raise
+    version = 0
+    if found:
+        version = conn.execute(sql.VERSION).fetchone()[0] or 0
+    _refuse_newer(path, version)
+    return version
+
+
+def check_version(path: Path, conn: sqlite3.Connection) -> None:
+    """In a transaction: refuse the file if another process upgraded it meanwhile."""
+    row = conn.execute(sql.VERSION).fetchone()
+    _refuse_newer(path, row[0] or 0)
+
+
+def _refuse_newer(path: Path, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise UnsupportedFormatError(
+            f"{path} was written by a newer statekeep (database schema version {version}; "
+            f"this statekeep knows versions up to {SCHEMA_VERSION}). Upgrade statekeep to use "
+            "this database; nothing was read or written"
+        )
+
+
+def make_file(path: Path) -> None:
+    """Create the database file (0600) and missing folders (0700), durably."""
+    if path.exists():
+        return
+    missing = []
+    folder = path.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        try:
+            os.mkdir(made, 0o700)
+            os.chmod(made, 0o700)  # whatever the umask
+        except FileExistsError:
+            pass
+        _fsync_dir(made.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return  # another process made it
+    try:
+        os.fchmod(fd, 0o600)  # SQLite gives its -wal and -shm files the same mode
+    finally:
+        os.close(fd)
+    _fsync_dir(path.parent)  # SQLite syncs the files; the new name is ours to sync
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

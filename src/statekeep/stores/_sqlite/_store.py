@@ -1,0 +1,245 @@
+"""SQLiteStore: the four operations, the group-commit function and the retry on a locked
+database. What it runs is in the other modules of this package (see its docstring)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from ..._backend import Backend
+from ..._batching import GroupCommit
+from ..._bridge import owner
+from ..._errors import CorruptStateError
+from ..._records import Record, SavedState, decode_snapshot, left_out
+from ..._writes import PreparedWrite
+from . import _sql as sql
+from ._batch import Op, commit_batch
+from ._connections import Connections, connect, connections_slot, is_busy
+from ._rows import decode_entry, saved_state
+from ._schema import check_version, open_schema
+
+T = TypeVar("T")
+
+#: How long statekeep keeps retrying (with backoff) when SQLite still reports the database
+#: locked, before it raises TimeoutError. Nothing was written when that happens.
+BUSY_PATIENCE_SECONDS = 120.0
+
+# Writes of one transaction at most; more wait for the next one (bounds a batch's latency).
+_MAX_BATCH = 512
+
+
+class SQLiteStore(Backend):
+    """Saves every State in one SQLite database file at ``path``, shared by any number of
+    processes.
+
+    Durable on return: when ``write``/``awrite`` (or ``delete``) returns, its transaction
+    is committed in WAL mode with ``synchronous=FULL``, so the WAL was fsync'd and the
+    write survives a crash or a power cut. A write's entries and snapshot commit together
+    or not at all; a write that raises stored nothing.
+
+    Several processes may use one file: SQLite's locks serialise their writes (each in
+    ``BEGIN IMMEDIATE``), waiting up to ``BUSY_TIMEOUT_SECONDS`` (30) for a lock and then
+    retrying with backoff; only after ``BUSY_PATIENCE_SECONDS`` (120) does a call give up
+    with TimeoutError. Concurrent writes from one process (``asyncio.gather`` of
+    ``awrite``) share one transaction and one fsync, each still failing or succeeding on
+    its own.
+
+    ``list()`` shows the States whose snapshot has the keys :class:`SavedState` needs; a
+    State whose snapshot lacks one (or has none) is left out, with a RuntimeWarning naming
+    the State and the key when the snapshot is there but incomplete.
+
+    The file (0600) and missing parent folders (0700) are created on the first write (a
+    read of a missing file finds nothing), when the schema is also created or migrated.
+    A database written by a newer statekeep is refused with UnsupportedFormatError (a
+    ValueError: upgrade statekeep to use it), and a file that is not a SQLite database
+    with NotAStoreError; neither is written to.
+
+    ``create=False`` opens an existing statekeep database only (what the command line's
+    ``list``, ``show`` and ``delete`` do): the store then never creates the file or its
+    tables, never switches the journal mode and never migrates; a database without
+    statekeep's tables is refused with NotAStoreError, unchanged. Reads of a missing file
+    still find nothing.
+
+    Close the store to release its connections; they are also closed when the
+    interpreter exits, or (with a ResourceWarning) when the store is dropped unclosed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+        self.path = Path(os.path.abspath(os.fspath(path)))
+        self.create = create
+        self._key = os.path.realpath(self.path)
+        self._batches: GroupCommit[Op] = GroupCommit(lambda ops: self._commit(ops), max_batch=_MAX_BATCH)
+        # This process's connections; a forked child makes its own.
+        self._slot = connections_slot(self)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    def _storage_key(self) -> Hashable:
+        return ("sqlite", self._key)
+
+    @property
+    def _conns(self) -> Connections | None:
+        """This process's connections, if it has made them yet."""
+        return self._slot.current()
+
+    # -- the four operations --------------------------------------------------------
+
+    async def _write(self, write: PreparedWrite) -> None:
+        await self._submit(("write", write))
+
+    async def _delete(self, state_id: str) -> None:
+        await self._submit(("delete", state_id))
+
+    async def _read(self, state_id: str) -> Record | None:
+        conns = self._slot.get()  # made here, on the owner loop, never by two threads at once
+        return await owner().io.run(self._retry_busy, self._read_once, conns, state_id)
+
+    async def _list(self) -> tuple[list[SavedState], list[str]]:
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._list_once, conns)
+
+    async def _close(self) -> None:
+        await self._batches.drain()  # let queued writes commit first
+        conns = self._slot.current()
+        if conns is not None:
+            if conns.closer is not None:
+                conns.closer.release()
+            await owner().io.run(conns.close)
+
+    # -- group commit ---------------------------------------------------------------
+
+    async def _submit(self, op: Op) -> None:
+        # Writes and deletes waiting at the same moment, to any State of this store, are
+        # committed in one transaction; each caller returns once that transaction is
+        # committed, with its own outcome.
+        self._slot.get()  # made on the owner loop, before a worker thread needs them
+        await self._batches.submit(op)
+
+    def _commit(self, ops: list[Op]) -> list[BaseException | None]:
+        """Apply ``ops`` in one transaction (one fsync); return each one's error or None.
+
+        Runs in a worker thread, one call at a time per store and process (the flusher
+        awaits each), so the writer connection is never shared.
+        """
+        conns = self._slot.get()
+        self._ensure_schema(conns)
+        conn = conns.take_writer(self._connect)
+        try:
+            return self._retry_busy(commit_batch, self.path, conn, ops)
+        finally:
+            conns.give_writer(conn)
+
+    # -- read, list -----------------------------------------------------------------
+
+    def _read_once(self, conns: Connections, sid: str) -> Record | None:
+        if self._absent(conns):
+            return None
+        with self._reading(conns) as conn:
+            row = conn.execute(sql.READ_STATE, (sid,)).fetchone()
+            if row is None:
+                return None
+            data = conn.execute(sql.READ_ENTRIES, (sid,)).fetchall()
+        next_seq, snap = row
+        if len(data) != next_seq:
+            raise CorruptStateError(
+                f"{self.path}: State {sid!r} records next seq {next_seq} but has {len(data)} entries"
+            )
+        loads = orjson.loads
+        try:
+            entries = [loads(d) for (d,) in data]
+        except orjson.JSONDecodeError:  # names the bad one
+            entries = [decode_entry(self.path, sid, seq, d) for seq, (d,) in enumerate(data)]
+        return Record(entries, decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}"))
+
+    def _list_once(self, conns: Connections) -> tuple[list[SavedState], list[str]]:
+        if self._absent(conns):
+            return [], []
+        with self._reading(conns) as conn:
+            rows = conn.execute(sql.LIST).fetchall()
+            unlisted = conn.execute(sql.UNLISTED).fetchall()
+        # SavedState is immutable, so a row unchanged since the last listing reuses its
+        # SavedState: building one (two datetimes, a frozen dataclass) costs more than the
+        # query. The cache holds the rows of the last listing only.
+        seen, cache = conns.listed, {}
+        skipped = [left_out(sid, why) for sid, why in unlisted]
+        for row in rows:
+            item = seen.get(row)
+            try:
+                cache[row] = saved_state(row) if item is None else item
+            except ValueError as exc:  # columns edited by hand: leave the State out, as elsewhere
+                skipped.append(left_out(row[0], exc))
+        conns.listed = cache
+        listing = list(cache.values())
+        return listing, skipped
+
+    def _absent(self, conns: Connections) -> bool:
+        """No database file yet: reads find nothing, and create nothing."""
+        return not conns.schema_ok and not os.path.exists(self.path)
+
+    @contextmanager
+    def _reading(self, conns: Connections) -> Iterator[sqlite3.Connection]:
+        """A reader connection inside a read transaction (one consistent view of the file)."""
+        self._ensure_schema(conns)
+        conn = conns.take_reader() or self._connect()
+        healthy = False
+        try:
+            conn.execute(sql.BEGIN)
+            check_version(self.path, conn)  # another process may have upgraded the file meanwhile
+            yield conn
+            conn.execute(sql.COMMIT)
+            healthy = True
+        finally:
+            if not healthy and conn.in_transaction:
+                try:
+                    conn.execute(sql.ROLLBACK)
+                    healthy = True
+                except sqlite3.Error:
+                    pass
+            conns.give_reader(conn, reuse=healthy)
+
+    # -- connections, schema, locks -------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        return connect(self.path)
+
+    def _ensure_schema(self, conns: Connections) -> None:
+        """Create or migrate the schema once per process (refusing a newer one)."""
+        if conns.schema_ok:
+            return
+        with conns.schema_lock:
+            if not conns.schema_ok:
+                conn = self._retry_busy(open_schema, self.path, create=self.create)
+                conns.schema_ok = True
+                conns.give_reader(conn, reuse=True)
+
+    def _retry_busy(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` again (with backoff) while SQLite reports the database locked.
+
+        ``fn`` must leave no transaction open when it raises, so a rerun starts clean.
+        busy_timeout already waits inside SQLite; this covers the cases where SQLite
+        reports BUSY at once (a WAL recovery under way, a deadlock it detected).
+        """
+        deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
+        delay = 0.002
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"{self.path}: the database stayed locked by another connection for more "
+                        f"than {BUSY_PATIENCE_SECONDS:.0f} s; gave up ({exc})"
+                    ) from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
