@@ -10,11 +10,10 @@ from types import TracebackType
 from typing import Any
 
 from ._bridge import run_sync
-from ._errors import StateConflictError
+from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._records import Record, SavedState
-from ._resume import after_write, conflict, deleted, exists, from_record, write_args
+from ._resume import conflict, deleted, exists, from_record
 from ._state import State
-from ._writes import ExistsError, MissingError
 
 
 class Store(ABC):
@@ -126,10 +125,10 @@ class Store(ABC):
         again, whole. If another writer appended to the State meanwhile,
         :class:`StateConflictError` says to load it again; LookupError if it was deleted.
         """
-        entries, snapshot, create = write_args(state, self)
+        entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
         try:
-            if create and state._create_unsure:
+            if unsure:
                 # An earlier create failed after it may have been stored: append instead,
                 # which skips what is there already.
                 try:
@@ -140,16 +139,16 @@ class Store(ABC):
                 await self.awrite(state.id, entries, snapshot, create=create)
         except StateConflictError as exc:
             raise conflict(state, exc) from None
-        except ExistsError:  # the raw write's advice (create=...) is not for save
+        except StateExistsError:  # the raw write's advice (create=...) is not for save
             raise exists(state) from None
-        except MissingError:
+        except StateNotFoundError:
             raise deleted(state) from None
         except (ValueError, TypeError, LookupError):
             raise
         except Exception:
-            state._create_unsure = create
+            state._mark_failed(create)
             raise
-        after_write(state, self, sent)
+        state._mark_saved(self, sent)
 
     async def aload(self, state_id: str) -> State:
         """The saved State ``state_id``, ready to continue.
