@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 import warnings
+from types import FrameType
 from typing import Any
 
 
@@ -47,7 +48,7 @@ _NOT_THE_CALLER = (os.path.dirname(__file__) + os.sep, os.path.dirname(asyncio._
 def _warn_at_caller(warning: Warning) -> None:
     """Warn at the first frame outside statekeep and asyncio: the line that called
     statekeep, however deep in statekeep or the event loop the warning arises."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
         frame = frame.f_back
     if frame is None:  # no caller's frame on this thread's stack
