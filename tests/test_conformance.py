@@ -7,7 +7,18 @@ import warnings
 import orjson
 import pytest
 
-from statekeep import Record, SavedState, StateConflictError
+from statekeep import (
+    FORMAT_VERSION,
+    CorruptStateError,
+    Record,
+    SavedState,
+    State,
+    StateConflictError,
+    StateExistsError,
+    StatekeepError,
+    StateNotFoundError,
+    UnsupportedFormatError,
+)
 from tests.conftest import Api, entries, plant_snapshot, snapshot
 
 
@@ -262,3 +273,77 @@ async def test_closed_store_refuses_work(api: Api) -> None:
     api.store.close()  # twice is fine
     with pytest.raises(RuntimeError, match="closed"):
         await api.read("a")
+
+
+# -- the error family: every store raises the same types --------------------------------
+
+
+async def load(api: Api, state_id: str) -> State:
+    return await api.store.aload(state_id) if api.mode == "async" else api.store.load(state_id)
+
+
+async def save(api: Api, state: State) -> None:
+    if api.mode == "async":
+        await api.store.asave(state)
+    else:
+        api.store.save(state)
+
+
+def family(
+    info: pytest.ExceptionInfo[BaseException], kind: type[Exception], builtin: type[Exception]
+) -> None:
+    assert type(info.value) is kind
+    assert isinstance(info.value, StatekeepError) and isinstance(info.value, builtin)
+
+
+async def test_an_unknown_id_is_state_not_found_on_write_and_load(api: Api) -> None:
+    with pytest.raises(StateNotFoundError) as info:
+        await api.write("ghost", entries(0, 1), snapshot())
+    family(info, StateNotFoundError, LookupError)
+    written = str(info.value)
+    with pytest.raises(StateNotFoundError) as info:
+        await load(api, "ghost")
+    family(info, StateNotFoundError, LookupError)
+    assert str(info.value) == written  # one message for a missing State
+
+
+async def test_create_on_an_existing_id_is_state_exists(api: Api) -> None:
+    await api.write("a", entries(0, 1), snapshot(), create=True)
+    with pytest.raises(StateExistsError) as info:
+        await api.write("a", entries(0, 1), snapshot(), create=True)
+    family(info, StateExistsError, ValueError)
+    with pytest.raises(StateExistsError, match="saved by another State") as info:
+        await save(api, State("t", id="a"))
+    family(info, StateExistsError, ValueError)
+
+
+async def test_saving_a_deleted_state_is_state_not_found(api: Api) -> None:
+    state = State("t", id="gone")
+    await save(api, state)
+    await api.delete("gone")
+    state.add_user("more")
+    with pytest.raises(StateNotFoundError, match="was deleted") as info:
+        await save(api, state)
+    family(info, StateNotFoundError, LookupError)
+
+
+async def test_a_conflict_is_state_conflict(api: Api) -> None:
+    await api.write("a", entries(0, 1), snapshot(), create=True)
+    with pytest.raises(StateConflictError) as info:
+        await api.write("a", entries(0, 1, other=True), snapshot())
+    family(info, StateConflictError, ValueError)
+
+
+async def test_a_newer_history_format_is_unsupported_format(api: Api) -> None:
+    task = {"seq": 0, "kind": "task", "at": "2026-01-01T00:00:00+00:00", "text": "t"}
+    await api.write("newer", [task], snapshot() | {"v": FORMAT_VERSION + 1, "seq": 0}, create=True)
+    with pytest.raises(UnsupportedFormatError, match="upgrade statekeep") as info:
+        await load(api, "newer")
+    family(info, UnsupportedFormatError, ValueError)
+
+
+async def test_a_damaged_history_is_corrupt_state(api: Api) -> None:
+    await api.write("odd", [{"seq": 0, "kind": "hologram"}], snapshot() | {"v": FORMAT_VERSION}, create=True)
+    with pytest.raises(CorruptStateError, match="damaged") as info:
+        await load(api, "odd")
+    family(info, CorruptStateError, ValueError)

@@ -216,6 +216,15 @@ def test_snapshot_is_what_listing_reads() -> None:
     assert (row.id, row.task, row.turn, row.finished) == ("s1", "list me", 1, False)
 
 
+def test_saved_state_status_is_finished_else_stopped_by_else_running() -> None:
+    state = State("t")
+    assert SavedState.from_snapshot(state.id, state.snapshot()).status == "running"
+    state.stop("limit")
+    assert SavedState.from_snapshot(state.id, state.snapshot()).status == "limit"
+    state.finish("done")
+    assert SavedState.from_snapshot(state.id, state.snapshot()).status == "finished"
+
+
 def test_replay_of_a_long_history_is_linear() -> None:
     state = running()
     for i in range(3_400):  # about 10,000 entries

@@ -8,6 +8,7 @@ has a sync twin that works from scripts, threads and running event loops.
 from typing import TYPE_CHECKING
 
 from ._agent import Agent, Reply, ScriptedModel
+from ._agentcheck import ResumeWarning
 from ._errors import (
     CorruptStateError,
     NotAStoreError,
@@ -21,7 +22,6 @@ from ._errors import (
 from ._history import FORMAT_VERSION
 from ._ids import ID_RULE, validate_id
 from ._records import Record, SavedState
-from ._resume import ResumeWarning
 from ._state import State, agent_info
 from ._store import Store
 from ._tools import Tool

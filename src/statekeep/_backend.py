@@ -9,6 +9,7 @@ fails before any storage is touched.
 from __future__ import annotations
 
 import warnings
+from abc import abstractmethod
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -20,32 +21,47 @@ from ._writes import PreparedWrite, prepare_write
 
 
 class Backend(Store):
-    """Base class of the built-in stores."""
+    """The base of the built-in stores; private (third-party stores subclass :class:`Store`).
+
+    On top of :class:`Store` it gives: ids and data validated and encoded in the caller's
+    thread before any storage is touched; every call run on statekeep's owner loop; a lock
+    per (storage, State id) held around ``_write`` and ``_delete``; a RuntimeError for any
+    call after ``close()``; equality and hashing by the storage (``_storage_key``); and
+    ``list()`` warnings for States it leaves out. A subclass implements the abstract
+    coroutines below, which run on the owner loop.
+    """
 
     _closed = False
 
     # -- to implement ---------------------------------------------------------------
 
+    @abstractmethod
     def _storage_key(self) -> Hashable:
         """Equal for two instances that stand for the same storage."""
         raise NotImplementedError
 
+    @abstractmethod
     async def _write(self, write: PreparedWrite) -> None:
+        """Store a validated write (the State's lock is held)."""
         raise NotImplementedError
 
+    @abstractmethod
     async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
         """The Record, or a function that builds it (called in the caller's thread)."""
         raise NotImplementedError
 
+    @abstractmethod
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         """The listing, and a message for each State left out because it is unreadable."""
         raise NotImplementedError
 
+    @abstractmethod
     async def _delete(self, state_id: str) -> None:
+        """Remove a State whole, if there is one (the State's lock is held)."""
         raise NotImplementedError
 
     async def _close(self) -> None:
-        """Release resources; runs on the owner loop."""
+        """Release resources; runs on the owner loop. Nothing by default."""
 
     # -- the public API -------------------------------------------------------------
 

@@ -11,10 +11,10 @@ import threading
 
 from ._agent import Agent, Reply, ScriptedModel
 from ._redaction import redact_url
+from ._render import DEFAULT_STORE, listing, timeline
 from ._state import State
 from ._store import Store
 from ._urls import open_store
-from .cli import DEFAULT_STORE, timeline
 from .stores._memory import MemoryStore
 
 STATE_ID = "demo-booking"
@@ -105,6 +105,7 @@ def _run(url: str, store: Store) -> int:
             os.kill(child.pid, signal.SIGKILL)  # in the middle of the tool call
             break
     child.wait()
+    child.stdout.close()
     say(f"   process {child.pid} was in the middle of book_table(...) when it got SIGKILL.\n")
 
     state = store.load(STATE_ID)
@@ -133,9 +134,8 @@ def _run(url: str, store: Store) -> int:
     say(f"   answer: {answer}\n")
 
     say("4. statekeep list:")
-    for row in store.list():
-        status = "finished" if row.finished else (row.stopped_by or "running")
-        say(f"   {row.id}  turn {row.turn}  {status}  {row.task}")
+    for line in listing(store.list()):
+        say("   " + line)
     if url == DEFAULT_STORE:
         say(f"\nThe whole history: statekeep show {STATE_ID}   (in this repo: ./dev show {STATE_ID})")
     else:

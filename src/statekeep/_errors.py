@@ -2,6 +2,11 @@
 
 Each also keeps the built-in parent it had before the family existed, so code written as
 ``except ValueError`` / ``except LookupError`` / ``except PermissionError`` keeps working.
+
+A mistake in the caller's arguments stays a plain built-in error, as in the standard
+library: TypeError for a value JSON cannot hold or an argument of the wrong type,
+ValueError for a bad State id, a write whose seqs do not follow on (a gap), a State method
+its history cannot follow, a bad store URL; RuntimeError for a call to a closed store.
 """
 
 from __future__ import annotations

@@ -40,6 +40,11 @@ class SavedState:
     stopped_by: str | None
     finished: bool
 
+    @property
+    def status(self) -> str:
+        """``"finished"``, else why the last run stopped (:attr:`stopped_by`), else ``"running"``."""
+        return run_status(self.finished, self.stopped_by)
+
     @classmethod
     def from_snapshot(cls, state_id: str, snapshot: Mapping[str, Any]) -> SavedState:
         """Build a listing row from a snapshot dict.
@@ -82,6 +87,11 @@ class SavedState:
         if type(finished) is not bool:
             raise bad("finished", "a bool")
         return cls(state_id, task, times[0], times[1], turn, stopped_by, finished)
+
+
+def run_status(finished: bool, stopped_by: str | None) -> str:
+    """The one status rule: ``"finished"``, else what stopped the last run, else ``"running"``."""
+    return "finished" if finished else (stopped_by or "running")
 
 
 def utc_time(raw: Any) -> datetime:

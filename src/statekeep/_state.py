@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from ._agentcheck import warn_if_agent_changed
 from ._codec import check, decode
 from ._history import AGENT_KEYS, FORMAT_VERSION, Replay, now
 from ._ids import validate_id
@@ -45,8 +46,9 @@ class State:
     def _setup(self, state_id: str) -> None:
         self.id = state_id
         self._replay = Replay()
-        # Where the State is saved and how much of its history that store has.
-        self._store: Any = None
+        # Save bookkeeping, kept by the methods below: where the State is saved, how much of
+        # its history that store has, and whether the store has it at all.
+        self._store: object = None
         self._saved = 0
         self._created = False
         self._create_unsure = False  # a create failed in a way that may have stored it
@@ -171,8 +173,6 @@ class State:
         info["tools"] = sorted(info["tools"])
         self._replay.check_idle("a run start", len(self.history))
         if self._check_agent:
-            from ._resume import warn_if_agent_changed
-
             warn_if_agent_changed(self.id, self.last_agent, info)  # may raise under -W error
             self._check_agent = False
         return info
@@ -252,6 +252,39 @@ class State:
             self._replay.apply(entry)
         except ValueError as exc:
             raise ValueError(f"{call}: {exc}") from None
+
+    # -- save bookkeeping (for Store.save and load) -------------------------------------
+
+    def _unsaved(self, store: object) -> tuple[list[dict[str, Any]], dict[str, Any], bool, bool]:
+        """What a save to ``store`` sends: the entries it lacks, the snapshot, ``create``
+        (the first save), and whether an earlier create failed after it may have been
+        stored. ValueError if the State is saved in another store."""
+        if self._store is not None and self._store != store:
+            raise ValueError(
+                f"State {self.id!r} is saved in {self._store!r}; a State is saved in one store only. "
+                "Load it from that store, or make a new State for this one"
+            )
+        create = not self._created
+        return self.history[self._saved :], self.snapshot(), create, create and self._create_unsure
+
+    def _mark_saved(self, store: object, sent: int) -> None:
+        """``store`` now holds the first ``sent`` entries (and so holds the State)."""
+        self._store, self._saved, self._created, self._create_unsure = store, sent, True, False
+
+    def _mark_failed(self, create: bool) -> None:
+        """A save failed in a way that may have stored it; a failed create is retried as
+        an append first (which skips what is stored) by the next save."""
+        self._create_unsure = create
+
+    def _bind_loaded(self, store: object) -> None:
+        """The State was just loaded from ``store``, which holds all of it; its first run
+        compares agents (:class:`ResumeWarning`)."""
+        self._mark_saved(store, len(self.history))
+        self._check_agent = True
+
+    def _add_repair(self, entry: dict[str, Any]) -> None:
+        """Add an entry that load builds to close an interrupted run (not saved yet)."""
+        self._replay.apply(entry)
 
     # -- identity -----------------------------------------------------------------------
 

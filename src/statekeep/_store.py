@@ -10,14 +10,15 @@ from types import TracebackType
 from typing import Any
 
 from ._bridge import run_sync
-from ._errors import StateConflictError
+from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._records import Record, SavedState
-from ._resume import after_write, conflict, deleted, exists, from_record, write_args
+from ._resume import conflict, deleted, exists, from_record
 from ._state import State
-from ._writes import ExistsError, MissingError
 
 
-class Store(ABC):
+# B024: abstract through __new__, which needs write() or awrite(), and read() or aread():
+# either side may be the implemented one, which @abstractmethod cannot say.
+class Store(ABC):  # noqa: B024
     """Where States are saved: per id, an append-only history plus one snapshot dict.
 
     The native methods are coroutines (``awrite``, ``aread``, ``alist``, ``adelete``).
@@ -28,10 +29,20 @@ class Store(ABC):
     code prefer the ``a*`` methods.
 
     To write your own store, subclass and implement ``write``/``read`` (and ``list``,
-    ``delete`` if it can), or their async versions, or both. The missing side is derived:
-    async defaults run a sync implementation in a worker thread; sync defaults run an
-    async implementation on the private loop. The built-in stores also validate ids and
-    data, and lock each State, before their implementation is called.
+    ``delete`` if it can), or their async versions, or both; a class with neither side of
+    ``write`` or of ``read`` is a TypeError when created. What subclassing gives: the
+    missing side (async defaults run a sync implementation in a worker thread; sync
+    defaults run an async implementation on the private loop), ``save``/``load`` with
+    their bookkeeping, repair and errors, ``with``/``async with``, and a no-op ``close``.
+    What it does not give, which the built-in stores do in a private base class: it does
+    not validate ids (use :func:`validate_id`), entries, seqs or snapshots, nor encode
+    them (your ``write`` gets the caller's objects); it takes no lock (concurrent writes
+    to one State must be serialised by the store); it does not refuse calls after
+    ``close()``; and two instances are equal only if they are the same object (define
+    ``__eq__``/``__hash__`` if two can name the same storage, since a State is saved in
+    one store only). Raise :class:`StateExistsError`, :class:`StateNotFoundError` and
+    :class:`StateConflictError` as the ``awrite`` contract says, so that ``save`` gives
+    its advice.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
@@ -63,8 +74,9 @@ class Store(ABC):
         for a taken seq raises :class:`StateConflictError` and nothing is written. The
         rest must continue right after what the store has, else ValueError (a gap).
         ``snapshot`` replaces the stored one (None keeps it) and is written after the
-        entries. ``create=True`` is the first write of a new State: ValueError if the id
-        exists, and all or nothing. With ``create=False`` an unknown id is a LookupError.
+        entries. ``create=True`` is the first write of a new State: :class:`StateExistsError`
+        (a ValueError) if the id exists, and all or nothing. With ``create=False`` an unknown
+        id is a :class:`StateNotFoundError` (a LookupError).
         Bad data (NaN, non-str keys, sets, ...) raises TypeError before anything is
         written. What is durable on return depends on the store; see its class.
         """
@@ -120,16 +132,18 @@ class Store(ABC):
     async def asave(self, state: State) -> None:
         """Write what the store does not have of ``state`` yet, plus its snapshot.
 
-        The first save creates the State: ValueError if the id is taken by another State.
+        The first save creates the State: :class:`StateExistsError` (a ValueError) if the id
+        is taken by another State.
         Durable as the store's ``awrite``. A State is saved in one store only (ValueError
         elsewhere). If the write fails, nothing is marked saved and the next save sends it
         again, whole. If another writer appended to the State meanwhile,
-        :class:`StateConflictError` says to load it again; LookupError if it was deleted.
+        :class:`StateConflictError` says to load it again; :class:`StateNotFoundError` if it
+        was deleted.
         """
-        entries, snapshot, create = write_args(state, self)
+        entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
         try:
-            if create and state._create_unsure:
+            if unsure:
                 # An earlier create failed after it may have been stored: append instead,
                 # which skips what is there already.
                 try:
@@ -140,24 +154,25 @@ class Store(ABC):
                 await self.awrite(state.id, entries, snapshot, create=create)
         except StateConflictError as exc:
             raise conflict(state, exc) from None
-        except ExistsError:  # the raw write's advice (create=...) is not for save
+        except StateExistsError:  # the raw write's advice (create=...) is not for save
             raise exists(state) from None
-        except MissingError:
+        except StateNotFoundError:
             raise deleted(state) from None
         except (ValueError, TypeError, LookupError):
             raise
         except Exception:
-            state._create_unsure = create
+            state._mark_failed(create)
             raise
-        after_write(state, self, sent)
+        state._mark_saved(self, sent)
 
     async def aload(self, state_id: str) -> State:
         """The saved State ``state_id``, ready to continue.
 
         Tool calls left without a result get one with outcome ``unknown`` (the tool may or
         may not have run), and a request left waiting on the model gets a ``model_error``;
-        these closing entries are written by the next save. LookupError for an unknown
-        id; ValueError for a damaged State or one saved by a newer statekeep.
+        these closing entries are written by the next save. :class:`StateNotFoundError` (a
+        LookupError) for an unknown id; :class:`CorruptStateError` for a damaged State and
+        :class:`UnsupportedFormatError` for one saved by a newer statekeep (both ValueError).
         """
         return from_record(state_id, await self.aread(state_id), self)
 
@@ -180,7 +195,7 @@ class Store(ABC):
         """
         self.close()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  # a store that holds nothing needs no close
         """Sync :meth:`aclose`."""
 
     def __enter__(self) -> Store:

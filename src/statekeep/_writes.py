@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from ._codec import encode
-from ._errors import StateConflictError
+from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._ids import validate_id
 from ._records import LISTING_TIMES, utc_time
 
@@ -126,23 +126,18 @@ def same_json(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-class ExistsError(ValueError):
-    """A ``create=True`` write found the id taken; nothing was written."""
-
-
-class MissingError(LookupError):
-    """A ``create=False`` write found no State; nothing was written."""
-
-
-def exists_error(state_id: str) -> ExistsError:
-    return ExistsError(
+def exists_error(state_id: str) -> StateExistsError:
+    """The error of a ``create=True`` write whose id is taken; every store raises this one."""
+    return StateExistsError(
         f"State {state_id!r} already exists; nothing was written. "
         "Use create=False to add to it, or pick another id"
     )
 
 
-def missing_error(state_id: str) -> MissingError:
-    return MissingError(
-        f"no State {state_id!r} in this store (never created, or deleted); "
-        "use create=True for the first write of a new State"
+def missing_error(state_id: str, where: str = "this store") -> StateNotFoundError:
+    """The error for a State id that ``where`` does not hold: a ``create=False`` write, a
+    load, the CLI. Every store and command raises this one, with this one message."""
+    return StateNotFoundError(
+        f"no State {state_id!r} in {where}: it was never created (a State is created by its "
+        "first save, or by a write with create=True), or it was deleted"
     )

@@ -8,41 +8,29 @@ printed comes from stored data with its control characters escaped, and without 
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 
+from ._agentcheck import ResumeWarning
 from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
 from ._ids import ID_RULE, validate_id
-from ._records import Record
 from ._redaction import redact_text
-from ._resume import ResumeWarning
+from ._render import DEFAULT_STORE, listing, safe, short, summary, timeline
 from ._store import Store
 from ._urls import _looks_sqlite, open_store
+from ._writes import missing_error
 
-DEFAULT_STORE = ".statekeep"
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
 
 #: Exit statuses.
 OK, NOT_FOUND, USAGE, DATA_ERROR = 0, 1, 2, 3
-
-# Characters a terminal acts on (C0, DEL, C1: cursor moves, screen clears, new lines) or
-# that reorder text (bidirectional controls), and line separators: shown escaped.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
-
-
-def safe(text: str) -> str:
-    """``text`` with every control character escaped (``\\x1b``, ``\\n``, ``\\u202e``),
-    so that stored data cannot move the cursor, clear the screen or fake a line."""
-    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _say(text: str, *, err: bool = False) -> None:
@@ -54,14 +42,23 @@ def _fail(message: str, code: int = NOT_FOUND) -> NoReturn:
     sys.exit(code)
 
 
+# A damaged State, something that is not a statekeep store, a store of a newer statekeep.
+# Damaged, newer, not a store, or changeable by another user.
+_DATA_ERRORS = (
+    CorruptStateError,
+    NotAStoreError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
+    sqlite3.DatabaseError,
+    RuntimeError,
+)
+
+
 def _exit_code(exc: Exception) -> int:
     """The exit status of an error a command met (see the module docstring)."""
     if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | sqlite3.OperationalError):
         return NOT_FOUND  # no store, State or server to be had (an unopenable or locked database)
-    unreadable = CorruptStateError | NotAStoreError | UnsafeStoreError | UnsupportedFormatError
-    if isinstance(exc, unreadable | sqlite3.DatabaseError):
-        return DATA_ERROR  # damaged, newer, not a store, or changeable by another user
-    if isinstance(exc, RuntimeError):
+    if isinstance(exc, _DATA_ERRORS):
         return DATA_ERROR
     if isinstance(exc, OSError):
         return NOT_FOUND
@@ -147,11 +144,8 @@ def list_states(store_url: str) -> None:
     if not rows:
         _say("no saved States")
         return
-    _say(f"{'ID':<34} {'UPDATED (UTC)':<19} {'TURN':>4}  {'STATUS':<10} TASK")
-    for row in rows:
-        status = "finished" if row.finished else (row.stopped_by or "running")
-        when = row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
-        _say(f"{row.id:<34} {when:<19} {row.turn:>4}  {_short(status, 10):<10} {_short(row.task, 60)}")
+    for line in listing(rows):
+        click.echo(line)
 
 
 @main.command()
@@ -162,7 +156,7 @@ def show(state_id: str, store_url: str) -> None:
     with _reporting(), _open(store_url) as store:
         record = store.read(state_id)
     if record is None:
-        _fail(f"no State {state_id!r} in {store_url}")
+        _fail(str(missing_error(state_id, store_url)))
     for line in timeline(state_id, record):
         click.echo(line)
 
@@ -182,10 +176,10 @@ def delete(state_id: str, store_url: str, yes: bool) -> None:
         except CorruptStateError as exc:
             record, damage = None, str(exc)
         if record is None and damage is None:
-            _fail(f"no State {state_id!r} in {store_url}")
+            _fail(str(missing_error(state_id, store_url)))
         if not yes:
-            what = f"damaged: {damage}" if record is None else _summary(record)
-            _say(f"State {state_id}: {_short(what, 200)}", err=True)
+            what = f"damaged: {damage}" if record is None else summary(record)
+            _say(f"State {state_id}: {short(what, 200)}", err=True)
             try:
                 sure = click.confirm("Delete it?", default=False, err=True)
             except click.Abort:  # Ctrl-C or end of input at the prompt
@@ -211,104 +205,3 @@ def demo(store_url: str) -> None:
     with _reporting():
         status = run(store_url)
     sys.exit(status)
-
-
-def _summary(record: Record) -> str:
-    snap = record.snapshot or {}
-    return f"{len(record.entries)} entries, turn {snap.get('turn', '?')}, task {str(snap.get('task', ''))!r}"
-
-
-def timeline(state_id: str, record: Record) -> list[str]:
-    """A readable history: one line per entry, long texts shortened, control characters
-    escaped. Any entry the store accepts is shown, whatever its fields hold."""
-    snap = record.snapshot if isinstance(record.snapshot, dict) else {}
-    lines = [f"State {state_id}: {_short(str(snap.get('task', '')), 100)}"]
-    if snap:
-        status = "finished" if snap.get("finished") else (snap.get("stopped_by") or "running")
-        lines.append(
-            f"created {_time(snap.get('created_at'))} · updated {_time(snap.get('updated_at'))} · "
-            f"turn {_short(str(snap.get('turn')), 20)} · {_short(str(status), 40)}"
-        )
-    lines.append("")
-    for entry in record.entries:
-        kind = _short(str(entry.get("kind", "?")), 30)
-        seq = _short(str(entry.get("seq", "?")), 20)
-        lines.append(f"{seq:>5}  {_time(entry.get('at'), clock=True)}  {kind:<13} {_describe(entry)}")
-    return [safe(line) for line in lines]
-
-
-def _describe(e: dict[str, Any]) -> str:
-    try:
-        return _describe_kind(e)
-    except Exception:  # a field of an unexpected type: show the entry as it is
-        return _rest(e)
-
-
-def _describe_kind(e: dict[str, Any]) -> str:
-    kind = e.get("kind")
-    if kind in ("task", "user"):
-        return _short(_text(e.get("text")))
-    if kind == "run_start":
-        agent = _dict(e.get("agent"))
-        tools = ", ".join(_text(t) for t in _list(agent.get("tools"))) or "none"
-        return _short(
-            f"agent {agent.get('name')!r} · model {_text(agent.get('model'))} · tools: {tools}", 120
-        )
-    if kind == "model_request":
-        return _short(f"asking {_text(e.get('model'))}")
-    if kind == "model_reply":
-        calls = [
-            f"{_text(c.get('name'))}({_args(c.get('args'))}) [{_text(c.get('id'))}]"
-            for c in map(_dict, _list(e.get("tool_calls")))
-        ]
-        text = _short(_text(e.get("text")), 60) if e.get("text") else ""
-        parts = (f'"{text}"' if text else "", _short(", ".join(calls), 120))
-        return " → ".join(p for p in parts if p) or "(empty)"
-    if kind == "tool_result":
-        head = f"{_text(e.get('name'))} [{_text(e.get('call_id'))}] {_text(e.get('outcome'))}"
-        return f"{_short(head, 60)}: {_short(_text(e.get('output')), 70)}"
-    if kind in ("model_error", "error"):
-        return _short(_text(e.get("message")))
-    if kind == "stop":
-        answer = e.get("answer")
-        by = _short(f"by {_text(e.get('by'))}", 40)
-        return by + (f": {_short(_text(answer), 70)}" if answer is not None else "")
-    if kind == "data":
-        key = _short(_text(e.get("key")), 40)
-        return f"{key} deleted" if e.get("deleted") else f"{key} = {_short(repr(e.get('value')), 60)}"
-    return _rest(e)
-
-
-def _rest(e: dict[str, Any]) -> str:
-    return _short(str({k: v for k, v in e.items() if k not in ("seq", "kind", "at")}))
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _args(args: Any) -> str:
-    if not isinstance(args, dict):
-        return _short(repr(args), 40)
-    return _short(", ".join(f"{k}={v!r}" for k, v in args.items()), 50)
-
-
-def _short(text: str, width: int = 80) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _time(value: Any, *, clock: bool = False) -> str:
-    try:
-        when = datetime.fromisoformat(str(value))
-    except ValueError:
-        return "?"
-    return when.strftime("%H:%M:%S.%f")[:-3] if clock else when.strftime("%Y-%m-%d %H:%M:%S")
