@@ -23,7 +23,7 @@ import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._workers import Workers
 
@@ -41,9 +41,9 @@ class _Owner:
         self.io = Workers("statekeep-io", 64)
         # For jobs that io jobs wait on; they never wait themselves (see Workers).
         self.aux = Workers("statekeep-aux", 64)
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self.tasks: set[asyncio.Task[object]] = set()
         self.stopping = False
-        self._locks: dict[Hashable, list[Any]] = {}
+        self._locks: dict[Hashable, _LockEntry] = {}
         self.closers: set[Closer] = set()  # of stores still open (see Closer)
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name="statekeep-loop", daemon=True)
@@ -97,14 +97,14 @@ class _Owner:
         """Hold the lock for ``key``; it is dropped from the map when nobody waits on it."""
         entry = self._locks.get(key)
         if entry is None:
-            entry = self._locks[key] = [asyncio.Lock(), 0]
-        entry[1] += 1
+            entry = self._locks[key] = _LockEntry()
+        entry.users += 1
         try:
-            async with entry[0]:
+            async with entry.lock:
                 yield
         finally:
-            entry[1] -= 1
-            if entry[1] == 0:
+            entry.users -= 1
+            if entry.users == 0:
                 del self._locks[key]
 
     async def drain(self, timeout: float) -> None:
@@ -118,11 +118,21 @@ class _Owner:
                 pass
 
 
-def _retrieved(task: asyncio.Task[Any]) -> None:
+def _retrieved(task: asyncio.Task[object]) -> None:
     """Mark a task's error as seen: its caller may have stopped waiting (cancelled, or
     interrupted by Ctrl-C), and asyncio would log "Task exception was never retrieved"."""
     if not task.cancelled():
         task.exception()
+
+
+class _LockEntry:
+    """One key's lock and how many hold it or wait for it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 class Closer:
@@ -170,7 +180,7 @@ class Closer:
         )
 
 
-class _Waiter:
+class _Waiter(Generic[T]):
     """A sync caller's wait for one operation's outcome.
 
     Settling releases a plain lock, which never blocks the owner loop. (Not a
@@ -184,14 +194,14 @@ class _Waiter:
     def __init__(self) -> None:
         self._ready = threading.Lock()
         self._ready.acquire()
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[T] | None = None
 
-    def settle(self, task: asyncio.Task[Any]) -> None:
+    def settle(self, task: asyncio.Task[T]) -> None:
         """On the owner loop: hand the finished task over (never blocks)."""
         self._task = task
         self._ready.release()
 
-    def wait(self) -> Any:
+    def wait(self) -> T:
         """Block until settled (a signal handler may run meanwhile); return or raise its outcome."""
         self._ready.acquire()
         task = self._task
@@ -236,14 +246,21 @@ def owner() -> _Owner:
     current = _owner
     if current is None:
         with _guard:
-            if _owner is None:
+            current = _owner
+            if current is None:
                 made = _Owner()
-                if _owner is None:
-                    _owner = made
+                current = _made_meanwhile()
+                if current is None:
+                    current = _owner = made
                 else:  # a signal handler on this thread made one meanwhile: keep that one
                     made.loop.call_soon_threadsafe(made.loop.stop)
-            current = _owner
     return current
+
+
+def _made_meanwhile() -> _Owner | None:
+    """The owner as it is now: read afresh, since starting one runs code (a signal handler
+    on this thread may call statekeep) that a check made before it cannot see."""
+    return _owner
 
 
 def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
@@ -262,10 +279,9 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
             f"this sync statekeep method was called from statekeep's own event loop "
             f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
         )
-    waiter = _Waiter()
+    waiter: _Waiter[T] = _Waiter()
     own.start(coro, waiter.settle)
-    result: T = waiter.wait()
-    return result
+    return waiter.wait()
 
 
 async def run_async(coro: Coroutine[Any, Any, T]) -> T:

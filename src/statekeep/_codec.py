@@ -33,7 +33,7 @@ def encode(value: dict[str, Any], path: str) -> bytes:
     return orjson.dumps(value)
 
 
-def check(value: Any, path: str, depth: int = 0) -> None:
+def check(value: object, path: str, depth: int = 0) -> None:
     """Raise TypeError naming the path of the first value in ``value`` that JSON cannot
     round-trip (as :func:`encode` does). ``depth`` is how deep ``value`` sits in the
     object that will be encoded, so the nesting limit counts from there."""
@@ -45,7 +45,7 @@ def decode(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
-def _check(value: Any, path: str, depth: int) -> None:
+def _check(value: object, path: str, depth: int) -> None:
     # Walks containers iteratively per level; recursion depth is bounded by MAX_DEPTH.
     if depth >= MAX_DEPTH and isinstance(value, (dict, list, tuple)):
         raise TypeError(f"{path} is nested more than {MAX_DEPTH} levels deep (or refers to itself)")

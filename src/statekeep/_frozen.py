@@ -15,7 +15,7 @@ READ_ONLY = (
 )
 
 
-def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
     raise TypeError(READ_ONLY)
 
 
@@ -29,11 +29,11 @@ class FrozenDict(dict[str, Any]):
     def __copy__(self) -> dict[str, Any]:
         return dict(self)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        return thaw(self)
+    def __deepcopy__(self, memo: dict[int, object]) -> dict[str, Any]:
+        return {key: thaw(item) for key, item in self.items()}
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (thaw(self),))
+    def __reduce__(self) -> tuple[type[dict[str, Any]], tuple[dict[str, Any]]]:
+        return (dict, (self.__deepcopy__({}),))
 
 
 class FrozenList(list[Any]):
@@ -46,11 +46,11 @@ class FrozenList(list[Any]):
     def __copy__(self) -> list[Any]:
         return list(self)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
-        return thaw(self)
+    def __deepcopy__(self, memo: dict[int, object]) -> list[Any]:
+        return [thaw(item) for item in self]
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (thaw(self),))
+    def __reduce__(self) -> tuple[type[list[Any]], tuple[list[Any]]]:
+        return (list, (self.__deepcopy__({}),))
 
 
 def freeze(value: Any) -> Any:

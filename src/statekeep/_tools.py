@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-_JSON_TYPES: dict[Any, str] = {
+_JSON_TYPES: dict[object, str] = {
     str: "string",
     int: "integer",
     float: "number",
@@ -34,8 +34,8 @@ class Tool:
         """Describe ``fn`` from its signature (annotations give the JSON types; parameters
         without a default are required) and its docstring's first paragraph."""
         hints = typing.get_type_hints(fn)
-        properties: dict[str, Any] = {}
-        required = []
+        properties: dict[str, dict[str, Any]] = {}
+        required: list[str] = []
         for param in inspect.signature(fn).parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 continue
@@ -61,7 +61,7 @@ class Tool:
         return result
 
 
-def _json_type(annotation: Any) -> dict[str, Any]:
+def _json_type(annotation: object) -> dict[str, Any]:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(annotation) if a is not type(None)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -82,11 +83,14 @@ def _looks_sqlite(path: str) -> bool:
     return path.lower().endswith((".db", ".sqlite", ".sqlite3"))
 
 
-def _load(module: str, name: str) -> Any:
+def _load(module: str, name: str) -> Callable[..., Store]:
+    """The store class ``name`` of ``statekeep.stores.<module>``; ImportError naming the
+    extra to install when its driver is missing."""
     try:
-        return getattr(importlib.import_module(f"statekeep.stores.{module}"), name)
+        store: Callable[..., Store] = getattr(importlib.import_module(f"statekeep.stores.{module}"), name)
     except ImportError as exc:
         extra = _EXTRAS.get(module)
         if extra is None:
             raise
         raise ImportError(f"{name} needs an extra: pip install 'statekeep[{extra}]' ({exc})") from exc
+    return store

@@ -14,9 +14,10 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Workers:
@@ -25,14 +26,14 @@ class Workers:
     def __init__(self, name: str, max_threads: int) -> None:
         self._name = name
         self._max = max_threads
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., object], tuple[object, ...]]]
         self._jobs = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0  # threads waiting for a job
         self._pending = 0  # jobs no thread has taken yet
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+    def submit(self, fn: Callable[[*Ts], T], *args: *Ts) -> Future[T]:
         """Run ``fn(*args)`` on a pool thread; the returned future has its outcome."""
         fut: Future[T] = Future()
         self._jobs.put((fut, fn, args))
@@ -44,7 +45,7 @@ class Workers:
                 threading.Thread(target=self._work, name=f"{self._name}-{self._threads}", daemon=True).start()
         return fut
 
-    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def run(self, fn: Callable[[*Ts], T], *args: *Ts) -> asyncio.Future[T]:
         """Like :meth:`submit`, as an awaitable for the running event loop."""
         return asyncio.wrap_future(self.submit(fn, *args))
 
