@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ._errors import CorruptStateError, NotAStoreError
+from ._errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
 from ._ids import ID_RULE, validate_id
 from ._records import Record
 from ._redaction import redact_text
@@ -55,7 +55,10 @@ def _fail(message: str, code: int = NOT_FOUND) -> NoReturn:
 
 def _exit_code(exc: Exception) -> int:
     """The exit status of an error a command met (see the module docstring)."""
-    if isinstance(exc, CorruptStateError | NotAStoreError | sqlite3.DatabaseError | RuntimeError):
+    errors = (
+        CorruptStateError | NotAStoreError | UnsupportedFormatError | sqlite3.DatabaseError | RuntimeError
+    )
+    if isinstance(exc, errors):
         return DATA_ERROR
     if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | OSError):
         return NOT_FOUND

@@ -8,7 +8,7 @@ import hashlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ..._errors import NotAStoreError
+from ..._errors import NotAStoreError, UnsupportedFormatError
 from ._schema import SCHEMA_VERSION, bootstrap, migrations
 from ._sql import Sql
 
@@ -57,9 +57,9 @@ async def migrate(
 
 
 def check_version(version: int | None, *, store: str, schema: str) -> None:
-    """Refuse tables at a schema version newer than this statekeep's."""
+    """Refuse tables at a schema version newer than this statekeep's (UnsupportedFormatError)."""
     if version is not None and version > SCHEMA_VERSION:
-        raise RuntimeError(
+        raise UnsupportedFormatError(
             f"{store}: the tables in schema {schema!r} are at statekeep schema version "
             f"{version}, made by a newer statekeep; this one understands version {SCHEMA_VERSION} "
             "and leaves them alone. Upgrade statekeep: pip install -U 'statekeep[postgres]'"

@@ -97,7 +97,8 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     name starting with ``table_prefix``; several stores can share one database with
     different schemas or prefixes. Both are quoted, never pasted into SQL; a NUL or a
     name longer than PostgreSQL's 63 bytes is refused. Tables made by a newer statekeep
-    (a higher schema version) are refused with a message saying so. ``create=False``
+    (a higher schema version) are refused with UnsupportedFormatError, a ValueError saying
+    to upgrade. ``create=False``
     opens existing tables only (what the command line does): the store then creates and
     migrates nothing, and a schema without statekeep's tables is refused with
     NotAStoreError. The password never

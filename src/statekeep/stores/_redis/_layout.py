@@ -1,5 +1,5 @@
 """What RedisStore checks on first connect: the key layout's version under its prefix
-(refusing a newer statekeep's, and keys that are not statekeep's), and, once per server,
+(refusing a newer statekeep's with UnsupportedFormatError, and keys that are not statekeep's), and, once per server,
 settings that make writes less durable than they look."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-from ..._errors import CorruptStateError, NotAStoreError
+from ..._errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -60,7 +60,7 @@ async def check_server(
     # None: no layout key, and a read-only server (a replica) would not take one.
     if found is not None and found != LAYOUT_VERSION:
         if found > LAYOUT_VERSION:
-            raise RuntimeError(
+            raise UnsupportedFormatError(
                 f"{store}: the keys under prefix {prefix!r} are in statekeep's Redis layout "
                 f"version {found}, made by a newer statekeep; this one understands version "
                 f"{LAYOUT_VERSION} and leaves them alone. Upgrade statekeep: pip install -U 'statekeep[redis]'"

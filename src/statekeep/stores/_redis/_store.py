@@ -58,7 +58,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     ``create=False`` opens existing statekeep keys only (what the command line does): the
     store then writes nothing on connecting, and a prefix without statekeep's layout key
-    is refused with NotAStoreError.
+    is refused with NotAStoreError. Keys in a newer statekeep's layout are refused with
+    UnsupportedFormatError, a ValueError saying to upgrade.
 
     All keys start with ``prefix``; stores with different prefixes share a database
     without seeing each other's States (keep prefixes from being prefixes of one
