@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import NotAStoreError, Record
+from statekeep import NotAStoreError, Record, UnsupportedFormatError
 from statekeep._bridge import owner
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
@@ -357,7 +357,7 @@ def test_newer_schema_version_is_refused(postgres_server: PostgresServer, pg: Po
     raw(postgres_server, f"UPDATE {quote_identifier(pg.schema)}.schema_version SET version = 99")
     newer = PostgresStore(postgres_server.dsn, schema=pg.schema)
     try:
-        with pytest.raises(RuntimeError, match="schema version 99, made by a newer statekeep"):
+        with pytest.raises(UnsupportedFormatError, match="schema version 99, made by a newer statekeep"):
             newer.read("a")
     finally:
         newer.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import CorruptStateError, NotAStoreError, Record
+from statekeep import CorruptStateError, NotAStoreError, Record, UnsupportedFormatError
 from statekeep._bridge import owner, run_sync
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
@@ -189,7 +189,7 @@ def test_newer_layout_is_refused(redis_server: RedisServer) -> None:
     raw(redis_server, "SET", prefix + "layout", str(LAYOUT_VERSION + 1))
     store = RedisStore(redis_server.url, prefix=prefix)
     try:
-        with pytest.raises(RuntimeError, match="layout version 2, made by a newer statekeep"):
+        with pytest.raises(UnsupportedFormatError, match="layout version 2, made by a newer statekeep"):
             store.read("a")
     finally:
         store.close()

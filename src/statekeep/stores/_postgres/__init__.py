@@ -1,0 +1,45 @@
+"""PostgresStore: every State in two PostgreSQL tables, through asyncpg (``statekeep[postgres]``).
+
+Schema (version 1, in the schema ``schema``, every name prefixed with ``table_prefix``)::
+
+    states(id PRIMARY KEY, next_seq, snapshot JSON text or NULL,
+           task, created_at, updated_at, turn, stopped_by, finished,   -- the listing,
+           unlisted, written_at)                                       -- from the snapshot
+    entries(state_id, seq, data JSON text; PRIMARY KEY (state_id, seq))
+    states_listing index (updated_at DESC, id)        -- list() is one ordered index scan
+    schema_version(version)                           -- migrations run on first use
+    write(...), delete(...)                           -- PL/pgSQL, one statement each
+
+JSON is kept as text, byte for byte as statekeep encoded it: ``jsonb`` would reorder keys
+and turn floats such as ``1e20`` into integers.
+
+A write is one call of the ``write`` function: it locks the State's row (``SELECT ...
+FOR UPDATE``), which serialises writers to one State across processes and hosts, applies
+the seq rules and inserts the new entries. Writes that wait at the same moment in one
+process, to different States, are sent together (group commit): one transaction, one
+round trip, one WAL flush, each write with its own outcome. In such a batch a State
+whose row another transaction holds is skipped (``SKIP LOCKED``) and written alone
+afterwards, so a batch never waits for anyone's lock.
+
+Skipping entries the store already has: the function compares the overlapping stored
+entries with the sent ones byte for byte. When they differ, it writes nothing and returns
+the stored ones; statekeep decodes and compares them (a real difference is a
+StateConflictError) and sends the write again with the stored text it found equal, which
+the function accepts only if the State still holds exactly that text.
+
+The listing columns are filled from the snapshot on write, with
+:meth:`SavedState.from_snapshot`; a snapshot that lacks a listing key keeps the reason in
+``unlisted``, and ``list()`` leaves that State out with a warning, as every store does.
+
+The package: :mod:`._store` (the class and its operations), :mod:`._sql` (the statements
+it runs), :mod:`._schema` (the tables and functions, as migrations), :mod:`._migrate`
+(running them), :mod:`._pool` (the pool of each process), :mod:`._dsn` (where the server
+is, without passwords).
+"""
+
+from ._dsn import redact_dsn
+from ._schema import SCHEMA_VERSION
+from ._sql import quote_identifier
+from ._store import PostgresStore
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "quote_identifier", "redact_dsn"]

@@ -1,0 +1,78 @@
+"""Where a PostgresStore's server is, from its DSN, its keyword arguments and the ``PG*``
+environment variables (as libpq reads them), and the passwords to keep out of messages."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from ... import _redaction as redaction
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with its user information and every password replaced by ``***`` (see
+    :mod:`statekeep._redaction`)."""
+    return redaction.redact_url(dsn)
+
+
+class Where:
+    """Where the server is, for equality, ``repr`` and error messages; never the password."""
+
+    def __init__(self, dsn: str | None, kwargs: dict[str, Any]) -> None:
+        host: str | None = None
+        port: object = None
+        database: str | None = None
+        user: str | None = None
+        secrets: set[str] = set()
+        if dsn:
+            # The user information first: a password may hold '/', '?', '#' or '@'.
+            userinfo, rest = redaction.split_userinfo(dsn)
+            secrets.update(redaction.url_secrets(dsn))
+            if userinfo:
+                user = unquote(userinfo.partition(":")[0]) or None
+            parts = urlsplit(rest)
+            host, port = _split_hosts(parts.netloc)
+            database = unquote(parts.path.lstrip("/")) or None
+            for key, value in _query_pairs(parts.query):
+                if key == "host":
+                    host = value
+                elif key == "port":
+                    port = value
+                elif key in ("dbname", "database"):
+                    database = value
+                elif key == "user":
+                    user = value
+        host = kwargs.get("host", host) or os.environ.get("PGHOST") or "localhost"
+        port = kwargs.get("port", port) or os.environ.get("PGPORT") or 5432
+        user = kwargs.get("user", user) or os.environ.get("PGUSER")
+        database = kwargs.get("database", database) or os.environ.get("PGDATABASE") or user
+        for secret in (kwargs.get("password"), os.environ.get("PGPASSWORD")):
+            if isinstance(secret, str) and secret:
+                secrets.add(secret)
+        self.host = str(host)
+        self.port = str(port)
+        self.database: str | None = database
+        self.secrets = sorted((s for s in secrets if len(s) >= 1), key=len, reverse=True)
+
+
+def _split_hosts(hostlist: str) -> tuple[str | None, str | None]:
+    """(host, port) of a URI's host part (a list of hosts is kept whole, without a port)."""
+    if not hostlist:
+        return None, None
+    if "," in hostlist:  # several hosts: keep the list as it is
+        return hostlist, None
+    if hostlist.startswith("["):
+        host, _, rest = hostlist[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") else None
+    host, colon, port = hostlist.rpartition(":")
+    return (unquote(host), port) if colon else (unquote(hostlist), None)
+
+
+def _query_pairs(query: str) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for item in query.split("&"):
+        key, eq, value = item.partition("=")
+        if eq:
+            pairs.append((unquote(key).lower(), unquote(value)))
+    return pairs

@@ -1,0 +1,104 @@
+"""PostgresStore's connections: the asyncpg pool of each process, opening and closing it,
+and running one statement on it (past connections asyncpg left broken)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from ..._bridge import _Owner
+from .._server import ServerLocal
+
+if TYPE_CHECKING:
+    from asyncpg import Connection, Pool
+
+
+async def _keep_session(conn: Connection) -> None:
+    """The pool's reset on release: none. The store leaves no session state behind (no
+    transaction, lock, cursor or setting outlives a statement), and asyncpg's default
+    reset costs a round trip per statement."""
+
+
+#: Pool settings used unless ``pool_kwargs`` says otherwise.
+DEFAULT_POOL: dict[str, Any] = {"min_size": 0, "max_size": 10, "reset": _keep_session}
+
+
+class PoolLocal(ServerLocal["Pool"]):
+    """The pool and write queue of a PostgresStore in one process."""
+
+    @property
+    def pool(self) -> Pool:
+        """The asyncpg pool (opened by the time an operation gets this)."""
+        assert self.conn is not None
+        return self.conn
+
+
+def connection_errors(asyncpg: ModuleType) -> tuple[type[BaseException], ...]:
+    """The errors that mean the connection to the server was lost or refused."""
+    e = asyncpg.exceptions
+    return (
+        OSError,
+        e.PostgresConnectionError,
+        e.AdminShutdownError,
+        e.CrashShutdownError,
+        e.CannotConnectNowError,
+    )
+
+
+async def make_pool(
+    asyncpg: ModuleType,
+    own: _Owner,
+    user_pool: Pool | None,
+    store: str,
+    dsn: str | None,
+    ssl: Any,
+    **kwargs: Any,
+) -> Pool:
+    """The user's pool (refused if it belongs to another loop than ``own``'s), or a new one."""
+    if user_pool is None:
+        pool: Pool = await asyncpg.create_pool(dsn, ssl=ssl, **kwargs)
+        return pool
+    loop = getattr(user_pool, "_loop", None)
+    if loop is not None and loop is not own.loop:
+        raise RuntimeError(
+            f"{store}: the asyncpg pool passed as pool= belongs to another event loop; "
+            "statekeep runs all I/O on its own loop. Pass a DSN instead, or make the pool "
+            "on statekeep._bridge.owner().loop"
+        )
+    return user_pool
+
+
+async def close_pool(pool: Pool) -> None:
+    """Close ``pool``, waiting at most 5 seconds for its connections to be given back."""
+    try:
+        await asyncio.wait_for(pool.close(), 5.0)
+    except Exception:
+        pool.terminate()
+
+
+async def run(asyncpg: ModuleType, pool: Pool, method: str, query: str, *args: Any) -> Any:
+    """Run one statement on a connection of ``pool``, as ``conn.<method>(query, *args)``.
+
+    A connection that asyncpg left in a broken protocol state (which it can do when the
+    server ends a session; asyncpg issue #1069) is closed, and the statement is sent again
+    on another connection, since such a connection refuses it before sending anything.
+    Errors while giving a connection back to the pool are not the statement's: the pool
+    closes that connection and the result stands.
+    """
+    tries = pool.get_max_size() + 1  # every connection of the pool may be broken
+    for attempt in range(tries):
+        conn = await pool.acquire()
+        try:
+            return await getattr(conn, method)(query, *args)
+        except asyncpg.exceptions.InternalClientError as exc:
+            conn.terminate()
+            if attempt < tries - 1 and str(exc).startswith("cannot switch to state"):
+                continue  # refused before anything was sent
+            raise
+        finally:
+            try:
+                await pool.release(conn)
+            except Exception:
+                pass
+    raise AssertionError("unreachable")

@@ -1,0 +1,72 @@
+"""The SQL PostgresStore runs: the quoted names of one (schema, table prefix), and the
+statements of each operation. (The tables and functions they use: :mod:`._schema`.)"""
+
+from __future__ import annotations
+
+# PostgreSQL cuts longer identifiers (NAMEDATALEN - 1 bytes) without an error.
+MAX_IDENTIFIER = 63
+# The longest name derived from the prefix.
+LONGEST_SUFFIX = max(len(s) for s in ("states", "entries", "schema_version", "states_listing", "write"))
+
+
+def quote_identifier(name: str) -> str:
+    """``name`` as a quoted SQL identifier (``"`` doubled inside)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def check_name(value: object, what: str, limit: int) -> str:
+    """``value`` if it can be a PostgreSQL name of at most ``limit`` bytes, else TypeError
+    or ValueError saying why not (``what`` names it)."""
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{what} {value!r} holds a NUL character, which PostgreSQL names cannot")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {value!r} is not valid UTF-8 (a lone surrogate)") from None
+    if size > limit:
+        raise ValueError(
+            f"{what} {value!r} is {size} bytes long; at most {limit} bytes fit in a PostgreSQL "
+            f"name ({MAX_IDENTIFIER} bytes{', with the longest table name added' if limit < 63 else ''})"
+        )
+    return value
+
+
+class Sql:
+    """The names and statements of one (schema, table prefix), quoted once."""
+
+    def __init__(self, schema: str, prefix: str) -> None:
+        self.schema = s = quote_identifier(schema)
+
+        def name(suffix: str) -> str:
+            return f"{s}.{quote_identifier(prefix + suffix)}"
+
+        self.states = states = name("states")
+        self.entries = entries = name("entries")
+        self.version = name("schema_version")
+        self.write_fn = name("write")
+        self.delete_fn = name("delete")
+        self.listing = quote_identifier(prefix + "states_listing")  # an index: no schema
+
+        self.read_version = f"SELECT version FROM {self.version}"
+        self.set_version = (
+            f"INSERT INTO {self.version} (version) VALUES ($1) "
+            "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
+        )
+        self.write = f"SELECT o_status, o_next, o_stored FROM {self.write_fn}({', '.join(f'${i}' for i in range(1, 15))})"
+        self.delete = f"SELECT {self.delete_fn}($1)"
+        # One statement, so one consistent view of the row and its entries: the row first
+        # (seq -1: its snapshot and next_seq), then the entries in seq order. (Joining the
+        # entries into one JSON text on the server is slower than parsing them one by one.)
+        self.read = f"""
+            SELECT -1 AS seq, snapshot AS data, next_seq FROM {states} WHERE id = $1
+            UNION ALL
+            SELECT e.seq, e.data, NULL FROM {entries} e
+            WHERE e.state_id = $1 AND e.seq >= 0 AND e.seq < (SELECT next_seq FROM {states} WHERE id = $1)
+            ORDER BY seq"""
+        self.list = f"""
+            SELECT id, task, created_at, updated_at, turn, stopped_by, finished, unlisted,
+                   CASE WHEN task IS NULL AND unlisted IS NULL THEN snapshot END
+            FROM {states} WHERE snapshot IS NOT NULL
+            ORDER BY updated_at DESC, id"""

@@ -1,0 +1,324 @@
+"""PostgresStore: the class, and each operation on the owner loop (the tables and SQL it
+uses: :mod:`._schema`, :mod:`._sql`; its pool: :mod:`._pool`; the package docstring tells
+how States are kept)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Hashable
+from contextlib import AsyncExitStack
+from datetime import datetime
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ... import _redaction as redaction
+from ..._errors import CorruptStateError
+from ..._records import Record, SavedState, decode_snapshot, left_out, listing_order
+from ..._writes import PreparedWrite, check_overlap
+from .. import _server as servercommon
+from .._server import Queued, ServerStore
+from . import _pool
+from ._dsn import Where, redact_dsn
+from ._migrate import migrate
+from ._pool import DEFAULT_POOL, PoolLocal
+from ._schema import BUSY
+from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
+
+if TYPE_CHECKING:
+    from asyncpg import Pool
+    from asyncpg import Record as Row
+
+INT64_MAX = 2**63 - 1
+
+#: What the write function is called with (all its arguments but ``p_nowait``).
+WriteArgs = tuple[Any, ...]
+
+
+#: The listing columns of the states table: task, created_at, updated_at, turn, stopped_by,
+#: finished, unlisted.
+Listing = tuple[str | None, datetime | None, datetime | None, int | None, str | None, bool | None, str | None]
+_EMPTY: Listing = (None, None, None, None, None, None, None)
+
+
+def _listing(state_id: str, snapshot: bytes | None) -> Listing:
+    """The listing columns for a snapshot: (task, created_at, updated_at, turn, stopped_by,
+    finished, unlisted). All None with no snapshot; only ``unlisted`` (the reason) when
+    the snapshot lacks a listing key; all None too when a value does not fit a column, and
+    list() then reads it from the snapshot itself."""
+    if snapshot is None:
+        return _EMPTY
+    try:
+        row = SavedState.from_snapshot(state_id, orjson.loads(snapshot))
+    except ValueError as exc:
+        return (None, None, None, None, None, None, str(exc).replace("\x00", "\\x00"))
+    except Exception:
+        return _EMPTY
+    if (
+        "\x00" in row.task
+        or (row.stopped_by is not None and "\x00" in row.stopped_by)
+        or row.turn > INT64_MAX
+    ):
+        return _EMPTY
+    return (row.task, row.created_at, row.updated_at, row.turn, row.stopped_by, row.finished, None)
+
+
+class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
+    """Saves States in PostgreSQL (needs ``pip install 'statekeep[postgres]'``).
+
+    Durable on return: when ``write``/``awrite`` returns, its transaction has committed with
+    ``synchronous_commit=on`` (the WAL is flushed to disk, and to synchronous standbys if
+    the server has any), so the write survives a crash of the server or its machine. A
+    connection that drops during the commit leaves the outcome unknown: the store then
+    raises ConnectionError, and sending the same write again is safe, since entries the
+    store already has are skipped when equal. (A ``create=True`` write sent again after an
+    unknown outcome may find its own State and raise "already exists": read it to see.)
+    A session whose ``synchronous_commit`` is ``off`` gets ``on`` for statekeep's writes.
+
+    ``dsn`` is a libpq URI (``postgresql://user:password@host:5432/db?sslmode=verify-full``);
+    None takes everything from the ``PG*`` environment variables, as libpq does. ``ssl``
+    goes to asyncpg as it is: use ``"verify-full"`` (or an ``ssl.SSLContext`` that checks
+    the certificate and host name) for servers you reach over a network, since asyncpg's
+    default, ``prefer``, does not verify certificates. Other keyword arguments go to
+    ``asyncpg.create_pool`` (defaults: ``min_size=0``, ``max_size=10``, and no reset query
+    when a connection goes back to the pool, as the store leaves no session state).
+
+    Writes to one State wait for each other, across processes and hosts, on a row lock.
+    Writes to different States do not: those that come at the same moment share one
+    transaction and its commit, and reads run in parallel on the pool's connections.
+
+    ``pool``: an asyncpg pool to use instead of making one. asyncpg pools belong to the
+    event loop that made them and statekeep runs all I/O on its own loop, so pass a pool
+    only if it was made on that loop (``statekeep._bridge.owner().loop``); the store never
+    closes a pool it did not make. Usually, leave it out.
+
+    Tables live in ``schema`` (created if missing, with the tables, on first use), each
+    name starting with ``table_prefix``; several stores can share one database with
+    different schemas or prefixes. Both are quoted, never pasted into SQL; a NUL or a
+    name longer than PostgreSQL's 63 bytes is refused. Tables made by a newer statekeep
+    (a higher schema version) are refused with UnsupportedFormatError, a ValueError saying
+    to upgrade. ``create=False``
+    opens existing tables only (what the command line does): the store then creates and
+    migrates nothing, and a schema without statekeep's tables is refused with
+    NotAStoreError. The password never
+    appears in ``repr()`` or in the store's error messages.
+    """
+
+    _local_type = PoolLocal
+    _close_conn = staticmethod(_pool.close_pool)
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: Pool | None = None,
+        schema: str = "statekeep",
+        table_prefix: str = "",
+        ssl: Any = None,
+        create: bool = True,
+        **pool_kwargs: Any,
+    ) -> None:
+        self._asyncpg = servercommon.import_driver("postgres")
+        if dsn is not None and not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str or None, got {type(dsn).__name__}")
+        if dsn is not None:
+            redaction.check_userinfo(dsn)
+        self.schema = check_name(schema, "schema", MAX_IDENTIFIER)
+        if not schema:
+            raise ValueError("schema must not be empty")
+        if schema.lower().startswith("pg_"):
+            raise ValueError(f"schema {schema!r}: names starting with 'pg_' are reserved by PostgreSQL")
+        self.table_prefix = check_name(table_prefix, "table_prefix", MAX_IDENTIFIER - LONGEST_SUFFIX)
+        self._dsn = dsn
+        self._ssl = ssl
+        self._user_pool = pool
+        self._pool_kwargs = {**DEFAULT_POOL, **pool_kwargs}
+        self._where = Where(dsn, pool_kwargs)
+        self._sql = Sql(schema, table_prefix)
+        self._migrated = False
+        self._create = create
+        self._server_name = f"PostgreSQL at {self._where.host}:{self._where.port}"
+        self._secrets = self._where.secrets
+        self._lost = _pool.connection_errors(self._asyncpg)
+        self._user_conn = pool
+        super().__init__()
+
+    def __repr__(self) -> str:
+        if self._user_pool is not None:
+            where = "pool=<asyncpg pool>"
+        elif self._dsn is not None:
+            where = repr(redact_dsn(self._dsn))
+        else:
+            where = f"host={self._where.host!r}, port={self._where.port!r}"
+        return f"PostgresStore({where}, schema={self.schema!r}, table_prefix={self.table_prefix!r})"
+
+    def _storage_key(self) -> Hashable:
+        if self._user_pool is not None:
+            return ("postgres", "pool", id(self._user_pool), self.schema, self.table_prefix)
+        w = self._where
+        return ("postgres", w.host, w.port, w.database, self.schema, self.table_prefix)
+
+    # -- the four operations, on the owner loop -------------------------------------
+
+    async def _write(self, write: PreparedWrite) -> None:
+        sid = write.state_id
+        lines = [line[:-1].decode() for line in write.lines]
+        snapshot = None if write.snapshot is None else write.snapshot.decode()
+        listing = _listing(sid, write.snapshot)
+        approved: list[str] | None = None
+        for _ in range(servercommon.MAX_COMPARES):
+            args = (sid, write.create, write.first_seq, lines, snapshot, *listing, approved)
+            status, next_seq, stored = await self._send(args)
+            if status == servercommon.OK:
+                return
+            servercommon.check_outcome(status, write, next_seq)
+            # The stored overlap is not byte-equal to this write: compare the decoded
+            # values here, then send the write again with what was compared, which the
+            # server checks byte for byte (the State may have changed in between).
+            stored = stored or []
+            check_overlap(write, servercommon.decode_stored(stored, sid, self._sql.entries))
+            approved = stored
+        raise servercommon.kept_changing(sid)
+
+    async def _read(self, state_id: str) -> Record | None:
+        rows = await self._query("read", "fetch", self._sql.read, state_id)
+        if not rows:
+            return None
+        _, snapshot_text, next_seq = rows[0]
+        if len(rows) - 1 != next_seq:
+            raise CorruptStateError(
+                f"State {state_id!r} in {self._sql.states} expects {next_seq} entries but "
+                f"{self._sql.entries} holds {len(rows) - 1} of seq 0 to {next_seq - 1}"
+            )
+        loads = orjson.loads
+        try:
+            entries = [loads(row[1]) for row in islice(rows, 1, None)]
+        except orjson.JSONDecodeError:
+            entries = []
+        if len(entries) != next_seq or not all(type(entry) is dict for entry in entries):
+            servercommon.raise_bad_entry(
+                [row[1] for row in islice(rows, 1, None)],
+                lambda seq: f"State {state_id!r}: the entry at seq {seq} in {self._sql.entries}",
+            )
+        return Record(
+            entries,
+            decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
+        )
+
+    async def _list(self) -> tuple[list[SavedState], list[str]]:
+        rows = await self._query("list", "fetch", self._sql.list)
+        listed: list[SavedState] = []
+        skipped: list[str] = []
+        resort = False
+        for sid, task, created_at, updated_at, turn, stopped_by, finished, unlisted, raw in rows:
+            if task is not None:
+                listed.append(SavedState(sid, task, created_at, updated_at, turn, stopped_by, finished))
+                continue
+            if unlisted is not None:
+                skipped.append(left_out(sid, unlisted))
+            elif servercommon.add_listed(sid, raw, listed, skipped):
+                resort = True  # ordered by the snapshot, not by the index
+        return (listing_order(listed) if resort else listed), skipped
+
+    async def _delete(self, state_id: str) -> None:
+        await self._query("delete", "execute", self._sql.delete, state_id)
+
+    # -- writes: one at a time, or batched -----------------------------------------
+
+    async def _send(self, args: WriteArgs) -> tuple[int, int | None, list[str] | None]:
+        """Run the write function with ``args`` (all but ``p_nowait``); return its row.
+
+        Group commit: writes that wait at the same moment, to different States of this
+        store, go to the server together, as one transaction in one round trip, and share
+        its commit (one WAL flush). A write alone goes as one statement. Each write still
+        gets its own outcome. In a batch a State whose row another transaction holds is
+        skipped at once and sent again alone, so a batch never waits for a lock.
+        """
+        row = await self._queued(args)
+        return row[0], row[1], row[2]
+
+    async def _write_one(self, local: PoolLocal, args: WriteArgs) -> Row:
+        """One write alone, waiting for the State's row lock if another transaction has it."""
+        row: Row = await self._query("write", "fetchrow", self._sql.write, *args, False, local=local)
+        return row
+
+    async def _send_batch(self, local: PoolLocal, batch: list[Queued[WriteArgs, Row]]) -> None:
+        """Send ``batch`` as one transaction (one statement when it is one write), skipping
+        States whose row is locked: those are sent again alone, in tasks of their own."""
+        batch.sort(key=lambda item: item[0][0])  # row locks in id order, the same everywhere
+        try:
+            if len(batch) == 1:
+                rows = [
+                    await self._query("write", "fetchrow", self._sql.write, *batch[0][0], True, local=local)
+                ]
+            else:
+                rows = await self._query(
+                    "write", "fetchmany", self._sql.write, [(*a, True) for a, _ in batch], local=local
+                )
+        except ConnectionError as exc:
+            for _, future in batch:  # the outcome is unknown for every one of them
+                if not future.done():
+                    future.set_exception(ConnectionError(*exc.args))
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                if not batch[0][1].done():
+                    batch[0][1].set_exception(exc)
+                return
+            # The transaction failed whole, so nothing of it was saved: each write again
+            # alone, so that each gets its own outcome.
+            for args, future in batch:
+                local.spawn(_settle(future, self._write_one(local, args)))
+            return
+        for (args, future), row in zip(batch, rows, strict=True):
+            if row[0] == BUSY:  # alone, in a task of its own: it may wait for the lock
+                local.spawn(_settle(future, self._write_one(local, args)))
+            elif not future.done():
+                future.set_result(row)
+
+    # -- talking to the server ------------------------------------------------------
+
+    async def _query(
+        self, action: str, method: str, query: str, *args: Any, local: PoolLocal | None = None
+    ) -> Any:
+        """Run one statement on a connection of the pool, as ``conn.<method>(query, *args)``
+        (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given."""
+        async with AsyncExitStack() as stack:
+            if local is None:  # else a flusher, already counted
+                local = await stack.enter_async_context(self._using(action))
+            else:
+                await stack.enter_async_context(self._talking(action))
+            return await _pool.run(self._asyncpg, local.pool, method, query, *args)
+
+    # -- the pool -------------------------------------------------------------------
+
+    async def _open(self, local: PoolLocal) -> Pool:
+        pool = await _pool.make_pool(
+            self._asyncpg, local.owner, self._user_pool, repr(self), self._dsn, self._ssl, **self._pool_kwargs
+        )
+        await self._checked_open(local, pool, self._migrate_once)
+        return pool
+
+    async def _migrate_once(self, pool: Pool) -> None:
+        if not self._migrated:
+            await migrate(
+                pool, self._asyncpg, self._sql, store=repr(self), schema=self.schema, create=self._create
+            )
+            self._migrated = True
+
+
+async def _settle(future: asyncio.Future[Row], work: Awaitable[Row]) -> None:
+    """Await ``work`` and hand its result or error to ``future``."""
+    try:
+        row = await work
+    except Exception as exc:
+        if not future.done():
+            future.set_exception(exc)
+        return
+    except BaseException as exc:
+        if not future.done():
+            future.set_exception(exc)
+        raise
+    if not future.done():
+        future.set_result(row)

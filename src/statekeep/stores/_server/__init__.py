@@ -1,0 +1,36 @@
+"""What the server stores (PostgresStore, RedisStore) share.
+
+- :mod:`._store`: :class:`ServerStore`, their base: the connection of each process, close,
+  and writes queued in batches;
+- :mod:`._local`: :class:`ServerLocal`, what a store keeps in one process;
+- :mod:`._batches`: :class:`WriteQueue`, the write batching (and why it is not GroupCommit);
+- :mod:`._talking`: :class:`Talking`, lost connections and passwords in errors;
+- :mod:`._outcomes`: the outcomes of a server-side write;
+- :mod:`._decode`: reading back stored entries and snapshots;
+- :mod:`._driver`: importing a driver when a store is made.
+"""
+
+from ._batches import Queued
+from ._decode import add_listed, decode_stored, raise_bad_entry
+from ._driver import import_driver
+from ._local import ServerLocal
+from ._outcomes import COMPARE, EXISTS, GAP, MAX_COMPARES, MISSING, OK, check_outcome, kept_changing
+from ._store import ServerStore
+
+__all__ = [
+    "COMPARE",
+    "EXISTS",
+    "GAP",
+    "MAX_COMPARES",
+    "MISSING",
+    "OK",
+    "Queued",
+    "ServerLocal",
+    "ServerStore",
+    "add_listed",
+    "check_outcome",
+    "decode_stored",
+    "import_driver",
+    "kept_changing",
+    "raise_bad_entry",
+]

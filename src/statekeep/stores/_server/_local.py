@@ -1,0 +1,55 @@
+"""What a server store keeps in one process, on its owner loop.
+
+A connection pool or client is bound to the event loop that made it, so a server store
+keeps it, its write queue and the tasks it started in one :class:`ServerLocal` per process,
+held in a :class:`statekeep._slot.ProcessSlot`: a forked child makes a new one and leaves
+the parent's alone (never closing it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, Generic, TypeVar
+
+from ..._bridge import Closer, _Owner
+from ._batches import WriteQueue
+
+C = TypeVar("C")
+
+# Connections of a parent process, found in a forked child: kept here, never touched
+# (closing them would close the parent's sockets).
+_abandoned: list[object] = []
+
+
+class ServerLocal(Generic[C]):
+    """The connection (``conn``: a pool or a client), the write queue, the operations in
+    flight and the tasks of one server store in one process."""
+
+    def __init__(self, own: _Owner) -> None:
+        self.owner = own
+        self.starting = asyncio.Lock()  # one connect at a time
+        self.conn: C | None = None
+        self.writes: WriteQueue[Any, Any] = WriteQueue()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.closer: Closer | None = None  # closes a connection the store made
+        self.busy = 0  # operations using the connection right now
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until no operation uses this any more."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (self.busy or not self.writes.idle or self.tasks) and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task that :meth:`drain` waits for."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+def abandon(local: ServerLocal[Any]) -> None:
+    """Keep the connection a forked child inherited (its parent's) from being closed."""
+    if local.conn is not None:
+        _abandoned.append(local.conn)

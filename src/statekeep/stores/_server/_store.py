@@ -1,0 +1,139 @@
+"""ServerStore: the base of the stores that talk to a server (PostgresStore, RedisStore).
+
+It keeps this process's connection object (an asyncpg pool, a redis-py client) in a
+:class:`statekeep._slot.ProcessSlot` of :class:`ServerLocal`, opens it on first use (again
+in a forked child, leaving the parent's alone), counts the operations using it so that
+close waits for them, turns errors into :class:`Talking`'s, and queues writes so that
+those waiting at the same moment go to the server together. A store says how to open,
+close and talk to its server through a few hooks. Nothing here imports a driver: each
+store imports its own, when it is made.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
+
+from ... import _redaction as redaction
+from ..._backend import Backend
+from ..._slot import ProcessSlot
+from ._batches import Queued
+from ._local import ServerLocal, abandon
+from ._talking import Talking
+
+C = TypeVar("C")  # the connection object: a pool, a client
+L = TypeVar("L", bound=ServerLocal[Any])  # what the store keeps per process
+A = TypeVar("A")  # what a write sends
+R = TypeVar("R")  # what the server answers to a write
+
+
+class ServerStore(Backend, Generic[C, L, A, R]):
+    """A store that talks to a server through one connection object per process.
+
+    A subclass sets ``_local_type`` and ``_close_conn`` (close a connection the store made:
+    a static function, which must not refer to the store), and in ``__init__``
+    ``_server_name`` (the server, as error messages name it: ``"PostgreSQL at
+    host:port"``), ``_secrets`` (the passwords to keep out of errors), ``_lost`` (the
+    errors of a lost or refused connection) and ``_user_conn`` (the pool or client the user
+    passed in, never closed by the store, or None), then calls ``super().__init__()``.
+    Hooks: :meth:`_open` (make the connection, check the server) and :meth:`_send_batch`
+    (send one batch of queued writes, settling each one's future).
+    """
+
+    _local_type: type[L]
+    _close_conn: Callable[[C], Coroutine[Any, Any, None]]
+    _server_name: str
+    _secrets: list[str]
+    _lost: tuple[type[BaseException], ...]
+    _user_conn: C | None
+
+    def __init__(self) -> None:
+        self._slot = self._new_slot()
+
+    def _new_slot(self) -> ProcessSlot[L]:
+        # Made from the class, not from a method of the store: the store stays out of a
+        # reference cycle, so a store dropped unclosed is collected (and closed) at once.
+        return ProcessSlot(self._local_type, abandon=abandon)
+
+    # -- hooks ----------------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the store's passwords taken out."""
+        return redaction.scrub(text, self._secrets)
+
+    async def _open(self, local: L) -> C:
+        """Make (or take) the connection for ``local``, check the server, and return it."""
+        raise NotImplementedError
+
+    async def _send_batch(self, local: L, batch: list[Queued[A, R]]) -> None:
+        """Send ``batch`` and give each write's future its outcome."""
+        raise NotImplementedError
+
+    # -- the connection of this process ---------------------------------------------
+
+    @property
+    def _state(self) -> L | None:
+        """This process's connection state, if it has one (none before first use or after close)."""
+        return self._slot.current()
+
+    def _talking(self, action: str) -> Talking:
+        """The error translation for ``action`` (``"read"``, ``"write"``, ...)."""
+        return Talking(action, self._server_name, self._scrub, self._lost)
+
+    async def _local(self) -> L:
+        """This process's connection and write queue, made on first use (again after a fork)."""
+        local = self._slot.get()
+        if local.conn is None:
+            async with local.starting:
+                if local.conn is None:
+                    local.conn = await self._open(local)
+        return local
+
+    @asynccontextmanager
+    async def _using(self, action: str) -> AsyncIterator[L]:
+        """This process's connection state, counted as in use (close waits for it), with
+        lost connections turned into ConnectionError and passwords kept out of errors."""
+        async with self._talking(action):
+            local = await self._local()
+            local.busy += 1
+            try:
+                yield local
+            finally:
+                local.busy -= 1
+
+    async def _checked_open(self, local: L, conn: C, check: Callable[[C], Awaitable[None]]) -> None:
+        """Run ``check(conn)`` (the server's checks), closing ``conn`` if it fails and the
+        store made it; else track it (see bridge.Closer)."""
+        user = self._user_conn
+        try:
+            await check(conn)
+        except BaseException:
+            if conn is not user:
+                await self._close_conn(conn)
+            raise
+        if conn is not user:
+            # Closed by close(), at exit, or (with a ResourceWarning) when the store is dropped.
+            local.closer = local.owner.track(self, functools.partial(self._close_conn, conn))
+
+    async def _close(self) -> None:
+        local = self._slot.current()
+        if local is None:  # never opened in this process
+            return
+        await local.drain(10.0)  # operations under way finish first, on this connection
+        self._slot = self._new_slot()  # this process's connection is forgotten
+        if local.closer is not None:
+            local.closer.release()
+        if local.conn is not None and local.conn is not self._user_conn:
+            await self._close_conn(local.conn)
+
+    # -- writes: queued, and sent in batches ----------------------------------------
+
+    async def _queued(self, args: A) -> R:
+        """Queue a write of ``args`` and return the server's answer; if nobody is sending,
+        send the queue, until this write is done (see :mod:`._batches`)."""
+        async with self._talking("write"):
+            local = await self._local()
+        result: R = await local.writes.submit(args, functools.partial(self._send_batch, local), local.spawn)
+        return result
