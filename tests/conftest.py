@@ -16,12 +16,9 @@ import pytest
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, Store
 from statekeep import _bridge as bridge
-pytest.register_assert_rewrite("tests.servers")  # its shared test bodies assert; imported below
-
 from statekeep.testing import Api as Api  # the kit's helpers, as the tests import them
 from statekeep.testing import entries as entries
 from statekeep.testing import snapshot as snapshot
-from tests import servers
 
 pytest_plugins = ["tests.servers"]  # the server fixtures: postgres_server, redis_server
 
@@ -32,9 +29,16 @@ STORE_FACTORIES: dict[str, Callable[[Any], Store]] = {
     "file": lambda tmp_path: FileStore(tmp_path / "store"),
     "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "store.db"),
     # Throwaway servers (tests/servers.py), started on first use; a schema or key prefix per test.
-    "postgres": servers.postgres_store,
-    "redis": servers.redis_store,
+    "postgres": lambda tmp_path: servers().postgres_store(tmp_path),
+    "redis": lambda tmp_path: servers().redis_store(tmp_path),
 }
+
+
+def servers() -> Any:
+    """tests.servers, imported once pytest has loaded it as a plugin (so its asserts are rewritten)."""
+    from tests import servers
+
+    return servers
 
 
 async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
@@ -57,7 +61,7 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     elif isinstance(store, PostgresStore):
         import asyncpg
 
-        conn = await asyncpg.connect(servers.shared_postgres().dsn)
+        conn = await asyncpg.connect(servers().shared_postgres().dsn)
         try:  # the listing columns empty: list() reads the snapshot itself
             await conn.execute(
                 f"UPDATE {quote_identifier(store.schema)}.states SET snapshot = $2, task = NULL, "
@@ -71,7 +75,7 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     elif isinstance(store, RedisStore):
         import redis.asyncio as aioredis
 
-        client = aioredis.Redis.from_url(servers.shared_redis().url)
+        client = aioredis.Redis.from_url(servers().shared_redis().url)
         try:
             await client.hset(store.prefix + "state:" + state_id, "snapshot", raw)
         finally:
