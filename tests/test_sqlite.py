@@ -811,29 +811,6 @@ class SQLiteMachine(StoreMachine):
             super().teardown()
 
 
-# -- the benchmark -----------------------------------------------------------------------------------
-
-
-def test_bench_sqlite_quick_runs(tmp_path: Path) -> None:
-    """benchmarks/bench_sqlite.py --quick runs end to end; no timing is checked."""
-    import json
-    import math
-
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bench_sqlite.py"), "--quick", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    result = json.loads(out.read_bytes())
-    assert result["quick"] is True and len(result["rows"]) >= 5
-    assert all(math.isfinite(row["value"]) for row in result["rows"])
-    assert not Path(result["scratch"]).exists()
-
-
 def fds_on(db: Path) -> int:
     """This process's open file descriptors on the database and its WAL and shm files."""
     names = {str(db), f"{db}-wal", f"{db}-shm"}
