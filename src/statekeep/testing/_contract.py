@@ -208,7 +208,8 @@ class StoreContract:
 
     @asyncio_test
     async def test_caller_mutating_after_write_changes_nothing(self, api: Api) -> None:
-        ents, snap = [{"seq": 0, "list": [1]}], {"k": [1]}
+        ents: list[dict[str, Any]] = [{"seq": 0, "list": [1]}]
+        snap: dict[str, Any] = {"k": [1]}
         await api.write("a", ents, snap, create=True)
         ents[0]["list"].append(2)
         snap["k"].append(2)

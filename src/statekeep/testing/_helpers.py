@@ -3,7 +3,8 @@ through its sync or its async methods (:class:`Api`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from .._records import Record, SavedState
 from .._store import Store
@@ -59,3 +60,15 @@ class Api:
             await self.store.adelete(state_id)
         else:
             self.store.delete(state_id)
+
+
+class MakesStores(Protocol):
+    """What the model's state machine needs of a :class:`StoreContract`: how to make the store,
+    and what it offers."""
+
+    supports_list: bool
+    supports_delete: bool
+    durable: bool
+    statekeep_messages: bool
+
+    def make_store(self, tmp_path: Path) -> Store: ...

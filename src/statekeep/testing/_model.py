@@ -13,8 +13,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import orjson
 import pytest
@@ -31,10 +32,7 @@ from hypothesis.stateful import (
 from .._errors import StateConflictError
 from .._records import SavedState
 from .._store import Store
-from ._helpers import snapshot
-
-if TYPE_CHECKING:
-    from ._contract import StoreContract
+from ._helpers import MakesStores, snapshot
 
 IDS = ("a", "b", "run-3")
 ids = st.sampled_from(IDS)
@@ -99,7 +97,11 @@ def new_entries(start: int, bodies_: list[Entry]) -> list[Entry]:
     return [{"seq": start + i, **body} for i, body in enumerate(bodies_)]
 
 
-def _can(flag: str) -> Any:
+Rule = TypeVar("Rule", bound=Callable[..., None])
+
+
+def _can(flag: str) -> Callable[[Rule], Rule]:
+    """Run the rule only when the contract's ``flag`` is set."""
     return precondition(lambda self: bool(getattr(self.contract, flag)))
 
 
@@ -110,7 +112,7 @@ class StoreMachine(RuleBasedStateMachine):
     ``StoreContract.machine``. ``self.folder`` is the example's scratch folder.
     """
 
-    contract: ClassVar[StoreContract]
+    contract: ClassVar[MakesStores]
 
     def __init__(self) -> None:
         super().__init__()
