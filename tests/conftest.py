@@ -91,6 +91,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
     s.close()
 
 
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest, store: Store) -> Api:
+    return Api(store, request.param)
+
+
 def is_root() -> bool:
     return os.geteuid() == 0
 
