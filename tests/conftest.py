@@ -16,30 +16,29 @@ import pytest
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, Store
 from statekeep import _bridge as bridge
-from tests import servers
-from tests.servers import postgres_server, redis_server  # noqa: F401  (session fixtures)
+from statekeep.testing import Api as Api  # the kit's helpers, as the tests import them
+from statekeep.testing import entries as entries
+from statekeep.testing import snapshot as snapshot
 
-# Later backends join the conformance suite by adding a factory here.
+pytest_plugins = ["tests.servers"]  # the server fixtures: postgres_server, redis_server
+
+# Every built-in store, for the tests that run on each (the contract itself runs through
+# statekeep.testing.StoreContract in tests/test_conformance.py).
 STORE_FACTORIES: dict[str, Callable[[Any], Store]] = {
     "memory": lambda tmp_path: MemoryStore(),
     "file": lambda tmp_path: FileStore(tmp_path / "store"),
     "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "store.db"),
     # Throwaway servers (tests/servers.py), started on first use; a schema or key prefix per test.
-    "postgres": servers.postgres_store,
-    "redis": servers.redis_store,
+    "postgres": lambda tmp_path: servers().postgres_store(tmp_path),
+    "redis": lambda tmp_path: servers().redis_store(tmp_path),
 }
 
 
-def snapshot(task: str = "task", *, turn: int = 0, updated: str = "2026-01-01T00:00:00+00:00") -> dict:
-    """A snapshot that SavedState.from_snapshot accepts."""
-    return {
-        "task": task,
-        "created_at": "2026-01-01T00:00:00+00:00",
-        "updated_at": updated,
-        "turn": turn,
-        "stopped_by": None,
-        "finished": False,
-    }
+def servers() -> Any:
+    """tests.servers, imported once pytest has loaded it as a plugin (so its asserts are rewritten)."""
+    from tests import servers
+
+    return servers
 
 
 async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
@@ -62,7 +61,7 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     elif isinstance(store, PostgresStore):
         import asyncpg
 
-        conn = await asyncpg.connect(servers.shared_postgres().dsn)
+        conn = await asyncpg.connect(servers().shared_postgres().dsn)
         try:  # the listing columns empty: list() reads the snapshot itself
             await conn.execute(
                 f"UPDATE {quote_identifier(store.schema)}.states SET snapshot = $2, task = NULL, "
@@ -76,7 +75,7 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     elif isinstance(store, RedisStore):
         import redis.asyncio as aioredis
 
-        client = aioredis.Redis.from_url(servers.shared_redis().url)
+        client = aioredis.Redis.from_url(servers().shared_redis().url)
         try:
             await client.hset(store.prefix + "state:" + state_id, "snapshot", raw)
         finally:
@@ -85,46 +84,11 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
         raise AssertionError(f"no way to plant a snapshot in {store!r}")
 
 
-def entries(start: int, count: int, **extra: Any) -> list[dict]:
-    return [{"seq": s, "kind": "note", "text": f"entry {s}", **extra} for s in range(start, start + count)]
-
-
 @pytest.fixture(params=sorted(STORE_FACTORIES))
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
     s = STORE_FACTORIES[request.param](tmp_path)
     yield s
     s.close()
-
-
-class Api:
-    """One store seen through its sync or its async methods, always awaited by tests.
-
-    The sync methods are called straight from the test's running event loop, which is
-    one of the situations they must handle.
-    """
-
-    def __init__(self, store: Store, mode: str) -> None:
-        self.store, self.mode = store, mode
-
-    async def write(
-        self, state_id: str, ents: list[dict], snap: dict | None, *, create: bool = False
-    ) -> None:
-        if self.mode == "async":
-            await self.store.awrite(state_id, ents, snap, create=create)
-        else:
-            self.store.write(state_id, ents, snap, create=create)
-
-    async def read(self, state_id: str) -> Any:
-        return await self.store.aread(state_id) if self.mode == "async" else self.store.read(state_id)
-
-    async def list(self) -> Any:
-        return await self.store.alist() if self.mode == "async" else self.store.list()
-
-    async def delete(self, state_id: str) -> None:
-        if self.mode == "async":
-            await self.store.adelete(state_id)
-        else:
-            self.store.delete(state_id)
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -502,6 +502,24 @@ def run_writers(
     return conflicts
 
 
+def fail_without_secret(stores: list[Any], secret: str) -> None:
+    """Each of ``stores`` (meant to fail: wrong password, nobody there, ...) hides ``secret``
+    in its repr and fails its first read without it in any exception of the chain. Closes them."""
+    for bad in stores:
+        try:
+            assert secret not in repr(bad)
+            with pytest.raises(Exception) as info:
+                bad.read("a")
+            chain: list[str] = []
+            exc: BaseException | None = info.value
+            while exc is not None:
+                chain.append(f"{type(exc).__name__}: {exc} {exc.args!r}")
+                exc = exc.__cause__ or exc.__context__
+            assert not any(secret in text for text in chain), chain
+        finally:
+            bad.close()
+
+
 async def stream_through_outage(
     make_store: Any, server: Server, secret: str, *, states: int = 4, pad: int = 64 * 1024
 ) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""The core benchmark runs end to end (--quick) and prints its table; no timings are checked."""
+"""Each benchmark script runs end to end in its tiny mode (--quick) and prints its table; no
+timing is checked. The only test that runs the benchmarks."""
 
 from __future__ import annotations
 
@@ -8,42 +9,51 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests import servers
+
 REPO = Path(__file__).resolve().parent.parent
-BENCH = REPO / "benchmarks" / "bench_core.py"
+HEADER = ["measure", "value", "spread", "baseline", "ratio", "target", "met"]
+ROWS = {"core": 8, "sqlite": 5, "servers": 10}  # at least this many rows each
 
 
-def test_bench_core_quick_runs_and_prints_its_table(tmp_path: Path) -> None:
+def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", str(out)],
+        [sys.executable, str(REPO / "benchmarks" / f"bench_{name}.py"), "--quick", "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-
     lines = proc.stdout.splitlines()
     header = next((line for line in lines if line.startswith("measure ")), None)
     assert header is not None, proc.stdout
-    assert [cell.strip() for cell in header.split("|")] == [
-        "measure",
-        "value",
-        "spread",
-        "baseline",
-        "ratio",
-        "target",
-        "met",
-    ]
-    for number in range(1, 9):
-        assert any(line.startswith(f"({number}) ") for line in lines), f"no row ({number}) in:\n{proc.stdout}"
+    assert [cell.strip() for cell in header.split("|")] == HEADER
+    return lines, json.loads(out.read_bytes())
 
-    result = json.loads(out.read_bytes())
-    assert result["quick"] is True
-    assert len(result["rows"]) >= 8
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
+    if name == "servers":  # starts its own PostgreSQL and Redis
+        for check in (servers.postgres_bindir, servers.redis_binary):
+            try:
+                check()
+            except servers.ServerMissing as exc:
+                servers.need(exc)
+    lines, result = run_bench(name, tmp_path)
+    assert len(result["rows"]) >= ROWS[name]
     for row in result["rows"]:
         assert math.isfinite(row["value"]), row
-        if row["target"]:
+        if row.get("target") and name != "servers":  # quick server runs judge no target
             assert row["met"] in (True, False), row
-    # The scratch folder (on the repository's disk) is gone afterwards.
-    assert not Path(result["scratch"]).exists()
+    if name == "core":
+        for number in range(1, 9):
+            assert any(line.startswith(f"({number}) ") for line in lines), f"no row ({number}) in:\n{lines}"
+    assert result["quick"] is True
+    if name == "servers":
+        assert len(result["rows"]) == 10 and all(row["value"] > 0 for row in result["rows"])
+    else:
+        assert not Path(result["scratch"]).exists()  # the scratch folder is gone afterwards

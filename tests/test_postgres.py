@@ -1,11 +1,10 @@
-"""PostgresStore beyond the conformance suite: many processes, a crashing server, hostile
-names, passwords, migrations, fork. Runs on throwaway servers (tests/servers.py)."""
+"""PostgresStore beyond the conformance suite: row locks and batches, hostile names, passwords,
+migrations, settings. Runs on throwaway servers (tests/servers.py); what it shares with
+RedisStore (many processes, a crashing server, fork, dropped stores): tests/test_servers.py."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -13,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from statekeep import NotAStoreError, Record, UnsupportedFormatError
+from statekeep import Record, UnsupportedFormatError
 from statekeep._bridge import owner
 from tests import servers
-from tests.conftest import drop_and_collect, entries, snapshot
+from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -44,21 +43,7 @@ def raw(server: PostgresServer, query: str, *args: Any) -> Any:
     return asyncio.run(go())
 
 
-# -- many writers ------------------------------------------------------------------------
-
-
-def test_four_processes_append_to_one_state(postgres_server: PostgresServer, pg: PostgresStore) -> None:
-    pg.write("one", [], None, create=True)
-    servers.run_writers("postgres", postgres_server.dsn, pg.schema, ["one"], workers=4, writes=60, pad=300)
-
-
-def test_four_processes_append_to_a_hundred_states(
-    postgres_server: PostgresServer, pg: PostgresStore
-) -> None:
-    ids = [f"st-{n}" for n in range(100)]
-    for sid in ids:
-        pg.write(sid, [], None, create=True)
-    servers.run_writers("postgres", postgres_server.dsn, pg.schema, ids, workers=4, writes=4)
+# -- row locks and batches ----------------------------------------------------------------
 
 
 async def test_writes_to_other_states_do_not_wait_for_a_locked_one(
@@ -139,38 +124,6 @@ async def test_a_failing_write_in_a_batch_fails_alone(
         assert len((await pg.aread(sid)).entries) == (0 if sid == "s3" else 2)
 
 
-async def test_many_concurrent_writers_on_many_states(pg: PostgresStore) -> None:
-    ids = [f"s{n}" for n in range(40)]
-
-    async def turns(sid: str) -> None:
-        await pg.awrite(sid, entries(0, 1), snapshot(sid), create=True)
-        for n in range(1, 10):
-            await pg.awrite(sid, entries(n, 1), snapshot(sid, turn=n))
-
-    await asyncio.gather(*(turns(sid) for sid in ids))
-    for sid in ids:
-        assert await pg.aread(sid) == Record(entries(0, 10), snapshot(sid, turn=9))
-    assert [r.id for r in await pg.alist()] == sorted(ids)
-
-
-@pytest.mark.parametrize("other", [1.0, True, "1", [1]])
-async def test_resent_entry_with_a_value_of_another_json_type_is_a_conflict(
-    pg: PostgresStore, other: Any
-) -> None:
-    from statekeep import StateConflictError
-
-    await pg.awrite("a", [{"seq": 0, "x": 1}], None, create=True)
-    with pytest.raises(StateConflictError, match="seq 0"):
-        await pg.awrite("a", [{"x": other, "seq": 0}, {"seq": 1}], None)
-    assert (await pg.aread("a")).entries == [{"seq": 0, "x": 1}]
-
-
-async def test_resent_entry_with_keys_in_another_order_is_skipped(pg: PostgresStore) -> None:
-    await pg.awrite("a", [{"seq": 0, "a": 1, "b": [1.0, {"x": None}]}], snapshot(), create=True)
-    await pg.awrite("a", [{"b": [1.0, {"x": None}], "a": 1, "seq": 0}, {"seq": 1}], snapshot(turn=1))
-    assert (await pg.aread("a")).entries == [{"seq": 0, "a": 1, "b": [1.0, {"x": None}]}, {"seq": 1}]
-
-
 async def test_concurrent_same_state_in_one_process(pg: PostgresStore) -> None:
     await pg.awrite("a", [], None, create=True)
 
@@ -186,27 +139,6 @@ async def test_concurrent_same_state_in_one_process(pg: PostgresStore) -> None:
     await asyncio.gather(*(add(n) for n in range(30)))
     rec = await pg.aread("a")
     assert sorted(e["n"] for e in rec.entries) == list(range(30))
-
-
-# -- a crashing server -------------------------------------------------------------------
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[PostgresServer]:
-    try:
-        server = servers.start_postgres()
-    except servers.ServerMissing as exc:
-        servers.need(exc)
-    yield server
-    server.remove()
-
-
-async def test_server_killed_and_restarted_during_writes(own_postgres: PostgresServer) -> None:
-    schema = unique_name("sk")
-    counts = await servers.stream_through_outage(
-        lambda: PostgresStore(own_postgres.dsn, schema=schema), own_postgres, own_postgres.password
-    )
-    assert counts["errors"] > 0 and counts["acked"] >= 80
 
 
 # -- names -------------------------------------------------------------------------------
@@ -321,32 +253,7 @@ def test_password_is_in_no_repr_or_error(postgres_server: PostgresServer) -> Non
         ),  # nobody there
         PostgresStore(f"{base}/postgres", password=secret, timeout=0.000001),  # a timeout
     ]
-    for bad in failures:
-        try:
-            assert secret not in repr(bad)
-            with pytest.raises(Exception) as info:
-                bad.read("a")
-            chain: list[str] = []
-            exc: BaseException | None = info.value
-            while exc is not None:
-                chain.append(f"{type(exc).__name__}: {exc}")
-                exc = exc.__cause__ or exc.__context__
-            assert not any(secret in text for text in chain), chain
-        finally:
-            bad.close()
-
-
-def test_connection_refused_is_a_connection_error_naming_the_server() -> None:
-    port = servers.free_port()
-    store = PostgresStore(f"postgresql://u:hidden@127.0.0.1:{port}/db")
-    try:
-        with pytest.raises(
-            ConnectionError, match=f"PostgreSQL at 127.0.0.1:{port} could not be reached"
-        ) as info:
-            store.write("a", [], None, create=True)
-        assert "hidden" not in str(info.value)
-    finally:
-        store.close()
+    servers.fail_without_secret(failures, secret)
 
 
 # -- schema versions ---------------------------------------------------------------------
@@ -419,14 +326,6 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
     assert (await pg.aread("a")).entries == [{"seq": 0}]
 
 
-def test_equal_stores_name_the_same_storage(postgres_server: PostgresServer) -> None:
-    a = PostgresStore(postgres_server.dsn, schema="one")
-    b = PostgresStore(postgres_server.dsn.replace(postgres_server.password, "other"), schema="one")
-    c = PostgresStore(postgres_server.dsn, schema="two")
-    assert a == b and hash(a) == hash(b) and a != c
-    assert postgres_server.password not in repr(a._storage_key())
-
-
 def test_corrupt_entry_is_reported_with_its_seq(postgres_server: PostgresServer, pg: PostgresStore) -> None:
     pg.write("a", entries(0, 3), snapshot(), create=True)
     raw(postgres_server, f"UPDATE {quote_identifier(pg.schema)}.entries SET data = '{{nope' WHERE seq = 1")
@@ -444,40 +343,7 @@ def test_a_closed_store_closes_its_pool(pg: PostgresStore) -> None:
     assert pool._closed and len(owner().closers) == closers - 1
 
 
-# -- processes ---------------------------------------------------------------------------
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_gets_its_own_pool(pg: PostgresStore) -> None:
-    pg.write("parent", entries(0, 1), snapshot(), create=True)
-    pid = os.fork()
-    if pid == 0:  # the child: must not use the parent's connections
-        code = 1
-        try:
-            pg.write("child", entries(0, 1), snapshot(), create=True)
-            assert pg.read("parent") == Record(entries(0, 1), snapshot())
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    pg.write("parent", entries(1, 1), None)  # the parent's pool still works
-    assert pg.read("child") == Record(entries(0, 1), snapshot())
-    assert len(pg.read("parent").entries) == 2
-
-
-def test_missing_driver_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "asyncpg", None)
-    with pytest.raises(ImportError, match=r"pip install 'statekeep\[postgres\]'"):
-        PostgresStore("postgresql://u@h/db")
-
-
-def test_importing_statekeep_does_not_import_the_drivers() -> None:
-    import subprocess
-
-    code = "import sys, statekeep; statekeep.PostgresStore; print('asyncpg' in sys.modules, 'redis' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
+# -- threads -----------------------------------------------------------------------------
 
 
 def test_sync_api_from_many_threads(pg: PostgresStore) -> None:
@@ -497,130 +363,3 @@ def test_sync_api_from_many_threads(pg: PostgresStore) -> None:
     assert time.monotonic() - start < 60
     for n in range(8):
         assert pg.read(f"t{n}") == Record(entries(0, 20), snapshot(turn=19))
-
-
-def test_bench_servers_quick_runs_and_prints_its_table(tmp_path: Any) -> None:
-    """The server benchmark (both servers) runs end to end; no timing is checked."""
-    import json
-    import subprocess
-
-    for check in (servers.postgres_bindir, servers.redis_binary):
-        try:
-            check()
-        except servers.ServerMissing as exc:
-            servers.need(exc)
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(servers.REPO / "benchmarks" / "bench_servers.py"),
-            "--quick",
-            "--json",
-            str(out),
-        ],
-        cwd=servers.REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    header = next(line for line in proc.stdout.splitlines() if line.startswith("measure "))
-    assert [cell.strip() for cell in header.split("|")] == [
-        "measure",
-        "value",
-        "spread",
-        "baseline",
-        "ratio",
-        "target",
-        "met",
-    ]
-    rows = json.loads(out.read_bytes())["rows"]
-    assert len(rows) == 10 and all(row["value"] > 0 for row in rows)
-
-
-async def test_closing_while_writes_are_under_way(postgres_server: PostgresServer, pg: PostgresStore) -> None:
-    ids = [f"s{n}" for n in range(20)]
-    for sid in ids:
-        await pg.awrite(sid, [], None, create=True)
-    writes = [asyncio.ensure_future(pg.awrite(sid, entries(0, 1), snapshot())) for sid in ids]
-    await asyncio.sleep(0)  # they have started
-    await pg.aclose()
-    results = await asyncio.gather(*writes, return_exceptions=True)
-    assert pg._state is None  # nothing was opened again
-    fresh = PostgresStore(postgres_server.dsn, schema=pg.schema)
-    try:
-        for sid, result in zip(ids, results, strict=True):
-            record = await fresh.aread(sid)
-            assert record is not None
-            if result is None:
-                assert record.entries == entries(0, 1)
-            else:
-                assert isinstance(result, RuntimeError) and "closed" in str(result), result
-    finally:
-        await fresh.aclose()
-
-
-def sessions_named(server: PostgresServer, name: str, expected: int) -> int:
-    """The server's sessions with application_name ``name``, once that is ``expected`` (a
-    session ends a moment after its socket closed: ask again, bounded)."""
-
-    async def go() -> int:
-        conn = await asyncpg.connect(server.dsn)
-        try:
-            for _ in range(10_000):
-                query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-                count = int(await conn.fetchval(query, name))
-                if count == expected:
-                    break
-            return count
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
-
-
-def test_dropped_stores_close_their_pools(postgres_server: PostgresServer) -> None:
-    name = unique_name("dropped")
-    schema = unique_name("sk")
-    stores = [
-        PostgresStore(
-            postgres_server.dsn,
-            schema=schema,
-            table_prefix=f"p{i}_",
-            server_settings={"application_name": name},
-        )
-        for i in range(20)
-    ]
-    for store in stores:
-        store.write("a", entries(0, 1), snapshot(), create=True)
-    del store
-    assert sessions_named(postgres_server, name, 20) == 20
-    closers = len(owner().closers)
-    warned = drop_and_collect(stores)
-    assert sessions_named(postgres_server, name, 0) == 0  # every pool closed
-    assert len(owner().closers) == closers - 20
-    assert len(warned) == 20 and all(w.startswith("PostgresStore(") for w in warned)
-    assert postgres_server.password not in " ".join(warned)
-
-
-# -- create=False ---------------------------------------------------------------------------------
-
-
-def test_create_false_creates_nothing_and_refuses_a_schema_without_tables(
-    postgres_server: PostgresServer,
-) -> None:
-    schema = unique_name("sk")
-    store = PostgresStore(postgres_server.dsn, schema=schema, create=False)
-    try:
-        for attempt in (store.list, lambda: store.read("a"), lambda: store.delete("a")):
-            with pytest.raises(NotAStoreError, match=f"schema '{schema}' holds no statekeep tables"):
-                attempt()
-    finally:
-        store.close()
-    assert raw(postgres_server, "SELECT 1 FROM pg_namespace WHERE nspname = $1", schema) == []
-    with PostgresStore(postgres_server.dsn, schema=schema) as made:
-        made.write("a", entries(0, 1), snapshot(), create=True)
-    with PostgresStore(postgres_server.dsn, schema=schema, create=False) as existing:
-        assert existing.read("a") == Record(entries(0, 1), snapshot())
-        existing.delete("a")
-        assert existing.list() == []

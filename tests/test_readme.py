@@ -1,18 +1,24 @@
-"""Every Python example in the README runs."""
+"""Every Python example in the README runs; the one that defines a StoreContract test class
+passes the conformance kit, run by pytest in a process of its own."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+EXAMPLES = [code for code in BLOCKS if "StoreContract" not in code]
+KITS = [code for code in BLOCKS if "StoreContract" in code]
 
 
 def test_readme_has_examples() -> None:
     assert len(EXAMPLES) >= 2
+    assert len(KITS) == 1  # "Write your own store"
 
 
 @pytest.mark.parametrize("code", EXAMPLES, ids=[f"example-{i}" for i in range(len(EXAMPLES))])
@@ -20,6 +26,35 @@ def test_readme_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir(tmp_path)
     exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
     assert not any(p.name.startswith(".creating-") for p in tmp_path.rglob("*"))
+
+
+def run_kit(code: str, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as a test file of its own with pytest, outside this project (no
+    asyncio_mode setting: the kit's async tests must run in pytest-asyncio's strict mode)."""
+    (folder / "test_readme_store.py").write_text(code)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_readme_store.py", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_readme_store_passes_the_kit(tmp_path: Path) -> None:
+    proc = run_kit(KITS[0], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed and int(passed.group(1)) >= 50, proc.stdout  # sync and async, and the model
+    assert "failed" not in proc.stdout, proc.stdout
+
+
+def test_the_kit_fails_a_store_that_breaks_the_contract(tmp_path: Path) -> None:
+    broken = KITS[0].replace("snap or old_snap", "snap")  # snapshot=None no longer keeps it
+    assert broken != KITS[0]
+    proc = run_kit(broken, tmp_path, "-k", "snapshot_none")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "test_snapshot_none_keeps_the_stored_one" in proc.stdout
 
 
 def test_readme_starts_with_the_two_commands() -> None:

@@ -1,13 +1,13 @@
-"""RedisStore beyond the conformance suite: many processes, a crashing server, key prefixes,
-the durability warning, passwords, fork. Runs on throwaway servers (tests/servers.py)."""
+"""RedisStore beyond the conformance suite: scripts, key prefixes, the durability warning,
+passwords, clients of your own, TLS. Runs on throwaway servers (tests/servers.py); what it
+shares with PostgresStore (many processes, a crashing server, fork, dropped stores):
+tests/test_servers.py."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import CorruptStateError, NotAStoreError, Record, UnsupportedFormatError
+from statekeep import CorruptStateError, Record, UnsupportedFormatError
 from statekeep._bridge import owner, run_sync
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
@@ -54,37 +54,7 @@ def own_server(**kwargs: Any) -> RedisServer:
         raise
 
 
-# -- many writers ------------------------------------------------------------------------
-
-
-def test_four_processes_append_to_one_state(redis_server: RedisServer, rs: RedisStore) -> None:
-    rs.write("one", [], None, create=True)
-    servers.run_writers("redis", redis_server.url, rs.prefix, ["one"], workers=4, writes=60, pad=300)
-
-
-def test_four_processes_append_to_a_hundred_states(redis_server: RedisServer, rs: RedisStore) -> None:
-    ids = [f"st-{n}" for n in range(100)]
-    for sid in ids:
-        rs.write(sid, [], None, create=True)
-    servers.run_writers("redis", redis_server.url, rs.prefix, ids, workers=4, writes=4)
-
-
-@pytest.mark.parametrize("other", [1.0, True, "1", [1]])
-async def test_resent_entry_with_a_value_of_another_json_type_is_a_conflict(
-    rs: RedisStore, other: Any
-) -> None:
-    from statekeep import StateConflictError
-
-    await rs.awrite("a", [{"seq": 0, "x": 1}], None, create=True)
-    with pytest.raises(StateConflictError, match="seq 0"):
-        await rs.awrite("a", [{"x": other, "seq": 0}, {"seq": 1}], None)
-    assert (await rs.aread("a")).entries == [{"seq": 0, "x": 1}]
-
-
-async def test_resent_entry_with_keys_in_another_order_is_skipped(rs: RedisStore) -> None:
-    await rs.awrite("a", [{"seq": 0, "a": 1, "b": [1.0, {"x": None}]}], snapshot(), create=True)
-    await rs.awrite("a", [{"b": [1.0, {"x": None}], "a": 1, "seq": 0}, {"seq": 1}], snapshot(turn=1))
-    assert (await rs.aread("a")).entries == [{"seq": 0, "a": 1, "b": [1.0, {"x": None}]}, {"seq": 1}]
+# -- writes ------------------------------------------------------------------------------
 
 
 async def test_a_different_entry_in_another_key_order_is_still_a_conflict(rs: RedisStore) -> None:
@@ -94,20 +64,6 @@ async def test_a_different_entry_in_another_key_order_is_still_a_conflict(rs: Re
     with pytest.raises(StateConflictError, match="seq 0"):
         await rs.awrite("a", [{"b": 3, "a": 1, "seq": 0}, {"seq": 1}], None)
     assert (await rs.aread("a")).entries == [{"seq": 0, "a": 1, "b": 2}]
-
-
-async def test_many_concurrent_writers_on_many_states(rs: RedisStore) -> None:
-    ids = [f"s{n}" for n in range(40)]
-
-    async def turns(sid: str) -> None:
-        await rs.awrite(sid, entries(0, 1), snapshot(sid), create=True)
-        for n in range(1, 10):
-            await rs.awrite(sid, entries(n, 1), snapshot(sid, turn=n))
-
-    await asyncio.gather(*(turns(sid) for sid in ids))
-    for sid in ids:
-        assert await rs.aread(sid) == Record(entries(0, 10), snapshot(sid, turn=9))
-    assert [r.id for r in await rs.alist()] == sorted(ids)
 
 
 def test_writes_go_on_after_the_server_forgets_its_scripts(redis_server: RedisServer, rs: RedisStore) -> None:
@@ -126,7 +82,7 @@ async def test_a_big_write_goes_in_whole(rs: RedisStore) -> None:
     assert (await rs.aread("big")).entries == entries(0, 5000)
 
 
-# -- a crashing server -------------------------------------------------------------------
+# -- a server of its own -----------------------------------------------------------------
 
 
 @pytest.fixture
@@ -134,16 +90,6 @@ def own_redis() -> Iterator[RedisServer]:
     server = own_server()
     yield server
     server.remove()
-
-
-async def test_server_killed_and_restarted_during_writes(own_redis: RedisServer) -> None:
-    prefix = unique_name("sk") + ":"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the test server is durable: no warning
-        counts = await servers.stream_through_outage(
-            lambda: RedisStore(own_redis.url, prefix=prefix), own_redis, own_redis.password or "?"
-        )
-    assert counts["errors"] > 0 and counts["acked"] >= 80
 
 
 # -- key prefixes ------------------------------------------------------------------------
@@ -296,43 +242,10 @@ def test_password_is_in_no_repr_or_error(redis_server: RedisServer) -> None:
         RedisStore(f"redis://:{secret}@127.0.0.1:{servers.free_port()}/0"),  # nobody there
         RedisStore(f"redis://127.0.0.1:{redis_server.port}/0?password={secret}y"),
     ]
-    for bad in failures:
-        try:
-            assert secret not in repr(bad)
-            with pytest.raises(Exception) as info:
-                bad.read("a")
-            chain: list[str] = []
-            exc: BaseException | None = info.value
-            while exc is not None:
-                chain.append(f"{type(exc).__name__}: {exc} {exc.args!r}")
-                exc = exc.__cause__ or exc.__context__
-            assert not any(secret in text for text in chain), chain
-        finally:
-            bad.close()
-
-
-def test_connection_refused_is_a_connection_error_naming_the_server() -> None:
-    port = servers.free_port()
-    store = RedisStore(f"redis://:hidden@127.0.0.1:{port}/0")
-    try:
-        with pytest.raises(
-            ConnectionError, match=f"Redis at 127.0.0.1:{port}/0 could not be reached"
-        ) as info:
-            store.write("a", [], None, create=True)
-        assert "hidden" not in str(info.value)
-    finally:
-        store.close()
+    servers.fail_without_secret(failures, secret)
 
 
 # -- the client --------------------------------------------------------------------------
-
-
-def test_equal_stores_name_the_same_storage(redis_server: RedisServer) -> None:
-    a = RedisStore(redis_server.url, prefix="one:")
-    b = RedisStore(redis_server.url.replace(redis_server.password or "", "other"), prefix="one:")
-    c = RedisStore(redis_server.url, prefix="two:")
-    assert a == b and hash(a) == hash(b) and a != c
-    assert (redis_server.password or "?") not in repr(a._storage_key())
 
 
 def test_a_client_of_your_own_is_used_and_left_open(redis_server: RedisServer) -> None:
@@ -358,91 +271,6 @@ def test_a_closed_store_closes_its_client(rs: RedisStore) -> None:
     assert len(owner().closers) == closers - 1
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_gets_its_own_client(rs: RedisStore) -> None:
-    rs.write("parent", entries(0, 1), snapshot(), create=True)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            rs.write("child", entries(0, 1), snapshot(), create=True)
-            assert rs.read("parent") == Record(entries(0, 1), snapshot())
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    rs.write("parent", entries(1, 1), None)
-    assert rs.read("child") == Record(entries(0, 1), snapshot())
-    assert len(rs.read("parent").entries) == 2
-
-
-def test_missing_driver_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "redis.asyncio", None)
-    with pytest.raises(ImportError, match=r"pip install 'statekeep\[redis\]'"):
-        RedisStore()
-
-
-def test_importing_statekeep_does_not_import_the_driver() -> None:
-    code = "import sys, statekeep; statekeep.RedisStore; print('redis' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False"]
-
-
-async def test_closing_while_writes_are_under_way(redis_server: RedisServer, rs: RedisStore) -> None:
-    ids = [f"s{n}" for n in range(20)]
-    for sid in ids:
-        await rs.awrite(sid, [], None, create=True)
-    writes = [asyncio.ensure_future(rs.awrite(sid, entries(0, 1), snapshot())) for sid in ids]
-    await asyncio.sleep(0)  # they have started
-    await rs.aclose()
-    results = await asyncio.gather(*writes, return_exceptions=True)
-    assert rs._state is None  # nothing was opened again
-    fresh = RedisStore(redis_server.url, prefix=rs.prefix)
-    try:
-        for sid, result in zip(ids, results, strict=True):
-            record = await fresh.aread(sid)
-            assert record is not None
-            if result is None:
-                assert record.entries == entries(0, 1)
-            else:
-                assert isinstance(result, RuntimeError) and "closed" in str(result), result
-    finally:
-        await fresh.aclose()
-
-
-def connected_clients(server: RedisServer, expected: int) -> int:
-    """The clients connected to ``server`` besides the one asking, once that is ``expected``
-    (the server notices a closed socket a moment after it closed: ask again, bounded)."""
-
-    async def go() -> int:
-        client = aioredis.Redis.from_url(server.url)
-        try:
-            for _ in range(10_000):
-                count = len(await client.client_list()) - 1
-                if count == expected:
-                    break
-            return count
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
-
-
-def test_dropped_stores_close_their_clients(own_redis: RedisServer) -> None:
-    stores = [RedisStore(own_redis.url, prefix=f"p{i}:") for i in range(50)]
-    for store in stores:
-        store.write("a", entries(0, 1), snapshot(), create=True)
-    del store
-    assert connected_clients(own_redis, 50) == 50
-    closers = len(owner().closers)
-    warned = drop_and_collect(stores)
-    assert connected_clients(own_redis, 0) == 0  # every connection closed, none left behind
-    assert len(owner().closers) == closers - 50
-    assert len(warned) == 50 and all(w.startswith("RedisStore(") for w in warned)
-    assert own_redis.password and own_redis.password not in " ".join(warned)
-
-
 def test_a_store_with_your_client_is_dropped_without_warning(own_redis: RedisServer) -> None:
     client = aioredis.Redis.from_url(own_redis.url)
     stores = [RedisStore(client=client)]
@@ -452,7 +280,7 @@ def test_a_store_with_your_client_is_dropped_without_warning(own_redis: RedisSer
     run_sync(client.aclose(), "aclose")
 
 
-# -- keys of another type, eviction, create=False ----------------------------------------------
+# -- keys of another type, eviction ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("which", ["state", "entries", "index"])
@@ -526,26 +354,6 @@ def test_a_volatile_policy_without_ttls_is_no_warning() -> None:
         assert first_use_warnings(server.url) == []
     finally:
         server.remove()
-
-
-def test_create_false_writes_nothing_and_refuses_a_prefix_without_statekeep_keys(
-    redis_server: RedisServer,
-) -> None:
-    prefix = unique_name("sk") + ":"
-    store = RedisStore(redis_server.url, prefix=prefix, create=False)
-    try:
-        for attempt in (store.list, lambda: store.read("a"), lambda: store.delete("a")):
-            with pytest.raises(NotAStoreError, match="no statekeep keys under prefix"):
-                attempt()
-    finally:
-        store.close()
-    assert raw(redis_server, "KEYS", prefix + "*") == []
-    with RedisStore(redis_server.url, prefix=prefix) as made:
-        made.write("a", entries(0, 1), snapshot(), create=True)
-    with RedisStore(redis_server.url, prefix=prefix, create=False) as existing:
-        assert existing.read("a") == Record(entries(0, 1), snapshot())
-        existing.delete("a")
-        assert existing.list() == []
 
 
 # -- TLS ------------------------------------------------------------------------------------------

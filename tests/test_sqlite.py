@@ -3,7 +3,7 @@ several processes on one file, group commit with a failing write, schema version
 SIGKILL of a writer, locked databases, fork, and text that looks like SQL.
 
 Worker processes run small programs given with ``python -c`` from the repository root. The
-model-based test reuses tests/test_model.py's state machine.
+model-based test (the kit's state machine) runs from tests/test_conformance.py.
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
 import sqlite3
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -26,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import strategies as st
-from hypothesis.stateful import rule
 
 from statekeep import (
     CorruptStateError,
@@ -36,18 +32,13 @@ from statekeep import (
     Record,
     SQLiteStore,
     StateConflictError,
-    Store,
     UnsupportedFormatError,
 )
 from statekeep._bridge import owner
 from statekeep._writes import prepare_write
 from statekeep.stores._sqlite import _connections, _sql, _store
+from statekeep.testing import StoreMachine
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
-from tests.test_model import StoreMachine, new_entries, normal
-from tests.test_model import bodies as model_bodies
-from tests.test_model import ids as model_ids
-from tests.test_model import run as run_model
-from tests.test_model import snapshots as model_snapshots
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -801,78 +792,24 @@ def test_forked_child_opens_its_own_connections(store: SQLiteStore) -> None:
 
 
 class SQLiteMachine(StoreMachine):
-    """tests/test_model.py's rules against SQLiteStore in a fresh file; a second instance
-    (as another process would) writes, deletes and re-creates between the main instance's
-    calls, and the main instance is re-opened at times."""
-
-    def make_store(self) -> Store:
-        self.tmp = tempfile.mkdtemp(prefix="statekeep-sqlite-model-")
-        self.path = Path(self.tmp) / "store.db"
-        return SQLiteStore(self.path)
+    """The kit's rules (statekeep.testing.StoreMachine, run by tests/test_conformance.py)
+    against SQLiteStore in a fresh file, where a second instance (as another process would)
+    writes, deletes and re-creates between the main instance's calls; at the end the
+    database passes SQLite's own checks."""
 
     def teardown(self) -> None:
+        path = self.folder / "store.db"
         try:
-            super().teardown()
-            if not self.path.exists():  # only reads and lists so far
+            self.store.close()
+            if not path.exists():  # only reads and lists so far
                 assert not self.model
                 return
-            with raw(self.path) as conn:
+            with raw(path) as conn:
                 assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
                 assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
                 assert conn.execute("SELECT count(*) FROM states").fetchone() == (len(self.model),)
         finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-    @rule()
-    def reopen(self) -> None:
-        self.store.close()
-        self.store = SQLiteStore(self.path)
-
-    @rule(sid=model_ids, bodies_=st.lists(model_bodies, max_size=2), snap=model_snapshots)
-    def append_from_another_instance(self, sid: str, bodies_: list[dict], snap: dict | None) -> None:
-        with SQLiteStore(self.path) as other:
-            if sid not in self.model:
-                with pytest.raises(LookupError):
-                    other.write(sid, new_entries(0, bodies_), snap)
-                return
-            ents = new_entries(len(self.model[sid][0]), bodies_)
-            other.write(sid, ents, snap)
-            StoreMachine.apply(self, sid, ents, snap)
-
-    @rule(sid=model_ids, bodies_=st.lists(model_bodies, max_size=2), snap=model_snapshots)
-    def recreate_from_another_instance(self, sid: str, bodies_: list[dict], snap: dict | None) -> None:
-        with SQLiteStore(self.path) as other:
-            other.delete(sid)
-            ents = new_entries(0, bodies_)
-            other.write(sid, ents, snap, create=True)
-        self.model[sid] = ([normal(e) for e in ents], None if snap is None else normal(snap))
-
-
-def test_sqlite_store_matches_the_model() -> None:
-    run_model(SQLiteMachine, 50, 30)
-
-
-# -- the benchmark -----------------------------------------------------------------------------------
-
-
-def test_bench_sqlite_quick_runs(tmp_path: Path) -> None:
-    """benchmarks/bench_sqlite.py --quick runs end to end; no timing is checked."""
-    import json
-    import math
-
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bench_sqlite.py"), "--quick", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    result = json.loads(out.read_bytes())
-    assert result["quick"] is True and len(result["rows"]) >= 5
-    assert all(math.isfinite(row["value"]) for row in result["rows"])
-    assert not Path(result["scratch"]).exists()
+            super().teardown()
 
 
 def fds_on(db: Path) -> int:

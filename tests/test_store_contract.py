@@ -1,29 +1,86 @@
-"""Writing your own Store: the derived sync/async methods, and what a subclass must provide."""
+"""Writing your own Store: the derived sync/async methods, what a subclass must provide, and
+two such stores (sync only, async only) passing the conformance kit."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from statekeep import FileStore, MemoryStore, Record, Store
+from statekeep import (
+    FileStore,
+    MemoryStore,
+    Record,
+    SavedState,
+    StateConflictError,
+    StateExistsError,
+    StateNotFoundError,
+    Store,
+    validate_id,
+)
+from statekeep.testing import StoreContract
 from tests.conftest import STORE_FACTORIES, drop_and_collect, entries, snapshot
 
 
+def write_to(data: dict[str, Record], state_id: str, entries: Any, snapshot: Any, create: bool) -> None:
+    """The contract's seq rules over ``data``, with public names only, as a store of your own
+    would apply them (the README's "Write your own store" has one in full)."""
+    validate_id(state_id)
+    ents = orjson.loads(orjson.dumps(list(entries)))  # copies; tuples become lists
+    snap = None if snapshot is None else orjson.loads(orjson.dumps(snapshot))
+    seqs = [e.get("seq") for e in ents]
+    if not all(type(seq) is int and seq >= 0 for seq in seqs):
+        raise ValueError(f"every entry needs an int 'seq' >= 0, got {seqs}")
+    first = seqs[0] if seqs else 0
+    if seqs != list(range(first, first + len(seqs))):
+        raise ValueError(f"the seqs of one write must be consecutive, got {seqs}")
+    if create:
+        if first != 0:
+            raise ValueError(f"a new State's history starts at seq 0, got {first}")
+        if state_id in data:
+            raise StateExistsError(f"State {state_id!r} already exists")
+        data[state_id] = Record(ents, snap)
+        return
+    if state_id not in data:
+        raise StateNotFoundError(f"no State {state_id!r}: use create=True")
+    old = data[state_id]
+    if first > len(old.entries):
+        raise ValueError(f"expected seq {len(old.entries)} next, got seq {first}")
+    for entry in ents[: len(old.entries) - first]:
+        if canonical(entry) != canonical(old.entries[entry["seq"]]):
+            raise StateConflictError(f"State {state_id!r} has another entry at seq {entry['seq']}")
+    new = old.entries + ents[len(old.entries) - first :]
+    data[state_id] = Record(new, old.snapshot if snap is None else snap)
+
+
+def canonical(entry: dict[str, Any]) -> bytes:
+    return orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
+
+
+def read_from(data: dict[str, Record], state_id: str) -> Record | None:
+    record = data.get(validate_id(state_id))
+    return None if record is None else Record(*orjson.loads(orjson.dumps([record.entries, record.snapshot])))
+
+
 class SyncDictStore(Store):
-    """A store written with sync methods only."""
+    """A store written with sync methods only, and no list or delete."""
 
     def __init__(self) -> None:
         self.data: dict[str, Record] = {}
+        self.lock = threading.Lock()
 
     def write(self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False) -> None:
-        old = self.data.get(state_id, Record([], None))
-        self.data[state_id] = Record(old.entries + list(entries), snapshot or old.snapshot)
+        with self.lock:
+            write_to(self.data, state_id, entries, snapshot, create)
 
     def read(self, state_id: str) -> Record | None:
-        return self.data.get(state_id)
+        with self.lock:
+            return read_from(self.data, state_id)
 
 
 class AsyncDictStore(Store):
@@ -35,31 +92,53 @@ class AsyncDictStore(Store):
 
     async def awrite(self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False) -> None:
         self.loops.add(asyncio.get_running_loop())
-        old = self.data.get(state_id, Record([], None))
-        self.data[state_id] = Record(old.entries + list(entries), snapshot or old.snapshot)
+        write_to(self.data, state_id, entries, snapshot, create)
 
     async def aread(self, state_id: str) -> Record | None:
-        return self.data.get(state_id)
+        return read_from(self.data, state_id)
 
     async def alist(self) -> list[Any]:
-        return sorted(self.data)
+        rows = []
+        for sid, record in self.data.items():
+            if record.snapshot is not None:
+                try:
+                    rows.append(SavedState.from_snapshot(sid, record.snapshot))
+                except ValueError as exc:
+                    warnings.warn(f"State {sid!r} left out: {exc}", RuntimeWarning, stacklevel=2)
+        return sorted(rows, key=lambda row: (-row.updated_at.timestamp(), row.id))
 
     async def adelete(self, state_id: str) -> None:
-        self.data.pop(state_id, None)
+        self.data.pop(validate_id(state_id), None)
+
+
+class TestSyncDictStore(StoreContract):
+    """A store written by subclassing Store as the README says passes the same suite."""
+
+    durable = supports_list = supports_delete = checks_data = refuses_closed = False
+
+    def make_store(self, tmp_path: Path) -> Store:
+        return SyncDictStore()
+
+
+class TestAsyncDictStore(StoreContract):
+    durable = checks_data = refuses_closed = False
+
+    def make_store(self, tmp_path: Path) -> Store:
+        return AsyncDictStore()
 
 
 async def test_async_methods_derived_from_sync_ones() -> None:
     store = SyncDictStore()
-    await store.awrite("a", [{"seq": 0}], {"k": 1})
+    await store.awrite("a", [{"seq": 0}], {"k": 1}, create=True)
     assert await store.aread("a") == Record([{"seq": 0}], {"k": 1})
 
 
 def test_sync_methods_derived_from_async_ones_run_on_one_private_loop() -> None:
     store = AsyncDictStore()
-    store.write("a", [{"seq": 0}], None)
-    store.write("b", [{"seq": 0}], None)
-    assert store.read("a") == Record([{"seq": 0}], None)
-    assert store.list() == ["a", "b"]
+    store.write("a", [{"seq": 0}], snapshot("a"), create=True)
+    store.write("b", [{"seq": 0}], snapshot("b"), create=True)
+    assert store.read("a") == Record([{"seq": 0}], snapshot("a"))
+    assert [row.id for row in store.list()] == ["a", "b"]
     store.delete("a")
     assert store.read("a") is None
     assert len(store.loops) == 1
@@ -67,7 +146,7 @@ def test_sync_methods_derived_from_async_ones_run_on_one_private_loop() -> None:
 
 async def test_sync_method_of_async_store_inside_a_running_loop() -> None:
     store = AsyncDictStore()
-    store.write("a", [{"seq": 0}], None)  # blocks this loop for the call, but works
+    store.write("a", [{"seq": 0}], None, create=True)  # blocks this loop for the call, but works
     assert store.read("a") == Record([{"seq": 0}], None)
 
 

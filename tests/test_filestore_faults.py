@@ -782,7 +782,7 @@ DIES_BEFORE_FSYNC = """
 import os, signal, sys
 from statekeep import FileStore
 from statekeep.stores import OsIO
-from tests.test_faults import NEW_ENTRIES, NEW_SNAPSHOT
+from tests.test_filestore_faults import NEW_ENTRIES, NEW_SNAPSHOT
 
 class DiesBeforeFsync(OsIO):
     def fsync(self, fd):
@@ -891,7 +891,7 @@ CREATE_DIES_BEFORE_LAST_FSYNC = """
 import os, signal, sys
 from statekeep import FileStore
 from statekeep.stores import OsIO
-from tests.test_faults import OLD, SID
+from tests.test_filestore_faults import OLD, SID
 
 class DiesBeforeStoreFsync(OsIO):
     def fsync(self, fd):

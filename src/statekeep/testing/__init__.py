@@ -1,0 +1,54 @@
+"""statekeep.testing: the Store conformance kit, for the authors of stores.
+
+Every built-in store passes it; yours can too. Install the kit's test tools with
+``pip install 'statekeep[testing]'`` (pytest, pytest-asyncio and Hypothesis), then in a
+``test_*.py`` file subclass :class:`StoreContract` as a ``Test...`` class and say how to make
+your store::
+
+    from statekeep.testing import StoreContract
+
+    class TestMyStore(StoreContract):
+        supports_delete = False  # capability flags: what your store cannot offer
+
+        def make_store(self, tmp_path):
+            return MyStore(tmp_path / "store")
+
+Your class inherits every contract test, each run through the sync and the async API, plus a
+model-based test (:class:`StoreMachine`, needs Hypothesis). The async tests are marked
+``pytest.mark.asyncio`` themselves, so they run wherever pytest-asyncio is installed, in its
+strict mode too: no ``asyncio_mode`` setting is needed.
+
+``make_store(tmp_path)`` gets an empty folder that is yours for the test; for a durable store,
+called again with the same folder it must open the same storage (the tests re-open it as
+another process would). The flags, all True unless you say otherwise:
+
+- ``supports_list``, ``supports_delete``: the store has ``list()`` / ``delete()``;
+- ``durable``: a new store on the same storage sees everything (False for an in-memory store);
+- ``checks_data``: bad ids, entries and snapshots are refused before anything is written, as the
+  built-in stores refuse them (subclassing :class:`~statekeep.Store` does not do this for you);
+- ``refuses_closed``: a closed store raises RuntimeError.
+
+``statekeep_messages = True`` also holds your error messages to statekeep's wording; by default
+only the exception types are checked. Importing this package needs pytest; ``import statekeep``
+never imports it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._contract import StoreContract
+from ._helpers import Api, entries, snapshot
+
+if TYPE_CHECKING:  # loaded on first use by __getattr__ below: it needs Hypothesis
+    from ._model import StoreMachine
+
+__all__ = ["Api", "StoreContract", "StoreMachine", "entries", "snapshot"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "StoreMachine":
+        from ._model import StoreMachine
+
+        return StoreMachine
+    raise AttributeError(f"module 'statekeep.testing' has no attribute {name!r}")

@@ -1,0 +1,74 @@
+"""What the contract tests are written with: sample entries and snapshots, and one store seen
+through its sync or its async methods (:class:`Api`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from .._records import Record, SavedState
+from .._store import Store
+
+
+def snapshot(
+    task: str = "task", *, turn: int = 0, updated: str = "2026-01-01T00:00:00+00:00"
+) -> dict[str, Any]:
+    """A snapshot that ``SavedState.from_snapshot`` accepts, so ``list()`` shows its State."""
+    return {
+        "task": task,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "updated_at": updated,
+        "turn": turn,
+        "stopped_by": None,
+        "finished": False,
+    }
+
+
+def entries(start: int, count: int, **extra: Any) -> list[dict[str, Any]]:
+    """``count`` history entries with seqs from ``start``, each with ``extra`` keys."""
+    return [{"seq": s, "kind": "note", "text": f"entry {s}", **extra} for s in range(start, start + count)]
+
+
+class Api:
+    """One store seen through its sync or its async methods (``mode``), always awaited by tests.
+
+    The sync methods are called straight from the test's running event loop, which is one of
+    the situations they must handle.
+    """
+
+    def __init__(self, store: Store, mode: str) -> None:
+        if mode not in ("sync", "async"):
+            raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+        self.store, self.mode = store, mode
+
+    async def write(
+        self, state_id: str, ents: list[dict[str, Any]], snap: dict[str, Any] | None, *, create: bool = False
+    ) -> None:
+        if self.mode == "async":
+            await self.store.awrite(state_id, ents, snap, create=create)
+        else:
+            self.store.write(state_id, ents, snap, create=create)
+
+    async def read(self, state_id: str) -> Record | None:
+        return await self.store.aread(state_id) if self.mode == "async" else self.store.read(state_id)
+
+    async def list(self) -> list[SavedState]:
+        return await self.store.alist() if self.mode == "async" else self.store.list()
+
+    async def delete(self, state_id: str) -> None:
+        if self.mode == "async":
+            await self.store.adelete(state_id)
+        else:
+            self.store.delete(state_id)
+
+
+class MakesStores(Protocol):
+    """What the model's state machine needs of a :class:`StoreContract`: how to make the store,
+    and what it offers."""
+
+    supports_list: bool
+    supports_delete: bool
+    durable: bool
+    statekeep_messages: bool
+
+    def make_store(self, tmp_path: Path) -> Store: ...
