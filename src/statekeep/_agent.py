@@ -134,15 +134,20 @@ class Agent:
         messages = list(state.messages)
         if self.system is not None:
             messages.insert(0, {"role": "system", "content": self.system})
+        got: object
         if _is_async(self.model):
-            reply = await self.model(messages, schemas)
+            got = self.model(messages, schemas)
         else:  # a blocking model call must not hold up the event loop
-            reply = await asyncio.to_thread(self.model, messages, schemas)
-            if inspect.isawaitable(reply):
-                reply = await reply
-        if isinstance(reply, Mapping):
-            reply = Reply(**reply)
-        return reply
+            got = await asyncio.to_thread(self.model, messages, schemas)
+        if inspect.isawaitable(got):
+            got = await got
+        if isinstance(got, Mapping):
+            got = Reply(**got)
+        if not isinstance(got, Reply):
+            raise TypeError(
+                f"the model returned {type(got).__name__}; it must return a Reply (or a dict of its fields)"
+            )
+        return got
 
     async def _call_tool(self, call: Mapping[str, Any]) -> tuple[Any, bool]:
         tool = self.tools.get(call["name"])

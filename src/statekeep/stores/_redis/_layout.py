@@ -109,7 +109,10 @@ async def check_server(
 async def _states_have_ttl(client: Redis, prefix: bytes, index: bytes, sample: int = 5) -> bool:
     """Do the keys of the most recently updated States (a few) have a TTL, so that a
     ``volatile-*`` eviction policy may drop them? (A sample: statekeep never scans keys.)"""
-    ids: list[bytes] = await client.zrevrange(index, 0, sample - 1)
+    ids = [
+        sid if isinstance(sid, bytes) else str(sid).encode()
+        for sid in await client.zrevrange(index, 0, sample - 1)
+    ]
     if not ids:
         return False
     async with client.pipeline(transaction=False) as pipe:
