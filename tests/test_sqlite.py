@@ -252,7 +252,7 @@ def test_damaged_entry_is_named(store: SQLiteStore, db: Path) -> None:
     store.write("a", entries(0, 3), snapshot(), create=True)
     with raw(db) as conn:
         conn.execute("UPDATE entries SET data = '{not json' WHERE state_id = 'a' AND seq = 1")
-    with pytest.raises(CorruptStateError, match=r"entry seq 1 of State 'a' is not JSON"):
+    with pytest.raises(CorruptStateError, match=r"entry seq 1 of State 'a' is not valid JSON"):
         store.read("a")
 
 

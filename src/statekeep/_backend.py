@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from ._bridge import owner, run_async, run_sync
 from ._ids import validate_id
-from ._records import Record, SavedState
+from ._records import Entries, Record, SavedState, Snapshot
 from ._store import Store
 from ._writes import PreparedWrite, prepare_write
 
@@ -66,24 +66,12 @@ class Backend(Store):
     # -- the public API -------------------------------------------------------------
 
     async def awrite(
-        self,
-        state_id: str,
-        entries: Sequence[dict[str, Any]],
-        snapshot: dict[str, Any] | None,
-        *,
-        create: bool = False,
+        self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False
     ) -> None:
         write = prepare_write(state_id, entries, snapshot, create)
         await run_async(self._locked_write(self._check_open(write)))
 
-    def write(
-        self,
-        state_id: str,
-        entries: Sequence[dict[str, Any]],
-        snapshot: dict[str, Any] | None,
-        *,
-        create: bool = False,
-    ) -> None:
+    def write(self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False) -> None:
         write = prepare_write(state_id, entries, snapshot, create)
         run_sync(self._locked_write(self._check_open(write)), "awrite")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -10,6 +10,11 @@ from typing import Any
 import orjson
 
 from ._errors import CorruptStateError
+
+#: The history entries of one write: JSON objects, each with an int ``"seq"``.
+Entries = Sequence[dict[str, Any]]
+#: A snapshot to store (a JSON object), or None to keep the stored one.
+Snapshot = dict[str, Any] | None
 
 #: The snapshot keys that hold times, which listings sort by.
 LISTING_TIMES = ("created_at", "updated_at")
@@ -123,8 +128,12 @@ def decode_snapshot(raw: bytes | str | None, where: str) -> dict[str, Any] | Non
 
     Raises CorruptStateError if it is not JSON or not a JSON object.
     """
-    if raw is None:
-        return None
+    return None if raw is None else decode_object(raw, where)
+
+
+def decode_object(raw: bytes | str, where: str) -> dict[str, Any]:
+    """A stored JSON object (an entry, a snapshot); CorruptStateError naming ``where`` if
+    it is not valid JSON or not an object."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

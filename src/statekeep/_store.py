@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import functools
 from abc import ABC
-from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 from ._bridge import run_sync
 from ._errors import StateConflictError, StateExistsError, StateNotFoundError
-from ._records import Record, SavedState
+from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
 from ._state import State
 
@@ -59,12 +58,7 @@ class Store(ABC):  # noqa: B024
     # -- async (native) -------------------------------------------------------------
 
     async def awrite(
-        self,
-        state_id: str,
-        entries: Sequence[dict[str, Any]],
-        snapshot: dict[str, Any] | None,
-        *,
-        create: bool = False,
+        self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False
     ) -> None:
         """Add history ``entries`` to a State and replace its snapshot.
 
@@ -100,14 +94,7 @@ class Store(ABC):  # noqa: B024
 
     # -- sync, derived --------------------------------------------------------------
 
-    def write(
-        self,
-        state_id: str,
-        entries: Sequence[dict[str, Any]],
-        snapshot: dict[str, Any] | None,
-        *,
-        create: bool = False,
-    ) -> None:
+    def write(self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False) -> None:
         """Sync :meth:`awrite`, same contract and durability."""
         run_sync(self.awrite(state_id, entries, snapshot, create=create), "awrite")
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..._errors import CorruptStateError
-from ..._records import SavedState, utc_time
+from ..._records import SavedState, decode_object, utc_time
 
 _INT64_MAX = 2**63 - 1
 
@@ -53,12 +52,6 @@ def saved_state(row: tuple[Any, ...]) -> SavedState:
     return SavedState(sid, task, times[0], times[1], turn, stopped_by, bool(finished))
 
 
-def decode_entry(path: Path, sid: str, seq: int, data: bytes) -> Any:
+def decode_entry(path: Path, sid: str, seq: int, data: bytes) -> dict[str, Any]:
     """One stored entry, or CorruptStateError naming it if it is not a JSON object."""
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise CorruptStateError(f"{path}: entry seq {seq} of State {sid!r} is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise CorruptStateError(f"{path}: entry seq {seq} of State {sid!r} is not a JSON object")
-    return value
+    return decode_object(data, f"{path}: entry seq {seq} of State {sid!r}")
