@@ -6,7 +6,8 @@ their drivers (extras ``statekeep[postgres]`` and ``statekeep[redis]``).
 
 from typing import TYPE_CHECKING
 
-from ._file import FileStore, OsIO
+from ._file import FileStore
+from ._fsio import OsIO
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
 

@@ -7,10 +7,11 @@
 - :mod:`.folder`: the store's folder opened, made, marked and swept; State folders in it;
 - :mod:`.trust`: what is checked before a folder is trusted (owners, modes, the marker);
 - :mod:`.locking`: the flocks, safe across fork;
-- :mod:`.fsio`: :class:`OsIO`, the seam every write goes through, and owner-only files.
+- ``statekeep.stores._fsio``: :class:`OsIO`, the seam every write goes through (shared with
+  SQLiteStore), and owner-only folders and files.
 """
 
-from .fsio import OsIO
+from .._fsio import OsIO
 from .store import FileStore
 
 __all__ = ["FileStore", "OsIO"]

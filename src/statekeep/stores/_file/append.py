@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from ..._bridge import owner
 from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
+from .._fsio import write_private
 from .budget import BUDGET
 from .folder import StoreFolder, quietly, still_named
-from .fsio import write_private
 from .locking import lock, unlock
 from .recovery import Tail, read_tail, scan_whole
 from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP

@@ -16,8 +16,8 @@ import secrets
 from ..._bridge import owner
 from ..._errors import CorruptStateError
 from ..._writes import PreparedWrite, exists_error
+from .._fsio import write_file, write_private
 from .folder import StoreFolder, quietly, remove_tree, still_named
-from .fsio import write_file, write_private
 from .locking import hold, lock, release, unlock
 from .recovery import Tail
 from .trust import CREATING, DELETING, DIR, LOG, SNAPSHOT, foreign_files

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from ..._errors import CorruptStateError
-from .fsio import OsIO, make_folders
+from .._fsio import OsIO, make_folders
 from .locking import hold, release, unlock
 from .trust import CREATING, DELETING, DIR, check_adoptable, check_owner, read_marker, write_marker
 

@@ -35,11 +35,11 @@ from ..._ids import validate_id
 from ..._logframe import scan_log
 from ..._records import Record, SavedState, decode_snapshot, left_out, listing_order
 from ..._writes import PreparedWrite
+from .._fsio import OsIO
 from .append import Appender
 from .budget import batch_cap
 from .create import create, delete
 from .folder import StoreFolder, still_named
-from .fsio import OsIO
 from .recovery import Tail, check_snapshot_covered, read_snapshot
 from .trust import DIR, LOG, SNAPSHOT, probe_case
 

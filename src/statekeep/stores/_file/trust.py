@@ -19,7 +19,7 @@ import orjson
 
 from ..._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
 from ..._ids import validate_id
-from .fsio import OsIO, write_file
+from .._fsio import OsIO, write_file
 
 MARKER = ".statekeep-store"
 MARKER_TMP = ".statekeep-store.tmp-"

@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from ..._errors import NotAStoreError, UnsupportedFormatError
+from .._fsio import OsIO, make_folders, write_file
 from . import _sql as sql
 from ._connections import closed_on_error, connect, refuse_not_a_database, rolled_back_on_error
 
@@ -116,36 +117,21 @@ def _refuse_newer(path: Path, version: int) -> None:
         )
 
 
-def make_file(path: Path) -> None:
-    """Create the database file (0600) and missing folders (0700), durably."""
+def make_file(path: Path, io: OsIO | None = None) -> None:
+    """Create the database file (0600) and missing folders (0700), durably, through the
+    same I/O seam and helpers as FileStore."""
     if path.exists():
         return
-    missing = []
-    folder = path.parent
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for made in reversed(missing):
+    io = io or OsIO()
+    make_folders(io, path.parent)
+    parent = io.open(str(path.parent), os.O_RDONLY | os.O_DIRECTORY)
+    try:
         try:
-            os.mkdir(made, 0o700)
-            os.chmod(made, 0o700)  # whatever the umask
+            # SQLite gives its -wal and -shm files the same mode; SQLite syncs the file's
+            # contents, the new name in the folder is ours to sync.
+            write_file(io, parent, path.name, b"", exclusive=True)
         except FileExistsError:
-            pass
-        _fsync_dir(made.parent)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return  # another process made it
-    try:
-        os.fchmod(fd, 0o600)  # SQLite gives its -wal and -shm files the same mode
+            return  # another process made it
+        io.fsync(parent)
     finally:
-        os.close(fd)
-    _fsync_dir(path.parent)  # SQLite syncs the files; the new name is ours to sync
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        os.close(parent)
