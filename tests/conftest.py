@@ -44,8 +44,8 @@ def servers() -> Any:
 async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     """Put ``raw`` in place of a State's stored snapshot through the store's own storage,
     as a hand edit or an older statekeep could have left it (listing columns included)."""
-    from statekeep.stores._postgres import PostgresStore, quote_identifier
-    from statekeep.stores._redis import RedisStore
+    from statekeep.stores import PostgresStore, RedisStore
+    from statekeep.stores._postgres import quote_identifier
 
     if isinstance(store, MemoryStore):
         store._snapshots[state_id] = raw

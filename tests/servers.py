@@ -439,7 +439,7 @@ def unique_name(prefix: str = "t") -> str:
 
 def postgres_store(tmp_path: Any = None, **options: Any) -> Any:
     """A PostgresStore on the shared server, in a schema of its own."""
-    from statekeep.stores._postgres import PostgresStore
+    from statekeep.stores import PostgresStore
 
     options.setdefault("schema", unique_name("sk"))
     return PostgresStore(shared_postgres().dsn, **options)
@@ -447,7 +447,7 @@ def postgres_store(tmp_path: Any = None, **options: Any) -> Any:
 
 def redis_store(tmp_path: Any = None, **options: Any) -> Any:
     """A RedisStore on the shared server, under a key prefix of its own."""
-    from statekeep.stores._redis import RedisStore
+    from statekeep.stores import RedisStore
 
     options.setdefault("prefix", unique_name("sk") + ":")
     return RedisStore(shared_redis().url, **options)
@@ -608,10 +608,10 @@ async def stream_through_outage(
 
 def _open(kind: str, where: str, namespace: str) -> Any:
     if kind == "postgres":
-        from statekeep.stores._postgres import PostgresStore
+        from statekeep.stores import PostgresStore
 
         return PostgresStore(where, schema=namespace)
-    from statekeep.stores._redis import RedisStore
+    from statekeep.stores import RedisStore
 
     return RedisStore(where, prefix=namespace)
 

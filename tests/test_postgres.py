@@ -20,7 +20,8 @@ from tests.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 
-from statekeep.stores._postgres import PostgresStore, quote_identifier, redact_dsn  # noqa: E402
+from statekeep.stores import PostgresStore  # noqa: E402
+from statekeep.stores._postgres import quote_identifier, redact_dsn  # noqa: E402
 
 
 @pytest.fixture

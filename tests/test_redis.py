@@ -23,7 +23,8 @@ from tests.servers import RedisServer, unique_name
 
 aioredis = pytest.importorskip("redis.asyncio")
 
-from statekeep.stores._redis import LAYOUT_VERSION, RedisStore, redact_url  # noqa: E402
+from statekeep.stores import RedisStore  # noqa: E402
+from statekeep.stores._redis import LAYOUT_VERSION, redact_url  # noqa: E402
 
 
 @pytest.fixture

@@ -581,6 +581,14 @@ def test_a_snapshot_without_a_version_is_refused(store: Store) -> None:
         store.load("no-snapshot")
 
 
+@pytest.mark.parametrize("version", ["1", 1.0, 0, -3, True])
+def test_a_version_that_is_not_one_is_damage_not_a_newer_format(store: Store, version: object) -> None:
+    store.write("odd-version", [raw(0, "task", text="t")], raw_snapshot(v=version), create=True)
+    with pytest.raises(CorruptStateError, match="damaged or not a statekeep State") as info:
+        store.load("odd-version")
+    assert "upgrade" not in str(info.value)
+
+
 @pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 99])
 def test_a_newer_format_is_refused_before_its_entries_are_read(store: Store, version: int) -> None:
     entries = [raw(0, "task", text="t"), raw(1, "hologram", beam=True), {"seq": 2, "kind": "no at"}]

@@ -36,10 +36,10 @@ def namespace(kind: str) -> str:
 
 def make(kind: str, server: Server, ns: str, **options: Any) -> Any:
     if kind == "postgres":
-        from statekeep.stores._postgres import PostgresStore
+        from statekeep.stores import PostgresStore
 
         return PostgresStore(where(server), schema=ns, **options)
-    from statekeep.stores._redis import RedisStore
+    from statekeep.stores import RedisStore
 
     return RedisStore(where(server), prefix=ns, **options)
 
@@ -290,12 +290,12 @@ def test_create_false_creates_nothing_and_refuses_storage_without_statekeep(
 def test_connection_refused_is_a_connection_error_naming_the_server(kind: str) -> None:
     port = servers.free_port()
     if kind == "postgres":
-        from statekeep.stores._postgres import PostgresStore
+        from statekeep.stores import PostgresStore
 
         store: Any = PostgresStore(f"postgresql://u:hidden@127.0.0.1:{port}/db")
         message = f"PostgreSQL at 127.0.0.1:{port} could not be reached"
     else:
-        from statekeep.stores._redis import RedisStore
+        from statekeep.stores import RedisStore
 
         store = RedisStore(f"redis://:hidden@127.0.0.1:{port}/0")
         message = f"Redis at 127.0.0.1:{port}/0 could not be reached"
@@ -313,11 +313,11 @@ def test_equal_stores_name_the_same_storage(kind: str, server: Server) -> None:
     a = make(kind, server, "one" + suffix)
     other_where = where(server).replace(password, "other")
     if kind == "postgres":
-        from statekeep.stores._postgres import PostgresStore
+        from statekeep.stores import PostgresStore
 
         b = PostgresStore(other_where, schema="one")
     else:
-        from statekeep.stores._redis import RedisStore
+        from statekeep.stores import RedisStore
 
         b = RedisStore(other_where, prefix="one:")
     c = make(kind, server, "two" + suffix)
@@ -328,12 +328,12 @@ def test_equal_stores_name_the_same_storage(kind: str, server: Server) -> None:
 def test_missing_driver_says_what_to_install(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, DRIVERS[kind], None)
     if kind == "postgres":
-        from statekeep.stores._postgres import PostgresStore
+        from statekeep.stores import PostgresStore
 
         with pytest.raises(ImportError, match=r"pip install 'statekeep\[postgres\]'"):
             PostgresStore("postgresql://u@h/db")
     else:
-        from statekeep.stores._redis import RedisStore
+        from statekeep.stores import RedisStore
 
         with pytest.raises(ImportError, match=r"pip install 'statekeep\[redis\]'"):
             RedisStore()

@@ -54,8 +54,7 @@ def test_unknown_scheme_is_named_and_no_password_shown() -> None:
 
 
 def test_server_urls_open_server_stores() -> None:
-    from statekeep.stores._postgres import PostgresStore
-    from statekeep.stores._redis import RedisStore
+    from statekeep.stores import PostgresStore, RedisStore
 
     pg = open_store("postgresql://me:secret@127.0.0.1:1/db")
     assert isinstance(pg, PostgresStore) and "secret" not in repr(pg)

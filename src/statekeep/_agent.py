@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ._state import State, agent_info
 from ._store import Store
@@ -142,12 +142,8 @@ class Agent:
         if inspect.isawaitable(got):
             got = await got
         if isinstance(got, Mapping):
-            got = Reply(**got)
-        if not isinstance(got, Reply):
-            raise TypeError(
-                f"the model returned {type(got).__name__}; it must return a Reply (or a dict of its fields)"
-            )
-        return got
+            return Reply(**got)
+        return cast(Reply, got)  # a Reply, or any object with its attributes
 
     async def _call_tool(self, call: Mapping[str, Any]) -> tuple[Any, bool]:
         tool = self.tools.get(call["name"])

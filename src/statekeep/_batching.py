@@ -4,6 +4,10 @@ A store hands each operation to :meth:`GroupCommit.submit`; one flusher task on 
 loop takes everything waiting, runs the store's blocking ``commit`` on a worker thread
 (one batch at a time), and gives each caller its own outcome. While a batch commits, the
 next one gathers, so concurrent callers share flushes without any waiting on purpose.
+
+FileStore and SQLiteStore use it. The server stores have a second engine
+(``stores._server._batches``): their writes are async I/O on the owner loop that each get a
+value back from the server, not a blocking commit on a worker thread; its docstring says more.
 """
 
 from __future__ import annotations

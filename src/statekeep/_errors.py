@@ -6,7 +6,11 @@ Each also keeps the built-in parent it had before the family existed, so code wr
 A mistake in the caller's arguments stays a plain built-in error, as in the standard
 library: TypeError for a value JSON cannot hold or an argument of the wrong type,
 ValueError for a bad State id, a write whose seqs do not follow on (a gap), a State method
-its history cannot follow, a bad store URL; RuntimeError for a call to a closed store.
+its history cannot follow, a bad store URL, an id that differs only in case from a stored
+one on a case-insensitive folder; RuntimeError for a call to a closed store or a write to a
+``read_only`` FileStore. So does a setting of the machine or server that a store cannot work
+with (RuntimeError: SQLite without WAL support, a PostgreSQL database not in UTF8): the
+message says what to change.
 """
 
 from __future__ import annotations

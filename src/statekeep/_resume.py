@@ -69,11 +69,12 @@ def from_record(state_id: str, record: Record | None, store: object) -> State:
         raise missing_error(state_id)
     snapshot = record.snapshot
     version = snapshot.get("v") if isinstance(snapshot, dict) else None
-    if version is None:
+    if type(version) is not int or version < 1:
+        what = "no version" if version is None else f"the version {version!r}, which is not one"
         raise CorruptStateError(
-            f"State {state_id!r} is damaged or not a statekeep State: its snapshot has no version"
+            f"State {state_id!r} is damaged or not a statekeep State: its snapshot has {what}"
         )
-    if type(version) is not int or version > FORMAT_VERSION:
+    if version > FORMAT_VERSION:
         raise UnsupportedFormatError(
             f"State {state_id!r} was saved in format version {version!r}, newer than this statekeep "
             f"reads (version {FORMAT_VERSION}); upgrade statekeep to load it"

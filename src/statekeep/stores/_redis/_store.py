@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -279,4 +279,4 @@ def _decode_entries(items: list[bytes], where: str) -> list[dict[str, Any]]:
         entries = None
     if entries is None or len(entries) != len(items) or not all(isinstance(e, dict) for e in entries):
         servercommon.raise_bad_entry(items, lambda seq: f"{where}: the entry at seq {seq}")
-    return entries  # type: ignore[no-any-return]
+    return cast(list[dict[str, Any]], entries)

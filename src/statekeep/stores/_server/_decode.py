@@ -4,7 +4,7 @@ named by their seq, and the listing row of a snapshot."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -22,11 +22,13 @@ def decode_stored(stored: Sequence[bytes | str], sid: str, place: str) -> list[A
         ) from None
 
 
-def raise_bad_entry(items: Sequence[bytes | str], name: Callable[[int], str]) -> None:
+def raise_bad_entry(items: Sequence[bytes | str], name: Callable[[int], str]) -> NoReturn:
     """Raise CorruptStateError for the first of ``items`` (entries, by seq) that is not a
-    JSON object; ``name(seq)`` names it in the message."""
+    JSON object; ``name(seq)`` names it in the message. Called when the entries as a whole
+    did not decode, so one of them is bad; if none is found singly, the set is still refused."""
     for seq, item in enumerate(items):
         decode_snapshot(item, name(seq))
+    raise CorruptStateError(f"{name(0)} and the entries after it do not decode as a list of JSON objects")
 
 
 def add_listed(sid: str, snapshot: bytes | str, rows: list[SavedState], skipped: list[str]) -> bool:

@@ -17,10 +17,6 @@ from ._batches import WriteQueue
 
 C = TypeVar("C")
 
-# Connections of a parent process, found in a forked child: kept here, never touched
-# (closing them would close the parent's sockets).
-_abandoned: list[object] = []
-
 
 class ServerLocal(Generic[C]):
     """The connection (``conn``: a pool or a client), the write queue, the operations in
@@ -47,9 +43,3 @@ class ServerLocal(Generic[C]):
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-
-
-def abandon(local: ServerLocal[Any]) -> None:
-    """Keep the connection a forked child inherited (its parent's) from being closed."""
-    if local.conn is not None:
-        _abandoned.append(local.conn)

@@ -12,6 +12,7 @@ store imports its own, when it is made.
 from __future__ import annotations
 
 import functools
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
@@ -20,7 +21,7 @@ from ... import _redaction as redaction
 from ..._backend import Backend
 from ..._slot import ProcessSlot
 from ._batches import Queued
-from ._local import ServerLocal, abandon
+from ._local import ServerLocal
 from ._talking import Talking
 
 C = TypeVar("C")  # the connection object: a pool, a client
@@ -55,7 +56,7 @@ class ServerStore(Backend, Generic[C, L, A, R]):
     def _new_slot(self) -> ProcessSlot[L]:
         # Made from the class, not from a method of the store: the store stays out of a
         # reference cycle, so a store dropped unclosed is collected (and closed) at once.
-        return ProcessSlot(self._local_type, abandon=abandon)
+        return ProcessSlot(self._local_type)
 
     # -- hooks ----------------------------------------------------------------------
 
@@ -63,13 +64,13 @@ class ServerStore(Backend, Generic[C, L, A, R]):
         """``text`` with the store's passwords taken out."""
         return redaction.scrub(text, self._secrets)
 
+    @abstractmethod
     async def _open(self, local: L) -> C:
         """Make (or take) the connection for ``local``, check the server, and return it."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def _send_batch(self, local: L, batch: list[Queued[A, R]]) -> None:
         """Send ``batch`` and give each write's future its outcome."""
-        raise NotImplementedError
 
     # -- the connection of this process ---------------------------------------------
 

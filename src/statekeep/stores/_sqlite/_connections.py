@@ -13,7 +13,6 @@ ResourceWarning) when the store is dropped unclosed: see :class:`statekeep._brid
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import weakref
@@ -182,7 +181,6 @@ def connections_slot(store: object) -> ProcessSlot[Connections]:
         target = ref()
         if target is not None:  # it is: the store is asking
             conns.closer = own.track(target, _closer(conns))
-        _live.add(conns)
         return conns
 
     return ProcessSlot(make)
@@ -196,17 +194,3 @@ def _closer(conns: Connections) -> Callable[[], Coroutine[Any, Any, None]]:
         await owner().io.run(conns.close)
 
     return close
-
-
-# Every Connections made in this process. A forked child moves them to _inherited, where
-# they stay referenced, untouched, until it exits.
-_live: weakref.WeakSet[Connections] = weakref.WeakSet()
-_inherited: list[Connections] = []
-
-
-def _keep_inherited() -> None:
-    _inherited.extend(_live)
-    _live.clear()
-
-
-os.register_at_fork(after_in_child=_keep_inherited)
