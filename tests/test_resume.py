@@ -647,6 +647,174 @@ def test_a_history_not_starting_with_a_task_is_refused(store: Store) -> None:
         store.load("empty")
 
 
+# -- histories of other writers: null optional fields, unknown keys --------------------------
+
+AGENT_1 = agent_info("agent-1", "m", tools=["lookup"])
+
+
+def derived(state: State) -> dict[str, Any]:
+    """Everything a State derives from its history."""
+    return {
+        "messages": state.messages,
+        "turn": state.turn,
+        "pending_calls": state.pending_calls,
+        "waiting_on_model": state.waiting_on_model,
+        "finished": state.finished,
+        "answer": state.answer,
+        "stopped_by": state.stopped_by,
+        "data": state.data,
+        "last_agent": state.last_agent,
+    }
+
+
+def test_null_in_every_optional_field_loads_as_if_absent(store: Store) -> None:
+    # Another writer spells every optional field null: a reply's text, tool_calls, usage and
+    # stop_reason, a stop's answer, a data entry's deleted.
+    nulls = {"text": None, "tool_calls": None, "usage": None, "stop_reason": None}
+    entries = [
+        raw(0, "task", text="t"),
+        raw(1, "run_start", agent=AGENT_1),
+        raw(2, "model_request", model="m"),
+        raw(3, "model_reply", **nulls | {"tool_calls": [call("c1", "lookup", city="Paris")]}),
+        raw(4, "tool_result", call_id="c1", name="lookup", output=None, is_error=False, outcome="done"),
+        raw(5, "model_request", model="m"),
+        raw(6, "model_reply", **nulls | {"text": "sunny"}),
+        raw(7, "stop", by="finish-later", answer=None),
+        raw(8, "data", key="k", value=None, deleted=None),
+        raw(9, "run_start", agent=AGENT_1),
+        raw(10, "model_request", model="m"),
+        raw(11, "model_reply", **nulls),
+        raw(12, "stop", by="limit", answer=None),
+    ]
+    store.write("nulls", entries, raw_snapshot(seq=12), create=True)
+
+    # The same history written without those fields, through State.
+    expected = State("t", id="expected")
+    expected.begin_run(AGENT_1)
+    expected.request("m")
+    expected.add_reply(tool_calls=[call("c1", "lookup", city="Paris")])
+    expected.add_tool_result("c1", None)
+    expected.request("m")
+    expected.add_reply("sunny")
+    expected.stop("finish-later")
+    expected.set_data("k", None)
+    expected.begin_run(AGENT_1)
+    expected.request("m")
+    expected.add_reply()
+    expected.stop("limit")
+
+    loaded = store.load("nulls")
+    assert loaded.history == entries  # as written, nulls kept
+    assert derived(loaded) == derived(expected)
+    assert loaded.messages[1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [call("c1", "lookup", city="Paris")],
+    }
+    assert (loaded.answer, loaded.turn, loaded.data) == (None, 3, {"k": None})
+
+    # It saves and continues like any State: nothing is rewritten, the nulls stay.
+    store.save(loaded)
+    assert store.read("nulls").entries == entries  # type: ignore[union-attr]
+    loaded.add_user("go on")
+    store.save(loaded)
+    assert store.read("nulls").entries == [*entries, loaded.history[-1]]  # type: ignore[union-attr]
+    assert store.load("nulls") == loaded
+
+
+def test_unknown_keys_on_known_kinds_are_kept_and_ignored(store: Store) -> None:
+    extra = {"x-writer": {"name": "other", "v": [1, None]}}
+    agent = AGENT_1 | {"temperature": 0.2}
+    tool_call = call("c1", "lookup", city="Paris") | {"type": "function"}
+    entries = [
+        raw(0, "task", text="t", **extra),
+        raw(1, "user", text="hi", **extra),
+        raw(2, "run_start", agent=agent, **extra),
+        raw(3, "model_request", model="m", **extra),
+        raw(4, "model_reply", text="", tool_calls=[tool_call], usage={}, stop_reason=None, **extra),
+        raw(5, "tool_result", call_id="c1", name="lookup", output=1, is_error=False, outcome="done", **extra),
+        raw(6, "model_request", model="m", **extra),
+        raw(7, "model_error", message="timeout", **extra),
+        raw(8, "data", key="k", value=2, **extra),
+        raw(9, "error", message="boom", **extra),
+        raw(10, "stop", by="limit", answer="partial", **extra),
+        raw(11, "run_start", agent=agent, **extra),
+        raw(12, "model_request", model="m", **extra),
+        raw(
+            13,
+            "model_reply",
+            text="",
+            tool_calls=[tool_call | {"id": "c2"}],
+            usage={},
+            stop_reason=None,
+            **extra,
+        ),
+    ]
+    store.write("extra", entries, raw_snapshot(seq=13), create=True)
+
+    expected = State("t", id="expected")
+    expected.add_user("hi")
+    expected.begin_run(AGENT_1)
+    expected.request("m")
+    expected.add_reply("", [call("c1", "lookup", city="Paris")])
+    expected.add_tool_result("c1", 1)
+    expected.request("m")
+    expected.add_model_error("timeout")
+    expected.set_data("k", 2)
+    expected.add_error("boom")
+    expected.stop("limit", "partial")
+    expected.begin_run(AGENT_1)
+    expected.request("m")
+    expected.add_reply("", [call("c2", "lookup", city="Paris")])
+
+    loaded = store.load("extra")  # seq 13's call c2 has no result: load closes it
+    assert loaded.history[:14] == entries
+    assert kinds(loaded.history[14:]) == ["tool_result"] and loaded.history[14]["call_id"] == "c2"
+    expected.add_tool_result("c2", INTERRUPTED_TOOL, is_error=True, outcome="unknown")
+    assert derived(loaded) == derived(expected)
+
+    # Saving sends only the repair; the unknown keys stay as written, load after load.
+    store.save(loaded)
+    assert store.read("extra").entries == loaded.history  # type: ignore[union-attr]
+    again = store.load("extra")
+    assert again == loaded and again.history[:14] == entries
+    store.save(again)  # nothing new: no conflict
+    assert store.read("extra").entries == loaded.history  # type: ignore[union-attr]
+
+
+REQUIRED_NULLS = {
+    "task": ([raw(0, "task", text=None)], 0, "text"),
+    "user": ([raw(1, "user", text=None)], 1, "text"),
+    "run_start": ([raw(1, "run_start", agent=None)], 1, "agent"),
+    "agent name": ([raw(1, "run_start", agent=AGENT_1 | {"name": None})], 1, "name"),
+    "model_request": ([raw(1, "model_request", model=None)], 1, "model"),
+    "tool_result": (
+        [
+            raw(1, "model_request", model="m"),
+            raw(2, "model_reply", tool_calls=[call("c1", "lookup")]),
+            raw(3, "tool_result", call_id="c1", name="lookup", output=1, is_error=False, outcome=None),
+        ],
+        3,
+        "outcome",
+    ),
+    "model_error": ([raw(1, "model_request", model="m"), raw(2, "model_error", message=None)], 2, "message"),
+    "stop": ([raw(1, "stop", by=None, answer=1)], 1, "by"),
+    "data": ([raw(1, "data", key=None, value=1)], 1, "key"),
+    "error": ([raw(1, "error", message=None)], 1, "message"),
+}
+
+
+def test_null_in_a_required_field_is_damage_naming_the_seq_and_key(store: Store) -> None:
+    for case, (tail, seq, key) in REQUIRED_NULLS.items():
+        entries = tail if seq == 0 else [raw(0, "task", text="t"), *tail]
+        state_id = "null-" + case.replace(" ", "-")
+        store.write(state_id, entries, raw_snapshot(seq=len(entries) - 1), create=True)
+        with pytest.raises(CorruptStateError, match="damaged: its history cannot be replayed") as info:
+            store.load(state_id)
+        message = str(info.value)
+        assert f"seq {seq}:" in message and repr(key) in message and "null" in message, case
+
+
 def test_a_snapshot_ahead_of_the_history_is_corruption_naming_the_missing_seqs(store: Store) -> None:
     # The snapshot acknowledges seqs 0-4 and a finish; the history holds only 0-2.
     entries = [

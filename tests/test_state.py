@@ -225,6 +225,46 @@ def test_saved_state_status_is_finished_else_stopped_by_else_running() -> None:
     assert SavedState.from_snapshot(state.id, state.snapshot()).status == "finished"
 
 
+def entry(seq: int, kind: str, **fields: Any) -> dict[str, Any]:
+    return {"seq": seq, "kind": kind, "at": "2026-01-01T00:00:00+00:00", **fields}
+
+
+def test_replay_ignores_unknown_keys_of_tool_calls_and_agents() -> None:
+    # Another writer adds keys of its own to a tool call and to a run_start agent.
+    history = [
+        entry(0, "task", text="t"),
+        entry(1, "run_start", agent=AGENT | {"temperature": 0.2}),
+        entry(2, "model_request", model="m"),
+        entry(3, "model_reply", tool_calls=[{"id": "c1", "name": "a", "args": {}, "type": "function"}]),
+    ]
+    state = State._from_history("other", history)
+    assert state.history == history
+    assert state.last_agent == {**AGENT, "tools": ["a", "b"]}
+    assert state.pending_calls == [{"id": "c1", "name": "a", "args": {}}]
+    assert state.messages[-1] == {"role": "assistant", "content": "", "tool_calls": state.pending_calls}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "found"),
+    [
+        ("usage", [], "an array"),
+        ("stop_reason", 1, "a number"),
+        ("text", {}, "an object"),
+        ("tool_calls", "c1", "a string"),
+    ],
+)
+def test_an_optional_field_of_the_wrong_type_is_refused(key: str, value: Any, found: str) -> None:
+    history = [
+        entry(0, "task", text="t"),
+        entry(1, "model_request", model="m"),
+        entry(2, "model_reply", **{key: value}),
+    ]
+    with pytest.raises(
+        ValueError, match=rf"seq 2: model_reply entry's '{key}' must be null or of type \w+; it has {found}"
+    ):
+        State._from_history("odd", history)
+
+
 def test_replay_of_a_long_history_is_linear() -> None:
     state = running()
     for i in range(3_400):  # about 10,000 entries

@@ -1,7 +1,8 @@
 """The history vocabulary (the on-disk format of a State) and its replay, pure and linear.
 
 Every entry is a JSON object with ``seq`` (dense from 0), ``kind`` and ``at`` (ISO 8601,
-UTC). Format version :data:`FORMAT_VERSION`; the kinds and their keys:
+UTC). Format version :data:`FORMAT_VERSION`; the kinds and their keys (optional ones in
+brackets, where absent and ``null`` are the same, standing for what follows ``=``):
 
 =============== ==========================================================================
 kind            keys
@@ -10,13 +11,19 @@ task            ``text`` — always seq 0: what the State is for
 user            ``text`` — a message from the user
 run_start       ``agent``: {``name``, ``model``, ``system_sha256``, ``tools``: sorted names}
 model_request   ``model`` — a request sent to the model, waiting for its reply
-model_reply     ``text``, ``tool_calls``: [{``id``, ``name``, ``args``}], ``usage``, ``stop_reason``
+model_reply     [``text`` = ""], [``tool_calls`` = []]: [{``id``, ``name``, ``args``}],
+                [``usage``], [``stop_reason``]
 model_error     ``message`` — closes a request that got no reply
 tool_result     ``call_id``, ``name``, ``output``, ``is_error``, ``outcome``: done | error | unknown
-stop            ``by``: finish | limit | the condition that stopped the run; ``answer``
-data            ``key``, ``value``, or ``key``, ``deleted``: true — application data
+stop            ``by``: finish | limit | the condition that stopped the run; [``answer``]
+data            ``key``, and ``value`` unless [``deleted``] is true — application data
 error           ``message`` — the run ended with an exception
 =============== ==========================================================================
+
+Every other key is required and must not be ``null``, except the JSON values a writer
+gives, where ``null`` is a value: ``args``, ``output``, ``answer`` and a data ``value``.
+Unknown keys (on an entry, a tool call or a run_start agent) are kept in the entry as
+written and ignored by everything derived from it.
 
 :class:`Replay` applies entries one at a time, checking that each can follow what came
 before, and keeps everything the read side needs up to date, so rebuilding a State is
@@ -46,20 +53,39 @@ KINDS = (
 OUTCOMES = ("done", "error", "unknown")
 AGENT_KEYS = ("name", "model", "system_sha256", "tools")
 
-# Keys each kind must have, with the types they must hold.
-_STR, _OPT_STR, _BOOL, _LIST, _DICT = (str,), (str, type(None)), (bool,), (list,), (dict,)
+# Keys each kind must have, with the types they must hold (never null).
+_STR, _BOOL, _LIST, _DICT = (str,), (bool,), (list,), (dict,)
 _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "task": {"text": _STR},
     "user": {"text": _STR},
     "run_start": {"agent": _DICT},
     "model_request": {"model": _STR},
-    "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _OPT_STR},
+    "model_reply": {},
     "model_error": {"message": _STR},
     "tool_result": {"call_id": _STR, "name": _STR, "is_error": _BOOL, "outcome": _STR},
     "stop": {"by": _STR},
     "data": {"key": _STR},
     "error": {"message": _STR},
 }
+# Keys a kind may have, with the types they hold when present: absent and null are the same.
+_OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
+    "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
+}
+
+
+def _json_type(value: Any) -> str:
+    """What ``value`` is, in JSON's words, for messages about a damaged entry."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def now() -> str:
@@ -102,7 +128,17 @@ class Replay:
             raise ValueError(f"seq {seq}: {kind} entry has no 'at' time")
         for key, types in _REQUIRED[kind].items():
             if not isinstance(entry.get(key), types):
-                raise ValueError(f"seq {seq}: {kind} entry needs {key!r} of type {types[0].__name__}")
+                got = "has none" if key not in entry else f"has {_json_type(entry[key])}"
+                raise ValueError(
+                    f"seq {seq}: {kind} entry needs {key!r} of type {types[0].__name__}; it {got}"
+                )
+        for key, types in _OPTIONAL.get(kind, {}).items():
+            value = entry.get(key)
+            if value is not None and not isinstance(value, types):
+                raise ValueError(
+                    f"seq {seq}: {kind} entry's {key!r} must be null or of type {types[0].__name__}; "
+                    f"it has {_json_type(value)}"
+                )
         if (kind == "task") != (seq == 0):
             raise ValueError(f"seq {seq}: a history starts with one task entry, at seq 0")
         if self.finished:
@@ -122,9 +158,13 @@ class Replay:
     def _run_start(self, e: dict[str, Any]) -> None:
         self._idle(e, "a run start")
         agent = e["agent"]
-        if set(agent) != set(AGENT_KEYS):
-            raise ValueError(f"seq {e['seq']}: run_start agent needs exactly {', '.join(AGENT_KEYS)}")
-        self.last_agent = agent
+        for key in AGENT_KEYS:
+            if agent.get(key) is None:
+                got = f"{key!r}: null" if key in agent else f"no {key!r}"
+                raise ValueError(
+                    f"seq {e['seq']}: run_start agent has {got}; it needs {', '.join(AGENT_KEYS)}"
+                )
+        self.last_agent = {key: agent[key] for key in AGENT_KEYS}  # other keys are ignored
         self.stopped_by = None
         self.answer = None
 
@@ -136,7 +176,7 @@ class Replay:
         if self.pending_request is None:
             raise ValueError(f"seq {e['seq']}: a model reply with no request waiting for it")
         calls = {}
-        for call in e["tool_calls"]:
+        for call in e.get("tool_calls") or ():
             if not (
                 isinstance(call, dict)
                 and isinstance(call.get("id"), str)
@@ -147,11 +187,11 @@ class Replay:
                 raise ValueError(f"seq {e['seq']}: tool call {call['id']!r} has no 'args'")
             if call["id"] in calls or call["id"] in self.answered:
                 raise ValueError(f"seq {e['seq']}: tool call id {call['id']!r} is used twice")
-            calls[call["id"]] = call
+            calls[call["id"]] = {"id": call["id"], "name": call["name"], "args": call["args"]}
         self.pending_request = None
         self.pending_calls = calls
         self.turn += 1
-        message: dict[str, Any] = {"role": "assistant", "content": e["text"]}
+        message: dict[str, Any] = {"role": "assistant", "content": e.get("text") or ""}
         if calls:
             message["tool_calls"] = list(calls.values())
         self.messages.append(message)
