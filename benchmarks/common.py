@@ -233,7 +233,7 @@ class Row:
 
 
 def fmt(value: float, unit: str) -> str:
-    if unit == "turns/s":
+    if unit in ("turns/s", "writes/s"):
         return f"{value:,.0f} {unit}"
     return f"{value:,.3f} {unit}" if value < 10 else f"{value:,.1f} {unit}"
 
