@@ -30,6 +30,7 @@ class StoreFolder:
         self, path: Path, io: OsIO, *, read_only: bool, label: str, probe_case: Callable[[int], bool]
     ) -> None:
         self.path = path
+        self._text = str(path)
         self.io = io
         self.case_insensitive = False  # known once opened
         self._read_only = read_only
@@ -156,8 +157,9 @@ class StoreFolder:
             os.close(fd)
 
     def where(self, sid: str, name: str | None = None) -> str:
-        """The path of a State's folder, or of ``name`` in it, for messages."""
-        return str(self.path / sid / name) if name else str(self.path / sid)
+        """The path of a State's folder, or of ``name`` in it, for messages (plain strings:
+        this runs for every file a listing opens)."""
+        return f"{self._text}{os.sep}{sid}{os.sep}{name}" if name else f"{self._text}{os.sep}{sid}"
 
 
 def still_named(root: int, sid: str, folder: int) -> bool:
