@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
@@ -427,6 +428,114 @@ def test_cancelled_awrite_on_the_owner_loop_is_all_or_nothing(tmp_path: Path, ki
     assert held_locks(store) == []
 
 
+class HeldFsync(OsIO):
+    """Once armed, fsync of a log waits until released, then succeeds, or fails (EIO) with
+    ``fail``: a write that is under way for as long as the test wants."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.armed = False
+        self.fail = fail
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def fsync(self, fd: int) -> None:
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith("/log.jsonl"):
+            self.entered.set()
+            self.release.wait()
+            if self.fail:
+                raise OSError(5, "Input/output error (injected)")
+        super().fsync(fd)
+
+
+async def entered(io: HeldFsync) -> None:
+    """Wait (bounded, without blocking the running loop) until a write is held in fsync."""
+    assert await asyncio.get_running_loop().run_in_executor(None, io.entered.wait, JOIN)
+
+
+async def turns(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)  # turns of the running loop, not a wait
+
+
+async def cancelled_while_under_way(store: FileStore, io: HeldFsync) -> None:
+    write = asyncio.ensure_future(store.awrite("a", entries(1, 2), snapshot(turn=1)))
+    await entered(io)
+    write.cancel()
+    await turns(20)
+    assert not write.done(), "the cancelled caller reported while its write was under way"
+    io.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(write), JOIN)
+    # Reported only now: the write is settled, and a read at once shows it whole.
+    assert await store.aread("a") == Record(entries(0, 3), snapshot(turn=1))
+    await store.awrite("a", entries(3, 1), None)  # and the caller continues from there
+
+
+@pytest.mark.parametrize("where", ["foreign loop", "owner loop"])
+def test_a_cancelled_awrite_reports_only_once_the_write_under_way_ended(tmp_path: Path, where: str) -> None:
+    io = HeldFsync()
+    store = FileStore(tmp_path, io=io)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    io.armed = True
+    try:
+        if where == "owner loop":
+            on_owner_loop(cancelled_while_under_way(store, io))
+        else:
+            asyncio.run(cancelled_while_under_way(store, io))
+    finally:
+        io.release.set()  # also when it failed, so that nothing is left waiting
+    assert store.read("a").entries == entries(0, 4)
+
+
+async def test_asyncio_timeout_is_raised_once_the_write_under_way_ended(tmp_path: Path) -> None:
+    io = HeldFsync()
+    store = FileStore(tmp_path, io=io)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    io.armed = True
+    timeouts: list[asyncio.Timeout] = []
+
+    async def timed() -> None:
+        async with asyncio.timeout(None) as timeout:
+            timeouts.append(timeout)
+            await store.awrite("a", entries(1, 2), snapshot(turn=1))
+
+    write = asyncio.ensure_future(timed())
+    try:
+        await entered(io)
+        timeouts[0].reschedule(asyncio.get_running_loop().time())  # expires now
+        await turns(20)
+        assert not write.done(), "the timeout was reported while the write was under way"
+    finally:
+        io.release.set()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(write), JOIN)
+    assert await store.aread("a") == Record(entries(0, 3), snapshot(turn=1))
+
+
+async def test_a_cancelled_awrite_the_owner_loop_has_not_started_never_runs(tmp_path: Path) -> None:
+    store = MemoryStore()
+    await store.awrite("a", entries(0, 1), snapshot(), create=True)
+    busy, free = threading.Event(), threading.Event()
+    loop = bridge.owner().loop
+    loop.call_soon_threadsafe(lambda: (busy.set(), free.wait(JOIN)))  # hold the owner loop
+    try:
+        assert await asyncio.get_running_loop().run_in_executor(None, busy.wait, JOIN)
+        write = asyncio.ensure_future(store.awrite("a", entries(1, 1), snapshot(turn=1)))
+        await turns(2)  # queued for the owner loop, which has not got to it
+        write.cancel()
+        # The caller reports at once: the write is dropped, since it cannot have started.
+        done, _ = await asyncio.wait({write}, timeout=JOIN)
+        assert write in done and write.cancelled()
+    finally:
+        free.set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        owner_loop_settled()
+        gc.collect()
+    assert [str(w.message) for w in caught] == []  # no "coroutine ... was never awaited"
+    assert await store.aread("a") == Record(entries(0, 1), snapshot())  # and it never ran
+
+
 @pytest.mark.parametrize("kind", ["file", "memory"])
 def test_awrite_abandoned_by_a_finished_foreign_loop_still_completes(tmp_path: Path, kind: str) -> None:
     store = make_store(kind, tmp_path)
@@ -807,25 +916,8 @@ def test_ctrl_c_during_a_sync_call_leaves_the_operation_running_to_its_end(tmp_p
     assert "Traceback" not in result.stderr and "Exception in callback" not in result.stderr, result.stderr
 
 
-class FailsWhenReleased(OsIO):
-    """fsync of a log waits until released, then fails (EIO): a write whose caller can give up
-    while it is under way, and whose outcome is an error."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def fsync(self, fd: int) -> None:
-        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith("/log.jsonl"):
-            self.entered.set()
-            self.release.wait()
-            raise OSError(5, "Input/output error (injected)")
-        super().fsync(fd)
-
-
 def test_an_error_nobody_waits_for_any_more_is_not_logged_as_never_retrieved(tmp_path: Path) -> None:
-    io = FailsWhenReleased()
+    io = HeldFsync(fail=True)
     store = FileStore(tmp_path, io=io)
     store.write("a", entries(0, 1), snapshot(), create=True)
     io.armed = True
@@ -835,14 +927,14 @@ def test_an_error_nobody_waits_for_any_more_is_not_logged_as_never_retrieved(tmp
 
     async def give_up() -> None:
         write = asyncio.ensure_future(store.awrite("a", entries(1, 1), None))
-        await asyncio.get_running_loop().run_in_executor(None, io.entered.wait)
-        write.cancel()  # the caller stops waiting; the write goes on and fails
-        with pytest.raises(asyncio.CancelledError):
+        await entered(io)
+        write.cancel()  # the caller is cancelled; the write goes on and fails
+        io.release.set()
+        with pytest.raises(asyncio.CancelledError):  # the caller's own, once the write failed
             await write
 
     try:
         asyncio.run(give_up())
-        io.release.set()
         owner_loop_settled()
         gc.collect()
         owner_loop_settled()  # a report made at collection runs on the loop

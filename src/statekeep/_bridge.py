@@ -23,7 +23,7 @@ import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from ._workers import Workers
 
@@ -55,18 +55,30 @@ class _Owner:
         self.loop.call_soon(started.set)
         self.loop.run_forever()
 
-    def start(self, coro: Coroutine[Any, Any, T], done: Callable[[asyncio.Task[T]], None]) -> None:
+    def start(
+        self,
+        coro: Coroutine[Any, Any, T],
+        done: Callable[[asyncio.Task[T]], None],
+        ticket: list[None] | None = None,
+    ) -> None:
         """Start ``coro`` as a task on the loop, in a copy of the caller's context, and call
         ``done(task)`` on the loop when it ends.
 
         ``done`` must never block: it runs on the loop thread, and the caller it reports to
         may be a thread interrupted by a signal handler, holding whatever lock it held. A
         caller that stops waiting does not cancel the task: an operation that started runs
-        to its end, so it either happened whole or not at all.
+        to its end, so it either happened whole or not at all. With a ``ticket`` (a list of
+        one item), the loop starts the task only if it takes the item first; a caller that
+        takes it first has dropped the operation, which then never runs (see :class:`_Call`).
         """
         ctx = contextvars.copy_context()
 
         def begin() -> None:
+            if ticket is not None:
+                try:
+                    ticket.pop()
+                except IndexError:
+                    return  # the caller was cancelled before the loop got here: never started
             task = self.loop.create_task(coro, context=ctx)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -211,28 +223,69 @@ class _Waiter(Generic[T]):
         return task.result()
 
 
-def _settle_on(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[T]) -> Callable[[asyncio.Task[T]], None]:
-    """A done callback (run on the owner loop) that hands a task's outcome to ``fut`` on
-    ``loop`` without waiting for anything."""
+class _Call(Generic[T]):
+    """An async caller's wait, on its own loop, for one operation on the owner loop.
 
-    def done(task: asyncio.Task[T]) -> None:
+    The owner loop hands the finished task over with ``call_soon_threadsafe``, which never
+    blocks it. A cancelled caller reports only once the outcome is settled: if the owner
+    loop has not started the operation yet, the caller drops it, and it never runs;
+    otherwise the caller waits for it to end. Either way, CancelledError is raised after.
+    Who goes first is decided by ``ticket``, a list of one item that the owner loop pops
+    to start the operation and the caller pops to drop it: ``list.pop`` is atomic, so
+    exactly one side gets it, and neither ever waits for the other.
+    """
+
+    __slots__ = ("_loop", "_task", "_wake", "ticket")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._wake: asyncio.Future[None] = loop.create_future()
+        self._task: asyncio.Task[T] | None = None
+        self.ticket: list[None] = [None]
+
+    def done(self, task: asyncio.Task[T]) -> None:
+        """On the owner loop: hand the finished task over to the caller's loop (never blocks)."""
         try:
-            loop.call_soon_threadsafe(_copy_outcome, task, fut)
+            self._loop.call_soon_threadsafe(self._settle, task)
         except RuntimeError:
             pass  # the caller's loop is closed: nobody waits any more; the outcome stands
 
-    return done
+    def _settle(self, task: asyncio.Task[T]) -> None:
+        self._task = task
+        if not self._wake.done():
+            self._wake.set_result(None)
+
+    async def outcome(self, coro: Coroutine[Any, Any, T]) -> T:
+        """On the caller's loop: the operation's result or error, or CancelledError (the
+        caller's own) once the operation ended or was dropped before it started."""
+        try:
+            await self._wake
+        except asyncio.CancelledError:
+            if self._task is None:
+                try:
+                    self.ticket.pop()
+                except IndexError:  # started: it runs to its end, and the caller waits for it
+                    while self._task is None:
+                        self._wake = self._loop.create_future()
+                        try:
+                            await self._wake
+                        except asyncio.CancelledError:
+                            pass  # cancelled again: the first cancellation is raised below
+                else:
+                    coro.close()  # dropped: the owner loop never starts it
+            raise
+        task = self._task
+        assert task is not None
+        return task.result()
 
 
-def _copy_outcome(task: asyncio.Task[T], fut: asyncio.Future[T]) -> None:
-    if fut.done():
-        return  # the caller was cancelled and stopped waiting
-    if task.cancelled():
-        fut.cancel()
-    elif (exc := task.exception()) is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(task.result())
+async def _finished(fut: asyncio.Future[Any]) -> None:
+    """Wait until ``fut`` is done, whatever cancels the waiting task meanwhile."""
+    while not fut.done():
+        try:
+            await asyncio.wait((fut,))
+        except asyncio.CancelledError:
+            pass  # the caller raises its own CancelledError once this returns
 
 
 # Reentrant: a signal handler that calls statekeep may interrupt its own thread holding it.
@@ -287,7 +340,10 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
 async def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Await ``coro`` on the owner loop from any event loop (the async API's path).
 
-    If the caller is cancelled, the operation still runs to its end on the owner loop.
+    A cancelled caller (``task.cancel()``, ``asyncio.timeout``, ``wait_for``) gets its
+    CancelledError only once the operation's outcome is settled: it ran to its end, or it
+    had not started on the owner loop yet and never will. So what the caller reads next
+    shows exactly what happened. Cancelling does not cut an operation under way short.
     """
     own = owner()
     loop = asyncio.get_running_loop()
@@ -296,10 +352,39 @@ async def run_async(coro: Coroutine[Any, Any, T]) -> T:
         own.tasks.add(task)
         task.add_done_callback(own.tasks.discard)
         task.add_done_callback(_retrieved)
-        return await asyncio.shield(task)
-    fut: asyncio.Future[T] = loop.create_future()
-    own.start(coro, _settle_on(loop, fut))
-    return await fut
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await _finished(task)
+            raise
+    call: _Call[T] = _Call(loop)
+    own.start(coro, call.done, call.ticket)
+    return await call.outcome(coro)
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    """``asyncio.to_thread(fn)``, except that a cancelled caller gets CancelledError only
+    once ``fn`` has returned or raised, or it had not started and never will."""
+    loop = asyncio.get_running_loop()
+    ticket: list[None] = [None]
+    ctx = contextvars.copy_context()
+
+    def run() -> T:
+        try:
+            ticket.pop()
+        except IndexError:
+            return cast(T, None)  # dropped by the cancelled caller; nobody reads this
+        return ctx.run(fn)
+
+    fut = loop.run_in_executor(None, run)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        try:
+            ticket.pop()
+        except IndexError:  # it started: wait for it to end
+            await _finished(fut)
+        raise
 
 
 def _forget_after_fork() -> None:

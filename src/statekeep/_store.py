@@ -8,7 +8,7 @@ from abc import ABC
 from types import TracebackType
 from typing import Any
 
-from ._bridge import run_sync
+from ._bridge import in_thread, run_sync
 from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
@@ -73,8 +73,15 @@ class Store(ABC):  # noqa: B024
         id is a :class:`StateNotFoundError` (a LookupError).
         Bad data (NaN, non-str keys, sets, ...) raises TypeError before anything is
         written. What is durable on return depends on the store; see its class.
+
+        Cancelled (``task.cancel()``, or ``asyncio.timeout``/``wait_for``, which turn it into
+        TimeoutError), it raises only once the write is settled: written whole, or never
+        started. So the next ``aread`` shows which, and you continue from what it shows.
+        Cancelling never cuts a write under way short; it waits for its end. (This default,
+        which runs ``write`` in a worker thread, does so; a store of your own with an async
+        ``awrite`` must too, which the conformance kit checks.)
         """
-        await asyncio.to_thread(functools.partial(self.write, state_id, entries, snapshot, create=create))
+        await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create))
 
     async def aread(self, state_id: str) -> Record | None:
         """Everything the store has for ``state_id``, or None if there is no such State."""
@@ -87,10 +94,14 @@ class Store(ABC):  # noqa: B024
         return await asyncio.to_thread(self.list)
 
     async def adelete(self, state_id: str) -> None:
-        """Remove a State whole; nothing happens if there is none."""
+        """Remove a State whole; nothing happens if there is none.
+
+        Cancelled, it raises only once the delete is settled, as :meth:`awrite` does: the
+        next ``aread`` shows the State whole or gone.
+        """
         if type(self).delete is Store.delete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
-        await asyncio.to_thread(self.delete, state_id)
+        await in_thread(functools.partial(self.delete, state_id))
 
     # -- sync, derived --------------------------------------------------------------
 
@@ -125,7 +136,8 @@ class Store(ABC):  # noqa: B024
         elsewhere). If the write fails, nothing is marked saved and the next save sends it
         again, whole. If another writer appended to the State meanwhile,
         :class:`StateConflictError` says to load it again; :class:`StateNotFoundError` if it
-        was deleted.
+        was deleted. Cancelled, it raises once the write is settled, as :meth:`awrite` does,
+        and the State stays ready to save: the next save sends what the store lacks.
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
@@ -147,7 +159,7 @@ class Store(ABC):  # noqa: B024
             raise deleted(state) from None
         except (ValueError, TypeError, LookupError):
             raise
-        except Exception:
+        except BaseException:  # failed, cancelled or interrupted: it may be stored or not
             state._mark_failed(create)
             raise
         state._mark_saved(self, sent)

@@ -26,7 +26,11 @@ another process would). The flags, all True unless you say otherwise:
 - ``durable``: a new store on the same storage sees everything (False for an in-memory store);
 - ``checks_data``: bad ids, entries and snapshots are refused before anything is written, as the
   built-in stores refuse them (subclassing :class:`~statekeep.Store` does not do this for you);
-- ``refuses_closed``: a closed store raises RuntimeError.
+- ``refuses_closed``: a closed store raises RuntimeError;
+- ``settles_cancelled``: a cancelled ``awrite``, ``asave`` or ``adelete`` raises only once it happened
+  whole or never started (tested through the async API only). Subclassing :class:`~statekeep.Store`
+  gives this for a store written with sync methods; with async ones, do not let cancellation cut a
+  write short.
 
 ``statekeep_messages = True`` also holds your error messages to statekeep's wording; by default
 only the exception types are checked. Importing this package needs pytest; ``import statekeep``

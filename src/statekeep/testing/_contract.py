@@ -14,6 +14,7 @@ import pytest
 from .._errors import StateConflictError
 from .._records import Record, SavedState
 from .._store import Store
+from ._cancel import CancellationContract
 from ._family import ErrorFamilyContract
 from ._helpers import Api, entries, snapshot
 
@@ -31,7 +32,7 @@ BAD_IDS = ["", ".", "..", "a/b", "a\\b", "nul\x00", "é", "a" * 129, "sp ace", "
 asyncio_test = pytest.mark.asyncio
 
 
-class StoreContract(ErrorFamilyContract):
+class StoreContract(ErrorFamilyContract, CancellationContract):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 
     Capability flags (class attributes) say what the store cannot offer; the tests that need
@@ -45,6 +46,7 @@ class StoreContract(ErrorFamilyContract):
     durable: ClassVar[bool] = True  # a new store on the same storage (another process) sees it all
     checks_data: ClassVar[bool] = True  # bad ids, entries and snapshots refused before writing
     refuses_closed: ClassVar[bool] = True  # a closed store raises RuntimeError("... closed ...")
+    settles_cancelled: ClassVar[bool] = True  # a cancelled awrite/asave/adelete reports once settled
     statekeep_messages: ClassVar[bool] = False
     machine: ClassVar[type[StoreMachine] | None] = None  # the model's rules; None: StoreMachine
     model_examples: ClassVar[int] = 50
