@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import contextvars
 import os
 import threading
@@ -23,8 +22,9 @@ import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
+from ._handoff import Call, Waiter, finished, retrieved
 from ._workers import Workers
 
 T = TypeVar("T")
@@ -69,7 +69,7 @@ class _Owner:
         caller that stops waiting does not cancel the task: an operation that started runs
         to its end, so it either happened whole or not at all. With a ``ticket`` (a list of
         one item), the loop starts the task only if it takes the item first; a caller that
-        takes it first has dropped the operation, which then never runs (see :class:`_Call`).
+        takes it first has dropped the operation, which then never runs (see :class:`~statekeep._handoff.Call`).
         """
         ctx = contextvars.copy_context()
 
@@ -82,7 +82,7 @@ class _Owner:
             task = self.loop.create_task(coro, context=ctx)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-            task.add_done_callback(_retrieved)
+            task.add_done_callback(retrieved)
             task.add_done_callback(done)
 
         # The guard makes "not stopping, so queued before the exit drain" one step. It is
@@ -128,13 +128,6 @@ class _Owner:
                 await asyncio.wait_for(closer.close(), timeout=1.0)
             except Exception:
                 pass
-
-
-def _retrieved(task: asyncio.Task[object]) -> None:
-    """Mark a task's error as seen: its caller may have stopped waiting (cancelled, or
-    interrupted by Ctrl-C), and asyncio would log "Task exception was never retrieved"."""
-    if not task.cancelled():
-        task.exception()
 
 
 class _LockEntry:
@@ -192,102 +185,6 @@ class Closer:
         )
 
 
-class _Waiter(Generic[T]):
-    """A sync caller's wait for one operation's outcome.
-
-    Settling releases a plain lock, which never blocks the owner loop. (Not a
-    concurrent.futures.Future: its set_result takes a lock that the waiting thread holds
-    inside result(), and a signal handler may interrupt that thread there and call
-    statekeep, which then waits on the loop, which would wait on that lock.)
-    """
-
-    __slots__ = ("_ready", "_task")
-
-    def __init__(self) -> None:
-        self._ready = threading.Lock()
-        self._ready.acquire()
-        self._task: asyncio.Task[T] | None = None
-
-    def settle(self, task: asyncio.Task[T]) -> None:
-        """On the owner loop: hand the finished task over (never blocks)."""
-        self._task = task
-        self._ready.release()
-
-    def wait(self) -> T:
-        """Block until settled (a signal handler may run meanwhile); return or raise its outcome."""
-        self._ready.acquire()
-        task = self._task
-        assert task is not None
-        if task.cancelled():
-            raise concurrent.futures.CancelledError()
-        return task.result()
-
-
-class _Call(Generic[T]):
-    """An async caller's wait, on its own loop, for one operation on the owner loop.
-
-    The owner loop hands the finished task over with ``call_soon_threadsafe``, which never
-    blocks it. A cancelled caller reports only once the outcome is settled: if the owner
-    loop has not started the operation yet, the caller drops it, and it never runs;
-    otherwise the caller waits for it to end. Either way, CancelledError is raised after.
-    Who goes first is decided by ``ticket``, a list of one item that the owner loop pops
-    to start the operation and the caller pops to drop it: ``list.pop`` is atomic, so
-    exactly one side gets it, and neither ever waits for the other.
-    """
-
-    __slots__ = ("_loop", "_task", "_wake", "ticket")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._wake: asyncio.Future[None] = loop.create_future()
-        self._task: asyncio.Task[T] | None = None
-        self.ticket: list[None] = [None]
-
-    def done(self, task: asyncio.Task[T]) -> None:
-        """On the owner loop: hand the finished task over to the caller's loop (never blocks)."""
-        try:
-            self._loop.call_soon_threadsafe(self._settle, task)
-        except RuntimeError:
-            pass  # the caller's loop is closed: nobody waits any more; the outcome stands
-
-    def _settle(self, task: asyncio.Task[T]) -> None:
-        self._task = task
-        if not self._wake.done():
-            self._wake.set_result(None)
-
-    async def outcome(self, coro: Coroutine[Any, Any, T]) -> T:
-        """On the caller's loop: the operation's result or error, or CancelledError (the
-        caller's own) once the operation ended or was dropped before it started."""
-        try:
-            await self._wake
-        except asyncio.CancelledError:
-            if self._task is None:
-                try:
-                    self.ticket.pop()
-                except IndexError:  # started: it runs to its end, and the caller waits for it
-                    while self._task is None:
-                        self._wake = self._loop.create_future()
-                        try:
-                            await self._wake
-                        except asyncio.CancelledError:
-                            pass  # cancelled again: the first cancellation is raised below
-                else:
-                    coro.close()  # dropped: the owner loop never starts it
-            raise
-        task = self._task
-        assert task is not None
-        return task.result()
-
-
-async def _finished(fut: asyncio.Future[Any]) -> None:
-    """Wait until ``fut`` is done, whatever cancels the waiting task meanwhile."""
-    while not fut.done():
-        try:
-            await asyncio.wait((fut,))
-        except asyncio.CancelledError:
-            pass  # the caller raises its own CancelledError once this returns
-
-
 # Reentrant: a signal handler that calls statekeep may interrupt its own thread holding it.
 _guard = threading.RLock()
 _owner: _Owner | None = None
@@ -332,7 +229,7 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
             f"this sync statekeep method was called from statekeep's own event loop "
             f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
         )
-    waiter: _Waiter[T] = _Waiter()
+    waiter: Waiter[T] = Waiter()
     own.start(coro, waiter.settle)
     return waiter.wait()
 
@@ -351,13 +248,13 @@ async def run_async(coro: Coroutine[Any, Any, T]) -> T:
         task = own.loop.create_task(coro)
         own.tasks.add(task)
         task.add_done_callback(own.tasks.discard)
-        task.add_done_callback(_retrieved)
+        task.add_done_callback(retrieved)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            await _finished(task)
+            await finished(task)
             raise
-    call: _Call[T] = _Call(loop)
+    call: Call[T] = Call(loop)
     own.start(coro, call.done, call.ticket)
     return await call.outcome(coro)
 
@@ -383,7 +280,7 @@ async def in_thread(fn: Callable[[], T]) -> T:
         try:
             ticket.pop()
         except IndexError:  # it started: wait for it to end
-            await _finished(fut)
+            await finished(fut)
         raise
 
 
