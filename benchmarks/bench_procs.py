@@ -60,7 +60,7 @@ from typing import Any
 
 import common
 from bench_core import Turn, _write_all, make_workload
-from bench_sqlite import _RAW_INSERT, _RAW_UPSERT, raw_connect, raw_database
+from bench_sqlite import _RAW_INSERT, _RAW_UPSERT, raw_connect, raw_database, raw_params
 from common import Row, Scratch, settle, state_id
 from statekeep import FileStore, SQLiteStore, Store
 
@@ -139,29 +139,8 @@ def write_raw_file(folder: Path, proc: int, work: list[list[Turn]], window: Wind
 
 def raw_turns(proc: int, work: list[list[Turn]]) -> list[list[tuple[list[tuple[Any, ...]], tuple[Any, ...]]]]:
     """Per State and turn: the entry rows and the States row, bytes encoded beforehand (as
-    bench_sqlite's raw baseline has them)."""
-    out = []
-    for i, turns in enumerate(work):
-        sid = proc_state_id(proc, i)
-        rows = []
-        for turn in turns:
-            lines = turn.lines.split(b"\n")[:-1]
-            entries = [(sid, e["seq"], line) for e, line in zip(turn.entries, lines, strict=True)]
-            snap = turn.snapshot
-            state = (
-                sid,
-                turn.entries[-1]["seq"] + 1,
-                turn.snap,
-                snap["task"],
-                snap["created_at"],
-                snap["updated_at"],
-                snap["turn"],
-                snap["stopped_by"],
-                int(snap["finished"]),
-            )
-            rows.append((entries, state))
-        out.append(rows)
-    return out
+    bench_sqlite's raw baseline has them), for process ``proc``'s States."""
+    return raw_params(work, lambda i: proc_state_id(proc, i))
 
 
 def write_raw_sqlite(folder: Path, proc: int, work: list[list[Turn]], window: Window) -> dict[str, float]:

@@ -79,11 +79,14 @@ _RAW_UPSERT = (
 _RAW_INSERT = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, CAST(? AS TEXT))"
 
 
-def raw_params(work: list[list[Turn]]) -> list[list[tuple[list[tuple[Any, ...]], tuple[Any, ...]]]]:
-    """Per State and turn: the entry rows and the states row, bytes encoded beforehand."""
+def raw_params(
+    work: list[list[Turn]], name: Callable[[int], str] = state_id
+) -> list[list[tuple[list[tuple[Any, ...]], tuple[Any, ...]]]]:
+    """Per State and turn: the entry rows and the states row, bytes encoded beforehand;
+    ``name(i)`` is the id of the i-th State."""
     out = []
     for i, turns in enumerate(work):
-        sid = state_id(i)
+        sid = name(i)
         rows = []
         for turn in turns:
             lines = turn.lines.split(b"\n")[:-1]
