@@ -21,21 +21,31 @@ _QUERY_PASSWORD = re.compile(r"(?i)([?&;]password=)[^&#]*")
 _KEYWORD_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&#'\"]+)")
 
 
+def _split_authority(url: str) -> tuple[str, str, str] | None:
+    """``(scheme://, authority, the rest)``, the authority ending at the first ``/``, ``?``
+    or ``#``; None if ``url`` has no scheme."""
+    match = _SCHEME.match(url)
+    if match is None:
+        return None
+    rest = url[match.end() :]
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    return url[: match.end()], rest[:end], rest[end:]
+
+
 def split_userinfo(url: str) -> tuple[str | None, str]:
     """``(userinfo, url without it)``; userinfo is None when the URL has none.
 
     ``postgresql://u:p@h/db?application_name=me@work`` gives ``("u:p",
     "postgresql://h/db?application_name=me@work")``.
     """
-    match = _SCHEME.match(url)
-    if match is None:
+    parts = _split_authority(url)
+    if parts is None:
         return None, url
-    head, rest = url[: match.end()], url[match.end() :]
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    userinfo, at, host = rest[:end].rpartition("@")
+    head, authority, after = parts
+    userinfo, at, host = authority.rpartition("@")
     if not at:
         return None, url
-    return userinfo, head + host + rest[end:]
+    return userinfo, head + host + after
 
 
 def _cut_short(url: str) -> bool:
@@ -43,12 +53,10 @@ def _cut_short(url: str) -> bool:
     authority short? Either the authority has no ``@`` and reads ``name:port`` with a port
     that is not a number while an ``@`` follows, or an ``@`` stands in the path or the
     fragment (only a query may hold one: ``?application_name=me@work``)."""
-    match = _SCHEME.match(url)
-    if match is None:
+    parts = _split_authority(url)
+    if parts is None:
         return False
-    rest = url[match.end() :]
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, after = rest[:end], rest[end:]
+    _, authority, after = parts
     path, _, fragment = after.partition("#")
     if "@" in path.split("?", 1)[0] or "@" in fragment:
         return True
