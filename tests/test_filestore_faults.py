@@ -794,19 +794,26 @@ FileStore(sys.argv[1], io=DiesBeforeFsync()).write("s", NEW_ENTRIES, NEW_SNAPSHO
 """
 
 
+def a_writer_died_before_its_fsync(root: Path, warm: bool) -> tuple[DiskIO, FileStore]:
+    """State ``s`` holding OLD, then writer A (another process) appends NEW and dies before
+    its fsync. Returns writer B's modelled disk and store (which created the State if
+    ``warm``, so it knows the log's tail)."""
+    io = DiskIO()
+    store = FileStore(root, io=io)
+    before = make_old(root, store if warm else None)
+    log = root / SID / "log.jsonl"
+    io.watch(log)
+    done = subprocess.run([sys.executable, "-c", DIES_BEFORE_FSYNC, str(root)], cwd=REPO)
+    assert done.returncode == -9
+    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    return io, store
+
+
 @pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
 def test_resending_the_write_of_a_writer_that_died_before_its_fsync_makes_it_durable(
     tmp_path: Path, warm: bool
 ) -> None:
-    io = DiskIO()
-    store = FileStore(tmp_path, io=io)
-    before = make_old(tmp_path, store if warm else None)
-    log = tmp_path / SID / "log.jsonl"
-    io.watch(log)
-    # Writer A, another process, appends the write and dies before its fsync.
-    done = subprocess.run([sys.executable, "-c", DIES_BEFORE_FSYNC, str(tmp_path)], cwd=REPO)
-    assert done.returncode == -9
-    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    io, store = a_writer_died_before_its_fsync(tmp_path, warm)
     # Writer B sends the same write again: every entry is skipped as stored.
     append_new(store)
     assert_log_durable(io, tmp_path)
@@ -817,14 +824,7 @@ def test_resending_the_write_of_a_writer_that_died_before_its_fsync_makes_it_dur
 def test_a_resent_write_whose_fsync_failed_is_made_durable_by_the_next_one(
     tmp_path: Path, warm: bool
 ) -> None:
-    io = DiskIO()
-    store = FileStore(tmp_path, io=io)
-    before = make_old(tmp_path, store if warm else None)
-    log = tmp_path / SID / "log.jsonl"
-    io.watch(log)
-    done = subprocess.run([sys.executable, "-c", DIES_BEFORE_FSYNC, str(tmp_path)], cwd=REPO)
-    assert done.returncode == -9
-    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    io, store = a_writer_died_before_its_fsync(tmp_path, warm)
     # Writer B re-sends it (every entry skipped as stored); the fsync of A's bytes fails,
     # and may drop them while marking them clean.
     io.faults = [Fault("fsync", named("/log.jsonl"))]
