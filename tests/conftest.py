@@ -50,7 +50,14 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
     if isinstance(store, MemoryStore):
         store._snapshots[state_id] = raw
     elif isinstance(store, FileStore):
-        (store.path / state_id / "snapshot.json").write_bytes(raw)
+        # The log is the truth: a write that records ``raw``, and no copy to read instead.
+        from statekeep._logframe import closing_record
+
+        record = await store.aread(state_id)
+        assert record is not None
+        with open(store.path / state_id / "log.jsonl", "ab") as log:
+            log.write(closing_record(len(record.entries), b"", raw, None))
+        (store.path / state_id / "snapshot.json").unlink(missing_ok=True)
     elif isinstance(store, SQLiteStore):
         with sqlite3.connect(store.path) as conn:
             conn.execute(

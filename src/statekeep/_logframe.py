@@ -1,83 +1,434 @@
-"""Framing and recovery of an append-only log: one JSON object per line, pure (no I/O).
+"""FileStore's log format and its recovery, pure (no I/O): tests and fuzzers drive it directly.
 
-A log holds entries with seq 0, 1, 2, ... each on its own line ending in ``\\n``. After a
-crash the tail may be torn (a partial line), zero-filled or garbage. :func:`scan_log`
-keeps the longest valid prefix. What follows it is a *torn tail* when no complete line in
-it holds a JSON object: that is what an interrupted append leaves, and it was never
-acknowledged. A complete JSON object after a bad line, or a line whose seq is not the
-previous plus one, is *corruption*: acknowledged data may be at stake, so it raises
-:class:`~statekeep._errors.CorruptStateError` naming the file and line.
+Format 2. A log is one JSON object per line, readable with ``jq``. Every line ends with a
+checksum, the key ``"sk.crc"``: the CRC-32 (zlib's) of the line's bytes before
+``,"sk.crc"``, as 8 hex digits. Each write appends its entries, then one *closing record*::
+
+    {"seq":0,"kind":"user",...,"sk.crc":"1c291ca3"}
+    {"sk.v":2,"sk.next":1,"sk.bytes":48,"sk.write":"5a3c...","sk.snapshot":{...},"sk.crc":"..."}
+
+``sk.next`` is the seq after the write, ``sk.bytes`` and ``sk.write`` the length and CRC-32
+of the write's entry lines before the record. A write that keeps the snapshot closes with
+``"sk.at"`` (the byte offset of the line holding the current snapshot, or null when the
+State has none) in place of ``"sk.snapshot"``. Closing records start with ``"sk.v"`` (the
+format); entries never carry top-level keys starting with ``sk.`` (:data:`RESERVED`).
+
+A write is the unit recovery can tell: a power cut may keep any of the 4 KiB pages of
+bytes never fsync'd, so an unfinished write can hold zeros with complete lines after them,
+and even its closing record -- whose write checksum then fails. Everything after the
+last complete write that does not close another complete write is an unfinished write:
+it was never acknowledged, and is left out (cut before the next append). A complete write
+after a damaged line is :class:`CorruptStateError`: acknowledged data is damaged.
+
+Format 1 (statekeep before 0.4) lines are plain entries, one per line, each a unit of its
+own. A log may start with them (a State written before the upgrade) and go on in format
+2; nothing is rewritten. Format 1 lines never follow format 2 ones.
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from ._errors import CorruptStateError
+from ._errors import CorruptStateError, UnsupportedFormatError
+
+FORMAT = 2
+#: Entries may not carry top-level keys that start with this: the log's own keys do.
+RESERVED = "sk."
+
+_HEAD = b',"sk.crc":"'
+_SUFFIX = len(_HEAD) + 8 + 2  # ,"sk.crc":"xxxxxxxx"}
+_CLOSE = b'{"sk.v":'
+_crc32 = zlib.crc32
+_loads = orjson.loads
 
 
-@dataclass(frozen=True, slots=True)
+def frame(line: bytes) -> bytes:
+    """A line of the log for the encoded entry ``line`` (a JSON object ending ``}\\n``)."""
+    body = line[:-2]
+    return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
+
+
+def closing_record(next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None) -> bytes:
+    """The line that closes a write whose entry lines are ``entries``: with the encoded
+    ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``."""
+    head = b'{"sk.v":%d,"sk.next":%d,"sk.bytes":%d,"sk.write":"%08x",' % (
+        FORMAT,
+        next_seq,
+        len(entries),
+        _crc32(entries),
+    )
+    if snapshot is not None:
+        body = b'%s"sk.snapshot":%s' % (head, snapshot)
+    else:
+        body = b'%s"sk.at":%s' % (head, b"null" if at is None else b"%d" % at)
+    return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
+
+
+_PLAIN, _CHECKED, _DAMAGED = 0, 1, 2
+
+
+def _check(data: bytes, pos: int, nl: int) -> int:
+    """Is the line ``data[pos:nl]`` plain (no checksum: format 1, or not a line at all),
+    checked (its checksum holds) or damaged (it has one, and it does not hold)?"""
+    body = nl - _SUFFIX
+    if body <= pos or data[nl - 2 : nl] != b'"}' or data[body : body + len(_HEAD)] != _HEAD:
+        return _PLAIN
+    try:
+        good = _crc32(memoryview(data)[pos:body]) == int(data[nl - 10 : nl - 2], 16)
+    except ValueError:
+        return _DAMAGED
+    return _CHECKED if good else _DAMAGED
+
+
+def _closing(data: bytes, pos: int, nl: int) -> dict[str, Any] | None:
+    """The closing record on the checked line ``data[pos:nl]``, or None if that line is an
+    entry. UnsupportedFormatError for a record of a newer format."""
+    if not data.startswith(_CLOSE, pos):
+        return None
+    value = _loads(data[pos:nl])
+    if type(value) is not dict:
+        return {}  # closes nothing
+    record: dict[str, Any] = value
+    version = record.get("sk.v")
+    if type(version) is not int:
+        return {}  # closes nothing
+    if version > FORMAT:
+        raise UnsupportedFormatError(
+            f"written by a newer statekeep (log format {version}; this one reads up to "
+            f"{FORMAT}): upgrade statekeep to read it. Nothing was changed"
+        )
+    return record
+
+
+def _closes(record: dict[str, Any], data: bytes, start: int, pos: int, seq: int | None) -> bool:
+    """Does ``record`` (at ``pos``) close the write ``data[start:pos]`` ending before ``seq``
+    (None: any seq)?"""
+    try:
+        return (
+            (seq is None or record["sk.next"] == seq)
+            and record["sk.bytes"] == pos - start
+            and _crc32(memoryview(data)[start:pos]) == int(record["sk.write"], 16)
+        )
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+@dataclass(slots=True)
 class LogScan:
-    """What a scan found: the valid entries and where the valid prefix ends."""
+    """What a scan found: the entries of complete writes, and where they end."""
 
     entries: list[dict[str, Any]]
-    end: int  # byte offset just past the last valid line
+    end: int  # byte offset just past the last complete write
     next_seq: int  # the seq the next appended entry must have
-    torn: bool  # bytes follow ``end`` (a torn tail to cut before the next append)
+    torn: bool  # bytes follow ``end``: an unfinished write, to cut before the next append
+    framed: bool = False  # a format 2 write was seen
+    snapshot_at: int | None = None  # where the current snapshot record is (framed only)
+    snapshot: dict[str, Any] | None = None  # that record's snapshot, if the scan saw it
 
 
 def scan_log(
-    data: bytes, *, start: int = 0, start_seq: int = 0, name: str = "log", first_line: int = 1
+    data: bytes,
+    *,
+    start: int = 0,
+    start_seq: int = 0,
+    legacy: bool = True,
+    name: str = "log",
+    first_line: int = 1,
 ) -> LogScan:
-    """Scan ``data[start:]`` whose first line must hold ``start_seq``.
+    """Scan ``data[start:]``, whose first entry must hold ``start_seq``; offsets in the result
+    count from the start of ``data``.
 
-    ``name`` and ``first_line`` (the line number of ``data[start:]``'s first line) are used
-    in error messages only.
+    ``legacy``: format 1 lines may come first (a scan from a log's start). ``name`` and
+    ``first_line`` (the line number of ``data[start:]``'s first line) are for messages.
+    Raises CorruptStateError for damage before the end of the last complete write.
     """
     entries: list[dict[str, Any]] = []
-    loads = orjson.loads
-    seq = start_seq
-    pos = start
     find = data.find
-    while True:
-        nl = find(b"\n", pos)
-        if nl < 0:
-            break
+    seq = write_seq = start_seq
+    pos = end = start
+    framed = False
+    at: int | None = None
+    snapshot: dict[str, Any] | None = None
+    why = ""
+    while (nl := find(b"\n", pos)) >= 0:
+        kind = _check(data, pos, nl)
         try:
-            entry = loads(data[pos:nl])
+            if kind == _CHECKED:
+                record = _closing(data, pos, nl)
+                if record is None:  # an entry of the write being read
+                    entry = _loads(data[pos:nl])
+                    if type(entry) is not dict or entry.get("seq") != seq or type(entry["seq"]) is not int:
+                        why = _wrong_seq(entry, seq)
+                        break
+                    del entry["sk.crc"]
+                    entries.append(entry)
+                    seq += 1
+                    pos = nl + 1
+                    continue
+                if not _closes(record, data, end, pos, seq):
+                    why = "closes a write whose entries it does not match"
+                    break
+                if "sk.snapshot" in record:
+                    at, snapshot = pos, record["sk.snapshot"]
+                elif record.get("sk.at") != at:
+                    at, snapshot = record.get("sk.at"), None  # recorded before ``start``
+                framed = True
+            elif kind == _PLAIN and legacy and not framed and pos == end:  # format 1: one line, one unit
+                entry = _loads(data[pos:nl])
+                if type(entry) is not dict or entry.get("seq") != seq or type(entry["seq"]) is not int:
+                    why = _wrong_seq(entry, seq)
+                    break
+                entries.append(entry)
+                seq += 1
+            else:
+                # Only lost pages (zeros) make a finished line fail in an unfinished write.
+                if b"\0" not in data[pos:nl]:
+                    why = (
+                        "does not match its checksum" if kind == _DAMAGED else "is not a line statekeep wrote"
+                    )
+                break
         except orjson.JSONDecodeError:
+            if kind == _CHECKED:
+                why = "is not valid JSON"
             break
-        if type(entry) is not dict or entry.get("seq") != seq or type(entry["seq"]) is not int:
-            break
-        entries.append(entry)
-        seq += 1
-        pos = nl + 1
-    if pos < len(data):
-        _check_tail(data, pos, seq, name, first_line + len(entries))
-    return LogScan(entries, pos, seq, pos < len(data))
+        pos = end = nl + 1
+        write_seq = seq
+    if why:
+        _damaged(name, first_line + data.count(b"\n", start, pos), why)
+    if end < len(data):
+        _check_unfinished(
+            data, end, pos, legacy and not framed, name, first_line + data.count(b"\n", start, end)
+        )
+        del entries[write_seq - start_seq :]
+    return LogScan(entries, end, write_seq, end < len(data), framed, at, snapshot)
 
 
-def _check_tail(data: bytes, pos: int, seq: int, name: str, line_no: int) -> None:
-    """Raise unless everything from ``pos`` on is the debris of one interrupted append."""
-    lines = data[pos:].split(b"\n")
-    # The last piece has no newline after it: a partial line, never a finished record.
-    for offset, line in enumerate(lines[:-1]):
+def _wrong_seq(entry: object, seq: int) -> str:
+    found = entry.get("seq") if isinstance(entry, dict) else entry
+    return f"holds seq {found!r} where seq {seq} belongs"
+
+
+def _check_unfinished(data: bytes, end: int, bad: int, legacy: bool, name: str, line_no: int) -> None:
+    """Raise unless everything from ``end`` (where the last complete write ends) is one
+    unfinished write: no complete write follows the damage at ``bad``, nor (``legacy``: a
+    format 1 log) an entry of format 1."""
+    find = data.find
+    pos = bad
+    while (nl := find(b"\n", pos)) >= 0:
+        kind = _check(data, pos, nl)
         try:
-            value = orjson.loads(line)
+            if kind == _CHECKED:
+                record = _closing(data, pos, nl)
+                size = None if record is None else record.get("sk.bytes")
+                if (
+                    record
+                    and type(size) is int
+                    and end <= pos - size
+                    and _closes(record, data, pos - size, pos, None)
+                ):
+                    _damaged_before(data, name, line_no, end, bad, pos, "a complete write")
+            elif kind == _PLAIN and legacy and pos > bad and isinstance(_loads(data[pos:nl]), dict):
+                _damaged_before(data, name, line_no, end, bad, pos, "a valid entry")
+        except orjson.JSONDecodeError:
+            pass
+        pos = nl + 1
+
+
+def _damaged_before(data: bytes, name: str, line_no: int, end: int, bad: int, pos: int, what: str) -> None:
+    bad_line = line_no + data.count(b"\n", end, bad)
+    at_line = line_no + data.count(b"\n", end, pos)
+    _damaged(name, bad_line, f"is damaged and followed by {what} on line {at_line}")
+
+
+def _damaged(name: str, line: int, why: str) -> None:
+    raise CorruptStateError(
+        f"{name}: line {line} {why}; entries before line {line} are intact. "
+        "The log is not repaired automatically: move the file aside and inspect it"
+    )
+
+
+# -- from the end: a cold append reads only the log's tail --------------------------------
+
+ReadAt = Callable[[int, int], bytes]  # (offset, size) -> the log's bytes there
+
+
+@dataclass(frozen=True, slots=True)
+class LastWrite:
+    """The last complete write of a log, found from its end."""
+
+    end: int  # just past its closing record
+    next_seq: int
+    snapshot_at: int | None  # where the current snapshot record is; None: the State has none
+    snapshot: bytes | None  # the encoded snapshot, if this write's record carries it
+
+
+def last_write(read_at: ReadAt, size: int) -> LastWrite | None:
+    """The last complete write of the ``size`` bytes long log, reading back from its end
+    only as far as that write's start. None when the log must be scanned from its start
+    instead: it ends in format 1 lines, or holds no complete write.
+    """
+    for pos, line in _lines_back(read_at, size):
+        kind = _check(line, 0, len(line))
+        if kind == _PLAIN:
+            if b"\0" not in line and _legacy_entry(line):
+                return None  # format 1 lines: the log was never written in format 2
+            continue
+        if kind == _DAMAGED:
+            continue
+        try:
+            record = _closing(line, 0, len(line))
         except orjson.JSONDecodeError:
             continue
-        if isinstance(value, dict):
-            bad = line_no + offset
-            if offset == 0:
-                found = value.get("seq")
-                why = f"holds seq {found!r} where seq {seq} belongs"
-            else:
-                why = f"is damaged and followed by a valid entry on line {line_no + offset}"
-                bad = line_no
-            raise CorruptStateError(
-                f"{name}: line {bad} {why}; entries before line {bad} are intact. "
-                "The log is not repaired automatically: move the file aside and inspect it"
-            )
+        if not record:
+            continue
+        size_ = record.get("sk.bytes")
+        next_seq = record.get("sk.next")
+        if type(size_) is not int or type(next_seq) is not int or not 0 <= size_ <= pos:
+            continue
+        if not _closes(record, read_at(pos - size_, size_), 0, size_, None):
+            continue  # its closing page survived a power cut, not all of its entries
+        if "sk.snapshot" in record:
+            return LastWrite(pos + len(line) + 1, next_seq, pos, snapshot_of(line))
+        at = record.get("sk.at")
+        return LastWrite(pos + len(line) + 1, next_seq, at if type(at) is int else None, None)
+    return None
+
+
+def entries_back(read_at: ReadAt, end: int, first_seq: int, next_seq: int) -> list[dict[str, Any]] | None:
+    """The entries with seqs ``first_seq`` to ``next_seq - 1`` of the log's first ``end``
+    bytes (complete writes only), read back from ``end``; None if they cannot be told
+    from there (then scan the log whole)."""
+    found: list[dict[str, Any]] = []
+    want = next_seq - 1
+    if want < first_seq:
+        return found
+    for _, line in _lines_back(read_at, end):
+        kind = _check(line, 0, len(line))
+        if kind == _DAMAGED:
+            return None
+        if kind == _CHECKED and line.startswith(_CLOSE):
+            continue
+        try:
+            entry = _loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if type(entry) is not dict or entry.get("seq") != want:
+            return None
+        if kind == _CHECKED:
+            del entry["sk.crc"]
+        found.append(entry)
+        if want == first_seq:
+            found.reverse()
+            return found
+        want -= 1
+    return None
+
+
+def snapshot_of(line: bytes) -> bytes:
+    """The encoded snapshot a checked closing record (or copy) ``line`` carries."""
+    key = b'"sk.snapshot":'
+    return line[line.index(key) + len(key) : len(line) - _SUFFIX]
+
+
+def _legacy_entry(line: bytes) -> bool:
+    try:
+        value = _loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return type(value) is dict and type(value.get("seq")) is int
+
+
+def _lines_back(read_at: ReadAt, size: int, chunk: int = 1 << 16) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) of the complete lines of the log's first
+    ``size`` bytes, last first. Reads back in chunks that double, so a long line costs
+    linear time."""
+    lo, buf = size, b""
+    end: int | None = None  # where the next line to yield ends (its newline)
+    while True:
+        limit = (size if end is None else end) - lo
+        i = buf.rfind(b"\n", 0, limit)
+        if i >= 0:
+            if end is not None:
+                yield lo + i + 1, buf[i + 1 : limit]
+            end = lo + i
+            continue
+        if lo == 0:
+            if end is not None and end > 0:
+                yield 0, buf[:limit]
+            return
+        n = min(max(chunk, len(buf)), lo)
+        lo -= n
+        buf = read_at(lo, n) + buf
+
+
+# -- snapshot.json: a copy of the last snapshot record, refreshed lazily -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotCopy:
+    """What ``snapshot.json`` holds: the snapshot as of the log's first ``log_size`` bytes.
+
+    ``log_size`` is None for a copy written in format 1 (the snapshot itself, rewritten
+    with every write). ``snapshot`` is None when the State has none.
+    """
+
+    log_size: int | None
+    next_seq: int
+    snapshot: dict[str, Any] | None
+
+
+def encode_copy(log_size: int, next_seq: int, snapshot: bytes | None) -> bytes:
+    """``snapshot.json``'s contents for a log of ``log_size`` bytes ending before ``next_seq``."""
+    body = b'{"sk.v":%d,"sk.log":%d,"sk.next":%d,"sk.snapshot":%s' % (
+        FORMAT,
+        log_size,
+        next_seq,
+        b"null" if snapshot is None else snapshot,
+    )
+    return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
+
+
+def decode_copy(raw: bytes) -> SnapshotCopy | None:
+    """The copy ``raw`` holds; None if it is damaged (a copy is not fsync'd: a power cut
+    can leave it empty or zero-filled, and the log has it all anyway).
+    UnsupportedFormatError if a newer statekeep wrote it."""
+    nl = len(raw) - 1
+    if nl > 0 and raw[nl] == 10 and raw.startswith(_CLOSE):
+        if _check(raw, 0, nl) != _CHECKED:
+            return None
+        try:
+            record = _closing(raw, 0, nl)
+        except orjson.JSONDecodeError:
+            return None
+        record = record or {}
+        size, next_seq = record.get("sk.log"), record.get("sk.next")
+        if type(size) is not int or type(next_seq) is not int or "sk.snapshot" not in record:
+            return None
+        snapshot = record["sk.snapshot"]
+        return SnapshotCopy(size, next_seq, snapshot if type(snapshot) is dict else None)
+    try:
+        value = _loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return SnapshotCopy(None, 0, value) if type(value) is dict else None
+
+
+def snapshot_record(read_at: ReadAt, at: int, size: int) -> bytes | None:
+    """The encoded snapshot of the closing record at offset ``at`` of a log of ``size``
+    bytes, or None if there is no checked snapshot record there."""
+    n, line = 4096, b""
+    while at + len(line) < size:
+        line = read_at(at, min(n, size - at))
+        nl = line.find(b"\n")
+        if nl >= 0:
+            line = line[:nl]
+            if _check(line, 0, nl) == _CHECKED and line.startswith(_CLOSE) and b'"sk.snapshot":' in line:
+                return snapshot_of(line)
+            return None
+        n *= 2
+    return None

@@ -18,6 +18,7 @@ import orjson
 from ._codec import encode
 from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._ids import validate_id
+from ._logframe import RESERVED
 from ._records import LISTING_TIMES, utc_time
 
 
@@ -63,7 +64,10 @@ def prepare_write(
                 f"entries[{i}] has seq {seq}, expected {first_seq + i}: "
                 "the entries of one write must have consecutive seqs, in order"
             )
-        lines.append(encode(entry, f"entries[{i}]") + b"\n")
+        line = encode(entry, f"entries[{i}]")
+        if b'"sk.' in line:
+            _check_reserved(entry, i)
+        lines.append(line + b"\n")
     snap = None
     if snapshot is not None:
         snap = encode(snapshot, "snapshot")
@@ -71,6 +75,16 @@ def prepare_write(
     if create and lines and first_seq != 0:
         raise ValueError(f"a new State's history starts at seq 0, got {first_seq}")
     return PreparedWrite(state_id, first_seq, tuple(lines), snap, bool(create))
+
+
+def _check_reserved(entry: dict[str, Any], i: int) -> None:
+    for key in entry:
+        if key.startswith(RESERVED):
+            raise ValueError(
+                f"entries[{i}] has the key {key!r}, but top-level entry keys starting with "
+                f"{RESERVED!r} are statekeep's own (the file log's checksums and records); nothing "
+                "was written. Rename the key, or nest it inside another value"
+            )
 
 
 def _check_times(snapshot: dict[str, Any]) -> None:

@@ -1,21 +1,31 @@
 """FileStore's appends, as group commits: a batch of writes (one per State) is staged,
 flushed together and finished, each write undone alone if it fails; and the bookkeeping
-of an undo that failed, so the next write cuts off what may not be durable."""
+of an undo that failed, so the next write cuts off what may not be durable.
+
+A steady-state append is one ``write()`` of the new entry lines and the closing record
+(carrying the snapshot) to the log, opened once and kept open (:mod:`.handles`), and one
+fsync of the log: nothing else is on the durable path."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from ..._bridge import owner
+from ..._logframe import closing_record, entries_back, frame
+from ..._records import decode_snapshot
 from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
-from .._fsio import write_private
 from .budget import BUDGET
-from .folder import StoreFolder, quietly, still_named
-from .locking import lock, unlock
+from .copies import Copies
+from .folder import StoreFolder, still_named
+from .handles import Handles, close_pair
+from .locking import lock, release
 from .recovery import Tail, read_tail, scan_whole
-from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP
+from .trust import LOG, SNAPSHOT
 
 
 @dataclass(slots=True)
@@ -25,24 +35,22 @@ class _Append:
     write: PreparedWrite
     folder: int = -1
     log: int = -1
-    tmp: int = -1
+    locked: bool = False
     size: int = 0  # the log's size before this write
     next_seq: int = 0  # the seq after the log's last entry once this write is in
+    snapshot_at: int | None = None  # where the current snapshot record is once it is in
+    snapshot: bytes | None = None  # the snapshot this write records, if any
     new: bytes = b""
     sync_log: bool = False  # the log holds bytes not known durable: fsync it
     sync_root: bool = False  # a State this process never wrote: fsync the store's folder
     durable: int = 0  # how much of the log is known durable (its start) before this write
     appended: bool = False
-    published: bool = False
     error: BaseException | None = None
 
-    def close(self) -> None:
-        for fd in (self.tmp, self.log):
-            if fd >= 0:
-                os.close(fd)
-        if self.folder >= 0:
-            unlock(self.folder)  # last: it holds the lock
-        self.tmp = self.log = self.folder = -1
+    def unlock(self) -> None:
+        if self.locked:
+            self.locked = False
+            release(self.folder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,26 +58,18 @@ class _Doubt:
     """A log whose undo failed: it may hold bytes of a failed append past ``cut_to``."""
 
     left: Tail  # the log as the failed write left it
-    snapshot: tuple[int, int, int] | None  # and the snapshot file (see _snapshot_id)
     cut_to: int  # the log's size before that append
-
-
-def _snapshot_id(folder: int) -> tuple[int, int, int] | None:
-    """The snapshot file's identity and mtime: a write replaces it with a new file."""
-    try:
-        st = os.stat(SNAPSHOT, dir_fd=folder, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 class Appender:
     """Appends to the States of one store; shares ``tails`` (the tail cache) with it."""
 
-    def __init__(self, store: StoreFolder, tails: dict[str, Tail]) -> None:
+    def __init__(self, store: StoreFolder, tails: dict[str, Tail], handles: Handles, copies: Copies) -> None:
         self._store = store
         self._io = store.io
         self._tails = tails
+        self._handles = handles
+        self._copies = copies
         self._doubts: dict[str, _Doubt] = {}
         # Logs whose fsync failed: (dev, ino, from) -- bytes past ``from`` may be clean in
         # the page cache yet not on disk (fsyncgate), so they are written again first.
@@ -78,10 +78,9 @@ class Appender:
     def commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         """Append a batch of writes (one per State) durably; return each one's error.
 
-        Three phases so that the flushes are shared: stage every write (lock, check, write
-        the log lines and the snapshot's temporary file), flush them all, then rename every
-        snapshot into place and flush the folders. A write that fails in any phase is undone
-        (log cut back, temporary file removed) and fails alone.
+        Two phases so that the flushes are shared: stage every write (lock, check, append
+        its lines), then fsync every log at once. A write that fails in either phase is
+        undone (its log cut back) and fails alone.
         """
         with BUDGET.held(len(writes)):
             return self._commit(writes)
@@ -97,21 +96,18 @@ class Appender:
             # Then each write finishes on a thread of its own: concurrent fsyncs share the
             # journal commit and the device flush, and no write waits for a slower one.
             live = self._sync_root(root, [a for a in ordered if a.error is None])
+            live = [a for a in live if a.sync_log]
             aux = owner().aux
-            jobs = [aux.submit(self._attempt, a, self._finish, False) for a in live[1:]]
+            jobs = [aux.submit(self._attempt, a, self._fsync_log) for a in live[1:]]
             if live:
-                self._attempt(live[0], self._finish, True)
+                self._attempt(live[0], self._fsync_log)
             for job in jobs:
                 job.result()
             for item in ordered:
-                sid = item.write.state_id
-                if item.error is None:
-                    self._tails[sid] = Tail.of(item.log, item.next_seq)
-                else:
-                    self._tails.pop(sid, None)  # re-read from disk next time
+                self._done(item)
         finally:
             for item in items:
-                item.close()
+                self._put_back(item)
             if root is not None:
                 os.close(root)
         return [a.error for a in items]
@@ -144,62 +140,103 @@ class Appender:
     def _stage(self, item: _Append, root: int | None) -> None:
         store, write = self._store, item.write
         sid = write.state_id
-        folder = None if root is None else store.open_state(root, sid)
-        if root is None or folder is None:
+        if root is None:
             raise missing_error(sid)
-        lock(folder)
-        item.folder = folder
-        if not still_named(root, sid, folder):
-            raise missing_error(sid)  # deleted while we waited for the lock
-        item.log = store.open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
+        self._open(item, root)
         item.sync_root = sid not in self._tails
-        self._settle_doubt(folder, item.log, sid)
-        item.size, next_seq, durable = read_tail(store, self._tails.get(sid), folder, item.log, sid)
+        self._settle_doubt(item.log, sid)
+        found = read_tail(store, self._tails.get(sid), item.folder, item.log, sid)
+        item.size, durable = found.size, found.durable
         item.durable = item.size if durable else 0
-        if self._rewrite_suspect(folder, item.log, sid, item.size):
+        if self._rewrite_suspect(item.folder, item.log, sid, item.size):
             durable, item.durable = False, 0
-        skip = plan_append(write, next_seq)
-        item.next_seq = next_seq + len(write.lines) - skip
+        skip = plan_append(write, found.next_seq)
+        item.next_seq = found.next_seq + len(write.lines) - skip
         if skip:
-            stored = scan_whole(store, item.log, sid).entries[write.first_seq : write.first_seq + skip]
-            check_overlap(write, stored)
-        item.new = b"".join(write.lines[skip:])
+            check_overlap(write, self._stored(item, found.next_seq, skip))
+        lines = write.lines[skip:]
+        snapshot = write.snapshot
+        if snapshot is None and not found.framed:
+            # The first write in format 2 to a State of format 1: its snapshot moves
+            # into the log, which is the single source of truth from now on.
+            snapshot = store.read_file(item.folder, sid, SNAPSHOT)
+            snapshot = (
+                None
+                if snapshot is None
+                else orjson.dumps(decode_snapshot(snapshot, store.where(sid, SNAPSHOT)))
+            )
+        if lines or snapshot is not None:
+            entries = b"".join([frame(line) for line in lines])
+            item.snapshot = snapshot
+            item.snapshot_at = found.snapshot_at if snapshot is None else item.size + len(entries)
+            item.new = entries + closing_record(item.next_seq, entries, snapshot, found.snapshot_at)
+        else:
+            item.snapshot_at = found.snapshot_at
         # Never acknowledge bytes nobody made durable: entries skipped as stored may be
         # the append of a writer that died before its fsync.
         item.sync_log = bool(item.new) or not durable
         if item.new:
             item.appended = True
             self._io.write_all(item.log, item.new)
-        if write.snapshot is not None:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-            item.tmp = store.open_in(folder, sid, SNAPSHOT_TMP, flags)
-            write_private(self._io, item.tmp, write.snapshot, sync=False)  # synced in _finish
 
-    def _finish(self, item: _Append, helped: bool) -> None:
-        """Make a staged write durable: fsync the log and the temporary snapshot, then
-        rename the snapshot into place (so it never covers entries that are not durable)
-        and fsync the folder. ``helped``: may hand the snapshot's fsync to a helper thread
-        (only off the helper pool itself, whose jobs must never wait on each other)."""
-        io = self._io
-        if helped and item.sync_log and item.tmp >= 0:
-            # Both at once: concurrent fsyncs share the journal commit.
-            job = owner().aux.submit(io.fsync, item.tmp)
-            try:
-                self._fsync_log(item)
-            finally:
-                job.exception()  # the file closes after this: never leave its fsync running
-            job.result()
+    def _open(self, item: _Append, root: int) -> None:
+        """Open the State's folder and log (or take them from the cache) and lock it."""
+        store, sid = self._store, item.write.state_id
+        for cached in (True, False):
+            pair = self._handles.take(sid) if cached else None
+            if pair is None:
+                folder = store.open_state(root, sid)
+                if folder is None:
+                    raise missing_error(sid)
+                try:
+                    log = store.open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
+                except BaseException:
+                    os.close(folder)
+                    raise
+                pair = (folder, log)
+            item.folder, item.log = pair
+            lock(item.folder)
+            item.locked = True
+            if still_named(root, sid, item.folder):
+                return
+            # Deleted, maybe made again, since these were opened: try the name once more.
+            item.unlock()
+            close_pair(item.folder, item.log)
+            item.folder = item.log = -1
+            if not cached:
+                raise missing_error(sid)  # deleted while we waited for the lock
+        raise AssertionError("unreachable")
+
+    def _stored(self, item: _Append, next_seq: int, skip: int) -> list[dict[str, Any]]:
+        """The stored entries a write's first ``skip`` entries overlap, from the log's end."""
+        first = item.write.first_seq
+        log = item.log
+        stored = entries_back(lambda at, n: os.pread(log, n, at), item.size, first, first + skip)
+        if stored is None:  # not to be told from the end: read it whole (damage raises there)
+            stored = scan_whole(self._store, log, item.write.state_id).entries[first : first + skip]
+        return stored
+
+    def _done(self, item: _Append) -> None:
+        """Remember a finished write's log (the tail cache) and its snapshot's copy."""
+        sid = item.write.state_id
+        if item.error is not None:
+            self._tails.pop(sid, None)  # re-read from disk next time
+            return
+        tail = Tail.of(item.log, item.next_seq, item.snapshot_at)
+        self._tails[sid] = tail
+        if item.snapshot is not None:  # a write that kept the snapshot leaves its copy current
+            self._copies.written(item.folder, sid, tail.size, item.next_seq, item.snapshot)
+
+    def _put_back(self, item: _Append) -> None:
+        """Unlock the State; keep its descriptors open for the next write if all went well."""
+        if item.folder < 0:
+            return
+        item.unlock()
+        if item.error is None:
+            self._handles.give(item.write.state_id, item.folder, item.log)
         else:
-            if item.sync_log:
-                self._fsync_log(item)
-            if item.tmp >= 0:
-                io.fsync(item.tmp)
-        if item.tmp >= 0:
-            io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=item.folder)
-            item.published = True
-            # From here a failed fsync leaves the snapshot maybe durable, maybe not, while
-            # the entries before it are durable already.
-            io.fsync(item.folder)
+            close_pair(item.folder, item.log)
+        item.folder = item.log = -1
 
     def _fsync_log(self, item: _Append) -> None:
         """Fsync the log. If that fails, what it held past the part known durable is
@@ -242,10 +279,6 @@ class Appender:
 
     def _undo(self, item: _Append) -> None:
         """Take back what a failed write did, so the State is as it was before it."""
-        if item.published:
-            return
-        if item.tmp >= 0:
-            quietly(lambda: self._io.unlink(SNAPSHOT_TMP, dir_fd=item.folder))
         if item.appended:
             self._undo_append(item)
 
@@ -264,22 +297,20 @@ class Appender:
             if item.error is not None:
                 item.error.add_note(f"statekeep: undoing this append failed too: {exc}")
             try:
-                self._doubts[item.write.state_id] = _Doubt(
-                    Tail.of(item.log, 0), _snapshot_id(item.folder), item.size
-                )
+                self._doubts[item.write.state_id] = _Doubt(Tail.of(item.log, 0, None), item.size)
             except OSError:
-                pass  # the next write then scans the log whole and fsyncs it
+                pass  # the next write then reads the log again and fsyncs it
 
-    def _settle_doubt(self, folder: int, log: int, sid: str) -> None:
+    def _settle_doubt(self, log: int, sid: str) -> None:
         """Finish an undo of this process that failed: cut the log back, unless someone
-        wrote to the State since (then it is theirs: it is scanned whole and fsync'd)."""
+        wrote to the State since (then it is theirs: it is read again and fsync'd)."""
         doubt = self._doubts.get(sid)
         if doubt is None:
             return
         st = os.fstat(log)
         left = doubt.left
         unchanged = st.st_size == left.size and st.st_mtime_ns == left.mtime_ns  # see _fsync_log
-        if left.holds_in(log, st) and unchanged and _snapshot_id(folder) == doubt.snapshot:
+        if left.holds_in(log, st) and unchanged:
             self._io.truncate(log, doubt.cut_to)
             self._io.fsync(log)
         del self._doubts[sid]

@@ -13,14 +13,15 @@ import fcntl
 import os
 import secrets
 
-from ..._bridge import owner
 from ..._errors import CorruptStateError
+from ..._logframe import closing_record, frame
 from ..._writes import PreparedWrite, exists_error
-from .._fsio import write_file, write_private
+from .._fsio import write_private
+from .copies import write_copy
 from .folder import StoreFolder, quietly, remove_tree, still_named
 from .locking import hold, lock, release, unlock
 from .recovery import Tail
-from .trust import CREATING, DELETING, DIR, LOG, SNAPSHOT, foreign_files
+from .trust import CREATING, DELETING, DIR, LOG, foreign_files
 
 
 def create(store: StoreFolder, tails: dict[str, Tail], write: PreparedWrite) -> None:
@@ -41,19 +42,17 @@ def _create(store: StoreFolder, tails: dict[str, Tail], root: int, write: Prepar
     folder = _make_staging(store, root, staging)
     try:
         try:
-            pending = None
-            if write.snapshot is not None:
-                pending = owner().aux.submit(write_file, io, folder, SNAPSHOT, write.snapshot)
+            entries = b"".join([frame(line) for line in write.lines])
+            record = closing_record(write.end_seq, entries, write.snapshot, None)
+            log = io.open(LOG, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
             try:
-                log = io.open(LOG, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
-                try:
-                    write_private(io, log, b"".join(write.lines))
-                    tail = Tail.of(log, write.end_seq)
-                finally:
-                    os.close(log)
+                write_private(io, log, entries + record)
+                at = None if write.snapshot is None else len(entries)
+                tail = Tail.of(log, write.end_seq, at)
             finally:
-                if pending is not None:
-                    pending.result()
+                os.close(log)
+            if write.snapshot is not None:
+                write_copy(store, folder, staging, tail.size, write.end_seq, write.snapshot)
             io.fsync(folder)
             try:
                 io.rename(staging, sid, dir_fd=root)

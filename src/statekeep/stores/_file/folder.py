@@ -18,7 +18,16 @@ from pathlib import Path
 from ..._errors import CorruptStateError
 from .._fsio import OsIO, make_folders
 from .locking import hold, release, unlock
-from .trust import CREATING, DELETING, DIR, check_adoptable, check_owner, read_marker, write_marker
+from .trust import (
+    CREATING,
+    DELETING,
+    DIR,
+    MARKER_FORMAT,
+    check_adoptable,
+    check_owner,
+    read_marker,
+    write_marker,
+)
 
 _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached through a link
 
@@ -79,7 +88,9 @@ class StoreFolder:
         if marker is None:
             check_adoptable(self.io, root, str(self.path))
         else:
-            self._marked = True
+            # A store of an older format is marked again on its first write: its logs
+            # are read as they are, and go on in this format.
+            self._marked = marker["format"] == MARKER_FORMAT
             self.case_insensitive = self._probe_case(root)
         self._checked = True
 

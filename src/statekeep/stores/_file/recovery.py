@@ -1,25 +1,26 @@
 """A State's log as a FileStore finds it before an append: the tail cache (:class:`Tail`),
-reading only what another process appended since, and cutting a torn last line left by a
-crashed writer, unless the snapshot covers it (then it is damage: CorruptStateError)."""
+reading only what another process appended since, or, cold, only the log's last write
+(:func:`~statekeep._logframe.last_write`), and cutting an unfinished write left by a
+crashed writer -- unless ``snapshot.json`` says it was acknowledged (then it is damage:
+CorruptStateError)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from ..._errors import CorruptStateError
-from ..._logframe import LogScan, scan_log
-from ..._records import check_covered, decode_snapshot
+from ..._logframe import LogScan, decode_copy, last_write, scan_log
 from .folder import StoreFolder
 from .trust import LOG, SNAPSHOT
 
-_CHECK_BYTES = 4096
+_CHECK_BYTES = 64
 
 
 @dataclass(frozen=True, slots=True)
 class Tail:
-    """What this process last knew of a log: where it ended and the seq that comes next.
+    """What this process last knew of a log: where its last complete write ends, the seq
+    that comes next, and where the current snapshot record is.
 
     The first ``size`` bytes are durable: this process fsync'd the log up to there (or
     found it so), so a write covering no more than them needs no fsync of the log.
@@ -33,11 +34,14 @@ class Tail:
     mtime_ns: int
     next_seq: int
     check: bytes  # the log's last bytes before ``size``
+    snapshot_at: int | None = None  # the offset of the current snapshot record, if any
+    framed: bool = True  # the log holds a format 2 write (else the snapshot is in snapshot.json)
 
     @classmethod
-    def of(cls, log: int, next_seq: int) -> Tail:
+    def of(cls, log: int, next_seq: int, snapshot_at: int | None, *, framed: bool = True) -> Tail:
         st = os.fstat(log)
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, next_seq, _last_bytes(log, st.st_size))
+        check = _last_bytes(log, st.st_size)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, next_seq, check, snapshot_at, framed)
 
     def holds_in(self, log: int, st: os.stat_result) -> bool:
         """Does ``log`` still start with what this describes (maybe with more after it)?"""
@@ -53,65 +57,81 @@ def _last_bytes(log: int, size: int) -> bytes:
     return os.pread(log, n, size - n)
 
 
-def read_tail(
-    store: StoreFolder, known: Tail | None, folder: int, log: int, sid: str
-) -> tuple[int, int, bool]:
-    """(size, next seq, durable) of the log, from ``known`` (the cache) when the file did
-    not change.
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The log before an append: ``durable`` says it is known durable up to ``size``."""
 
-    ``durable``: the log is known durable up to its end. A torn tail left by a crashed
-    writer is cut here, before anything is appended, unless the snapshot covers it.
-    """
+    size: int
+    next_seq: int
+    durable: bool
+    snapshot_at: int | None
+    framed: bool
+
+
+def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid: str) -> Found:
+    """The log's state before an append, from ``known`` (the cache) when the file did not
+    change, else from what was appended since, else from its last write. An unfinished
+    write at its end is cut here, before anything is appended."""
     st = os.fstat(log)
     if known is not None and not known.holds_in(log, st):
-        known = None  # replaced or cut by someone else: scan it whole
+        known = None  # replaced or cut by someone else: read it again
     if known is not None and st.st_size == known.size:
-        return known.size, known.next_seq, True
+        return Found(known.size, known.next_seq, True, known.snapshot_at, known.framed)
+    where = store.where(sid, LOG)
     if known is not None:
         # Another process appended: read only what it added.
         data = os.pread(log, st.st_size - known.size, known.size)
         scan = scan_log(
-            data, start_seq=known.next_seq, name=store.where(sid, LOG), first_line=known.next_seq + 1
+            data, start_seq=known.next_seq, legacy=False, name=where, first_line=known.next_seq + 1
         )
-        end = known.size + scan.end
-    else:
+        at = known.snapshot_at if not scan.framed else scan.snapshot_at
+        return _settle(store, folder, log, sid, st.st_size, known.size + scan.end, scan.next_seq, at, True)
+    last = last_write(lambda at, n: os.pread(log, n, at), st.st_size)
+    if last is None:  # format 1 lines only (or no complete write): read it whole
         scan = scan_whole(store, log, sid)
-        end = scan.end
-    if end < st.st_size:
-        # A crash never leaves a torn line that the snapshot covers: damage does, and
-        # cutting it would drop acknowledged entries without a word.
-        try:
-            snapshot = read_snapshot(store, folder, sid)
-        except CorruptStateError:
-            snapshot = None  # damaged itself: this write may replace it
-        check_snapshot_covered(store, sid, snapshot, scan.next_seq, end)
-        store.io.truncate(log, end)
-        store.io.fsync(log)
-        return end, scan.next_seq, True  # that fsync made the rest durable too
-    return end, scan.next_seq, False
+        return _settle(
+            store, folder, log, sid, st.st_size, scan.end, scan.next_seq, scan.snapshot_at, scan.framed
+        )
+    if last.end < st.st_size:  # only damage may follow: it raises
+        tail = os.pread(log, st.st_size - last.end, last.end)
+        scan_log(tail, start_seq=last.next_seq, legacy=False, name=where, first_line=last.next_seq + 1)
+    return _settle(store, folder, log, sid, st.st_size, last.end, last.next_seq, last.snapshot_at, True)
+
+
+def _settle(
+    store: StoreFolder,
+    folder: int,
+    log: int,
+    sid: str,
+    size: int,
+    end: int,
+    next_seq: int,
+    snapshot_at: int | None,
+    framed: bool,
+) -> Found:
+    """Cut what follows the last complete write ``end`` (an unfinished write), unless the
+    snapshot's copy says it was acknowledged."""
+    if end == size:
+        return Found(size, next_seq, False, snapshot_at, framed)
+    copy = decode_copy(store.read_file(folder, sid, SNAPSHOT) or b"")
+    if copy is not None and copy.log_size is not None and copy.log_size > end:
+        raise lost_error(store, sid, copy.log_size, end)
+    store.io.truncate(log, end)
+    store.io.fsync(log)
+    return Found(end, next_seq, True, snapshot_at, framed)  # that fsync made the rest durable too
+
+
+def lost_error(store: StoreFolder, sid: str, copied: int, end: int) -> CorruptStateError:
+    """The error for a log that lacks what its snapshot's copy says was acknowledged."""
+    return CorruptStateError(
+        f"State {sid!r} is damaged: {store.where(sid, SNAPSHOT)} was written after the first "
+        f"{copied} bytes of {store.where(sid, LOG)} were durable, but its complete writes end at "
+        f"byte {end}, so acknowledged entries are missing. Nothing was loaded or repaired; restore "
+        "the log from a backup, or move the State's folder aside"
+    )
 
 
 def scan_whole(store: StoreFolder, log: int, sid: str) -> LogScan:
     """Read the open log from its start."""
     os.lseek(log, 0, os.SEEK_SET)
     return scan_log(store.io.read_all(log), name=store.where(sid, LOG))
-
-
-def read_snapshot(store: StoreFolder, folder: int, sid: str) -> dict[str, Any] | None:
-    """The State's snapshot, decoded; None if it has none."""
-    return decode_snapshot(store.read_file(folder, sid, SNAPSHOT), store.where(sid, SNAPSHOT))
-
-
-def check_snapshot_covered(
-    store: StoreFolder, sid: str, snapshot: dict[str, Any] | None, next_seq: int, torn_at: int | None
-) -> None:
-    """CorruptStateError if the snapshot covers entries the log lacks (see
-    :func:`check_covered`). ``torn_at``: where the log's unreadable last line starts."""
-    cut = "" if torn_at is None else f" (its last line, from byte {torn_at}, is cut short)"
-    check_covered(
-        snapshot,
-        next_seq,
-        snapshot_name=f"State {sid!r} is damaged: {store.where(sid, SNAPSHOT)}",
-        history_name=f"{store.where(sid, LOG)}{cut}",
-        advice="restore the log from a backup, or move the State's folder aside",
-    )

@@ -23,6 +23,7 @@ with ``fcntl.flock`` on the State's folder.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -32,15 +33,17 @@ from ..._batching import GroupCommit
 from ..._bridge import owner
 from ..._errors import CorruptStateError
 from ..._ids import validate_id
-from ..._logframe import scan_log
-from ..._records import Record, SavedState, decode_snapshot, left_out, listing_order
+from ..._logframe import decode_copy, scan_log
+from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from ..._writes import PreparedWrite
 from .._fsio import OsIO
 from .append import Appender
 from .budget import batch_cap
+from .copies import INTERVAL, Copies, current_snapshot
 from .create import create, delete
 from .folder import StoreFolder, still_named
-from .recovery import Tail, check_snapshot_covered, read_snapshot
+from .handles import Handles
+from .recovery import Tail, lost_error
 from .trust import DIR, LOG, SNAPSHOT, probe_case
 
 
@@ -106,7 +109,10 @@ class FileStore(Backend):
             self.path, io or OsIO(), read_only=read_only, label=repr(self), probe_case=self._probe_case
         )
         self._tails: dict[str, Tail] = {}  # the tail cache, shared by appends, creates, deletes
-        self._appender = Appender(self._folder, self._tails)
+        self._handles = Handles()  # descriptors kept open between writes
+        self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
+        self._refresh: asyncio.TimerHandle | None = None
+        self._appender = Appender(self._folder, self._tails, self._handles, self._copies)
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
             lambda writes: self._commit(writes), max_batch=batch_cap
@@ -137,12 +143,25 @@ class FileStore(Backend):
         # are written together and share their flushes; each caller still gets its own
         # outcome, and returns only once its own write is durable.
         await self._batches.submit(write)
+        if self._copies.behind and self._refresh is None:
+            # Copies left behind refresh once writes pause (or at close).
+            self._refresh = asyncio.get_running_loop().call_later(INTERVAL, self._refresh_copies)
+
+    def _refresh_copies(self) -> None:
+        self._refresh = None
+        if not self._closed:
+            owner().io.run(self._copies.flush)
 
     def _commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         return self._appender.commit(writes)
 
     async def _close(self) -> None:
         await self._batches.drain()  # writes already queued still complete
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
+        await owner().io.run(self._copies.flush)
+        self._handles.close()
 
     async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
         return await owner().io.run(self._read_sync, state_id)
@@ -151,6 +170,8 @@ class FileStore(Backend):
         return await owner().io.run(self._list_sync)
 
     async def _delete(self, state_id: str) -> None:
+        self._handles.drop(state_id)
+        self._copies.forget(state_id)
         await owner().io.run(delete, self._folder, self._tails, state_id)
 
     # -- read, list -----------------------------------------------------------------
@@ -167,11 +188,11 @@ class FileStore(Backend):
             if folder is None:
                 return None
             try:
-                # Snapshot first: it is written after the entries, so it never covers
-                # entries this read does not see.
-                snapshot = store.read_file(folder, sid, SNAPSHOT)
+                # The copy first: it is written after the log is durable up to the length
+                # it records, so a log shorter than that lost acknowledged writes.
+                copy = store.read_file(folder, sid, SNAPSHOT)
                 log = store.read_file(folder, sid, LOG)
-                if (snapshot is None or log is None) and not still_named(root, sid, folder):
+                if log is None and not still_named(root, sid, folder):
                     return None  # deleted meanwhile: renamed away, then its files removed
             finally:
                 os.close(folder)
@@ -179,13 +200,31 @@ class FileStore(Backend):
             os.close(root)
         if log is None:
             raise CorruptStateError(f"{store.where(sid, LOG)} is missing")
-        return lambda: self._parse(sid, log, snapshot)
+        return lambda: self._parse(sid, log, copy)
 
-    def _parse(self, sid: str, log: bytes, raw_snapshot: bytes | None) -> Record:
+    def _parse(self, sid: str, log: bytes, raw_copy: bytes | None) -> Record:
         store = self._folder
         scan = scan_log(log, name=store.where(sid, LOG))
-        snapshot = decode_snapshot(raw_snapshot, store.where(sid, SNAPSHOT))
-        check_snapshot_covered(store, sid, snapshot, scan.next_seq, scan.end if scan.torn else None)
+        copy = decode_copy(raw_copy) if raw_copy else None
+        if copy is not None and copy.log_size is not None and copy.log_size > scan.end:
+            raise lost_error(store, sid, copy.log_size, scan.end)
+        if scan.framed:
+            if scan.snapshot_at is not None and scan.snapshot is None:
+                raise CorruptStateError(
+                    f"{store.where(sid, LOG)}: its last write keeps the snapshot recorded at byte "
+                    f"{scan.snapshot_at}, but no snapshot record is there. Move the State's folder aside"
+                )
+            return Record(scan.entries, scan.snapshot)
+        # A log of format 1 only: its snapshot.json is the snapshot.
+        snapshot = decode_snapshot(raw_copy, store.where(sid, SNAPSHOT))
+        cut = "" if not scan.torn else f" (its last line, from byte {scan.end}, is cut short)"
+        check_covered(
+            snapshot,
+            scan.next_seq,
+            snapshot_name=f"State {sid!r} is damaged: {store.where(sid, SNAPSHOT)}",
+            history_name=f"{store.where(sid, LOG)}{cut}",
+            advice="restore the log from a backup, or move the State's folder aside",
+        )
         return Record(scan.entries, snapshot)
 
     def _list_sync(self) -> tuple[list[SavedState], list[str]]:
@@ -211,7 +250,11 @@ class FileStore(Backend):
                     except FileNotFoundError:
                         continue  # deleted meanwhile
                     try:
-                        snapshot = read_snapshot(store, folder, name)
+                        snapshot = current_snapshot(store, folder, name)
+                    except FileNotFoundError:
+                        if still_named(root, name, folder):
+                            raise
+                        continue  # deleted meanwhile
                     finally:
                         os.close(folder)
                     if snapshot is not None:

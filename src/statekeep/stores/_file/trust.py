@@ -17,13 +17,13 @@ from typing import Any
 
 import orjson
 
-from ..._errors import CorruptStateError, NotAStoreError, UnsafeStoreError
+from ..._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
 from ..._ids import validate_id
 from .._fsio import OsIO, write_file
 
 MARKER = ".statekeep-store"
 MARKER_TMP = ".statekeep-store.tmp-"
-MARKER_FORMAT = 1
+MARKER_FORMAT = 2  # 2: logs carry checksums and closing records (see _logframe)
 LOG = "log.jsonl"  # a State's files: one history entry per line, appended
 SNAPSHOT = "snapshot.json"  # the snapshot, replaced whole on every write
 SNAPSHOT_TMP = "snapshot.json.tmp"  # the next snapshot while it is being written
@@ -79,6 +79,11 @@ def read_marker(io: OsIO, root: int, path: str) -> dict[str, Any] | None:
         raise CorruptStateError(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(value, dict) or not isinstance(value.get("format"), int):
         raise CorruptStateError(f"{where} is not a JSON object with a 'format' number")
+    if value["format"] > MARKER_FORMAT:
+        raise UnsupportedFormatError(
+            f"{path} was written by a newer statekeep (store format {value['format']}; this one "
+            f"reads up to {MARKER_FORMAT}): upgrade statekeep to use it. Nothing was changed"
+        )
     return value
 
 

@@ -1,0 +1,163 @@
+"""``snapshot.json``: a copy of a State's current snapshot, kept for ``list()``.
+
+The log is the single source of truth; the copy only saves a listing from reading logs.
+It records the log length it matches (``sk.log``), is written only after the log is
+durable up to there, and is replaced by rename, never fsync'd. A reader compares that
+length with the log's size: equal, the copy is current; larger, the log has more writes,
+and what they changed is read from the log past that length; smaller, acknowledged bytes
+of the log are gone (CorruptStateError). A missing or damaged copy (a power cut can leave
+one empty) is read from the log's last write instead.
+
+Writers refresh it lazily (:class:`Copies`): at most every ``INTERVAL`` seconds per State
+while writing, then once writes stop, and when the store is closed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from typing import Any
+
+import orjson
+
+from ..._logframe import decode_copy, encode_copy, last_write, scan_log, snapshot_record
+from ..._records import decode_snapshot
+from .._fsio import write_private
+from .folder import StoreFolder, still_named
+from .locking import hold, release
+from .recovery import lost_error
+from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP
+
+INTERVAL = 0.5  # seconds: the longest a live writer leaves a copy behind its log
+
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+
+
+def write_copy(
+    store: StoreFolder, folder: int, sid: str, log_size: int, next_seq: int, snapshot: bytes | None
+) -> None:
+    """Replace the State's copy (the caller holds its lock): not fsync'd, see above."""
+    fd = store.open_in(folder, sid, SNAPSHOT_TMP, _TMP_FLAGS)
+    try:
+        write_private(store.io, fd, encode_copy(log_size, next_seq, snapshot), sync=False)
+    finally:
+        os.close(fd)
+    store.io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=folder)
+
+
+class Copies:
+    """The copies one store's writes left behind their logs, refreshed lazily."""
+
+    def __init__(self, store: StoreFolder) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._due: dict[str, tuple[int, int, bytes | None]] = {}  # sid -> log size, next seq, snapshot
+        self._last: dict[str, float] = {}  # sid -> when its copy was last written
+
+    @property
+    def behind(self) -> bool:
+        """Are copies waiting for a refresh?"""
+        return bool(self._due)
+
+    def written(self, folder: int, sid: str, size: int, next_seq: int, snapshot: bytes | None) -> None:
+        """After a write made the log durable up to ``size`` (the caller holds the State's
+        lock): refresh the copy now if it was not refreshed lately, else later."""
+        now = time.monotonic()
+        with self._lock:
+            fresh = now - self._last.get(sid, -INTERVAL) < INTERVAL
+            if fresh:
+                self._due[sid] = (size, next_seq, snapshot)
+                return
+            self._due.pop(sid, None)
+            self._last[sid] = now
+        try:
+            write_copy(self._store, folder, sid, size, next_seq, snapshot)
+        except (OSError, ValueError):
+            pass  # only a copy: the write is durable in the log, and readers fall back to it
+
+    def forget(self, sid: str) -> None:
+        with self._lock:
+            self._due.pop(sid, None)
+            self._last.pop(sid, None)
+
+    def flush(self) -> None:
+        """Write every copy that is due (best effort: a State being written or deleted by
+        another process right now is skipped; its writer refreshes it)."""
+        with self._lock:
+            due, self._due = self._due, {}
+        if not due:
+            return
+        store = self._store
+        try:
+            root = store.open_root(create=False)
+        except (OSError, ValueError):
+            return  # the next write or listing reports what is wrong with the folder
+        if root is None:
+            return
+        try:
+            for sid, (size, next_seq, snapshot) in due.items():
+                try:
+                    self._refresh(root, sid, size, next_seq, snapshot)
+                except (OSError, ValueError):
+                    pass  # as above
+        finally:
+            os.close(root)
+
+    def _refresh(self, root: int, sid: str, size: int, next_seq: int, snapshot: bytes | None) -> None:
+        folder = self._store.open_state(root, sid)
+        if folder is None:
+            return
+        try:
+            if not hold(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                return  # being written (its writer refreshes it) or deleted
+            try:
+                if still_named(root, sid, folder):
+                    write_copy(self._store, folder, sid, size, next_seq, snapshot)
+                    with self._lock:
+                        self._last[sid] = time.monotonic()
+            finally:
+                release(folder)
+        finally:
+            os.close(folder)
+
+
+def current_snapshot(store: StoreFolder, folder: int, sid: str) -> dict[str, Any] | None:
+    """The State's snapshot for a listing: the copy when it is current, else the log's."""
+    raw = store.read_file(folder, sid, SNAPSHOT)
+    copy = decode_copy(raw) if raw else None
+    if copy is not None and copy.log_size is not None:
+        size = os.stat(LOG, dir_fd=folder, follow_symlinks=False).st_size
+        if size == copy.log_size:
+            return copy.snapshot
+        if size < copy.log_size:
+            raise lost_error(store, sid, copy.log_size, size)
+    log = store.open_in(folder, sid, LOG, os.O_RDONLY)
+    try:
+        size = os.fstat(log).st_size
+
+        def read_at(at: int, n: int) -> bytes:
+            return os.pread(log, n, at)
+
+        if copy is not None and copy.log_size is not None:
+            # The log went on after the copy: its later writes say what changed.
+            data = read_at(copy.log_size, size - copy.log_size)
+            scan = scan_log(data, start_seq=copy.next_seq, legacy=False, name=store.where(sid, LOG))
+            if scan.snapshot is not None or (scan.framed and scan.snapshot_at is None):
+                return scan.snapshot
+            return copy.snapshot
+        last = last_write(read_at, size)
+        if last is None:  # a log of format 1 only: its snapshot.json is the snapshot
+            return decode_snapshot(raw, store.where(sid, SNAPSHOT))
+        encoded = last.snapshot
+        if encoded is None and last.snapshot_at is not None:
+            encoded = snapshot_record(read_at, last.snapshot_at, last.end)
+        return None if encoded is None else _snapshot(encoded)
+    finally:
+        os.close(log)
+
+
+def _snapshot(encoded: bytes) -> dict[str, Any] | None:
+    value = orjson.loads(encoded)
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,87 @@
+"""The descriptors FileStore keeps open between writes: each State's folder and log.
+
+A steady-state append then opens nothing. The cache is bounded (least recently used
+States are closed first). A user takes a State's pair out and gives it back when done,
+so no two threads ever use one pair. After a ``fork`` the child forgets what it
+inherited without closing it: those descriptors share their open files (and so their
+flocks) with the parent's, and closing a number another part of the child already
+closed or reused would close the wrong file.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import weakref
+from collections import OrderedDict
+
+from .locking import unlock
+
+
+def cache_cap() -> int:
+    """How many States' descriptors to keep open: a sixteenth of the process's limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft > 1 << 16:
+        soft = 1 << 16
+    return max(4, soft // 32)
+
+
+class Handles:
+    """Open ``(folder, log)`` descriptors by State id, for one store."""
+
+    def __init__(self) -> None:
+        self._open: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        _all.add(self)
+
+    def take(self, sid: str) -> tuple[int, int] | None:
+        """The State's pair, now the caller's alone; None if none is kept."""
+        with self._lock:
+            return self._open.pop(sid, None)
+
+    def give(self, sid: str, folder: int, log: int) -> None:
+        """Keep the pair (the caller no longer uses it); closes the oldest beyond the cap."""
+        with self._lock:
+            old = self._open.pop(sid, None)
+            self._open[sid] = (folder, log)
+            extra = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - cache_cap())]
+        if old is not None:
+            extra.append(old)
+        for pair in extra:
+            close_pair(*pair)
+
+    def drop(self, sid: str) -> None:
+        """Close the State's pair, if kept (it was deleted)."""
+        with self._lock:
+            pair = self._open.pop(sid, None)
+        if pair is not None:
+            close_pair(*pair)
+
+    def close(self) -> None:
+        with self._lock:
+            pairs, self._open = list(self._open.values()), OrderedDict()
+        for pair in pairs:
+            close_pair(*pair)
+
+    def _forget(self) -> None:
+        self._open = OrderedDict()
+        self._lock = threading.Lock()
+
+
+def close_pair(folder: int, log: int) -> None:
+    if log >= 0:
+        os.close(log)
+    if folder >= 0:
+        unlock(folder)  # also forgets it in the fork bookkeeping of locking.py
+
+
+_all: weakref.WeakSet[Handles] = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    for handles in list(_all):
+        handles._forget()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
