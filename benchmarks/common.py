@@ -19,14 +19,14 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
-from statekeep import Store
+from statekeep import SavedState, Store
 
 REPO = Path(__file__).resolve().parent.parent
 MEMORY_FILESYSTEMS = {"tmpfs", "ramfs", "devtmpfs", "overlay-tmpfs"}
@@ -117,6 +117,41 @@ def fill_many_states(store: S, count: int) -> S:
 
     asyncio.run(main())
     return store
+
+
+# -- what the list baselines build ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRow:
+    """A listing row as a raw baseline builds it: SavedState's fields (times as aware UTC
+    datetimes) in a plain frozen slotted dataclass, built with its ordinary constructor."""
+
+    id: str
+    task: str
+    created_at: datetime
+    updated_at: datetime
+    turn: int
+    stopped_by: str | None
+    finished: bool
+
+
+def newest_first(rows: list[ListedRow]) -> list[ListedRow]:
+    """``rows`` in listing order: most recently updated first, ties by id."""
+    rows.sort(key=lambda r: r.id)
+    rows.sort(key=lambda r: r.updated_at, reverse=True)
+    return rows
+
+
+def same_rows(listed: Sequence[SavedState], rows: Sequence[ListedRow]) -> bool:
+    """Whether a store's listing and a baseline's rows hold the same fields and values, in
+    the same order (a field added to SavedState must be added to ListedRow too)."""
+    names = tuple(SavedState.__dataclass_fields__)
+    if names != tuple(ListedRow.__dataclass_fields__):
+        raise AssertionError(f"ListedRow's fields differ from SavedState's {names}")
+    return len(listed) == len(rows) and all(
+        tuple(getattr(s, name) for name in names) == astuple(r) for s, r in zip(listed, rows, strict=True)
+    )
 
 
 # -- scratch space on the real disk --------------------------------------------------------

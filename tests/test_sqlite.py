@@ -20,6 +20,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,25 @@ def test_list_keeps_times_in_order_across_offsets(store: SQLiteStore) -> None:
     store.write("later", [], snapshot(updated="2026-01-01T09:30:00-01:00"), create=True)
     store.write("micro", [], snapshot(updated="2026-01-01T10:00:00.000001+00:00"), create=True)
     assert [r.id for r in store.list()] == ["later", "micro", "plus2", "utc"]
+
+
+def test_listing_columns_edited_by_hand_are_checked_again(store: SQLiteStore, db: Path) -> None:
+    # Rows are built from the columns unchecked only when they are as the store wrote them.
+    for sid in ("offset", "text_turn", "garbage"):
+        store.write(sid, [], snapshot(sid), create=True)
+    with raw(db) as conn:
+        conn.execute("UPDATE states SET created_at = '2026-01-01T02:00:00+02:00' WHERE id = 'offset'")
+        conn.execute("UPDATE states SET turn = '7' WHERE id = 'text_turn'")
+        conn.execute("UPDATE states SET updated_at = 'soon' WHERE id = 'garbage'")
+    conn.close()
+    with pytest.warns(
+        RuntimeWarning, match="'garbage' left out of the listing: its updated_at column holds 'soon'"
+    ):
+        rows = {r.id: r for r in store.list()}
+    assert set(rows) == {"offset", "text_turn"}
+    assert rows["offset"].created_at == datetime(2026, 1, 1, tzinfo=UTC)
+    assert rows["offset"].created_at.tzinfo is UTC
+    assert rows["text_turn"].turn == 7
 
 
 def test_listing_follows_snapshot_changes(store: SQLiteStore) -> None:

@@ -59,6 +59,32 @@ class SavedState:
         ``stopped_by`` (str or None) and ``finished`` (bool).
         Raises ValueError naming the first missing or invalid key.
         """
+        # The common case (a dict holding every key, each valid) is checked inline; anything
+        # else goes the slow way, which finds the first bad key in order and names it.
+        if type(snapshot) is dict and cls is SavedState:
+            try:
+                task = snapshot["task"]
+                created = utc_time(snapshot["created_at"])
+                updated = utc_time(snapshot["updated_at"])
+                turn = snapshot["turn"]
+                stopped_by = snapshot["stopped_by"]
+                finished = snapshot["finished"]
+            except (KeyError, ValueError):
+                pass
+            else:
+                if (
+                    type(task) is str
+                    and type(turn) is int
+                    and turn >= 0
+                    and (stopped_by is None or isinstance(stopped_by, str))
+                    and type(finished) is bool
+                ):
+                    return trusted_row(state_id, task, created, updated, turn, stopped_by, finished)
+        return cls._checked(state_id, snapshot)
+
+    @classmethod
+    def _checked(cls, state_id: str, snapshot: Mapping[str, Any]) -> SavedState:
+        """:meth:`from_snapshot`, key by key: ValueError naming the first missing or invalid key."""
         if not isinstance(snapshot, Mapping):
             raise ValueError(f"snapshot of {state_id!r} is not a dict: {type(snapshot).__name__}")
 
@@ -94,6 +120,41 @@ class SavedState:
         return cls(state_id, task, times[0], times[1], turn, stopped_by, finished)
 
 
+# Each slot's own setter: it stores a value past the frozen __setattr__ (which refuses every
+# assignment), as the generated __init__ does with object.__setattr__, at half the cost.
+# Unpacked by name so that a field added to SavedState fails here until trusted_row sets it.
+(_set_id, _set_task, _set_created_at, _set_updated_at, _set_turn, _set_stopped_by, _set_finished) = (
+    SavedState.__dict__[name].__set__ for name in SavedState.__slots__
+)
+_new = object.__new__
+
+
+def trusted_row(
+    state_id: str,
+    task: str,
+    created_at: datetime,
+    updated_at: datetime,
+    turn: int,
+    stopped_by: str | None,
+    finished: bool,
+) -> SavedState:
+    """A :class:`SavedState` from values already checked: nothing is validated again.
+
+    For stores building listing rows from what they validated when it was written (their
+    own columns); the times must be aware UTC datetimes. Equal to what ``SavedState(...)``
+    builds from the same values, and as immutable.
+    """
+    row: SavedState = _new(SavedState)
+    _set_id(row, state_id)
+    _set_task(row, task)
+    _set_created_at(row, created_at)
+    _set_updated_at(row, updated_at)
+    _set_turn(row, turn)
+    _set_stopped_by(row, stopped_by)
+    _set_finished(row, finished)
+    return row
+
+
 def run_status(finished: bool, stopped_by: str | None) -> str:
     """The one status rule: ``"finished"``, else what stopped the last run, else ``"running"``."""
     return "finished" if finished else (stopped_by or "running")
@@ -108,6 +169,8 @@ def utc_time(raw: Any) -> datetime:
         when = datetime.fromisoformat(raw)
     except (TypeError, ValueError):
         raise ValueError("an ISO 8601 time") from None
+    if when.tzinfo is UTC:  # an offset of zero parses to this very object: nothing to convert
+        return when
     if when.tzinfo is None:
         raise ValueError("a time with a UTC offset")
     try:

@@ -5,7 +5,9 @@ caller continues from what it shows without a ``StateConflictError``.
 
 Async only, since cancelling is what async callers do. The cancellation points are turns of the
 test's own event loop (``await asyncio.sleep(0)``), not waits: from before the call reaches the
-store (0 turns) to while a large write (about 1 MB) is under way.
+store (0 turns) to while a large write (about 1 MB) is under way. For a write of several MB the
+points double (0, 1, 2, 4, ...) until the write returns before its cancellation, so that they
+span its whole course, from before it starts to after it ends, on a fast store or a slow one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,23 @@ def large_entries(start: int, tag: str, count: int = 150, size: int = 7_000) -> 
     """``count`` entries from seq ``start`` of about ``size`` bytes each (1 MB in all)."""
     return [
         {"seq": s, "kind": "note", "tag": tag, "text": f"{tag}/{s} ".ljust(size, "x")}
+        for s in range(start, start + count)
+    ]
+
+
+#: A watchdog for the doubling sweep: a write still not done after this many turns is stuck.
+MAX_TURNS = 1 << 24
+
+
+def several_mb(start: int, tag: str, count: int = 80) -> list[dict[str, Any]]:
+    """``count`` entries from seq ``start``, of 10 KB and (every 20th) 1 MB: about 5 MB."""
+    return [
+        {
+            "seq": s,
+            "kind": "note",
+            "tag": tag,
+            "text": f"{tag}/{s} ".ljust(1_000_000 if s % 20 == 0 else 10_000, "x"),
+        }
         for s in range(start, start + count)
     ]
 
@@ -66,6 +85,21 @@ async def expire_after(turns: int, timeout: asyncio.Timeout) -> None:
     for _ in range(turns):
         await asyncio.sleep(0)
     timeout.reschedule(asyncio.get_running_loop().time())
+
+
+async def time_out_after(turns: int, operation: Coroutine[Any, Any, None]) -> bool:
+    """Await ``operation`` under an ``asyncio.timeout`` that expires after ``turns`` turns of
+    this loop; True if it returned, False if TimeoutError."""
+    try:
+        async with asyncio.timeout(None) as timeout:
+            expiry = asyncio.ensure_future(expire_after(turns, timeout))
+            await operation
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        expiry.cancel()
+        await asyncio.gather(expiry, return_exceptions=True)
 
 
 class CancellationContract:
@@ -112,6 +146,45 @@ class CancellationContract:
                 await self.continues(store, sid, record)
 
     @asyncio_test
+    @pytest.mark.parametrize("how", ["cancel", "timeout"])
+    async def test_an_awrite_of_several_mb_cancelled_anywhere_in_its_course_is_whole_or_absent(
+        self, store: Store, how: str
+    ) -> None:
+        """``task.cancel()`` or an expiring ``asyncio.timeout``, after 0, 1, 2, 4, ... turns of
+        the caller's loop until the write is done first: the points fall before the write
+        starts, while the store is busy with it, and after it ends. Each time, aread shows
+        the write whole or not at all, and the caller continues from what it shows."""
+        self.needs("settles_cancelled")
+        interrupt = cancel_after if how == "cancel" else time_out_after
+        turns, point, seen_at = 0, 0, []
+        while True:
+            create = point % 2 == 1  # appends and creates, in turn
+            sid = f"big{point}"
+            before = None if create else Record(entries(0, 2), snapshot("before"))
+            if before is not None:
+                await store.awrite(sid, before.entries, before.snapshot, create=True)
+            start = 0 if before is None else len(before.entries)
+            after = Record((before.entries if before else []) + several_mb(start, sid), snapshot("after"))
+            returned = await interrupt(
+                turns, store.awrite(sid, after.entries[start:], after.snapshot, create=create)
+            )
+            record = await store.aread(sid)
+            seen = which(record, before, after)
+            seen_at.append(f"{turns}: {'returned' if returned else seen}")
+            context = f"awrite({'create' if create else 'append'}) of several MB, {how} after {turns} turns"
+            assert seen in (("after",) if returned else ("before", "after")), f"{context}: aread shows {seen}"
+            if how == "cancel" and turns == 0:
+                # Cancelled before its task first ran: the write never started.
+                assert seen == "before", f"{context}: aread shows {seen}"
+            await self.continues(store, sid, record)
+            if self.supports_delete:
+                await store.adelete(sid)  # the next point starts afresh; keeps the store small
+            if returned:
+                break
+            assert turns < MAX_TURNS, f"the write was not done after {turns} turns: {seen_at}"
+            turns, point = max(1, 2 * turns), point + 1
+
+    @asyncio_test
     async def test_asyncio_timeout_around_awrite_raises_timeout_error_once_settled(
         self, store: Store
     ) -> None:
@@ -121,17 +194,7 @@ class CancellationContract:
             before = Record(entries(0, 2), snapshot("before"))
             await store.awrite(sid, before.entries, before.snapshot, create=True)
             after = Record(before.entries + large_entries(2, sid), snapshot("after"))
-            returned = False
-            try:
-                async with asyncio.timeout(None) as timeout:
-                    expiry = asyncio.ensure_future(expire_after(turns, timeout))
-                    await store.awrite(sid, after.entries[2:], after.snapshot)
-                returned = True
-            except TimeoutError:
-                pass
-            finally:
-                expiry.cancel()
-            await asyncio.gather(expiry, return_exceptions=True)
+            returned = await time_out_after(turns, store.awrite(sid, after.entries[2:], after.snapshot))
             record = await store.aread(sid)  # at once: the outcome is settled when TimeoutError is raised
             seen = which(record, before, after)
             assert seen in (("after",) if returned else ("before", "after")), f"after {turns} turns: {seen}"

@@ -15,7 +15,7 @@ import orjson
 
 from ... import _redaction as redaction
 from ..._errors import CorruptStateError
-from ..._records import Record, SavedState, decode_snapshot, left_out, listing_order
+from ..._records import Record, SavedState, decode_snapshot, left_out, listing_order, trusted_row
 from ..._writes import PreparedWrite, check_overlap
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
@@ -212,8 +212,8 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
         skipped: list[str] = []
         resort = False
         for sid, task, created_at, updated_at, turn, stopped_by, finished, unlisted, raw in rows:
-            if task is not None:
-                listed.append(SavedState(sid, task, created_at, updated_at, turn, stopped_by, finished))
+            if task is not None:  # columns checked when written; asyncpg gives UTC datetimes
+                listed.append(trusted_row(sid, task, created_at, updated_at, turn, stopped_by, finished))
                 continue
             if unlisted is not None:
                 skipped.append(left_out(sid, unlisted))

@@ -9,14 +9,16 @@ reason in ``unlisted``.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ..._records import SavedState, decode_object, utc_time
+from ..._records import SavedState, decode_object, trusted_row, utc_time
 
 _INT64_MAX = 2**63 - 1
+_parse_time = datetime.fromisoformat
 
 
 def listing_columns(sid: str, snapshot: bytes | None) -> tuple[Any, ...]:
@@ -42,6 +44,16 @@ def saved_state(row: tuple[Any, ...]) -> SavedState:
     """A listing row, as read by the listing query; ValueError if a column was edited
     into something a listing cannot hold."""
     sid, task, created, updated, turn, stopped_by, finished = row
+    # The columns were checked when written (listing_columns): times in UTC, so they parse
+    # straight to UTC datetimes, and the row is built without checking again. A column
+    # edited by hand falls through to the checks below.
+    try:
+        created_at, updated_at = _parse_time(created), _parse_time(updated)
+    except (TypeError, ValueError):
+        pass
+    else:
+        if created_at.tzinfo is UTC and updated_at.tzinfo is UTC and type(turn) is int:
+            return trusted_row(sid, task, created_at, updated_at, turn, stopped_by, bool(finished))
     times = []
     for key, raw in (("created_at", created), ("updated_at", updated)):
         try:
