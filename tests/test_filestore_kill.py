@@ -45,7 +45,7 @@ KILLS = 200
 #: 0.x: some entries of a killed write can survive without the rest, or all of them without
 #: its snapshot (the test counts both). A format whose writes end with a closing record
 #: makes this True.
-ATOMIC_WRITES = False
+ATOMIC_WRITES = True
 STATE_BYTES = 12_000_000  # then a new State: every check reads the whole State
 TIMEOUT = 60.0  # a watchdog against a hung writer, never reached when things work
 
