@@ -3,8 +3,9 @@
 Sync methods submit their coroutine to it and block on the result; async methods on
 another loop submit the same way and await; on the owner loop itself they just run. So
 a per-State ``asyncio.Lock`` that only this loop touches serialises every writer, sync or
-async, from any thread. Blocking file I/O goes to worker threads, never this loop's
-thread, so one slow fsync does not stall other States.
+async, from any thread. Blocking I/O never runs on this loop's thread, so one slow fsync
+does not stall other States: it runs in worker threads, or, for a batch of writes the loop
+granted to a sync caller, in that caller's thread (see :mod:`statekeep._batching`).
 
 After ``os.fork()`` the child forgets the parent's loop, threads and locks (without
 closing them) and starts fresh on first use. At exit, new work is refused, in-flight
