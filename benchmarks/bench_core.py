@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 import common
+import hops
 from common import ListedRow, Row, Scratch, settle, state_id, timed
 from statekeep import FileStore, MemoryStore, Store
 
@@ -49,10 +50,22 @@ class Config:
     list_states: int  # States listed
     read_reps: int  # repetitions of the load and list timings
     calls: int  # calls per side in the sync-vs-async overhead measure
+    hop_calls: int  # no-op writes per path in the hand-off measure
 
 
-FULL = Config(states=20, turns=50, reps=5, load_entries=10_000, list_states=1_000, read_reps=9, calls=2_000)
-QUICK = Config(states=4, turns=8, reps=1, load_entries=600, list_states=40, read_reps=2, calls=100)
+FULL = Config(
+    states=20,
+    turns=50,
+    reps=5,
+    load_entries=10_000,
+    list_states=1_000,
+    read_reps=9,
+    calls=2_000,
+    hop_calls=2_000,
+)
+QUICK = Config(
+    states=4, turns=8, reps=1, load_entries=600, list_states=40, read_reps=2, calls=100, hop_calls=100
+)
 
 
 # -- the workload ------------------------------------------------------------------------
@@ -428,7 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         disk = FileStore(scratch.new("small"))
         disk.write("small", small.entries, small.snapshot, create=True)
         fs_sync, fs_async = per_call_ms(cfg.calls, lambda: disk.read("small"), lambda: disk.aread("small"))
-        print("  sync/async done\n", flush=True)
+        print("  sync/async done", flush=True)
+
+        # 9: what each thread hand-off costs a write (benchmarks/hops.py).
+        hop = hops.run(cfg.hop_calls)
+        print("  hand-offs done\n", flush=True)
         for store in (big, mem, disk):
             store.close()
     finally:
@@ -492,6 +509,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio_row("(8) MemoryStore.write, sequential", "memorystore_seq", "turns/s", "raw_seq", "(1)")
     )
 
+    raw_trip = hop.pop("raw round trip")
+    rows.append(Row("(9) raw thread round trip (2 hand-offs)", raw_trip, "µs"))
+    for path, us in hop.items():
+        rows.append(Row(f"(9) no-op write, {path}", us, "µs", "raw round trip", raw_trip, us / raw_trip))
+
     common.print_table(rows)
     elapsed = time.perf_counter() - began
     faults = rows[8].extra
@@ -502,6 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(6) raw: each State folder's snapshot.json read with os calls; +loads: parsed with orjson; +rows:\n"
         "    each made into a row with SavedState's fields (times parsed, a frozen slotted dataclass), sorted.\n"
         "(7) value = median sync call - median async call; baseline = the async call; ratio = sync/async.\n"
+        "(9) median per no-op write on each path (see benchmarks/hops.py); ratio = / raw round trip.\n"
         f"Took {elapsed:.1f} s."
     )
     if args.json:

@@ -41,7 +41,9 @@ def make_store(kind: str, tmp_path: Path) -> Store:
 
 
 def held_locks(store: Store) -> list:
-    """The owner loop's per-State lock entries that belong to ``store`` (none once idle)."""
+    """The owner loop's per-State lock entries that belong to ``store`` (none once idle).
+    A write's caller may return before the loop has released its lock: settle first."""
+    owner_loop_settled()
     return [key for key in bridge.owner()._locks if key[0] == store._storage_key()]
 
 
@@ -597,6 +599,7 @@ async def test_lock_map_is_empty_after_many_writes_to_many_states(tmp_path: Path
         thread.start()
     await asyncio.wait_for(asyncio.gather(async_side(1000), async_side(2000)), JOIN)
     await asyncio.to_thread(join_all, threads)
+    owner_loop_settled()  # a write's caller may return before the loop released its lock
     assert bridge.owner()._locks == {}
     made = [*range(0, 50), *range(100, 150), *range(1000, 1050), *range(2000, 2050)]
     assert sorted(row.id for row in store.list()) == sorted(f"s{i}" for i in made if i % 3)

@@ -42,7 +42,10 @@ class Backend(Store):
 
     @abstractmethod
     async def _write(self, write: PreparedWrite) -> None:
-        """Store a validated write (the State's lock is held)."""
+        """Store a validated write (the State's lock is held). If it goes through a
+        :class:`~statekeep._batching.GroupCommit`, submitting it must be the last thing it
+        does: its caller is woken once the batch is committed (see ``direct`` in
+        :func:`~statekeep._bridge.run_sync`). The same holds for ``_delete``."""
         raise NotImplementedError
 
     @abstractmethod
@@ -69,11 +72,11 @@ class Backend(Store):
         self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False
     ) -> None:
         write = prepare_write(state_id, entries, snapshot, create)
-        await run_async(self._locked_write(self._check_open(write)))
+        await run_async(self._locked_write(self._check_open(write)), direct=True)
 
     def write(self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False) -> None:
         write = prepare_write(state_id, entries, snapshot, create)
-        run_sync(self._locked_write(self._check_open(write)), "awrite")
+        run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
 
     async def aread(self, state_id: str) -> Record | None:
         return _built(await run_async(self._read(self._check_open(validate_id(state_id)))))
@@ -90,10 +93,10 @@ class Backend(Store):
         return _warn_skipped(run_sync(self._list(), "alist"))
 
     async def adelete(self, state_id: str) -> None:
-        await run_async(self._locked_delete(self._check_open(validate_id(state_id))))
+        await run_async(self._locked_delete(self._check_open(validate_id(state_id))), direct=True)
 
     def delete(self, state_id: str) -> None:
-        run_sync(self._locked_delete(self._check_open(validate_id(state_id))), "adelete")
+        run_sync(self._locked_delete(self._check_open(validate_id(state_id))), "adelete", direct=True)
 
     async def aclose(self) -> None:
         if not self._closed:

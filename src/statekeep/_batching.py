@@ -1,9 +1,18 @@
 """Group commit: operations waiting at the same moment are committed together.
 
 A store hands each operation to :meth:`GroupCommit.submit`; one flusher task on the owner
-loop takes everything waiting, runs the store's blocking ``commit`` on a worker thread
-(one batch at a time), and gives each caller its own outcome. While a batch commits, the
-next one gathers, so concurrent callers share flushes without any waiting on purpose.
+loop takes everything waiting, has the store's blocking ``commit`` run off the loop (one
+batch at a time), and gives each caller its own outcome. While a batch commits, the next
+one gathers, so concurrent callers share flushes without any waiting on purpose.
+
+Where the commit runs, and who wakes whom, decides how many thread hand-offs a write
+costs. The flusher grants the batch to a sync caller in it that may commit in its own
+thread (:meth:`statekeep._handoff.Waiter.grant` says which may); else a worker thread
+commits it. Either way, the committing thread wakes each direct caller of the batch
+(:data:`statekeep._handoff.direct_caller`) itself, then reports to the loop, where the
+operations' tasks end and release their locks with nobody waiting for that. A sync write:
+caller -> loop -> caller (granted), or caller -> loop -> worker -> caller (main thread);
+an async write from another loop: caller -> loop -> worker -> caller.
 
 FileStore and SQLiteStore use it. The server stores have a second engine
 (``stores._server._batches``): their writes are async I/O on the owner loop that each get a
@@ -13,13 +22,16 @@ value back from the server, not a blocking commit on a worker thread; its docstr
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ._bridge import owner
+from ._handoff import Direct, direct_caller
 from ._slot import ProcessSlot
 
 T = TypeVar("T")
+Errors = list[BaseException | None]
 
 
 class _Queue(Generic[T]):
@@ -28,8 +40,35 @@ class _Queue(Generic[T]):
     __slots__ = ("flusher", "items")
 
     def __init__(self) -> None:
-        self.items: list[tuple[T, asyncio.Future[None]]] = []
+        self.items: list[tuple[T, asyncio.Future[None], Direct | None]] = []
         self.flusher: asyncio.Task[None] | None = None
+
+
+class _Job(Generic[T]):
+    """One batch: committed by whichever thread runs it, which then wakes the direct callers
+    and reports each operation's error to the loop."""
+
+    __slots__ = ("_callers", "_commit", "_items", "report")
+
+    def __init__(
+        self, commit: Callable[[list[T]], Errors], items: list[T], callers: list[Direct | None]
+    ) -> None:
+        self._commit = commit
+        self._items = items
+        self._callers = callers
+        self.report: Callable[[Errors], None] | None = None
+
+    def run(self) -> Errors:
+        try:
+            errors = self._commit(self._items)
+        except BaseException as exc:  # the whole batch failed
+            errors = [exc] * len(self._items)
+        for caller, error in zip(self._callers, errors, strict=True):
+            if caller is not None:
+                caller.deliver(error)
+        if self.report is not None:
+            self.report(errors)
+        return errors
 
 
 class GroupCommit(Generic[T]):
@@ -37,13 +76,15 @@ class GroupCommit(Generic[T]):
 
     def __init__(
         self,
-        commit: Callable[[list[T]], list[BaseException | None]],
+        commit: Callable[[list[T]], Errors],
         *,
         max_batch: int | Callable[[], int] | None = None,
     ) -> None:
         """``max_batch``: most operations per commit (None: no cap), or a function that
-        gives it when each batch is cut (for a cap that follows a limit that may change)."""
-        self._commit = commit  # blocking: returns each operation's error, or None
+        gives it when each batch is cut (for a cap that follows a limit that may change).
+        ``commit`` blocks; it returns each operation's error, or None; it may run in any
+        thread but the loop's, one call at a time per store and process."""
+        self._commit = commit
         self._max = max_batch
         self._queues: ProcessSlot[_Queue[T]] = ProcessSlot(lambda own: _Queue())
 
@@ -51,15 +92,19 @@ class GroupCommit(Generic[T]):
     def queue(self) -> list[tuple[T, asyncio.Future[None]]]:
         """The operations waiting in this process (not yet taken into a batch)."""
         queue = self._queues.current()
-        return [] if queue is None else queue.items
+        return [] if queue is None else [(item, fut) for item, fut, _ in queue.items]
 
     async def submit(self, item: T) -> None:
         """Queue ``item`` (on the owner loop) and return once its batch is committed."""
         queue = self._queues.get()
-        fut = asyncio.get_running_loop().create_future()
-        queue.items.append((item, fut))
+        caller = direct_caller.get()
+        if caller is not None:
+            direct_caller.set(None)  # its outcome is this item's; nothing else may claim it
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        queue.items.append((item, fut, caller))
         if queue.flusher is None:
-            queue.flusher = asyncio.get_running_loop().create_task(self._flush(queue))
+            queue.flusher = loop.create_task(self._flush(queue, loop))
         await fut
 
     async def drain(self) -> None:
@@ -68,22 +113,43 @@ class GroupCommit(Generic[T]):
         while queue is not None and queue.flusher is not None:
             await asyncio.wait({queue.flusher})
 
-    async def _flush(self, queue: _Queue[T]) -> None:
+    async def _flush(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop) -> None:
         try:
             while queue.items:
                 cap = self._max() if callable(self._max) else self._max
                 cut = len(queue.items) if cap is None else max(1, cap)
                 batch, queue.items = queue.items[:cut], queue.items[cut:]
+                callers = [caller for _, _, caller in batch]
+                job = _Job(self._commit, [item for item, _, _ in batch], callers)
+                runner = next((c for c in callers if c is not None and c.runs_batches), None)
                 try:
-                    errors = await owner().io.run(self._commit, [item for item, _ in batch])
-                except BaseException as exc:  # the whole batch failed
+                    if runner is None:
+                        errors = await owner().io.run(job.run)
+                    else:
+                        reported: asyncio.Future[Errors] = loop.create_future()
+                        job.report = functools.partial(_report, loop, reported)
+                        runner.grant(job)
+                        errors = await reported
+                except BaseException as exc:  # never for a job (run catches all), but be sure
                     errors = [exc] * len(batch)
-                for (_, fut), error in zip(batch, errors, strict=True):
+                for (_, fut, caller), error in zip(batch, errors, strict=True):
                     if fut.done():
                         continue
-                    if error is None:
+                    if error is None or caller is not None:
+                        # A direct caller has its outcome already; its task only ends,
+                        # releasing the lock (and the error is not raised in two threads).
                         fut.set_result(None)
                     else:
                         fut.set_exception(error)
         finally:
             queue.flusher = None
+
+
+def _report(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Errors], errors: Errors) -> None:
+    """From the granted thread: hand the errors to the flusher (nobody waits for this)."""
+    loop.call_soon_threadsafe(_resolve, fut, errors)
+
+
+def _resolve(fut: asyncio.Future[Errors], errors: Errors) -> None:
+    if not fut.done():
+        fut.set_result(errors)

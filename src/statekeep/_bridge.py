@@ -3,8 +3,9 @@
 Sync methods submit their coroutine to it and block on the result; async methods on
 another loop submit the same way and await; on the owner loop itself they just run. So
 a per-State ``asyncio.Lock`` that only this loop touches serialises every writer, sync or
-async, from any thread. Blocking file I/O goes to worker threads, never this loop's
-thread, so one slow fsync does not stall other States.
+async, from any thread. Blocking I/O never runs on this loop's thread, so one slow fsync
+does not stall other States: it runs in worker threads, or, for a batch of writes the loop
+granted to a sync caller, in that caller's thread (see :mod:`statekeep._batching`).
 
 After ``os.fork()`` the child forgets the parent's loop, threads and locks (without
 closing them) and starts fresh on first use. At exit, new work is refused, in-flight
@@ -24,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
-from ._handoff import Call, Waiter, finished, retrieved
+from ._handoff import Call, Direct, Waiter, direct_caller, finished, may_run_batches, retrieved
 from ._workers import Workers
 
 T = TypeVar("T")
@@ -60,6 +61,7 @@ class _Owner:
         coro: Coroutine[Any, Any, T],
         done: Callable[[asyncio.Task[T]], None],
         ticket: list[None] | None = None,
+        direct: Direct | None = None,
     ) -> None:
         """Start ``coro`` as a task on the loop, in a copy of the caller's context, and call
         ``done(task)`` on the loop when it ends.
@@ -70,8 +72,12 @@ class _Owner:
         to its end, so it either happened whole or not at all. With a ``ticket`` (a list of
         one item), the loop starts the task only if it takes the item first; a caller that
         takes it first has dropped the operation, which then never runs (see :class:`~statekeep._handoff.Call`).
+        ``direct``: the caller to wake as soon as the operation's batch is committed (see
+        :data:`~statekeep._handoff.direct_caller`); it must be the operation's whole outcome.
         """
         ctx = contextvars.copy_context()
+        if direct is not None or direct_caller.get() is not None:  # never inherit another's
+            ctx.run(direct_caller.set, direct)
 
         def begin() -> None:
             if ticket is not None:
@@ -213,7 +219,7 @@ def _made_meanwhile() -> _Owner | None:
     return _owner
 
 
-def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
+def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = False) -> T:
     """Run ``coro`` on the owner loop and block until it is done (the sync API's path).
 
     Works from any thread, including one running its own event loop (which it blocks
@@ -221,6 +227,11 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
     loop's own thread it raises RuntimeError at once, since waiting there would deadlock.
     A caller interrupted while waiting (KeyboardInterrupt) leaves the operation running
     to its end.
+
+    ``direct``: the operation's outcome is that of the one batch item it submits (a
+    built-in store's write or delete); the caller is then woken as soon as that batch is
+    committed, by the thread that committed it, or commits it itself (see
+    :meth:`~statekeep._handoff.Waiter.grant`): two hand-offs instead of four.
     """
     own = owner()
     if threading.current_thread() is own.thread:
@@ -229,23 +240,29 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str) -> T:
             f"this sync statekeep method was called from statekeep's own event loop "
             f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
         )
-    waiter: Waiter[T] = Waiter()
-    own.start(coro, waiter.settle)
+    waiter: Waiter[T] = Waiter(runs_batches=direct and may_run_batches())
+    own.start(coro, waiter.settle, direct=waiter if direct else None)
     return waiter.wait()
 
 
-async def run_async(coro: Coroutine[Any, Any, T]) -> T:
+async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:
     """Await ``coro`` on the owner loop from any event loop (the async API's path).
 
     A cancelled caller (``task.cancel()``, ``asyncio.timeout``, ``wait_for``) gets its
     CancelledError only once the operation's outcome is settled: it ran to its end, or it
     had not started on the owner loop yet and never will. So what the caller reads next
     shows exactly what happened. Cancelling does not cut an operation under way short.
+    ``direct``: as for :func:`run_sync`; the caller's loop is woken by the thread that
+    committed the batch (three hand-offs instead of four).
     """
     own = owner()
     loop = asyncio.get_running_loop()
     if loop is own.loop:
-        task = own.loop.create_task(coro)
+        ctx = None
+        if direct_caller.get() is not None:  # the enclosing operation's caller, not this one's
+            ctx = contextvars.copy_context()
+            ctx.run(direct_caller.set, None)
+        task = own.loop.create_task(coro, context=ctx)
         own.tasks.add(task)
         task.add_done_callback(own.tasks.discard)
         task.add_done_callback(retrieved)
@@ -255,7 +272,7 @@ async def run_async(coro: Coroutine[Any, Any, T]) -> T:
             await finished(task)
             raise
     call: Call[T] = Call(loop)
-    own.start(coro, call.done, call.ticket)
+    own.start(coro, call.done, call.ticket, call if direct else None)
     return await call.outcome(coro)
 
 
