@@ -153,8 +153,9 @@ def raw_append_threads(root: Path, work: list[list[Turn]]) -> float:
 
 
 def _raw_protocol_state(root_fd: int, sid: str, turns: Sequence[Turn]) -> None:
-    """FileStore's protocol by hand: append + fsync the log; snapshot to a temp file +
-    fsync + rename + fsync the folder. The folder is made (and its parent fsync'd) first."""
+    """FileStore's protocol by hand: each turn's entry lines and its snapshot appended to
+    the log in one write, then one fdatasync of the log. The folder is made (and its parent
+    fsync'd) first."""
     os.mkdir(sid, 0o700, dir_fd=root_fd)
     os.fsync(root_fd)
     folder = os.open(sid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
@@ -164,17 +165,8 @@ def _raw_protocol_state(root_fd: int, sid: str, turns: Sequence[Turn]) -> None:
         )
         try:
             for turn in turns:
-                _write_all(log, turn.lines)
-                os.fsync(log)
-                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-                tmp = os.open("snapshot.json.tmp", flags, 0o600, dir_fd=folder)
-                try:
-                    _write_all(tmp, turn.snap)
-                    os.fsync(tmp)
-                finally:
-                    os.close(tmp)
-                os.rename("snapshot.json.tmp", "snapshot.json", src_dir_fd=folder, dst_dir_fd=folder)
-                os.fsync(folder)
+                _write_all(log, turn.lines + turn.snap + b"\n")
+                os.fdatasync(log)
         finally:
             os.close(log)
     finally:
@@ -287,7 +279,7 @@ def raw_load(path: Path) -> list[dict[str, Any]]:
     with open(path, "rb") as f:
         data = f.read()
     loads = orjson.loads
-    return [loads(line) for line in data.split(b"\n") if line]
+    return [entry for line in data.split(b"\n") if line and "seq" in (entry := loads(line))]
 
 
 def _snapshots(root: Path) -> list[tuple[str, bytes]]:
@@ -317,7 +309,7 @@ def raw_list_read(root: Path) -> int:
 def raw_list_parse(root: Path) -> list[dict[str, Any]]:
     """As :func:`raw_list_read`, and decode each snapshot with orjson."""
     loads = orjson.loads
-    return [loads(raw) for _, raw in _snapshots(root)]
+    return [loads(raw)["sk.snapshot"] for _, raw in _snapshots(root)]
 
 
 def raw_list_rows(root: Path) -> list[ListedRow]:
@@ -326,7 +318,7 @@ def raw_list_rows(root: Path) -> list[ListedRow]:
     loads, when = orjson.loads, datetime.fromisoformat
     rows = []
     for name, raw in _snapshots(root):
-        s = loads(raw)
+        s = loads(raw)["sk.snapshot"]
         rows.append(
             ListedRow(
                 name,

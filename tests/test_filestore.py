@@ -55,7 +55,10 @@ def test_layout_is_one_line_per_entry_and_one_closing_each_write(tmp_path: Path)
     assert records[2]["sk.snapshot"] == snapshot("t") and records[2]["sk.next"] == 2
     assert records[4]["sk.at"] == len(lines[0]) + len(lines[1]) + 2  # the snapshot kept
     copy = orjson.loads((tmp_path / "a" / "snapshot.json").read_bytes())
-    assert copy["sk.snapshot"] == snapshot("t") and copy["sk.log"] <= (tmp_path / "a" / "log.jsonl").stat().st_size
+    assert (
+        copy["sk.snapshot"] == snapshot("t")
+        and copy["sk.log"] <= (tmp_path / "a" / "log.jsonl").stat().st_size
+    )
 
 
 def test_reading_does_not_create_the_folder(tmp_path: Path) -> None:
@@ -124,7 +127,8 @@ def append_raw(store_dir: Path, sid: str, data: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    "tail", [b'{"seq": 2, "kind": "no', b"\x00" * 100, b'{"seq":2}', b"\x00\xff\xfe garbage\n", b"\x00" * 10 + b"\n"]
+    "tail",
+    [b'{"seq": 2, "kind": "no', b"\x00" * 100, b'{"seq":2}', b"\x00\xff\xfe garbage\n", b"\x00" * 10 + b"\n"],
 )
 def test_torn_tail_is_ignored_then_cut(tmp_path: Path, tail: bytes) -> None:
     store = FileStore(tmp_path)

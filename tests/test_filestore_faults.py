@@ -2,10 +2,12 @@
 and a real ENOSPC on a tiny tmpfs.
 
 The promise under test: when a write raises OSError, the State is as it was before the
-write (log byte for byte, old snapshot, no temporary file left), and sending the same
-write again once the cause is gone succeeds. The one exception is a failed fsync of the
-folder after the new snapshot was renamed into place: the write then may or may not be
-durable, but the State is the new one and consistent.
+write (log byte for byte, old snapshot), and sending the same write again once the cause
+is gone succeeds. Every step of the durable path is failed in turn: an append is one
+write() of its lines and closing record to the log and one fsync of the log (plus, on a
+process's first write to a State, one fsync of the store's folder); the undo cuts the log
+back and fsyncs it. ``snapshot.json`` is only a copy, off that path: failing to write it
+never fails a write, and the State still reads back and lists whole.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import functools
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -156,7 +160,21 @@ OLD = Record(entries(0, 3), snapshot("old", turn=2))
 NEW_ENTRIES = entries(3, 2, big="x" * 5000)
 NEW_SNAPSHOT = snapshot("new", turn=4)
 NEW = Record(OLD.entries + NEW_ENTRIES, NEW_SNAPSHOT)
-NEW_LINES = [orjson.dumps(e) + b"\n" for e in NEW_ENTRIES]  # the log lines the append adds
+STATE_FILES = {"log.jsonl", "snapshot.json"}
+# A failed write of the copy can leave its temporary file (replaced by the next one).
+STATE_FILES_AFTER_A_FAILED_COPY = {*STATE_FILES, "snapshot.json.tmp"}
+
+
+@functools.cache
+def new_log() -> bytes:
+    """The log of State ``s`` once OLD and then NEW are written, fault-free: byte for byte
+    what an append that failed and was sent again must leave."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = FileStore(tmp)
+        make_old(Path(tmp), store)
+        append_new(store)
+        store.close()
+        return (Path(tmp) / SID / "log.jsonl").read_bytes()
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -176,19 +194,25 @@ def make_old(root: Path, store: FileStore | None = None) -> dict[str, bytes]:
     return files(root / SID)
 
 
+def listed(store: FileStore) -> list[tuple[str, str, int]]:
+    return [(r.id, r.task, r.turn) for r in store.list()]
+
+
 def assert_as_before(root: Path, before: dict[str, bytes]) -> None:
     """The State is exactly as it was: same files, same bytes, same record, listed."""
     assert files(root / SID) == before
     fresh = FileStore(root)
     assert fresh.read(SID) == OLD
-    assert [r.id for r in fresh.list()] == [SID]
+    assert listed(fresh) == [(SID, "old", 2)]
 
 
-def assert_new(root: Path) -> None:
+def assert_new(root: Path, state_files: set[str] = STATE_FILES) -> None:
+    """The State holds NEW, whole, and lists with NEW's snapshot (whether its copy is
+    current or behind the log)."""
     fresh = FileStore(root)
     assert fresh.read(SID) == NEW
-    assert [r.id for r in fresh.list()] == [SID]
-    assert sorted(files(root / SID)) == ["log.jsonl", "snapshot.json"]
+    assert listed(fresh) == [(SID, "new", 4)]
+    assert STATE_FILES <= set(files(root / SID)) <= state_files
 
 
 def append_new(store: FileStore) -> None:
@@ -211,25 +235,24 @@ def dead_pid() -> int:
 # -- appends --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["log.jsonl", "snapshot.json.tmp"])
-def test_short_write_then_enospc_leaves_the_state_as_before(tmp_path: Path, target: str) -> None:
+def test_short_write_then_enospc_leaves_the_state_as_before(tmp_path: Path) -> None:
     before = make_old(tmp_path)
     io = FaultIO()
     store = FileStore(tmp_path, io=io)
     # As measured on a full tmpfs: one call writes part of the bytes, the next one fails.
-    short = Fault("write", named(target), short=True)
-    full = Fault("write", named(target), err=errno.ENOSPC)
+    short = Fault("write", named("/log.jsonl"), short=True)
+    full = Fault("write", named("/log.jsonl"), err=errno.ENOSPC)
     io.faults = [short, full]
     with pytest.raises(OSError) as info:
         append_new(store)
     assert info.value.errno == errno.ENOSPC
     assert (short.hits, full.hits) == (1, 1)
-    assert_as_before(tmp_path, before)
+    assert_as_before(tmp_path, before)  # the half written is cut off again
     assert store.read(SID) == OLD
     io.heal()
     append_new(store)  # the same write, once there is room again
     assert_new(tmp_path)
-    assert (tmp_path / SID / "log.jsonl").read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    assert (tmp_path / SID / "log.jsonl").read_bytes() == new_log()
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
@@ -248,41 +271,128 @@ def test_eio_on_log_fsync_is_reported_never_retried_into_success(tmp_path: Path,
     # The next write, from the same store, reads the log again and works.
     append_new(store)
     assert_new(tmp_path)
+    assert (tmp_path / SID / "log.jsonl").read_bytes() == new_log()
 
 
-@pytest.mark.parametrize(
-    ("op", "target"),
-    [
-        ("open", "snapshot.json.tmp"),
-        ("write", "snapshot.json.tmp"),
-        ("fsync", "snapshot.json.tmp"),
-        ("rename", "snapshot.json.tmp"),
-    ],
-)
-def test_failure_between_log_and_snapshot_keeps_the_old_state(tmp_path: Path, op: str, target: str) -> None:
+def test_failed_store_folder_fsync_on_a_first_write_leaves_the_state_as_before(tmp_path: Path) -> None:
+    # Another store created the State: this process's first write to it fsyncs the store's
+    # folder (that create may have died before its own fsync of it).
     before = make_old(tmp_path)
     io = FaultIO()
     store = FileStore(tmp_path, io=io)
-    io.faults = [Fault(op, named(target))]
+    root_fsync = ("fsync", str(tmp_path))
+    io.faults = [Fault("fsync", lambda p: p == str(tmp_path))]
     with pytest.raises(OSError):
         append_new(store)
-    assert io.fired == [(op, str(tmp_path / SID / target))]
-    assert_as_before(tmp_path, before)  # no snapshot.json.tmp left either
-    append_new(store)
+    assert io.fired == [root_fsync]
+    assert_as_before(tmp_path, before)
+    io.calls.clear()
+    append_new(store)  # sent again: still not known durable, so the folder is fsync'd again
+    assert root_fsync in io.calls
     assert_new(tmp_path)
+    assert (tmp_path / SID / "log.jsonl").read_bytes() == new_log()
 
 
-def test_failed_folder_fsync_after_the_snapshot_rename_leaves_the_new_state(tmp_path: Path) -> None:
+def never_while_writing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies are refreshed by a store's first write to a State, then at most every 0.5 s
+    (inline, or by a timer once writes pause) and at close: make that "first write and
+    close only", so that how fast this machine is does not matter."""
+    monkeypatch.setattr("statekeep.stores._file.copies.INTERVAL", 3600.0)
+    monkeypatch.setattr("statekeep.stores._file.store.INTERVAL", 3600.0)
+
+
+COPY_FAULTS = [
+    pytest.param([Fault("open", named("/snapshot.json.tmp"), times=None)], id="open"),
+    pytest.param([Fault("write", named("/snapshot.json.tmp"), times=None)], id="write"),
+    pytest.param(
+        [
+            Fault("write", named("/snapshot.json.tmp"), short=True),
+            Fault("write", named("/snapshot.json.tmp"), err=errno.ENOSPC, times=None),
+        ],
+        id="short-write-then-enospc",
+    ),
+    pytest.param([Fault("rename", named("/snapshot.json.tmp"), times=None)], id="rename"),
+]
+
+
+@pytest.mark.parametrize("faults", COPY_FAULTS)
+def test_failure_writing_the_copy_inline_does_not_fail_the_write(tmp_path: Path, faults: list[Fault]) -> None:
+    """The first append refreshes ``snapshot.json`` at once; that fails, every time."""
     make_old(tmp_path)
     io = FaultIO()
     store = FileStore(tmp_path, io=io)
-    io.faults = [Fault("fsync", lambda p: p == str(tmp_path / SID))]
-    with pytest.raises(OSError):
-        append_new(store)
-    # Durable or not is unknown; what is on disk is the whole new write, readable.
-    assert_new(tmp_path)
-    append_new(store)  # sending it again is harmless: equal entries are skipped
-    assert_new(tmp_path)
+    io.faults = [Fault(f.op, f.where, f.err, f.times, f.short) for f in faults]
+    append_new(store)  # acknowledged: the log holds it durably
+    assert io.fired, "the copy was not written"
+    assert store.read(SID) == NEW
+    assert listed(store) == [(SID, "new", 4)]
+    assert_new(tmp_path, STATE_FILES_AFTER_A_FAILED_COPY)
+    assert (tmp_path / SID / "log.jsonl").read_bytes() == new_log()
+    store.close()
+    assert_new(tmp_path, STATE_FILES_AFTER_A_FAILED_COPY)
+    # Once the copy can be written, the next write's refresh makes it current (the first
+    # write of a store refreshes it at once).
+    io.heal()
+    store = FileStore(tmp_path, io=io)
+    store.write(SID, entries(5, 1), snapshot("later", turn=5))
+    store.close()
+    assert sorted(files(tmp_path / SID)) == ["log.jsonl", "snapshot.json"]
+    copy = orjson.loads((tmp_path / SID / "snapshot.json").read_bytes())
+    assert copy["sk.log"] == (tmp_path / SID / "log.jsonl").stat().st_size
+    fresh = FileStore(tmp_path)
+    assert fresh.read(SID) == Record([*NEW.entries, *entries(5, 1)], snapshot("later", turn=5))
+    assert listed(fresh) == [(SID, "later", 5)]
+
+
+@pytest.mark.parametrize("faults", COPY_FAULTS)
+def test_failure_refreshing_the_copy_at_close_leaves_a_state_that_reads_whole(
+    tmp_path: Path, faults: list[Fault], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second append leaves its copy to a later refresh (it follows the first one
+    closely); close() does it, and that fails."""
+    never_while_writing(monkeypatch)
+    io = FaultIO()
+    store = FileStore(tmp_path, io=io)
+    make_old(tmp_path, store)
+    store.write(SID, [], snapshot("between", turn=2))  # refreshes the copy at once
+    copy_then = (tmp_path / SID / "snapshot.json").read_bytes()
+    io.faults = [Fault(f.op, f.where, f.err, f.times, f.short) for f in faults]
+    append_new(store)
+    assert io.fired == [], "the copy was refreshed right away; this test needs it left behind"
+    store.close()  # must not raise: the writes are durable in the log
+    assert io.fired, "close() did not refresh the copy"
+    # The copy is behind the log: readers and listings take what the log says past it.
+    assert (tmp_path / SID / "snapshot.json").read_bytes() == copy_then
+    expected = Record(NEW.entries, NEW_SNAPSHOT)
+    fresh = FileStore(tmp_path)
+    assert fresh.read(SID) == expected
+    assert listed(fresh) == [(SID, "new", 4)]
+    assert STATE_FILES <= set(files(tmp_path / SID)) <= STATE_FILES_AFTER_A_FAILED_COPY
+
+
+def test_a_steady_state_append_is_one_write_and_one_fsync_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The copy is off the durable path anyway: written after the fsync, never fsync'd.
+    never_while_writing(monkeypatch)
+    make_old(tmp_path)
+    io = FaultIO()  # no faults: it records every call through the seam
+    store = FileStore(tmp_path, io=io)
+    store.write(SID, entries(3, 1), snapshot("steady", turn=3))  # its first append: opens what it keeps
+    log = str(tmp_path / SID / "log.jsonl")
+    for seq in range(4, 24):
+        io.calls.clear()
+        store.write(SID, entries(seq, 1), snapshot("steady", turn=seq))
+        # One write() of the entry and the closing record, one fsync of the log; the only
+        # other call opens the store's folder (once per group commit) to check that the
+        # State is still the one its kept descriptors point to.
+        assert io.calls == [("open", str(tmp_path)), ("write", log), ("fsync", log)], (seq, io.calls)
+    store.close()  # refreshes the copy
+    fresh = FileStore(tmp_path)
+    assert fresh.read(SID) == Record(entries(0, 24), snapshot("steady", turn=23))
+    assert listed(fresh) == [(SID, "steady", 23)]
+    copy = orjson.loads((tmp_path / SID / "snapshot.json").read_bytes())
+    assert copy["sk.log"] == (tmp_path / SID / "log.jsonl").stat().st_size
 
 
 # -- create ---------------------------------------------------------------------------
@@ -294,9 +404,10 @@ def test_failed_folder_fsync_after_the_snapshot_rename_leaves_the_new_state(tmp_
         pytest.param("open", named("/log.jsonl"), id="open-log"),
         pytest.param("write", named("/log.jsonl"), id="write-log"),
         pytest.param("fsync", named("/log.jsonl"), id="fsync-log"),
-        pytest.param("open", named("/snapshot.json"), id="open-snapshot"),
-        pytest.param("write", named("/snapshot.json"), id="write-snapshot"),
-        pytest.param("fsync", named("/snapshot.json"), id="fsync-snapshot"),
+        # The copy of the snapshot: a create is all or nothing, so it fails whole.
+        pytest.param("open", named("/snapshot.json.tmp"), id="open-snapshot-copy"),
+        pytest.param("write", named("/snapshot.json.tmp"), id="write-snapshot-copy"),
+        pytest.param("rename", named("/snapshot.json.tmp"), id="rename-snapshot-copy"),
         pytest.param("open", staging, id="open-staging-folder"),
         pytest.param("fsync", staging, id="fsync-staging-folder"),  # before it is renamed into place
         pytest.param("rename", staging, id="rename-into-place"),
@@ -441,7 +552,8 @@ def test_delete_leftover_is_removed_once_its_process_is_dead(tmp_path: Path) -> 
 def test_append_fails_at_every_call_in_turn(tmp_path: Path, warm: bool, persistent: bool) -> None:
     """For N = 1, 2, ...: EIO at the N-th I/O call of the write (and, if persistent, at every
     call after it), until the write gets through without reaching call N."""
-    failures: list[tuple[str, str]] = []
+    failures: list[tuple[str, str]] = []  # the call that failed a write
+    ignored: list[tuple[str, str]] = []  # the call that failed, the write succeeding anyway
     for n in count(1):
         assert n < 100, "the write never completed"
         root = tmp_path / f"n{n}"
@@ -454,36 +566,46 @@ def test_append_fails_at_every_call_in_turn(tmp_path: Path, warm: bool, persiste
         except OSError:
             pass
         else:
-            assert io.fired == [], "a fault was hit but the write reported success"
-            assert_new(root)
-            break
+            if not io.fired:
+                assert_new(root)
+                store.close()
+                break
+            # Only the copy of the snapshot may fail without failing the write.
+            failed_op, failed_on = io.fired[0]
+            ignored.append((failed_op, os.path.relpath(failed_on, root)))
+            assert failed_on == str(root / SID / "snapshot.json.tmp"), (
+                "a fault was hit but the write reported success"
+            )
+            io.heal()
+            assert store.read(SID) == NEW
+            assert_new(root, STATE_FILES_AFTER_A_FAILED_COPY)
+            assert (root / SID / "log.jsonl").read_bytes() == new_log()
+            store.close()
+            continue
         failed_op, failed_on = io.fired[0]
         failures.append((failed_op, os.path.relpath(failed_on, root)))
         io.heal()
         record = FileStore(root).read(SID)
-        if (failed_op, failed_on) == ("fsync", str(root / SID)):
-            # After the snapshot rename: the new State, maybe not yet durable.
-            assert record == NEW
-        elif not persistent:
+        if not persistent:
             assert_as_before(root, before)
         else:
             # The clean-up failed too (the disk is gone): what was not undone is the
-            # unacknowledged write itself, whole or not at all, never a mix or a tear.
-            assert record in (OLD, Record(NEW.entries, OLD.snapshot), NEW)
-            assert set(files(root / SID)) <= {"log.jsonl", "snapshot.json", "snapshot.json.tmp"}
+            # unacknowledged write itself, whole or not at all (one write() holds its lines
+            # and its closing record), never a mix or a tear.
+            assert record in (OLD, NEW)
+            assert set(files(root / SID)) == STATE_FILES
         append_new(store)  # the same write, fault-free
         assert_new(root)
-        assert (root / SID / "log.jsonl").read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
-    # The sweep went through every step: the log's write, the snapshot's, the two fsyncs
-    # (they run at once, so call N may be either), the rename and the folder fsync last.
-    for step in [
-        ("write", "s/log.jsonl"),
-        ("write", "s/snapshot.json.tmp"),
-        ("rename", "s/snapshot.json.tmp"),
-    ]:
+        assert (root / SID / "log.jsonl").read_bytes() == new_log()
+        store.close()
+    # The sweep went through every step of the durable path: opening the State's folder and
+    # log (kept open from then on), the log's write, the store folder's fsync on a first
+    # write to a State another store made, and the log's fsync last. Then the copy.
+    for step in [("open", "s"), ("open", "s/log.jsonl"), ("write", "s/log.jsonl")]:
         assert step in failures, (step, failures)
-    assert {("fsync", "s/log.jsonl"), ("fsync", "s/snapshot.json.tmp")} & set(failures)
-    assert failures[-1] == ("fsync", "s")
+    assert (("fsync", ".") in failures) is not warm, failures
+    assert failures[-1] == ("fsync", "s/log.jsonl"), failures
+    assert [op for op, _ in ignored] == ["open", "write", "rename"], ignored
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["transient", "persistent"])
@@ -540,10 +662,11 @@ def test_create_fails_at_every_call_in_turn(tmp_path: Path, new_root: bool, pers
 @pytest.mark.parametrize(
     ("op", "target"),
     [
+        ("open", "/log.jsonl"),  # the failing State's first write opens it
         ("write", "/log.jsonl"),
+        ("short-write-then-enospc", "/log.jsonl"),
         ("fsync", "/log.jsonl"),
-        ("fsync", "/snapshot.json.tmp"),
-        ("rename", "/snapshot.json.tmp"),
+        ("fsync", ""),  # the store's folder: the failing State is new to this process
     ],
 )
 @pytest.mark.parametrize("failing", ["a", "b"])
@@ -551,9 +674,9 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
     tmp_path: Path, op: str, target: str, failing: str
 ) -> None:
     ok = "b" if failing == "a" else "a"
-    setup = FileStore(tmp_path)
-    for sid in ("a", "b", "gate"):
-        setup.write(sid, OLD.entries, OLD.snapshot, create=True)
+    # Another store creates the failing State; the store under test creates the others,
+    # so only the failing write needs the store folder's fsync.
+    await FileStore(tmp_path).awrite(failing, OLD.entries, OLD.snapshot, create=True)
     before = files(tmp_path / failing)
 
     entered, release = threading.Event(), threading.Event()
@@ -578,7 +701,18 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
         return commit(writes)
 
     store._commit = recording_commit  # type: ignore[method-assign]
-    io.faults = [Fault(op, lambda p: p.startswith(str(tmp_path / failing) + "/") and p.endswith(target))]
+    for sid in (ok, "gate"):
+        await store.awrite(sid, OLD.entries, OLD.snapshot, create=True)
+
+    def where(path: str) -> bool:
+        if not target:
+            return path == str(tmp_path)
+        return path.startswith(str(tmp_path / failing) + "/") and path.endswith(target)
+
+    if op == "short-write-then-enospc":
+        io.faults = [Fault("write", where, short=True), Fault("write", where, err=errno.ENOSPC)]
+    else:
+        io.faults = [Fault(op, where)]
 
     gate = asyncio.ensure_future(store.awrite("gate", entries(3, 1), OLD.snapshot))
     try:
@@ -600,23 +734,25 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
     results = dict(zip(("a", "b"), await both, strict=True))
     assert ["a", "b"] in batches, batches  # the two writes shared one commit
 
-    assert isinstance(results[failing], OSError)
+    assert isinstance(results[failing], OSError), results
     assert results[ok] is None
+    assert io.fired and all(f == io.fired[0] for f in io.fired)
     fresh = FileStore(tmp_path)
     assert files(tmp_path / failing) == before
     assert fresh.read(failing) == OLD
     assert fresh.read(ok) == NEW
     assert sorted(files(tmp_path / ok)) == ["log.jsonl", "snapshot.json"]
-    # The write that succeeded was flushed: its log, its snapshot and its folder.
-    synced = {path for call, path in io.calls if call == "fsync"}
+    # The write that succeeded was flushed: its log, and nothing else of its State.
     folder = str(tmp_path / ok)
-    assert {f"{folder}/log.jsonl", f"{folder}/snapshot.json.tmp", folder} <= {
-        p.removesuffix(" (deleted)") for p in synced
-    }
+    synced = {path for call, path in io.calls if call == "fsync" and path.startswith(folder)}
+    assert synced == {f"{folder}/log.jsonl"}
     # The failed one can be sent again.
     io.heal()
     await store.awrite(failing, NEW_ENTRIES, NEW_SNAPSHOT)
     assert FileStore(tmp_path).read(failing) == NEW
+    assert [r.id for r in FileStore(tmp_path).list()] == sorted(["a", "b", "gate"])
+    await store.aclose()
+    assert (tmp_path / failing / "log.jsonl").read_bytes() == (tmp_path / ok / "log.jsonl").read_bytes()
 
 
 # -- a real full disk -----------------------------------------------------------------
@@ -663,28 +799,33 @@ class RecordingIO(OsIO):
 def test_real_enospc_on_a_full_tmpfs(tiny_fs: Path, too_big: str) -> None:
     io = RecordingIO()
     store = FileStore(tiny_fs / "store", io=io)
-    store.write(SID, OLD.entries, OLD.snapshot, create=True)
-    before = files(tiny_fs / "store" / SID)
-    # Fill most of the file system, leaving room for a small write but not a big one.
-    filler = tiny_fs / "filler"
-    filler.write_bytes(b"\0" * 40_960)
-    big = "y" * 24_000
-    if too_big == "entry":
-        ents, snap = [*entries(3, 1), {"seq": 4, "big": big}], NEW_SNAPSHOT
-    else:
-        ents, snap = entries(3, 2), {**NEW_SNAPSHOT, "big": big}
-    with pytest.raises(OSError) as info:
+    try:
+        store.write(SID, OLD.entries, OLD.snapshot, create=True)
+        before = files(tiny_fs / "store" / SID)
+        # Fill most of the file system, leaving room for a small write but not a big one.
+        filler = tiny_fs / "filler"
+        filler.write_bytes(b"\0" * 40_960)
+        big = "y" * 24_000
+        if too_big == "entry":
+            ents, snap = [*entries(3, 1), {"seq": 4, "big": big}], NEW_SNAPSHOT
+        else:
+            ents, snap = entries(3, 2), {**NEW_SNAPSHOT, "big": big}
+        with pytest.raises(OSError) as info:
+            store.write(SID, ents, snap)
+        assert info.value.errno == errno.ENOSPC
+        # Nothing acknowledged is lost and nothing half-written is left.
+        assert files(tiny_fs / "store" / SID) == before
+        assert FileStore(tiny_fs / "store").read(SID) == OLD
+        # A small write still fits.
+        store.write(SID, entries(3, 1), OLD.snapshot)
+        # Free space: the big write goes through.
+        filler.unlink()
         store.write(SID, ents, snap)
-    assert info.value.errno == errno.ENOSPC
-    # Nothing acknowledged is lost and nothing half-written is left.
-    assert files(tiny_fs / "store" / SID) == before
-    assert FileStore(tiny_fs / "store").read(SID) == OLD
-    # A small write still fits.
-    store.write(SID, entries(3, 1), OLD.snapshot)
-    # Free space: the big write goes through.
-    filler.unlink()
-    store.write(SID, ents, snap)
-    assert FileStore(tiny_fs / "store").read(SID) == Record([*entries(0, 4), *ents[1:]], snap)
+        expected = Record([*entries(0, 4), *ents[1:]], snap)
+        assert FileStore(tiny_fs / "store").read(SID) == expected
+    finally:
+        store.close()  # it keeps the log open: the tmpfs could not be unmounted
+    assert FileStore(tiny_fs / "store").read(SID) == expected
     print(f"short writes seen before ENOSPC: {io.short}")
 
 
@@ -800,37 +941,50 @@ def a_writer_died_before_its_fsync(root: Path, warm: bool) -> tuple[DiskIO, File
     ``warm``, so it knows the log's tail)."""
     io = DiskIO()
     store = FileStore(root, io=io)
-    before = make_old(root, store if warm else None)
+    make_old(root, store if warm else None)
     log = root / SID / "log.jsonl"
     io.watch(log)
     done = subprocess.run([sys.executable, "-c", DIES_BEFORE_FSYNC, str(root)], cwd=REPO)
     assert done.returncode == -9
-    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    assert log.read_bytes() == new_log()  # A's write is whole in the page cache
     return io, store
 
 
+# B re-sends A's write: every entry is skipped as stored. With its snapshot, B closes it
+# again (a closing record of its own); without one (the snapshot kept), B writes nothing
+# and must still not acknowledge A's bytes before it fsync'd them.
+RESENDS = [
+    pytest.param(NEW_SNAPSHOT, id="with-snapshot"),
+    pytest.param(None, id="snapshot-kept"),
+]
+
+
+@pytest.mark.parametrize("resent", RESENDS)
 @pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
 def test_resending_the_write_of_a_writer_that_died_before_its_fsync_makes_it_durable(
-    tmp_path: Path, warm: bool
+    tmp_path: Path, warm: bool, resent: dict | None
 ) -> None:
     io, store = a_writer_died_before_its_fsync(tmp_path, warm)
-    # Writer B sends the same write again: every entry is skipped as stored.
-    append_new(store)
+    store.write(SID, NEW_ENTRIES, resent)
     assert_log_durable(io, tmp_path)
     assert_new(tmp_path)
+    if resent is None:
+        assert (tmp_path / SID / "log.jsonl").read_bytes() == new_log()
 
 
+@pytest.mark.parametrize("resent", RESENDS)
 @pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
 def test_a_resent_write_whose_fsync_failed_is_made_durable_by_the_next_one(
-    tmp_path: Path, warm: bool
+    tmp_path: Path, warm: bool, resent: dict | None
 ) -> None:
     io, store = a_writer_died_before_its_fsync(tmp_path, warm)
-    # Writer B re-sends it (every entry skipped as stored); the fsync of A's bytes fails,
-    # and may drop them while marking them clean.
+    # Writer B re-sends it; the fsync of A's bytes fails, and may drop them while marking
+    # them clean.
     io.faults = [Fault("fsync", named("/log.jsonl"))]
     with pytest.raises(OSError):
-        append_new(store)
-    append_new(store)  # sent again: a second fsync alone could succeed without those bytes
+        store.write(SID, NEW_ENTRIES, resent)
+    # Sent again: a second fsync alone could succeed without those bytes.
+    store.write(SID, NEW_ENTRIES, resent)
     assert_log_durable(io, tmp_path)
     assert_new(tmp_path)
 
@@ -841,31 +995,52 @@ def test_a_write_covering_only_what_this_store_synced_does_not_fsync_the_log_aga
     make_old(tmp_path, store)
     append_new(store)
     io.calls.clear()
-    append_new(store)  # sent again: nothing new, and the log is durable as this store left it
-    store.write(SID, [], snapshot("later", turn=5))
-    assert ("fsync", str(tmp_path / SID / "log.jsonl")) not in io.calls
+    # Sent again, keeping the snapshot: nothing new, and the log is durable as this store
+    # left it. (Sent again with its snapshot, a write closes with that snapshot anew.)
+    store.write(SID, NEW_ENTRIES, None)
+    store.write(SID, NEW_ENTRIES[1:], None)
+    store.write(SID, [], None)
+    log = str(tmp_path / SID / "log.jsonl")
+    assert ("fsync", log) not in io.calls
+    assert ("write", log) not in io.calls
+    assert (tmp_path / SID / "log.jsonl").read_bytes() == new_log()
+    assert_new(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "undo_fails_at",
+    [
+        pytest.param("truncate", id="undo-truncate"),  # the write's bytes stay in the log
+        pytest.param("fsync", id="undo-fsync"),  # cut off, but maybe not durably
+    ],
+)
 @pytest.mark.parametrize("warm", [True, False], ids=["tail-cached", "fresh-store"])
 def test_an_append_whose_fsync_and_undo_failed_is_cut_off_before_the_next_write(
-    tmp_path: Path, warm: bool
+    tmp_path: Path, warm: bool, undo_fails_at: str
 ) -> None:
     io = DiskIO()
     store = FileStore(tmp_path, io=io)
     before = make_old(tmp_path, store if warm else None)
     log = tmp_path / SID / "log.jsonl"
     io.watch(log)
-    io.faults = [Fault("fsync", named("/log.jsonl")), Fault("truncate", named("/log.jsonl"))]
+    if undo_fails_at == "truncate":
+        io.faults = [Fault("fsync", named("/log.jsonl")), Fault("truncate", named("/log.jsonl"))]
+    else:  # the append's fsync, then the undo's
+        io.faults = [Fault("fsync", named("/log.jsonl"), times=2)]
     with pytest.raises(OSError) as info:
         append_new(store)
-    # The lines stay (the undo failed) and their pages may be gone from the disk: a second
-    # fsync would report success without them.
-    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    assert len(io.fired) == 2
+    if undo_fails_at == "truncate":
+        # The lines stay and their pages may be gone from the disk: a second fsync would
+        # report success without them.
+        assert log.read_bytes() == new_log()
+    else:
+        assert log.read_bytes() == before["log.jsonl"]
     io.heal()
     append_new(store)
     assert_log_durable(io, tmp_path)
     assert_new(tmp_path)
-    assert log.read_bytes() == b"".join([before["log.jsonl"], *NEW_LINES])
+    assert log.read_bytes() == new_log()
     # The error said that the undo failed too.
     assert any("undoing this append failed too" in note for note in info.value.__notes__)
 

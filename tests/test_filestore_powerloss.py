@@ -357,8 +357,6 @@ def report(failures: list[Failure], checked: int) -> str:
     return "\n".join(lines)
 
 
-
-
 @pytest.mark.parametrize(
     "holes", [pytest.param(False, id="without-holes"), pytest.param(True, id="with-holes")]
 )

@@ -180,7 +180,9 @@ def scan_log(
                 framed = True
             elif kind == _PLAIN and legacy and not framed and pos == end:  # format 1: one line, one unit
                 entry = _loads(data[pos:nl])
-                if type(entry) is not dict or entry.get("seq") != seq or type(entry["seq"]) is not int:
+                if type(entry) is not dict:
+                    break  # debris of an interrupted append, unless an entry follows
+                if entry.get("seq") != seq or type(entry["seq"]) is not int:
                     why = _wrong_seq(entry, seq)
                     break
                 entries.append(entry)

@@ -22,12 +22,12 @@ from typing import Any
 
 import orjson
 
-from ..._logframe import decode_copy, encode_copy, last_write, scan_log, snapshot_record
+from ..._logframe import decode_copy, encode_copy, last_write, snapshot_record
 from ..._records import decode_snapshot
 from .._fsio import write_private
-from .folder import StoreFolder, still_named
+from .folder import StoreFolder, quietly, still_named
 from .locking import hold, release
-from .recovery import lost_error
+from .recovery import lost_error, scan_part
 from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP
 
 INTERVAL = 0.5  # seconds: the longest a live writer leaves a copy behind its log
@@ -41,10 +41,14 @@ def write_copy(
     """Replace the State's copy (the caller holds its lock): not fsync'd, see above."""
     fd = store.open_in(folder, sid, SNAPSHOT_TMP, _TMP_FLAGS)
     try:
-        write_private(store.io, fd, encode_copy(log_size, next_seq, snapshot), sync=False)
-    finally:
-        os.close(fd)
-    store.io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=folder)
+        try:
+            write_private(store.io, fd, encode_copy(log_size, next_seq, snapshot), sync=False)
+        finally:
+            os.close(fd)
+        store.io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=folder)
+    except BaseException:
+        quietly(lambda: store.io.unlink(SNAPSHOT_TMP, dir_fd=folder))
+        raise
 
 
 class Copies:
@@ -75,7 +79,9 @@ class Copies:
         try:
             write_copy(self._store, folder, sid, size, next_seq, snapshot)
         except (OSError, ValueError):
-            pass  # only a copy: the write is durable in the log, and readers fall back to it
+            # Only a copy: the write is durable in the log, and readers fall back to it.
+            with self._lock:
+                self._due.setdefault(sid, (size, next_seq, snapshot))  # try again later
 
     def forget(self, sid: str) -> None:
         with self._lock:
@@ -142,8 +148,7 @@ def current_snapshot(store: StoreFolder, folder: int, sid: str) -> dict[str, Any
 
         if copy is not None and copy.log_size is not None:
             # The log went on after the copy: its later writes say what changed.
-            data = read_at(copy.log_size, size - copy.log_size)
-            scan = scan_log(data, start_seq=copy.next_seq, legacy=False, name=store.where(sid, LOG))
+            scan = scan_part(store, log, sid, read_at(copy.log_size, size - copy.log_size), copy.next_seq)
             if scan.snapshot is not None or (scan.framed and scan.snapshot_at is None):
                 return scan.snapshot
             return copy.snapshot

@@ -77,13 +77,10 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
         known = None  # replaced or cut by someone else: read it again
     if known is not None and st.st_size == known.size:
         return Found(known.size, known.next_seq, True, known.snapshot_at, known.framed)
-    where = store.where(sid, LOG)
     if known is not None:
         # Another process appended: read only what it added.
         data = os.pread(log, st.st_size - known.size, known.size)
-        scan = scan_log(
-            data, start_seq=known.next_seq, legacy=False, name=where, first_line=known.next_seq + 1
-        )
+        scan = scan_part(store, log, sid, data, known.next_seq)
         at = known.snapshot_at if not scan.framed else scan.snapshot_at
         return _settle(store, folder, log, sid, st.st_size, known.size + scan.end, scan.next_seq, at, True)
     last = last_write(lambda at, n: os.pread(log, n, at), st.st_size)
@@ -93,8 +90,7 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
             store, folder, log, sid, st.st_size, scan.end, scan.next_seq, scan.snapshot_at, scan.framed
         )
     if last.end < st.st_size:  # only damage may follow: it raises
-        tail = os.pread(log, st.st_size - last.end, last.end)
-        scan_log(tail, start_seq=last.next_seq, legacy=False, name=where, first_line=last.next_seq + 1)
+        scan_part(store, log, sid, os.pread(log, st.st_size - last.end, last.end), last.next_seq)
     return _settle(store, folder, log, sid, st.st_size, last.end, last.next_seq, last.snapshot_at, True)
 
 
@@ -129,6 +125,16 @@ def lost_error(store: StoreFolder, sid: str, copied: int, end: int) -> CorruptSt
         f"byte {end}, so acknowledged entries are missing. Nothing was loaded or repaired; restore "
         "the log from a backup, or move the State's folder aside"
     )
+
+
+def scan_part(store: StoreFolder, log: int, sid: str, data: bytes, start_seq: int) -> LogScan:
+    """Scan ``data``, the part of the log after a complete write that ends before
+    ``start_seq``. Damage is reported as a scan of the whole log reports it: by line."""
+    try:
+        return scan_log(data, start_seq=start_seq, legacy=False, name=store.where(sid, LOG))
+    except CorruptStateError:
+        scan_whole(store, log, sid)  # raises, naming the line in the whole file
+        raise
 
 
 def scan_whole(store: StoreFolder, log: int, sid: str) -> LogScan:
