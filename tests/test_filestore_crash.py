@@ -29,6 +29,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore
+from statekeep._logframe import frame
 from tests import crash_writer
 from tests.crash_writer import created_state, entry, snapshot
 
@@ -230,11 +231,12 @@ def test_sigkill_during_appends_loses_nothing_acknowledged(tmp_path: Path) -> No
     store = FileStore(root)
     store.write(sid, [entry(seed, count)], snapshot(count))
     assert check_appended(root, sid, expected, count) == count + 1
-    # The file itself, byte for byte: one line per entry, each as the writer encoded it.
-    with log.open("rb") as f:
-        for seq in range(count + 1):
-            assert f.readline() == orjson.dumps(expected[seq]) + b"\n", f"line {seq + 1} of the log"
-        assert f.read() == b""
+    # The file itself, byte for byte: one line per entry, each as the writer encoded it
+    # (with its checksum), and each write's closing record.
+    lines = [line for line in log.read_bytes().splitlines(keepends=True) if not line.startswith(b'{"sk.v":')]
+    assert len(lines) == count + 1
+    for seq, line in enumerate(lines):
+        assert line == frame(orjson.dumps(expected[seq]) + b"\n"), f"entry {seq} of the log"
     # Without torn tails the test would not exercise recovery at all.
     assert torn_tails[True] > 0, "no kill left a torn tail: the test did not exercise recovery"
 

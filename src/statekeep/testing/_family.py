@@ -20,6 +20,7 @@ from .._errors import (
     UnsupportedFormatError,
 )
 from .._history import FORMAT_VERSION
+from .._records import Record
 from .._state import State
 from ._helpers import Api, entries, snapshot
 
@@ -42,6 +43,7 @@ class ErrorFamilyContract:
 
     statekeep_messages: ClassVar[bool]
     supports_delete: ClassVar[bool]
+    checks_data: ClassVar[bool]
 
     def family(self, error: BaseException, kind: type[Exception], builtin: type[Exception]) -> None:
         """``error`` is ``kind`` (for statekeep's own stores), and always a ``builtin``."""
@@ -102,3 +104,20 @@ class ErrorFamilyContract:
         )
         with pytest.raises(CorruptStateError, match="damaged"):
             await _load(api, "odd")
+
+    @asyncio_test
+    async def test_an_entry_with_a_reserved_key_is_refused_and_nothing_written(self, api: Api) -> None:
+        if not self.checks_data:
+            pytest.skip("this store does not check the data it is given")
+        await api.write("a", entries(0, 1), snapshot(), create=True)
+        for key in ("sk.crc", "sk.v", "sk.anything"):
+            bad = entries(1, 1)[0] | {key: 1}
+            with pytest.raises(ValueError, match=f"'{key}'.*statekeep's own.*nothing was written"):
+                await api.write("a", [bad], snapshot(turn=1))
+            with pytest.raises(ValueError, match=f"'{key}'"):
+                await api.write("b", [entries(0, 1)[0] | {key: 1}], snapshot(), create=True)
+        assert await api.read("a") == Record(entries(0, 1), snapshot())
+        assert await api.read("b") is None
+        nested = entries(1, 1)[0] | {"data": {"sk.crc": 1}}  # only top-level keys are reserved
+        await api.write("a", [nested], snapshot(turn=1))
+        assert (await api.read("a")).entries[-1] == nested  # type: ignore[union-attr]

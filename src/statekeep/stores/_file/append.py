@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 from ..._bridge import owner
-from ..._logframe import closing_record, entries_back, frame
+from ..._logframe import closing_record, frame
+from ..._logtail import entries_back
 from ..._records import decode_snapshot
 from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
 from .budget import BUDGET

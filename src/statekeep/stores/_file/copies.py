@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ..._logframe import decode_copy, encode_copy, last_write, snapshot_record
+from ..._logtail import decode_copy, encode_copy, last_write, snapshot_record
 from ..._records import decode_snapshot
 from .._fsio import write_private
 from .folder import StoreFolder, quietly, still_named

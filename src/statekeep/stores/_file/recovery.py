@@ -10,7 +10,8 @@ import os
 from dataclasses import dataclass
 
 from ..._errors import CorruptStateError
-from ..._logframe import LogScan, decode_copy, last_write, scan_log
+from ..._logframe import LogScan, scan_log
+from ..._logtail import decode_copy, last_write
 from .folder import StoreFolder
 from .trust import LOG, SNAPSHOT
 

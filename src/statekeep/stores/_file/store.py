@@ -2,10 +2,12 @@
 
 Layout under the store's folder::
 
-    .statekeep-store        the store marker: a JSON object, {"format": 1}
-    {id}/log.jsonl          one history entry per line, appended
-    {id}/snapshot.json      the snapshot, replaced whole on every write
-    {id}/snapshot.json.tmp  the next snapshot while it is being written
+    .statekeep-store        the store marker: a JSON object, {"format": 2}
+    {id}/log.jsonl          the State: entry lines, each write closed by a record carrying
+                            its snapshot (format: statekeep._logframe), appended and fsync'd
+    {id}/snapshot.json      a copy of the current snapshot for listings (.copies), lazily
+                            refreshed by rename, never fsync'd
+    {id}/snapshot.json.tmp  the next copy while it is being written
     .creating-{pid}-{rand}  a State being created (renamed to {id} when complete)
     .deleting-{pid}-{rand}  a State being deleted (renamed away first)
 
@@ -13,12 +15,10 @@ A ``.creating-``/``.deleting-`` folder is flock'd by the process working on it f
 long as it exists; a sweep removes only those whose lock is free (their process is gone,
 whatever its pid: pids repeat after a reboot and differ between containers).
 
-Every write is durable when it returns: the appended lines are fsync'd, the new snapshot
-is written to a temporary file that is fsync'd and renamed into place, and the folder is
-fsync'd after the rename. Folders are 0700 and files 0600 whatever the umask; symlinks
-inside the store are refused, never followed, and so is a folder or file that another
-user owns or could write (trust.check_owner). Writers in other processes are kept apart
-with ``fcntl.flock`` on the State's folder.
+Folders are 0700 and files 0600 whatever the umask; symlinks inside the store are refused,
+never followed, and so is a folder or file that another user owns or could write
+(trust.check_owner). Writers in other processes are kept apart with ``fcntl.flock`` on
+the State's folder.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from ..._batching import GroupCommit
 from ..._bridge import owner
 from ..._errors import CorruptStateError
 from ..._ids import validate_id
-from ..._logframe import decode_copy, scan_log
+from ..._logframe import scan_log
+from ..._logtail import decode_copy
 from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from ..._writes import PreparedWrite
 from .._fsio import OsIO
@@ -50,11 +51,13 @@ from .trust import DIR, LOG, SNAPSHOT, probe_case
 class FileStore(Backend):
     """Saves each State in its own folder under ``path``: ``log.jsonl`` + ``snapshot.json``.
 
-    Durable on return: when ``write``/``awrite`` returns, the new entries and the snapshot
-    are on disk (file and folder fsync'd) and survive a crash or power cut, and so are
-    the entries it skipped as already stored and the State's folder itself (another
-    writer may have appended or created them and died before its fsync: the log, and the
-    store's folder, are fsync'd again unless this process knows them durable).
+    Durable on return: when ``write``/``awrite`` returns, its entries and its snapshot are
+    on disk and survive a crash or power cut: they are in the log, which was fsync'd
+    (``fdatasync``; ``F_FULLFSYNC`` on macOS) after them. So are the entries it skipped as
+    already stored and the State's folder itself (another writer may have appended or
+    created them and died before its fsync: the log, and the store's folder, are fsync'd
+    again unless this process knows them durable). ``snapshot.json`` is only a copy for
+    listings and may lag: readers check it against the log.
     If an append raises OSError (disk full, I/O error), the log is left as it was before
     it (if even that fails, this process's next write to the State cuts it back first);
     send the same write again once the cause is fixed. If a create raises OSError, the
@@ -62,10 +65,18 @@ class FileStore(Backend):
     is stored), and with ``create=True`` only if that raises LookupError (``Store.save``
     does this).
 
-    After a crash, a partly written last line is ignored on read and cut before the next
-    append; a damaged line followed by good ones raises :class:`CorruptStateError` naming
-    the file and line, and so does a log that lacks entries its State's snapshot covers
-    (the snapshot's ``seq``): a read, and a write, report it rather than drop them.
+    After a crash at any point, a read sees every write that returned, and of the write
+    under way either all (entries and snapshot) or nothing: an unfinished write (a torn
+    last line, or pages of it lost to a power cut: zeros with whole lines after them) is
+    ignored, and cut before the next append. Damage before the end of the last complete
+    write raises :class:`CorruptStateError` naming the file and line, and so does a log
+    shorter than its snapshot's copy says it was: a read, and a write, report it rather
+    than drop acknowledged entries. Top-level entry keys starting with ``sk.`` are the
+    log's own: a write carrying one raises ValueError, before anything is written.
+
+    The first write to a State in a process reads only the log's last write; the
+    State's folder and log then stay open between writes (a bounded cache, forgotten by
+    a forked child).
 
     ``delete``/``adelete`` is durable on return too: the State's folder was renamed away
     and the store's folder fsync'd before its files are removed.
