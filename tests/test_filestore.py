@@ -320,6 +320,36 @@ def test_fork_while_a_state_is_locked_does_not_wedge_it(tmp_path: Path) -> None:
     assert store.read("a").entries == entries(0, 3)
 
 
+def test_a_forked_child_never_uses_the_descriptors_its_parent_keeps_open(tmp_path: Path) -> None:
+    # A child sharing the parent's open folder would share its flock too: both could then
+    # write the State at once. So the child forgets them and opens its own.
+    store = FileStore(tmp_path)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    store.write("a", entries(1, 1), None)  # the State's folder and log are now kept open
+    kept = store._handles.take("a")
+    assert kept is not None
+    store._handles.give("a", *kept)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read)
+            if store._handles.take("a") is not None:
+                os._exit(2)  # it kept what its parent had open
+            store.write("a", entries(2, 1), None)  # opens the State afresh
+            os.write(write, b"ok")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and os.read(read, 2) == b"ok"
+    os.close(read)
+    store.write("a", entries(3, 1), None)  # the parent's kept descriptors still work
+    assert FileStore(tmp_path).read("a") == Record(entries(0, 4), snapshot())
+
+
 async def test_many_states_written_at_once_share_commits_without_wedging(tmp_path: Path) -> None:
     # More States than helper threads: a batch that outgrows the pools must still finish.
     store = FileStore(tmp_path)
@@ -391,7 +421,8 @@ class DeleteMidway(OsIO):
         self.fired = False
 
     def open(self, name: str, flags: int, mode: int = 0o600, *, dir_fd: int | None = None) -> int:
-        if name == self.at:
+        # A listing opens "s/snapshot.json" from the store's folder, never "s" itself.
+        if self.at is not None and self.at in (name, *name.split("/")):
             self.at, self.fired = None, True
             trash = self.root / f".deleting-{os.getpid()}-race"
             os.rename(self.root / "s", trash)
@@ -430,9 +461,9 @@ def test_a_read_racing_a_delete_sees_the_state_whole_or_gone(
     store.save(state)
     saved = store.read("s")
     io.at, io.gone = at, DELETE_STEPS[gone]
-    # What the read saw before the delete took it away: the log has it all (a listing
-    # reads the snapshot's copy, then checks it against the log's size).
-    whole = at != "s" and "log.jsonl" not in io.gone
+    # What the read saw before the delete took it away: the log has it all. A listing
+    # opens the snapshot's copy by its path from the store's folder first: gone already.
+    whole = at != "s" and "log.jsonl" not in io.gone and api != "list"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # list() warns about a State it calls unreadable
         if api == "read":

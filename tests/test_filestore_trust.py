@@ -308,7 +308,7 @@ def read_marker(root: Path) -> dict:
 def test_a_new_store_is_marked_when_it_is_created(tmp_path: Path) -> None:
     root = tmp_path / "deep" / "s"
     make_store(root, "a")
-    assert read_marker(root) == {"format": 1}
+    assert read_marker(root) == {"format": 2}
     assert sorted(p.name for p in root.iterdir()) == [MARKER, "a"]
 
 
@@ -329,7 +329,7 @@ def test_a_store_of_an_earlier_version_is_adopted_and_marked_on_its_first_write(
     assert not (root / MARKER).exists()
     store = FileStore(root)
     store.write("a", entries(1, 1), None)  # an append is a write
-    assert read_marker(root) == {"format": 1}
+    assert read_marker(root) == {"format": 2}
     # Once marked, the store is not scanned again: other things inside are left alone.
     (root / "notes.txt").write_text("mine")
     assert [r.id for r in FileStore(root).list()] == ["a", "b"]
@@ -339,7 +339,7 @@ def test_an_empty_folder_is_marked_on_its_first_write(tmp_path: Path) -> None:
     assert FileStore(tmp_path).read("a") is None
     assert list(tmp_path.iterdir()) == []
     make_store(tmp_path, "a")
-    assert read_marker(tmp_path) == {"format": 1}
+    assert read_marker(tmp_path) == {"format": 2}
 
 
 def test_a_read_only_store_never_writes(tmp_path: Path) -> None:

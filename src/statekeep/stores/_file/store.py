@@ -27,6 +27,7 @@ import asyncio
 import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
+from typing import Any
 
 from ..._backend import Backend
 from ..._batching import GroupCommit
@@ -40,7 +41,7 @@ from ..._writes import PreparedWrite
 from .._fsio import OsIO
 from .append import Appender
 from .budget import batch_cap
-from .copies import INTERVAL, Copies, current_snapshot
+from .copies import INTERVAL, Copies, current_snapshot, listed_snapshot
 from .create import create, delete
 from .folder import StoreFolder, still_named
 from .handles import Handles
@@ -238,6 +239,22 @@ class FileStore(Backend):
         )
         return Record(scan.entries, snapshot)
 
+    def _snapshot_from_log(self, root: int, name: str) -> dict[str, Any] | None:
+        """A listed State's snapshot when its copy is not current: read from its log."""
+        store = self._folder
+        try:  # named as scandir found it: spelled as stored
+            folder = store.open_in(root, name, name, DIR)
+        except FileNotFoundError:
+            return None  # deleted meanwhile
+        try:
+            return current_snapshot(store, folder, name)
+        except FileNotFoundError:
+            if still_named(root, name, folder):
+                raise
+            return None  # deleted meanwhile
+        finally:
+            os.close(folder)
+
     def _list_sync(self) -> tuple[list[SavedState], list[str]]:
         store = self._folder
         root = store.open_root(create=False)
@@ -256,18 +273,12 @@ class FileStore(Backend):
                 try:
                     if is_link:
                         raise CorruptStateError(f"{store.where(name)} is a symbolic link; not followed")
-                    try:  # named as scandir found it: spelled as stored
-                        folder = store.open_in(root, name, name, DIR)
-                    except FileNotFoundError:
-                        continue  # deleted meanwhile
                     try:
-                        snapshot = current_snapshot(store, folder, name)
+                        current, snapshot = listed_snapshot(store, root, name)
                     except FileNotFoundError:
-                        if still_named(root, name, folder):
-                            raise
                         continue  # deleted meanwhile
-                    finally:
-                        os.close(folder)
+                    if not current:
+                        snapshot = self._snapshot_from_log(root, name)
                     if snapshot is not None:
                         rows.append(SavedState.from_snapshot(name, snapshot))
                 except (OSError, ValueError) as exc:

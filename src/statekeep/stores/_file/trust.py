@@ -40,8 +40,17 @@ def check_owner(fd: int, path: object) -> None:
     As ssh does for its keys: another local user who can write a State's folder or file
     (or rename the store's States aside) could make us load a history of their choosing.
     """
-    st = os.fstat(fd)
+    check_stat(os.fstat(fd), path)
+
+
+def check_stat(st: os.stat_result, path: object) -> None:
+    """:func:`check_owner` of what ``st`` describes."""
     me = os.geteuid()
+    if st.st_uid != me or st.st_mode & 0o022:
+        _unsafe(st, me, path)
+
+
+def _unsafe(st: os.stat_result, me: int, path: object) -> None:
     if st.st_uid != me:
         raise UnsafeStoreError(
             f"{path} is owned by uid {st.st_uid}, not by you (uid {me}): another user could change "
