@@ -30,6 +30,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore, Record
+from statekeep._batching import WouldBlock
 from statekeep._bridge import run_async
 from statekeep.stores import OsIO
 from tests.conftest import entries, is_root, snapshot
@@ -701,6 +702,11 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
         return commit(writes)
 
     store._commit = recording_commit  # type: ignore[method-assign]
+
+    def in_a_worker(writes: list) -> list:
+        raise WouldBlock  # as when another process holds the lock: the gate waits off the loop
+
+    store._commit_now = in_a_worker  # type: ignore[method-assign]
     for sid in (ok, "gate"):
         await store.awrite(sid, OLD.entries, OLD.snapshot, create=True)
 

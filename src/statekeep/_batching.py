@@ -12,7 +12,15 @@ commits it. Either way, the committing thread wakes each direct caller of the ba
 (:data:`statekeep._handoff.direct_caller`) itself, then reports to the loop, where the
 operations' tasks end and release their locks with nobody waiting for that. A sync write:
 caller -> loop -> caller (granted), or caller -> loop -> worker -> caller (main thread);
-an async write from another loop: caller -> loop -> worker -> caller.
+an async write from another loop: caller -> loop -> worker -> caller; both two hand-offs
+when the store can commit on the loop (below).
+
+A store may also give ``commit_now``: the same commit, but one that must not wait (for a
+lock another process holds, say), raising :class:`WouldBlock` before it changes anything
+if it would. A batch of one write is first tried that way on the loop itself, which then
+wakes its caller directly: a sync write from any thread, or an async one from another
+loop, costs two hand-offs (caller -> loop -> caller). It holds up the loop for one write's
+I/O (one fsync), no longer: whatever would wait goes to a worker as above.
 
 FileStore and SQLiteStore use it. The server stores have a second engine
 (``stores._server._batches``): their writes are async I/O on the owner loop that each get a
@@ -32,6 +40,10 @@ from ._slot import ProcessSlot
 
 T = TypeVar("T")
 Errors = list[BaseException | None]
+
+
+class WouldBlock(Exception):
+    """Raised by a ``commit_now`` that cannot go on without waiting; nothing was changed."""
 
 
 class _Queue(Generic[T]):
@@ -58,9 +70,15 @@ class _Job(Generic[T]):
         self._callers = callers
         self.report: Callable[[Errors], None] | None = None
 
-    def run(self) -> Errors:
+    def run(self, commit: Callable[[list[T]], Errors] | None = None) -> Errors:
+        """Commit (with ``commit`` if given: WouldBlock from it passes through, nobody
+        told), wake the direct callers, report."""
         try:
-            errors = self._commit(self._items)
+            errors = (commit or self._commit)(self._items)
+        except WouldBlock:
+            if commit is None:
+                raise AssertionError("only commit_now may raise WouldBlock") from None
+            raise
         except BaseException as exc:  # the whole batch failed
             errors = [exc] * len(self._items)
         for caller, error in zip(self._callers, errors, strict=True):
@@ -79,12 +97,14 @@ class GroupCommit(Generic[T]):
         commit: Callable[[list[T]], Errors],
         *,
         max_batch: int | Callable[[], int] | None = None,
+        commit_now: Callable[[list[T]], Errors] | None = None,
     ) -> None:
         """``max_batch``: most operations per commit (None: no cap), or a function that
         gives it when each batch is cut (for a cap that follows a limit that may change).
         ``commit`` blocks; it returns each operation's error, or None; it may run in any
         thread but the loop's, one call at a time per store and process."""
         self._commit = commit
+        self._now = commit_now
         self._max = max_batch
         self._queues: ProcessSlot[_Queue[T]] = ProcessSlot(lambda own: _Queue())
 
@@ -123,7 +143,22 @@ class GroupCommit(Generic[T]):
                 job = _Job(self._commit, [item for item, _, _ in batch], callers)
                 runner = next((c for c in callers if c is not None and c.runs_batches), None)
                 try:
-                    if runner is None:
+                    errors = None
+                    # On the loop only for a caller waiting in another thread or loop: one
+                    # awaiting on this loop would be held up by its own write.
+                    if (
+                        runner is None
+                        and self._now is not None
+                        and len(callers) == 1
+                        and callers[0] is not None
+                    ):
+                        try:
+                            errors = job.run(self._now)  # on the loop, if it need not wait
+                        except WouldBlock:
+                            pass
+                    if errors is not None:
+                        pass
+                    elif runner is None:
                         errors = await owner().io.run(job.run)
                     else:
                         reported: asyncio.Future[Errors] = loop.create_future()

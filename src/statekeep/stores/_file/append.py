@@ -8,6 +8,7 @@ fsync of the log: nothing else is on the durable path."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from ..._batching import WouldBlock
 from ..._bridge import owner
 from ..._logframe import closing_record, frame
 from ..._logtail import entries_back
@@ -24,7 +26,7 @@ from .budget import BUDGET
 from .copies import Copies
 from .folder import StoreFolder, still_named
 from .handles import Handles, close_pair
-from .locking import lock, release
+from .locking import hold, lock, release
 from .recovery import Tail, read_tail, scan_whole
 from .trust import LOG, SNAPSHOT
 
@@ -86,14 +88,25 @@ class Appender:
         with BUDGET.held(len(writes)):
             return self._commit(writes)
 
-    def _commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
+    def commit_now(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
+        """:meth:`commit` of one write that must not wait: WouldBlock, having changed
+        nothing, if another process holds the State's lock (or the budget is spent)."""
+        if len(writes) != 1:
+            raise WouldBlock
+        with BUDGET.held(1, wait=False):
+            errors = self._commit(writes, wait=False)
+        if isinstance(errors[0], WouldBlock):
+            raise WouldBlock
+        return errors
+
+    def _commit(self, writes: list[PreparedWrite], *, wait: bool = True) -> list[BaseException | None]:
         items = [_Append(w) for w in writes]
         # Folder locks are taken in id order, the same in every process: no deadlock.
         ordered = sorted(items, key=lambda a: a.write.state_id)
         root = self._store.open_root(create=False, writing=True)
         try:
             for item in ordered:
-                self._attempt(item, self._stage, root)
+                self._attempt(item, self._stage, root, wait)
             # Then each write finishes on a thread of its own: concurrent fsyncs share the
             # journal commit and the device flush, and no write waits for a slower one.
             live = self._sync_root(root, [a for a in ordered if a.error is None])
@@ -138,12 +151,12 @@ class Appender:
             item.error = exc
             self._undo(item)
 
-    def _stage(self, item: _Append, root: int | None) -> None:
+    def _stage(self, item: _Append, root: int | None, wait: bool) -> None:
         store, write = self._store, item.write
         sid = write.state_id
         if root is None:
             raise missing_error(sid)
-        self._open(item, root)
+        self._open(item, root, wait)
         item.sync_root = sid not in self._tails
         self._settle_doubt(item.log, sid)
         found = read_tail(store, self._tails.get(sid), item.folder, item.log, sid)
@@ -180,7 +193,7 @@ class Appender:
             item.appended = True
             self._io.write_all(item.log, item.new)
 
-    def _open(self, item: _Append, root: int) -> None:
+    def _open(self, item: _Append, root: int, wait: bool) -> None:
         """Open the State's folder and log (or take them from the cache) and lock it."""
         store, sid = self._store, item.write.state_id
         for cached in (True, False):
@@ -196,7 +209,10 @@ class Appender:
                     raise
                 pair = (folder, log)
             item.folder, item.log = pair
-            lock(item.folder)
+            if wait:
+                lock(item.folder)
+            elif not hold(item.folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                raise WouldBlock  # another process is writing the State: wait in a worker
             item.locked = True
             if still_named(root, sid, item.folder):
                 return
@@ -233,7 +249,7 @@ class Appender:
         if item.folder < 0:
             return
         item.unlock()
-        if item.error is None:
+        if item.error is None or isinstance(item.error, WouldBlock):
             self._handles.give(item.write.state_id, item.folder, item.log)
         else:
             close_pair(item.folder, item.log)

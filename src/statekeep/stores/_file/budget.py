@@ -12,6 +12,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..._batching import WouldBlock
+
 _FDS_PER_WRITE = 3
 _FDS_SHARE = 4
 
@@ -34,9 +36,12 @@ class DescriptorBudget:
         self._cond = threading.Condition()
 
     @contextmanager
-    def held(self, count: int) -> Iterator[None]:
+    def held(self, count: int, *, wait: bool = True) -> Iterator[None]:
+        """Hold ``count`` writes' share; without ``wait``, WouldBlock if it is not free now."""
         with self._cond:
             while self._used and self._used + count > batch_cap():
+                if not wait:
+                    raise WouldBlock
                 self._cond.wait()
             self._used += count
         try:

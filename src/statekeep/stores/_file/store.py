@@ -127,7 +127,9 @@ class FileStore(Backend):
         self._appender = Appender(self._folder, self._tails, self._handles, self._copies)
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
-            lambda writes: self._commit(writes), max_batch=batch_cap
+            lambda writes: self._commit(writes),
+            max_batch=batch_cap,
+            commit_now=lambda writes: self._commit_now(writes),
         )
 
     def __repr__(self) -> str:
@@ -166,6 +168,9 @@ class FileStore(Backend):
 
     def _commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         return self._appender.commit(writes)
+
+    def _commit_now(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
+        return self._appender.commit_now(writes)
 
     async def _close(self) -> None:
         await self._batches.drain()  # writes already queued still complete
