@@ -173,17 +173,29 @@ def decode_copy(raw: bytes) -> SnapshotCopy | None:
     UnsupportedFormatError if a newer statekeep wrote it."""
     nl = len(raw) - 1
     if nl > 0 and raw[nl] == 10 and raw.startswith(_CLOSE):
-        if _check(raw, 0, nl) != _CHECKED:
-            return None
         try:
-            record = _closing(raw, 0, nl)
+            record = _loads(memoryview(raw)[:nl])
         except orjson.JSONDecodeError:
             return None
-        record = record or {}
-        size, next_seq = record.get("sk.log"), record.get("sk.next")
-        if type(size) is not int or type(next_seq) is not int or "sk.snapshot" not in record:
+        if type(record) is not dict:
             return None
-        snapshot = record["sk.snapshot"]
+        crc, version = record.get("sk.crc"), record.get("sk.v")
+        size, next_seq = record.get("sk.log"), record.get("sk.next")
+        if (
+            type(crc) is not str
+            or type(version) is not int
+            or type(size) is not int
+            or type(next_seq) is not int
+        ):
+            return None
+        try:
+            if _crc32(memoryview(raw)[: nl - _SUFFIX]) != int(crc, 16) or raw[nl - 2 : nl] != b'"}':
+                return None
+        except ValueError:
+            return None
+        if version > FORMAT:
+            _closing(raw, 0, nl)  # raises UnsupportedFormatError
+        snapshot = record.get("sk.snapshot")
         return SnapshotCopy(size, next_seq, snapshot if type(snapshot) is dict else None)
     try:
         value = _loads(raw)

@@ -140,14 +140,18 @@ def listed_snapshot(store: StoreFolder, root: int, sid: str) -> tuple[bool, dict
     ``sid`` was found by ``scandir`` in the store's folder (ours, not writable by others),
     not as a link: so ``{sid}/...`` names the State's own files.
     """
-    check_stat(os.stat(sid, dir_fd=root, follow_symlinks=False), store.where(sid))
+    me = os.geteuid()
+    st = os.stat(sid, dir_fd=root, follow_symlinks=False)
+    if st.st_uid != me or st.st_mode & 0o022:
+        check_stat(st, store.where(sid))
     try:
         fd = store.io.open(f"{sid}/{SNAPSHOT}", _COPY, dir_fd=root)
     except FileNotFoundError:
         return False, None
     try:
         st = os.fstat(fd)
-        check_stat(st, store.where(sid, SNAPSHOT))
+        if st.st_uid != me or st.st_mode & 0o022:
+            check_stat(st, store.where(sid, SNAPSHOT))
         raw = os.read(fd, st.st_size + 1)
     finally:
         os.close(fd)
