@@ -35,6 +35,7 @@ from statekeep import (
     StateConflictError,
     UnsupportedFormatError,
 )
+from statekeep._batching import WouldBlock
 from statekeep._bridge import owner
 from statekeep._writes import prepare_write
 from statekeep.stores._sqlite import _connections, _sql, _store
@@ -287,6 +288,11 @@ class HeldCommits:
         self.store, self.sizes, self.gate = store, [], threading.Event()
         self._commit = store._commit
         store._commit = self  # type: ignore[method-assign]
+        store._commit_now = self.in_a_worker  # type: ignore[method-assign]
+
+    @staticmethod
+    def in_a_worker(ops: list[Any]) -> list[BaseException | None]:
+        raise WouldBlock  # as when another connection holds the lock: batches commit off the loop
 
     def __call__(self, ops: list[Any]) -> list[BaseException | None]:
         self.sizes.append(len(ops))
@@ -391,6 +397,14 @@ async def test_concurrent_writes_share_transactions(store: SQLiteStore) -> None:
         return commit(ops)
 
     store._commit = counted  # type: ignore[method-assign]
+    commit_now = store._commit_now
+
+    def counted_now(ops: list[Any]) -> list[BaseException | None]:
+        errors = commit_now(ops)  # a lone write committed on the loop (or WouldBlock)
+        sizes.append(len(ops))
+        return errors
+
+    store._commit_now = counted_now  # type: ignore[method-assign]
 
     async def run(sid: str) -> None:
         await store.awrite(sid, entries(0, 1), snapshot(sid), create=True)

@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 import orjson
 
 from ..._backend import Backend
-from ..._batching import GroupCommit
+from ..._batching import GroupCommit, WouldBlock
 from ..._bridge import owner
 from ..._errors import CorruptStateError
 from ..._records import Record, SavedState, decode_snapshot, left_out
 from ..._writes import PreparedWrite
 from . import _sql as sql
 from ._batch import Op, commit_batch
-from ._connections import Connections, connect, connections_slot, is_busy
+from ._connections import BUSY_TIMEOUT_SECONDS, Connections, connect, connections_slot, is_busy
 from ._rows import decode_entry, saved_state
 from ._schema import check_version, open_schema
 
@@ -76,7 +76,9 @@ class SQLiteStore(Backend):
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
         self._key = os.path.realpath(self.path)
-        self._batches: GroupCommit[Op] = GroupCommit(lambda ops: self._commit(ops), max_batch=_MAX_BATCH)
+        self._batches: GroupCommit[Op] = GroupCommit(
+            lambda ops: self._commit(ops), max_batch=_MAX_BATCH, commit_now=lambda ops: self._commit_now(ops)
+        )
         # This process's connections; a forked child makes its own.
         self._slot = connections_slot(self)
 
@@ -135,6 +137,27 @@ class SQLiteStore(Backend):
         conn = conns.take_writer(self._connect)
         try:
             return self._retry_busy(commit_batch, self.path, conn, ops)
+        finally:
+            conns.give_writer(conn)
+
+    def _commit_now(self, ops: list[Op]) -> list[BaseException | None]:
+        """:meth:`_commit` of one op that must not wait, on the owner loop: WouldBlock,
+        with nothing committed, if another connection holds the database's write lock
+        (or the schema is not checked yet in this process)."""
+        conns = self._slot.get()
+        if len(ops) != 1 or not conns.schema_ok or conns.writer is None:
+            raise WouldBlock
+        conn = conns.take_writer(self._connect)
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                return commit_batch(self.path, conn, ops)
+            except sqlite3.OperationalError as exc:
+                if is_busy(exc):
+                    raise WouldBlock from None  # nothing committed, no transaction open
+                raise
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
         finally:
             conns.give_writer(conn)
 
