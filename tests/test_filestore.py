@@ -522,3 +522,28 @@ def test_a_line_torn_by_a_crash_after_the_snapshot_is_no_corruption(tmp_path: Pa
     assert store.load("a") == state
     store.write("a", [{"seq": 3, "kind": "error", "at": state.updated_at, "message": "x"}], None)
     assert FileStore(tmp_path).read("a").entries[-1]["seq"] == 3
+
+
+def test_writers_in_two_processes_taking_turns_keep_the_snapshot_where_it_is(tmp_path: Path) -> None:
+    # Two stores stand for two processes, each with its own knowledge of the log: one
+    # appends a snapshot, the other then keeps it, pointing at it by its offset in the log.
+    a, b = FileStore(tmp_path), FileStore(tmp_path)
+    a.write("s", entries(0, 2), snapshot("t0"), create=True)
+    b.write("s", entries(2, 2), snapshot("t1"))
+    a.write("s", entries(4, 1), None)  # read only what b appended, then keep b's snapshot
+    b.write("s", entries(5, 1), None)
+    assert FileStore(tmp_path).read("s") == Record(entries(0, 6), snapshot("t1"))
+    assert [r.task for r in FileStore(tmp_path).list()] == ["t1"]
+
+
+def test_a_late_copy_refresh_never_lands_in_a_state_made_again(tmp_path: Path) -> None:
+    a, b = FileStore(tmp_path), FileStore(tmp_path)
+    a.write("s", entries(0, 1), snapshot("t0"), create=True)
+    a.write("s", entries(1, 1), snapshot("t1"))
+    a.write("s", entries(2, 20), snapshot("t2"))  # its copy is due, refreshed later
+    b.delete("s")  # another process deletes the State, and makes a new one
+    b.write("s", entries(0, 1), snapshot("new"), create=True)
+    a.close()  # refreshes the copies it owes: not into the new State
+    assert FileStore(tmp_path).read("s") == Record(entries(0, 1), snapshot("new"))
+    assert [r.task for r in FileStore(tmp_path).list()] == ["new"]
+    b.write("s", entries(1, 1), snapshot("x"))

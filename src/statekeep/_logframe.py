@@ -136,13 +136,15 @@ def scan_log(
     start: int = 0,
     start_seq: int = 0,
     legacy: bool = True,
+    base: int = 0,
     name: str = "log",
     first_line: int = 1,
 ) -> LogScan:
     """Scan ``data[start:]``, whose first entry must hold ``start_seq``; offsets in the result
     count from the start of ``data``.
 
-    ``legacy``: format 1 lines may come first (a scan from a log's start). ``name`` and
+    ``legacy``: format 1 lines may come first (a scan from a log's start). ``base``: where
+    ``data`` starts in the log (snapshot offsets are the log's, not ``data``'s). ``name`` and
     ``first_line`` (the line number of ``data[start:]``'s first line) are for messages.
     Raises CorruptStateError for damage before the end of the last complete write.
     """
@@ -191,7 +193,7 @@ def scan_log(
                     why = "closes a write whose entries it does not match"
                     break
                 if "sk.snapshot" in record:
-                    at, snapshot = pos, record["sk.snapshot"]
+                    at, snapshot = base + pos, record["sk.snapshot"]
                 elif record.get("sk.at") != at:
                     at, snapshot = record.get("sk.at"), None  # recorded before ``start``
                 framed = True

@@ -26,7 +26,7 @@ from .budget import BUDGET
 from .copies import Copies
 from .folder import StoreFolder, still_named
 from .handles import Handles, close_pair
-from .locking import hold, lock, release
+from .locking import hold, release
 from .recovery import Tail, read_tail, scan_whole
 from .trust import LOG, SNAPSHOT
 
@@ -91,8 +91,15 @@ class Appender:
     def commit_now(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         """:meth:`commit` of one write that must not wait: WouldBlock, having changed
         nothing, if another process holds the State's lock (or the budget is spent)."""
-        if len(writes) != 1:
-            raise WouldBlock
+        sid = writes[0].state_id if len(writes) == 1 else ""
+        if (
+            not sid
+            or sid not in self._tails
+            or sid in self._doubts
+            or sid in self._suspects
+            or not self._store.settled
+        ):
+            raise WouldBlock  # more than an append and its fsync may be needed: off the loop
         with BUDGET.held(1, wait=False):
             errors = self._commit(writes, wait=False)
         if isinstance(errors[0], WouldBlock):
@@ -210,7 +217,7 @@ class Appender:
                 pair = (folder, log)
             item.folder, item.log = pair
             if wait:
-                lock(item.folder)
+                hold(item.folder, fcntl.LOCK_EX)  # on failure, _put_back closes both
             elif not hold(item.folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
                 raise WouldBlock  # another process is writing the State: wait in a worker
             item.locked = True
@@ -236,13 +243,19 @@ class Appender:
     def _done(self, item: _Append) -> None:
         """Remember a finished write's log (the tail cache) and its snapshot's copy."""
         sid = item.write.state_id
+        if isinstance(item.error, WouldBlock):
+            return  # nothing was done: what this process knows of the log still holds
         if item.error is not None:
             self._tails.pop(sid, None)  # re-read from disk next time
             return
-        tail = Tail.of(item.log, item.next_seq, item.snapshot_at)
+        try:
+            tail = Tail.of(item.log, item.next_seq, item.snapshot_at)
+        except OSError:
+            self._tails.pop(sid, None)  # the write is durable; its log is read again next time
+            return
         self._tails[sid] = tail
         if item.snapshot is not None:  # a write that kept the snapshot leaves its copy current
-            self._copies.written(item.folder, sid, tail.size, item.next_seq, item.snapshot)
+            self._copies.written(item.folder, sid, tail, item.snapshot)
 
     def _put_back(self, item: _Append) -> None:
         """Unlock the State; keep its descriptors open for the next write if all went well."""

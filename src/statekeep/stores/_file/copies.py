@@ -18,6 +18,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import orjson
@@ -27,7 +28,7 @@ from ..._records import decode_snapshot
 from .._fsio import write_private
 from .folder import StoreFolder, quietly, still_named
 from .locking import hold, release
-from .recovery import lost_error, scan_part
+from .recovery import Tail, lost_error, scan_part
 from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP, check_stat
 
 INTERVAL = 0.5  # seconds: the longest a live writer leaves a copy behind its log
@@ -57,31 +58,32 @@ class Copies:
     def __init__(self, store: StoreFolder) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._due: dict[str, tuple[int, int, bytes | None]] = {}  # sid -> log size, next seq, snapshot
+        self._due: dict[str, tuple[Tail, bytes | None]] = {}  # sid -> the log written, its snapshot
         self._last: dict[str, float] = {}  # sid -> when its copy was last written
+        _all.add(self)
 
     @property
     def behind(self) -> bool:
         """Are copies waiting for a refresh?"""
         return bool(self._due)
 
-    def written(self, folder: int, sid: str, size: int, next_seq: int, snapshot: bytes | None) -> None:
-        """After a write made the log durable up to ``size`` (the caller holds the State's
-        lock): refresh the copy now if it was not refreshed lately, else later."""
+    def written(self, folder: int, sid: str, tail: Tail, snapshot: bytes | None) -> None:
+        """After a write made the log durable up to ``tail.size`` (the caller holds the
+        State's lock): refresh the copy now if it was not refreshed lately, else later."""
         now = time.monotonic()
         with self._lock:
             fresh = now - self._last.get(sid, -INTERVAL) < INTERVAL
             if fresh:
-                self._due[sid] = (size, next_seq, snapshot)
+                self._due[sid] = (tail, snapshot)
                 return
             self._due.pop(sid, None)
             self._last[sid] = now
         try:
-            write_copy(self._store, folder, sid, size, next_seq, snapshot)
+            write_copy(self._store, folder, sid, tail.size, tail.next_seq, snapshot)
         except (OSError, ValueError):
             # Only a copy: the write is durable in the log, and readers fall back to it.
             with self._lock:
-                self._due.setdefault(sid, (size, next_seq, snapshot))  # try again later
+                self._due.setdefault(sid, (tail, snapshot))  # try again later
 
     def forget(self, sid: str) -> None:
         with self._lock:
@@ -103,15 +105,15 @@ class Copies:
         if root is None:
             return
         try:
-            for sid, (size, next_seq, snapshot) in due.items():
+            for sid, (tail, snapshot) in due.items():
                 try:
-                    self._refresh(root, sid, size, next_seq, snapshot)
+                    self._refresh(root, sid, tail, snapshot)
                 except (OSError, ValueError):
                     pass  # as above
         finally:
             os.close(root)
 
-    def _refresh(self, root: int, sid: str, size: int, next_seq: int, snapshot: bytes | None) -> None:
+    def _refresh(self, root: int, sid: str, tail: Tail, snapshot: bytes | None) -> None:
         folder = self._store.open_state(root, sid)
         if folder is None:
             return
@@ -119,14 +121,35 @@ class Copies:
             if not hold(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
                 return  # being written (its writer refreshes it) or deleted
             try:
-                if still_named(root, sid, folder):
-                    write_copy(self._store, folder, sid, size, next_seq, snapshot)
+                log = self._store.open_in(folder, sid, LOG, os.O_RDONLY)
+                try:
+                    # Only into the log it describes: the State may be a new one since.
+                    current = still_named(root, sid, folder) and tail.holds_in(log, os.fstat(log))
+                finally:
+                    os.close(log)
+                if current:
+                    write_copy(self._store, folder, sid, tail.size, tail.next_seq, snapshot)
                     with self._lock:
                         self._last[sid] = time.monotonic()
             finally:
                 release(folder)
         finally:
             os.close(folder)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._due = {}
+
+
+_all: weakref.WeakSet[Copies] = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    for copies in list(_all):  # a child refreshes nothing its parent owes
+        copies._forget()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 _COPY = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -182,7 +205,8 @@ def current_snapshot(store: StoreFolder, folder: int, sid: str) -> dict[str, Any
 
         if copy is not None and copy.log_size is not None:
             # The log went on after the copy: its later writes say what changed.
-            scan = scan_part(store, log, sid, read_at(copy.log_size, size - copy.log_size), copy.next_seq)
+            data = read_at(copy.log_size, size - copy.log_size)
+            scan = scan_part(store, log, sid, data, copy.next_seq, copy.log_size)
             if scan.snapshot is not None or (scan.framed and scan.snapshot_at is None):
                 return scan.snapshot
             return copy.snapshot

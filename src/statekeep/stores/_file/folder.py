@@ -50,6 +50,11 @@ class StoreFolder:
         self._marked = False
         self._spelling: dict[str, tuple[int, int]] = {}  # case-insensitive folders: id -> folder
 
+    @property
+    def settled(self) -> bool:
+        """Checked, marked and swept: a write's open of the folder does nothing more."""
+        return self._checked and self._marked and self._swept
+
     def open_root(self, *, create: bool, writing: bool = False) -> int | None:
         """Open the store's folder, checked; None if absent.
 

@@ -2,10 +2,10 @@
 
 A steady-state append then opens nothing. The cache is bounded (least recently used
 States are closed first). A user takes a State's pair out and gives it back when done,
-so no two threads ever use one pair. After a ``fork`` the child forgets what it
-inherited without closing it: those descriptors share their open files (and so their
-flocks) with the parent's, and closing a number another part of the child already
-closed or reused would close the wrong file.
+so no two threads ever use one pair. After a ``fork`` the child closes its copies at
+once (before any code of its own runs, so the numbers are still the inherited ones): they
+share their open files, and so their flocks, with the parent's, and a copy kept open
+would keep a lock held after the parent died holding it.
 """
 
 from __future__ import annotations
@@ -65,8 +65,14 @@ class Handles:
             close_pair(*pair)
 
     def _forget(self) -> None:
-        self._open = OrderedDict()
+        pairs, self._open = list(self._open.values()), OrderedDict()
         self._lock = threading.Lock()
+        for pair in pairs:
+            for fd in pair:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # closed already by locking.py's own at-fork hook (it was locked)
 
 
 def close_pair(folder: int, log: int) -> None:

@@ -81,18 +81,29 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
     if known is not None:
         # Another process appended: read only what it added.
         data = os.pread(log, st.st_size - known.size, known.size)
-        scan = scan_part(store, log, sid, data, known.next_seq)
+        scan = scan_part(store, log, sid, data, known.next_seq, known.size)
         at = known.snapshot_at if not scan.framed else scan.snapshot_at
         return _settle(store, folder, log, sid, st.st_size, known.size + scan.end, scan.next_seq, at, True)
     last = last_write(lambda at, n: os.pread(log, n, at), st.st_size)
     if last is None:  # format 1 lines only (or no complete write): read it whole
         scan = scan_whole(store, log, sid)
         return _settle(
-            store, folder, log, sid, st.st_size, scan.end, scan.next_seq, scan.snapshot_at, scan.framed
+            store,
+            folder,
+            log,
+            sid,
+            st.st_size,
+            scan.end,
+            scan.next_seq,
+            scan.snapshot_at,
+            scan.framed,
+            cold=True,
         )
     if last.end < st.st_size:  # only damage may follow: it raises
-        scan_part(store, log, sid, os.pread(log, st.st_size - last.end, last.end), last.next_seq)
-    return _settle(store, folder, log, sid, st.st_size, last.end, last.next_seq, last.snapshot_at, True)
+        scan_part(store, log, sid, os.pread(log, st.st_size - last.end, last.end), last.next_seq, last.end)
+    return _settle(
+        store, folder, log, sid, st.st_size, last.end, last.next_seq, last.snapshot_at, True, cold=True
+    )
 
 
 def _settle(
@@ -105,14 +116,18 @@ def _settle(
     next_seq: int,
     snapshot_at: int | None,
     framed: bool,
+    cold: bool = False,
 ) -> Found:
     """Cut what follows the last complete write ``end`` (an unfinished write), unless the
-    snapshot's copy says it was acknowledged."""
-    if end == size:
+    snapshot's copy says it was acknowledged. ``cold``: this process knew nothing of the
+    log, so check the copy even when nothing is to be cut (a log that lost whole writes)."""
+    if end == size and not cold:
         return Found(size, next_seq, False, snapshot_at, framed)
     copy = decode_copy(store.read_file(folder, sid, SNAPSHOT) or b"")
     if copy is not None and copy.log_size is not None and copy.log_size > end:
         raise lost_error(store, sid, copy.log_size, end)
+    if end == size:
+        return Found(size, next_seq, False, snapshot_at, framed)
     store.io.truncate(log, end)
     store.io.fsync(log)
     return Found(end, next_seq, True, snapshot_at, framed)  # that fsync made the rest durable too
@@ -128,11 +143,12 @@ def lost_error(store: StoreFolder, sid: str, copied: int, end: int) -> CorruptSt
     )
 
 
-def scan_part(store: StoreFolder, log: int, sid: str, data: bytes, start_seq: int) -> LogScan:
-    """Scan ``data``, the part of the log after a complete write that ends before
-    ``start_seq``. Damage is reported as a scan of the whole log reports it: by line."""
+def scan_part(store: StoreFolder, log: int, sid: str, data: bytes, start_seq: int, base: int) -> LogScan:
+    """Scan ``data``, the part of the log from byte ``base``, where a complete write that
+    ends before ``start_seq`` ends. Damage is reported as a scan of the whole log reports
+    it: by line."""
     try:
-        return scan_log(data, start_seq=start_seq, legacy=False, name=store.where(sid, LOG))
+        return scan_log(data, start_seq=start_seq, legacy=False, base=base, name=store.where(sid, LOG))
     except CorruptStateError:
         scan_whole(store, log, sid)  # raises, naming the line in the whole file
         raise

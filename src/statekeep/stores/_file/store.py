@@ -75,7 +75,8 @@ class FileStore(Backend):
     than drop acknowledged entries. Top-level entry keys starting with ``sk.`` are the
     log's own: a write carrying one raises ValueError, before anything is written.
 
-    The first write to a State in a process reads only the log's last write; the
+    The first write to a State in a process reads only the log's last write (a log
+    written before format 2 is read whole, once: that write goes on in format 2); the
     State's folder and log then stay open between writes (a bounded cache, forgotten by
     a forked child).
 
@@ -123,7 +124,7 @@ class FileStore(Backend):
         self._tails: dict[str, Tail] = {}  # the tail cache, shared by appends, creates, deletes
         self._handles = Handles()  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
-        self._refresh: asyncio.TimerHandle | None = None
+        self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
         self._appender = Appender(self._folder, self._tails, self._handles, self._copies)
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
@@ -157,9 +158,12 @@ class FileStore(Backend):
         # are written together and share their flushes; each caller still gets its own
         # outcome, and returns only once its own write is durable.
         await self._batches.submit(write)
+        if self._refresh is not None and self._refresh[0] != os.getpid():
+            self._refresh = None  # a forked child: its parent's timer is not on this loop
         if self._copies.behind and self._refresh is None:
             # Copies left behind refresh once writes pause (or at close).
-            self._refresh = asyncio.get_running_loop().call_later(INTERVAL, self._refresh_copies)
+            timer = asyncio.get_running_loop().call_later(INTERVAL, self._refresh_copies)
+            self._refresh = (os.getpid(), timer)
 
     def _refresh_copies(self) -> None:
         self._refresh = None
@@ -174,9 +178,9 @@ class FileStore(Backend):
 
     async def _close(self) -> None:
         await self._batches.drain()  # writes already queued still complete
-        if self._refresh is not None:
-            self._refresh.cancel()
-            self._refresh = None
+        if self._refresh is not None and self._refresh[0] == os.getpid():
+            self._refresh[1].cancel()
+        self._refresh = None
         await owner().io.run(self._copies.flush)
         self._handles.close()
 

@@ -24,9 +24,9 @@ from .._fsio import OsIO, write_file
 MARKER = ".statekeep-store"
 MARKER_TMP = ".statekeep-store.tmp-"
 MARKER_FORMAT = 2  # 2: logs carry checksums and closing records (see _logframe)
-LOG = "log.jsonl"  # a State's files: one history entry per line, appended
-SNAPSHOT = "snapshot.json"  # the snapshot, replaced whole on every write
-SNAPSHOT_TMP = "snapshot.json.tmp"  # the next snapshot while it is being written
+LOG = "log.jsonl"  # a State's files: its entry lines and each write's closing record, appended
+SNAPSHOT = "snapshot.json"  # a copy of the current snapshot for listings, refreshed lazily
+SNAPSHOT_TMP = "snapshot.json.tmp"  # the next copy while it is being written
 STATE_FILES = frozenset({LOG, SNAPSHOT, SNAPSHOT_TMP})
 CREATING = ".creating-"
 DELETING = ".deleting-"
