@@ -246,3 +246,12 @@ def test_a_store_or_log_of_a_newer_format_is_refused(tmp_path: Path) -> None:
         with pytest.raises(UnsupportedFormatError, match=r"newer statekeep.*upgrade statekeep"):
             call(FileStore(root))
     assert orjson.loads((root / ".statekeep-store").read_bytes()) == {"format": 3}  # nothing changed
+
+
+def test_a_format_1_state_keeps_its_snapshot_through_writes_that_add_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    format_1_store(root)
+    store = FileStore(root)
+    store.write("a", entries(0, 3), None)  # re-sent: nothing new to write, still format 1
+    store.write("a", entries(3, 1), None)  # the first format 2 write moves the snapshot in
+    assert FileStore(root).read("a") == Record(entries(0, 4), snapshot("a"))

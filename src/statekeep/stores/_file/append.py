@@ -43,6 +43,7 @@ class _Append:
     next_seq: int = 0  # the seq after the log's last entry once this write is in
     snapshot_at: int | None = None  # where the current snapshot record is once it is in
     snapshot: bytes | None = None  # the snapshot this write records, if any
+    framed: bool = True  # the log holds a format 2 write once this one is in
     new: bytes = b""
     sync_log: bool = False  # the log holds bytes not known durable: fsync it
     sync_root: bool = False  # a State this process never wrote: fsync the store's folder
@@ -171,6 +172,7 @@ class Appender:
         item.durable = item.size if durable else 0
         if self._rewrite_suspect(item.folder, item.log, sid, item.size):
             durable, item.durable = False, 0
+        item.framed = found.framed
         skip = plan_append(write, found.next_seq)
         item.next_seq = found.next_seq + len(write.lines) - skip
         if skip:
@@ -197,6 +199,7 @@ class Appender:
         # the append of a writer that died before its fsync.
         item.sync_log = bool(item.new) or not durable
         if item.new:
+            item.framed = True
             item.appended = True
             self._io.write_all(item.log, item.new)
 
@@ -249,7 +252,7 @@ class Appender:
             self._tails.pop(sid, None)  # re-read from disk next time
             return
         try:
-            tail = Tail.of(item.log, item.next_seq, item.snapshot_at)
+            tail = Tail.of(item.log, item.next_seq, item.snapshot_at, framed=item.framed)
         except OSError:
             self._tails.pop(sid, None)  # the write is durable; its log is read again next time
             return
