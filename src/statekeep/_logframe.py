@@ -46,10 +46,14 @@ _crc32 = zlib.crc32
 _loads = orjson.loads
 
 
+def seal(body: bytes) -> bytes:
+    """The line ``body`` (a JSON object without its closing brace) with its checksum."""
+    return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
+
+
 def frame(line: bytes) -> bytes:
     """A line of the log for the encoded entry ``line`` (a JSON object ending ``}\\n``)."""
-    body = line[:-2]
-    return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
+    return seal(line[:-2])
 
 
 def closing_record(next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None) -> bytes:
@@ -65,7 +69,7 @@ def closing_record(next_seq: int, entries: bytes, snapshot: bytes | None, at: in
         body = b'%s"sk.snapshot":%s' % (head, snapshot)
     else:
         body = b'%s"sk.at":%s' % (head, b"null" if at is None else b"%d" % at)
-    return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
+    return seal(body)
 
 
 _PLAIN, _CHECKED, _DAMAGED = 0, 1, 2

@@ -8,6 +8,7 @@ A cold append reads only this much, so its cost does not grow with the history.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +27,15 @@ from ._logframe import (
     _closing,
     _crc32,
     _loads,
+    seal,
 )
 
 ReadAt = Callable[[int, int], bytes]  # (offset, size) -> the log's bytes there
+
+
+def reader(fd: int) -> ReadAt:
+    """The :data:`ReadAt` of an open file: ``os.pread`` with its arguments in our order."""
+    return lambda at, n: os.pread(fd, n, at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +171,7 @@ def encode_copy(log_size: int, next_seq: int, snapshot: bytes | None) -> bytes:
         next_seq,
         b"null" if snapshot is None else snapshot,
     )
-    return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
+    return seal(body)
 
 
 def decode_copy(raw: bytes) -> SnapshotCopy | None:

@@ -19,7 +19,7 @@ import orjson
 from ..._batching import WouldBlock
 from ..._bridge import owner
 from ..._logframe import closing_record, frame
-from ..._logtail import entries_back
+from ..._logtail import entries_back, reader
 from ..._records import decode_snapshot
 from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
 from .budget import BUDGET
@@ -238,7 +238,7 @@ class Appender:
         """The stored entries a write's first ``skip`` entries overlap, from the log's end."""
         first = item.write.first_seq
         log = item.log
-        stored = entries_back(lambda at, n: os.pread(log, n, at), item.size, first, first + skip)
+        stored = entries_back(reader(log), item.size, first, first + skip)
         if stored is None:  # not to be told from the end: read it whole (damage raises there)
             stored = scan_whole(self._store, log, item.write.state_id).entries[first : first + skip]
         return stored

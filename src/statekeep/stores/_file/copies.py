@@ -23,12 +23,12 @@ from typing import Any
 
 import orjson
 
-from ..._logtail import decode_copy, encode_copy, last_write, snapshot_record
+from ..._logtail import decode_copy, encode_copy, last_write, reader, snapshot_record
 from ..._records import decode_snapshot
 from .._fsio import write_private
 from .folder import StoreFolder, quietly, still_named
 from .locking import hold, release
-from .recovery import Tail, lost_error, scan_part
+from .recovery import Tail, check_copy, scan_part
 from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP, check_stat
 
 INTERVAL = 0.5  # seconds: the longest a live writer leaves a copy behind its log
@@ -194,14 +194,11 @@ def current_snapshot(store: StoreFolder, folder: int, sid: str) -> dict[str, Any
         size = os.stat(LOG, dir_fd=folder, follow_symlinks=False).st_size
         if size == copy.log_size:
             return copy.snapshot
-        if size < copy.log_size:
-            raise lost_error(store, sid, copy.log_size, size)
+        check_copy(store, sid, copy, size)
     log = store.open_in(folder, sid, LOG, os.O_RDONLY)
     try:
         size = os.fstat(log).st_size
-
-        def read_at(at: int, n: int) -> bytes:
-            return os.pread(log, n, at)
+        read_at = reader(log)
 
         if copy is not None and copy.log_size is not None:
             # The log went on after the copy: its later writes say what changed.

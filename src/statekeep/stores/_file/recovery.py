@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..._errors import CorruptStateError
 from ..._logframe import LogScan, scan_log
-from ..._logtail import decode_copy, last_write
+from ..._logtail import SnapshotCopy, decode_copy, last_write, reader
 from .folder import StoreFolder
 from .trust import LOG, SNAPSHOT
 
@@ -84,7 +84,7 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
         scan = scan_part(store, log, sid, data, known.next_seq, known.size)
         at = known.snapshot_at if not scan.framed else scan.snapshot_at
         return _settle(store, folder, log, sid, st.st_size, known.size + scan.end, scan.next_seq, at, True)
-    last = last_write(lambda at, n: os.pread(log, n, at), st.st_size)
+    last = last_write(reader(log), st.st_size)
     if last is None:  # format 1 lines only (or no complete write): read it whole
         scan = scan_whole(store, log, sid)
         return _settle(
@@ -123,14 +123,19 @@ def _settle(
     log, so check the copy even when nothing is to be cut (a log that lost whole writes)."""
     if end == size and not cold:
         return Found(size, next_seq, False, snapshot_at, framed)
-    copy = decode_copy(store.read_file(folder, sid, SNAPSHOT) or b"")
-    if copy is not None and copy.log_size is not None and copy.log_size > end:
-        raise lost_error(store, sid, copy.log_size, end)
+    check_copy(store, sid, decode_copy(store.read_file(folder, sid, SNAPSHOT) or b""), end)
     if end == size:
         return Found(size, next_seq, False, snapshot_at, framed)
     store.io.truncate(log, end)
     store.io.fsync(log)
     return Found(end, next_seq, True, snapshot_at, framed)  # that fsync made the rest durable too
+
+
+def check_copy(store: StoreFolder, sid: str, copy: SnapshotCopy | None, end: int) -> None:
+    """CorruptStateError if the snapshot's copy was written after more of the log was
+    durable than its ``end``: acknowledged writes are missing."""
+    if copy is not None and copy.log_size is not None and copy.log_size > end:
+        raise lost_error(store, sid, copy.log_size, end)
 
 
 def lost_error(store: StoreFolder, sid: str, copied: int, end: int) -> CorruptStateError:

@@ -45,7 +45,7 @@ from .copies import INTERVAL, Copies, current_snapshot, listed_snapshot
 from .create import create, delete
 from .folder import StoreFolder, still_named
 from .handles import Handles
-from .recovery import Tail, lost_error
+from .recovery import Tail, check_copy
 from .trust import DIR, LOG, SNAPSHOT, probe_case
 
 
@@ -227,8 +227,7 @@ class FileStore(Backend):
         store = self._folder
         scan = scan_log(log, name=store.where(sid, LOG))
         copy = decode_copy(raw_copy) if raw_copy else None
-        if copy is not None and copy.log_size is not None and copy.log_size > scan.end:
-            raise lost_error(store, sid, copy.log_size, scan.end)
+        check_copy(store, sid, copy, scan.end)
         if scan.framed:
             if scan.snapshot_at is not None and scan.snapshot is None:
                 raise CorruptStateError(
