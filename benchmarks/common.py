@@ -134,6 +134,11 @@ class ListedRow:
     turn: int
     stopped_by: str | None
     finished: bool
+    agent: str | None = None
+    parent: str | None = None
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    expires_at: datetime | None = None
+    forked_from: dict[str, Any] | None = field(default=None, hash=False)
 
 
 def newest_first(rows: list[ListedRow]) -> list[ListedRow]:

@@ -49,7 +49,13 @@ from tests.test_agent import call, kinds, lookup, no_warnings, t1, t2
 
 CHILD = str(Path(__file__).with_name("agent_child.py"))
 CHILD_TIMEOUT = 60.0  # a watchdog against a hung child, never reached when things work
-SNAPSHOT_KEYS = {"v", "task", "created_at", "updated_at", "turn", "stopped_by", "finished", "seq"}
+SNAPSHOT_KEYS = {"v", "task", "created_at", "updated_at", "turn", "stopped_by", "finished", "seq"} | {
+    "agent",
+    "parent",
+    "labels",
+    "expires_at",
+    "forked_from",
+}
 AT = "2026-01-01T00:00:00+00:00"
 
 
@@ -190,6 +196,11 @@ def test_every_history_kind_round_trips_through_every_store(store: Store) -> Non
         "stopped_by": "finish",
         "finished": True,
         "seq": len(state.history) - 1,
+        "agent": state.last_agent["name"],  # type: ignore[index]
+        "parent": None,
+        "labels": {},
+        "expires_at": None,
+        "forked_from": None,
     }
     assert store.list() == [
         SavedState(
@@ -200,6 +211,7 @@ def test_every_history_kind_round_trips_through_every_store(store: Store) -> Non
             2,
             "finish",
             True,
+            agent=state.last_agent["name"],  # type: ignore[index]
         )
     ]
 

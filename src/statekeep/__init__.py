@@ -21,6 +21,9 @@ from ._errors import (
 )
 from ._history import FORMAT_VERSION
 from ._ids import ID_RULE, validate_id
+from ._kv import Item, Memory
+from ._labels import LABEL_RULE, NAMESPACE_RULE
+from ._query import Page
 from ._records import Record, SavedState
 from ._state import State, agent_info
 from ._store import Store
@@ -34,11 +37,16 @@ if TYPE_CHECKING:  # loaded on first use by __getattr__ below
 __all__ = [
     "FORMAT_VERSION",
     "ID_RULE",
+    "LABEL_RULE",
+    "NAMESPACE_RULE",
     "Agent",
     "CorruptStateError",
     "FileStore",
+    "Item",
+    "Memory",
     "MemoryStore",
     "NotAStoreError",
+    "Page",
     "PostgresStore",
     "Record",
     "RedisStore",

@@ -11,13 +11,26 @@ from __future__ import annotations
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Hashable
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from ._bridge import owner, run_async, run_sync
 from ._ids import validate_id
+from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
+from ._query import ListQuery, Page, make_query, query_args, select
 from ._records import Entries, Record, SavedState, Snapshot
 from ._store import Store
 from ._writes import PreparedWrite, prepare_write
+
+if TYPE_CHECKING:
+    from ._kv import Memory
+
+#: A clock: returns the current time as an aware datetime.
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
 
 
 class Backend(Store):
@@ -32,6 +45,30 @@ class Backend(Store):
     """
 
     _closed = False
+    namespace: str = DEFAULT_NAMESPACE
+    #: How long a State without an explicit ``expires_at`` lives after its last write.
+    retention: timedelta | None = None
+    _clock: Clock = staticmethod(system_clock)
+
+    def _lifecycle(
+        self,
+        namespace: str,
+        retention: timedelta | float | None,
+        clock: Clock | None = None,
+        *,
+        internal: bool = False,
+    ) -> None:
+        """Take the constructor's ``namespace``, ``retention`` and ``clock`` (checked)."""
+        self.namespace = validate_namespace(namespace, internal=internal)
+        self.retention = None if retention is None else check_period(retention, "retention")
+        if clock is not None:
+            if not callable(clock):
+                raise TypeError(f"clock must be a function returning an aware datetime, got {clock!r}")
+            self._clock = clock
+
+    def _now(self) -> datetime:
+        """The time expiry is judged by (the store's clock; server stores override)."""
+        return self._clock()
 
     # -- to implement ---------------------------------------------------------------
 
@@ -66,37 +103,113 @@ class Backend(Store):
     async def _close(self) -> None:
         """Release resources; runs on the owner loop. Nothing by default."""
 
+    async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
+        """One page of the listing: by default :meth:`_list` filtered and paged here
+        (expired States left out); stores with indexes answer from them."""
+        rows, skipped = await self._list()
+        now = self._now()
+        live = [row for row in rows if row.expires_at is None or row.expires_at > now]
+        return select(live, query), skipped
+
+    async def _gc(self, limit: int | None) -> int:
+        """Remove expired States; by default each one found by :meth:`_list` is read again
+        under its lock and deleted only if it is still expired."""
+        rows, _ = await self._list()
+        removed = 0
+        for row in rows:
+            if limit is not None and removed >= limit:
+                break
+            if row.expires_at is None or row.expires_at > self._now():
+                continue
+            async with owner().lock((self._storage_key(), row.id)):
+                record = _built(await self._read(row.id))
+                if record is not None and self._expired(record.snapshot):
+                    await self._delete(row.id)
+                    removed += 1
+        return removed
+
+    def _sibling(self, namespace: str) -> Backend:
+        """A store on the same storage in another namespace (for agent memory)."""
+        raise NotImplementedError(f"{type(self).__name__} has no namespaces")
+
+    def _expired(self, snapshot: dict[str, Any] | None) -> bool:
+        """Whether a read snapshot is past its expiry (then the State reads as absent)."""
+        return expired_at(snapshot, self._now())
+
+    def _stamp(self, snapshot: Snapshot) -> Snapshot:
+        """With a ``retention``, stamp a snapshot that has no expiry of its own."""
+        if self.retention is None or snapshot is None or snapshot.get("expires_at") is not None:
+            return snapshot
+        return {**snapshot, "expires_at": iso(self._now() + self.retention), "expiry": "retention"}
+
     # -- the public API -------------------------------------------------------------
 
     async def awrite(
         self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False
     ) -> None:
-        write = prepare_write(state_id, entries, snapshot, create)
+        write = prepare_write(state_id, entries, self._stamp(snapshot), create)
         await run_async(self._locked_write(self._check_open(write)), direct=True)
 
     def write(self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False) -> None:
-        write = prepare_write(state_id, entries, snapshot, create)
+        write = prepare_write(state_id, entries, self._stamp(snapshot), create)
         run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
 
     async def aread(self, state_id: str) -> Record | None:
-        return _built(await run_async(self._read(self._check_open(validate_id(state_id)))))
+        return self._live(_built(await run_async(self._read(self._check_open(validate_id(state_id))))))
 
     def read(self, state_id: str) -> Record | None:
-        return _built(run_sync(self._read(self._check_open(validate_id(state_id))), "aread"))
+        return self._live(_built(run_sync(self._read(self._check_open(validate_id(state_id))), "aread")))
 
-    async def alist(self) -> list[SavedState]:
+    def _live(self, record: Record | None) -> Record | None:
+        return None if record is None or self._expired(record.snapshot) else record
+
+    async def alist(self, **filters: Any) -> Page:
+        query = make_query(**query_args(filters))
         self._check_open(None)
-        return _warn_skipped(await run_async(self._list()))
+        return _warn_skipped(await run_async(self._select(query)))
 
-    def list(self) -> list[SavedState]:
+    def list(self, **filters: Any) -> Page:
+        query = make_query(**query_args(filters))
         self._check_open(None)
-        return _warn_skipped(run_sync(self._list(), "alist"))
+        return _warn_skipped(run_sync(self._select(query), "alist"))
 
-    async def adelete(self, state_id: str) -> None:
+    async def adelete(self, state_id: str, *, children: bool = False) -> None:
+        if children:
+            await super().adelete(state_id, children=True)
+            return
         await run_async(self._locked_delete(self._check_open(validate_id(state_id))), direct=True)
 
-    def delete(self, state_id: str) -> None:
+    def delete(self, state_id: str, *, children: bool = False) -> None:
+        if children:
+            super().delete(state_id, children=True)
+            return
         run_sync(self._locked_delete(self._check_open(validate_id(state_id))), "adelete", direct=True)
+
+    async def agc(self, *, limit: int | None = None) -> int:
+        """Remove expired States (at most ``limit``) and return how many were removed.
+
+        Safe to run from several processes at once: a State is removed only if it is still
+        expired when its delete runs, so one a write just extended stays.
+        """
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
+        self._check_open(None)
+        return await run_async(self._gc(limit))
+
+    def gc(self, *, limit: int | None = None) -> int:
+        """Sync :meth:`agc`."""
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
+        self._check_open(None)
+        return run_sync(self._gc(limit), "agc")
+
+    def memory(self, scope: str = "default") -> Memory:
+        """Agent memory: a durable key/value store kept beside the States of this namespace,
+        for what an agent keeps between runs (see :class:`~statekeep.Memory`)."""
+        from ._kv import Memory
+
+        self._check_open(None)
+        return Memory(self._sibling(memory_namespace(self.namespace, scope)), scope)
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -136,7 +249,7 @@ def _built(result: Record | Callable[[], Record] | None) -> Record | None:
     return result() if callable(result) else result
 
 
-def _warn_skipped(result: tuple[list[SavedState], list[str]]) -> list[SavedState]:
+def _warn_skipped(result: tuple[Page, list[str]]) -> Page:
     rows, skipped = result
     for message in skipped:
         warnings.warn(message, RuntimeWarning, stacklevel=3)

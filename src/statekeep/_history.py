@@ -7,7 +7,8 @@ brackets, where absent and ``null`` are the same, standing for what follows ``=`
 =============== ==========================================================================
 kind            keys
 =============== ==========================================================================
-task            ``text`` — always seq 0: what the State is for
+task            ``text``, [``parent``], [``call_id``] — always seq 0: what the State is for;
+                a subagent's names the State that spawned it and the tool call that did
 user            ``text`` — a message from the user
 run_start       ``agent``: {``name``, ``model``, ``system_sha256``, ``tools``: sorted names}
 model_request   ``model`` — a request sent to the model, waiting for its reply
@@ -37,7 +38,11 @@ from typing import Any
 
 from ._frozen import FrozenDict, freeze
 
-FORMAT_VERSION = 1
+#: Version 2 (statekeep 0.2) added the task entry's ``parent`` and ``call_id`` and the
+#: snapshot's ``agent``, ``parent``, ``labels``, ``expires_at`` and ``forked_from``; version 1
+#: histories read as they are. A statekeep that knows only version 1 refuses version 2
+#: States (it would drop their labels on its next save).
+FORMAT_VERSION = 2
 KINDS = (
     "task",
     "user",
@@ -69,6 +74,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
 }
 # Keys a kind may have, with the types they hold when present: absent and null are the same.
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
+    "task": {"parent": _STR, "call_id": _STR},
     "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
 }
 

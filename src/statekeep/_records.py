@@ -44,6 +44,16 @@ class SavedState:
     turn: int
     stopped_by: str | None
     finished: bool
+    #: The agent name of the last ``run_start``, or None.
+    agent: str | None = None
+    #: The id of the State that spawned this one (:meth:`State.child`), or None.
+    parent: str | None = None
+    #: The labels the user set (``state.labels``).
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    #: When the State expires (an aware UTC datetime), or None if it never does.
+    expires_at: datetime | None = None
+    #: ``{"id": ..., "seq": ...}``: the State and seq this one was forked from, or None.
+    forked_from: dict[str, Any] | None = field(default=None, hash=False)
 
     @property
     def status(self) -> str:
@@ -79,7 +89,10 @@ class SavedState:
                     and (stopped_by is None or isinstance(stopped_by, str))
                     and type(finished) is bool
                 ):
-                    return trusted_row(state_id, task, created, updated, turn, stopped_by, finished)
+                    row = trusted_row(state_id, task, created, updated, turn, stopped_by, finished)
+                    if _EXTRAS.isdisjoint(snapshot):
+                        return row
+                    return _with_extras(row, snapshot)
         return cls._checked(state_id, snapshot)
 
     @classmethod
@@ -117,15 +130,57 @@ class SavedState:
         finished = get("finished")
         if type(finished) is not bool:
             raise bad("finished", "a bool")
-        return cls(state_id, task, times[0], times[1], turn, stopped_by, finished)
+        row = trusted_row(state_id, task, times[0], times[1], turn, stopped_by, finished)
+        return _with_extras(row, snapshot)
+
+
+#: The optional snapshot keys a listing row reads; a snapshot without them (an older one,
+#: or one written through the raw API) lists with their defaults.
+_EXTRAS = frozenset(("agent", "parent", "labels", "expires_at", "forked_from"))
+
+
+def _with_extras(row: SavedState, snapshot: Mapping[str, Any]) -> SavedState:
+    """``row`` with the optional keys of ``snapshot``; ValueError naming a bad one."""
+    sid = row.id
+
+    def bad(key: str, want: str) -> ValueError:
+        return ValueError(f"snapshot of {sid!r} has an invalid {key!r}: {snapshot[key]!r} (expected {want})")
+
+    agent, parent = snapshot.get("agent"), snapshot.get("parent")
+    if agent is not None and type(agent) is not str:
+        raise bad("agent", "a str or None")
+    if parent is not None and type(parent) is not str:
+        raise bad("parent", "a str or None")
+    labels = snapshot.get("labels") or {}
+    if type(labels) is not dict or not all(type(k) is str and type(v) is str for k, v in labels.items()):
+        raise bad("labels", "a dict of str to str")
+    raw_expiry = snapshot.get("expires_at")
+    expires_at = None
+    if raw_expiry is not None:
+        try:
+            expires_at = utc_time(raw_expiry)
+        except ValueError as exc:
+            raise bad("expires_at", str(exc)) from None
+    forked = snapshot.get("forked_from")
+    if forked is not None and not (
+        type(forked) is dict and type(forked.get("id")) is str and type(forked.get("seq")) is int
+    ):
+        raise bad("forked_from", 'a dict {"id": str, "seq": int} or None')
+    _set_agent(row, agent)
+    _set_parent(row, parent)
+    _set_labels(row, dict(labels))
+    _set_expires_at(row, expires_at)
+    _set_forked_from(row, None if forked is None else {"id": forked["id"], "seq": forked["seq"]})
+    return row
 
 
 # Each slot's own setter: it stores a value past the frozen __setattr__ (which refuses every
 # assignment), as the generated __init__ does with object.__setattr__, at half the cost.
 # Unpacked by name so that a field added to SavedState fails here until trusted_row sets it.
-(_set_id, _set_task, _set_created_at, _set_updated_at, _set_turn, _set_stopped_by, _set_finished) = (
-    SavedState.__dict__[name].__set__ for name in SavedState.__slots__
-)
+(
+    _set_id, _set_task, _set_created_at, _set_updated_at, _set_turn, _set_stopped_by, _set_finished,
+    _set_agent, _set_parent, _set_labels, _set_expires_at, _set_forked_from,
+) = (SavedState.__dict__[name].__set__ for name in SavedState.__slots__)  # fmt: skip
 _new = object.__new__
 
 
@@ -137,6 +192,11 @@ def trusted_row(
     turn: int,
     stopped_by: str | None,
     finished: bool,
+    agent: str | None = None,
+    parent: str | None = None,
+    labels: dict[str, str] | None = None,
+    expires_at: datetime | None = None,
+    forked_from: dict[str, Any] | None = None,
 ) -> SavedState:
     """A :class:`SavedState` from values already checked: nothing is validated again.
 
@@ -152,6 +212,11 @@ def trusted_row(
     _set_turn(row, turn)
     _set_stopped_by(row, stopped_by)
     _set_finished(row, finished)
+    _set_agent(row, agent)
+    _set_parent(row, parent)
+    _set_labels(row, {} if labels is None else labels)
+    _set_expires_at(row, expires_at)
+    _set_forked_from(row, forked_from)
     return row
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -13,6 +14,7 @@ from ._agentcheck import warn_if_agent_changed
 from ._codec import check, decode
 from ._history import AGENT_KEYS, FORMAT_VERSION, Replay, now
 from ._ids import validate_id
+from ._labels import aware_time, check_labels, check_period, iso
 
 
 def agent_info(
@@ -37,15 +39,38 @@ class State:
     properties are kept up to date entry by entry.
     """
 
-    def __init__(self, task: str, *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        task: str,
+        *,
+        id: str | None = None,
+        parent: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        call_id: str | None = None,
+    ) -> None:
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         self._setup(uuid.uuid4().hex if id is None else validate_id(id))
-        self._append("task", "State()", text=task)
+        self.labels.update(check_labels(labels))
+        lineage: dict[str, Any] = {}
+        if parent is not None:
+            lineage["parent"] = validate_id(parent)
+        if call_id is not None:
+            if parent is None:
+                raise ValueError("call_id names the parent's tool call that spawned a child: give parent too")
+            if not isinstance(call_id, str):
+                raise TypeError(f"call_id must be a str, got {type(call_id).__name__}")
+            lineage["call_id"] = call_id
+        self._append("task", "State()", text=task, **lineage)
 
     def _setup(self, state_id: str) -> None:
         self.id = state_id
         self._replay = Replay()
+        #: Labels saved with the next save: a ``dict[str, str]`` you may change freely; a
+        #: bad label is a ValueError naming it at save time, and nothing is written.
+        self.labels: dict[str, str] = {}
+        self._expires_at: datetime | None = None
+        self._forked_from: dict[str, Any] | None = None
         # Save bookkeeping, kept by the methods below: where the State is saved, how much of
         # its history that store has, and whether the store has it at all.
         self._store: object = None
@@ -134,8 +159,61 @@ class State:
         """The agent of the last ``run_start``, or None."""
         return self._replay.last_agent
 
+    @property
+    def parent(self) -> str | None:
+        """The id of the State that spawned this one (see :meth:`child`), or None."""
+        parent = self.history[0].get("parent")
+        return parent if isinstance(parent, str) else None
+
+    @property
+    def call_id(self) -> str | None:
+        """The parent's tool call that spawned this State, if it was given."""
+        call_id = self.history[0].get("call_id")
+        return call_id if isinstance(call_id, str) else None
+
+    @property
+    def forked_from(self) -> dict[str, Any] | None:
+        """``{"id": ..., "seq": ...}`` for a State made by ``store.fork``, else None."""
+        return None if self._forked_from is None else dict(self._forked_from)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the State expires, as set by :meth:`expire_at` or :meth:`keep_for` (None:
+        never, unless the store has a ``retention``)."""
+        return self._expires_at
+
+    def expire_at(self, when: datetime | None) -> None:
+        """Expire the State at ``when`` (an aware datetime), or never with None; saved by
+        the next save. An expired State is gone for every reader, as if deleted, and
+        ``store.gc()`` removes it."""
+        self._expires_at = None if when is None else aware_time(when, "expire_at(when)")
+
+    def keep_for(self, period: timedelta) -> None:
+        """Expire the State ``period`` from now (see :meth:`expire_at`)."""
+        self._expires_at = datetime.now(UTC) + check_period(period, "keep_for(period)")
+
+    def child(
+        self,
+        task: str,
+        *,
+        id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        call_id: str | None = None,
+    ) -> State:
+        """A new State (a subagent's run) whose :attr:`parent` is this one.
+
+        Its first entry records this State's id and, when given, ``call_id``, the tool call
+        that spawned it. ``store.list(parent=state.id)`` lists the children once saved.
+        """
+        return State(task, id=id, parent=self.id, labels=labels, call_id=call_id)
+
     def snapshot(self) -> dict[str, Any]:
-        """The dict a store keeps beside the history, which ``SavedState.from_snapshot`` reads."""
+        """The dict a store keeps beside the history, which ``SavedState.from_snapshot`` reads.
+
+        ValueError naming the label if :attr:`labels` holds a bad one.
+        """
+        self.labels = check_labels(self.labels, "state.labels")
+        agent = self._replay.last_agent
         return {
             "v": FORMAT_VERSION,
             "task": self.task,
@@ -145,7 +223,32 @@ class State:
             "stopped_by": self.stopped_by,
             "finished": self.finished,
             "seq": len(self.history) - 1,
+            "agent": None if agent is None else agent["name"],
+            "parent": self.parent,
+            "labels": dict(self.labels),
+            "expires_at": None if self._expires_at is None else iso(self._expires_at),
+            "forked_from": self.forked_from,
         }
+
+    def _restore(self, snapshot: Mapping[str, Any] | None) -> None:
+        """Take back what a saved snapshot holds beyond the history: labels, an explicit
+        expiry, the fork source. Unreadable values are dropped (the history is the truth)."""
+        if not snapshot:
+            return
+        labels = snapshot.get("labels")
+        try:
+            self.labels = check_labels(labels if isinstance(labels, Mapping) else None)
+        except ValueError:
+            self.labels = {}
+        expiry = snapshot.get("expires_at")
+        if isinstance(expiry, str) and snapshot.get("expiry") != "retention":
+            try:
+                self._expires_at = aware_time(expiry, "expires_at")
+            except ValueError:
+                self._expires_at = None
+        forked = snapshot.get("forked_from")
+        if isinstance(forked, dict) and isinstance(forked.get("id"), str) and type(forked.get("seq")) is int:
+            self._forked_from = {"id": forked["id"], "seq": forked["seq"]}
 
     # -- write side ---------------------------------------------------------------------
 

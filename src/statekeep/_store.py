@@ -5,14 +5,21 @@ from __future__ import annotations
 import asyncio
 import functools
 from abc import ABC
+from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any
 
 from ._bridge import in_thread, run_sync
 from ._errors import StateConflictError, StateExistsError, StateNotFoundError
+from ._lineage import fork_state, tree_order
+from ._query import query_args
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
 from ._state import State
+from ._writes import missing_error
+
+#: How many rows each page of :meth:`Store.iter_states` asks for.
+ITER_PAGE = 200
 
 
 # B024: abstract through __new__, which needs write() or awrite(), and read() or aread():
@@ -87,21 +94,106 @@ class Store(ABC):  # noqa: B024
         """Everything the store has for ``state_id``, or None if there is no such State."""
         return await asyncio.to_thread(self.read, state_id)
 
-    async def alist(self) -> list[SavedState]:
-        """Every State that has a snapshot, most recently updated first (ties by id)."""
+    async def alist(self, **filters: Any) -> list[SavedState]:
+        """States that have a snapshot, most recently updated first (ties by id), as a query.
+
+        Keyword arguments (all optional; filters combine with AND):
+
+        - ``limit``: rows per page (1 to 10,000). The result is a :class:`~statekeep.Page`, a
+          list with ``.next``: pass it as ``after=`` for the next page; None at the end.
+        - ``after``: a page's ``.next``.
+        - ``agent`` (the last run's agent name), ``parent`` (the spawning State's id),
+          ``finished`` (bool), ``stopped_by`` (why the last run stopped), ``status``
+          (``"finished"``, ``"running"`` or a stop reason), ``labels`` (a dict: every pair
+          must match), ``updated_after`` / ``updated_before`` (aware datetimes, exclusive),
+          ``id_prefix``.
+
+        A bad value is a ValueError naming the argument. Expired States are never listed.
+        Paging is stable while writes go on: a walk never returns a State twice, and skips
+        none except one updated during the walk (which moves to the front of the order).
+        """
         if type(self).list is Store.list:
             raise NotImplementedError(f"{type(self).__name__} does not support list()")
-        return await asyncio.to_thread(self.list)
+        query_args(filters)
+        return await asyncio.to_thread(functools.partial(self.list, **filters))
 
-    async def adelete(self, state_id: str) -> None:
+    async def aiter_states(self, **filters: Any) -> AsyncIterator[SavedState]:
+        """Every State the filters of :meth:`alist` select, page by page (``limit`` is the
+        page size, 200 by default)."""
+        filters.setdefault("limit", ITER_PAGE)
+        while True:
+            page = await self.alist(**filters)
+            for row in page:
+                yield row
+            after = getattr(page, "next", None)
+            if after is None:
+                return
+            filters["after"] = after
+
+    async def adelete(self, state_id: str, *, children: bool = False) -> None:
         """Remove a State whole; nothing happens if there is none.
+
+        ``children=True`` also removes every State spawned from it (:meth:`State.child`),
+        at any depth: the deepest first, so an interrupted delete leaves a tree whose
+        remaining States still lead to their root. Each State's delete is durable on return
+        as the store's ``delete`` says; the tree as a whole is not one transaction.
 
         Cancelled, it raises only once the delete is settled, as :meth:`awrite` does: the
         next ``aread`` shows the State whole or gone.
         """
+        if children:
+            for sid in await self._atree(state_id):
+                await self.adelete(sid)
+            return
         if type(self).delete is Store.delete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         await in_thread(functools.partial(self.delete, state_id))
+
+    async def _atree(self, root: str) -> list[str]:
+        """``root`` and every descendant, deepest first."""
+        found: dict[str, str | None] = {root: None}
+        frontier = [root]
+        while frontier:
+            sid = frontier.pop()
+            async for row in self.aiter_states(parent=sid):
+                if row.id not in found:
+                    found[row.id] = sid
+                    frontier.append(row.id)
+        return tree_order(root, found)
+
+    async def afork(
+        self,
+        state_id: str,
+        *,
+        at_seq: int | None = None,
+        new_id: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> State:
+        """A new State whose history is ``state_id``'s entries 0 to ``at_seq`` (default: all).
+
+        It is saved whole or not at all (one create), with ``forked_from`` = ``{"id", "seq"}``
+        and ``labels`` (default: the source's). The source is never changed. The new State is
+        repaired as :meth:`aload` repairs (tool calls cut off at ``at_seq`` get an
+        ``unknown`` result, written by its next save). :class:`StateNotFoundError` for an
+        unknown (or expired) source, ValueError for an ``at_seq`` it does not hold,
+        :class:`StateExistsError` if ``new_id`` is taken. Durable as the store's ``awrite``.
+        """
+        record = await self.aread(state_id)
+        if record is None:
+            raise missing_error(state_id)
+        state, entries, snapshot = fork_state(state_id, record, at_seq, new_id, labels)
+        await self._afork_write(state_id, entries, snapshot, state.id)
+        return from_record(state.id, Record(entries, snapshot), self)
+
+    async def _afork_write(
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
+    ) -> None:
+        """Create the fork: a store may copy the entries on its side instead of sending them."""
+        await self.awrite(new_id, entries, snapshot, create=True)
+
+    async def agc(self, *, limit: int | None = None) -> int:
+        """Remove expired States (at most ``limit``); return how many were removed."""
+        raise NotImplementedError(f"{type(self).__name__} does not support gc()")
 
     # -- sync, derived --------------------------------------------------------------
 
@@ -113,17 +205,46 @@ class Store(ABC):  # noqa: B024
         """Sync :meth:`aread`."""
         return run_sync(self.aread(state_id), "aread")
 
-    def list(self) -> list[SavedState]:
+    def list(self, **filters: Any) -> list[SavedState]:
         """Sync :meth:`alist`."""
         if type(self).alist is Store.alist:
             raise NotImplementedError(f"{type(self).__name__} does not support list()")
-        return run_sync(self.alist(), "alist")
+        return run_sync(self.alist(**filters), "alist")
 
-    def delete(self, state_id: str) -> None:
+    def iter_states(self, **filters: Any) -> Iterator[SavedState]:
+        """Sync :meth:`aiter_states`: each page is one blocking call."""
+        filters.setdefault("limit", ITER_PAGE)
+        while True:
+            page = self.list(**filters)
+            yield from page
+            after = getattr(page, "next", None)
+            if after is None:
+                return
+            filters["after"] = after
+
+    def delete(self, state_id: str, *, children: bool = False) -> None:
         """Sync :meth:`adelete`."""
+        if children:
+            run_sync(self.adelete(state_id, children=True), "adelete")
+            return
         if type(self).adelete is Store.adelete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         run_sync(self.adelete(state_id), "adelete")
+
+    def fork(
+        self,
+        state_id: str,
+        *,
+        at_seq: int | None = None,
+        new_id: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> State:
+        """Sync :meth:`afork`."""
+        return run_sync(self.afork(state_id, at_seq=at_seq, new_id=new_id, labels=labels), "afork")
+
+    def gc(self, *, limit: int | None = None) -> int:
+        """Sync :meth:`agc`."""
+        return run_sync(self.agc(limit=limit), "agc")
 
     # -- States -----------------------------------------------------------------------
 

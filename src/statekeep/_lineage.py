@@ -1,0 +1,58 @@
+"""Lineage: what a fork saves, and the order a tree of States is deleted in (pure, no I/O)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ._errors import CorruptStateError
+from ._ids import validate_id
+from ._labels import check_labels
+from ._records import Record
+from ._state import State
+
+
+def fork_state(
+    source_id: str, record: Record, at_seq: object, new_id: str | None, labels: dict[str, str] | None
+) -> tuple[State, list[dict[str, Any]], dict[str, Any]]:
+    """The fork of ``record`` at ``at_seq``: the State (not repaired), the entries to save
+    (the source's, unchanged) and its snapshot. ValueError for a bad ``at_seq``, new id or
+    label; CorruptStateError if the source cannot be replayed."""
+    held = len(record.entries)
+    if at_seq is None:
+        at_seq = held - 1
+    if type(at_seq) is not int or not 0 <= at_seq < held:
+        raise ValueError(
+            f"at_seq must be an int from 0 to {held - 1} (State {source_id!r} holds seqs 0 to "
+            f"{held - 1}), got {at_seq!r}"
+        )
+    if new_id is not None:
+        validate_id(new_id)
+    entries = record.entries[: at_seq + 1]
+    try:
+        state = State._from_history(new_id or uuid.uuid4().hex, entries)
+    except ValueError as exc:
+        raise CorruptStateError(
+            f"State {source_id!r} cannot be forked: its history cannot be replayed: {exc}"
+        ) from None
+    state._restore(record.snapshot)
+    if labels is not None:
+        state.labels = check_labels(labels)
+    state._expires_at = None  # a fork starts its own life: the source's expiry is not copied
+    state._forked_from = {"id": source_id, "seq": at_seq}
+    return state, entries, state.snapshot()
+
+
+def tree_order(root: str, parents: dict[str, str | None]) -> list[str]:
+    """The ids of a tree (child -> parent, the root's parent None), deepest first, root last."""
+    depth: dict[str, int] = {}
+
+    def depth_of(sid: str) -> int:
+        if sid not in depth:
+            parent = parents[sid]
+            depth[sid] = 0 if parent is None else depth_of(parent) + 1
+        return depth[sid]
+
+    for sid in parents:
+        depth_of(sid)
+    return sorted(parents, key=lambda sid: (-depth[sid], sid))
