@@ -211,6 +211,11 @@ def test_snapshot_is_what_listing_reads() -> None:
         "stopped_by": None,
         "finished": False,
         "seq": 3,
+        "agent": "helper",
+        "parent": None,
+        "labels": {},
+        "expires_at": None,
+        "forked_from": None,
     }
     row = SavedState.from_snapshot(state.id, snap)
     assert (row.id, row.task, row.turn, row.finished) == ("s1", "list me", 1, False)
