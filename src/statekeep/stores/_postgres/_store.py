@@ -75,6 +75,24 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
     migrates nothing, and a schema without statekeep's tables is refused with
     NotAStoreError. The password never
     appears in ``repr()`` or in the store's error messages.
+
+    ``namespace`` (default ``"default"``, where States of older statekeeps are): stores in
+    different namespaces share the tables and never see each other's States, listings,
+    memory or gc. ``retention`` (a timedelta, or seconds): a State with no ``expires_at`` of
+    its own expires that long after its last write. Both can also be given in the DSN's
+    query (``?namespace=a&retention=3600``); they are taken out before it reaches asyncpg.
+
+    Expiry is judged by the server's clock (``now()``): the write function stamps
+    ``now() + retention`` in the State's row (the snapshot is kept as it was given; listing
+    rows show the effective ``expires_at``), and read, list, write and fork treat a State
+    past its expiry as absent in the same statement that finds it. ``gc()`` deletes expired
+    States in transactions of up to 1,000, skipping rows a writer holds and checking each
+    row's expiry again once it is locked, so it is safe from many processes and never
+    removes a State a concurrent write extended. ``fork()`` copies the entries on the
+    server (one ``INSERT ... SELECT``) in the transaction that creates the fork.
+
+    Listings are answered from indexes, one page per statement (see
+    :mod:`statekeep.stores._postgres._listing`), never by reading every State.
     """
 
     _local_type = PoolLocal
