@@ -269,7 +269,7 @@ PAGE_SIZES_QUICK = (500, 1_000)
 PAGE_FILTERS: tuple[tuple[str, dict[str, Any], str, Any], ...] = (
     ("unfiltered", {}, "", None),
     ("by agent", {"agent": "agent-3"}, " AND agent = $1", "agent-3"),
-    ("by label", {"labels": {"user": "u42"}}, " AND labels @> $1::jsonb", '{"user": "u42"}'),
+    ("by label", {"labels": {"user": "u42"}}, "label", "u42"),
 )
 
 
@@ -278,6 +278,7 @@ async def pg_fill_pages(pool: Any, schema: str, start: int, stop: int) -> None:
     their ids), copied into the store's tables (COPY) as its writes would have made them."""
     base = common.BASE_TIME
     records = []
+    labels = []
     for i in range(start, stop):
         updated = base + timedelta(seconds=(i * 7919) % 1_000_003)
         snap = {
@@ -292,6 +293,7 @@ async def pg_fill_pages(pool: Any, schema: str, start: int, stop: int) -> None:
                 False, "running", snap["agent"], orjson.dumps(snap["labels"]).decode(),
             )
         )  # fmt: skip
+        labels += [("default", state_id(i), k, v, updated) for k, v in snap["labels"].items()]
     await pool.copy_records_to_table(
         "states",
         schema_name=schema,
@@ -301,7 +303,10 @@ async def pg_fill_pages(pool: Any, schema: str, start: int, stop: int) -> None:
             "stopped_by", "finished", "status", "agent", "labels",
         ],
     )  # fmt: skip
-    await pool.execute(f'ANALYZE "{schema}".states')
+    await pool.copy_records_to_table(
+        "labels", schema_name=schema, records=labels, columns=["ns", "state_id", "key", "value", "updated_at"]
+    )
+    await pool.execute(f'ANALYZE "{schema}".states, "{schema}".labels')
 
 
 async def bench_pages(kind: PostgresBench, cfg: Config, quick: bool) -> list[Row]:
@@ -322,6 +327,14 @@ async def bench_pages(kind: PostgresBench, cfg: Config, quick: bool) -> list[Row
                     f"SELECT {PG_COLUMNS} FROM \"{schema}\".states WHERE ns = 'default' AND task IS NOT "
                     f"NULL{condition} AND {PG_LIVE} ORDER BY updated_at DESC, id LIMIT 50"
                 )
+                if condition == "label":  # the label's rows in order, joined to their States
+                    columns = ", ".join(f"s.{c}" for c in PG_COLUMNS.split(", "))
+                    query = (
+                        f'SELECT {columns} FROM "{schema}".labels l JOIN "{schema}".states s ON s.ns = l.ns '
+                        "AND s.id = l.state_id WHERE l.ns = 'default' AND l.key = 'user' AND l.value = $1 "
+                        "AND s.task IS NOT NULL AND (s.expires_at IS NULL OR s.expires_at > now()) "
+                        "ORDER BY l.updated_at DESC, l.state_id LIMIT 50"
+                    )
                 args = () if arg is None else (arg,)
 
                 async def raw(query: str = query, args: tuple[Any, ...] = args) -> list[ListedRow]:
@@ -337,6 +350,7 @@ async def bench_pages(kind: PostgresBench, cfg: Config, quick: bool) -> list[Row
                     times_store.append(await timed(listed))
                     times_raw.append(await timed(raw))
                 ts, tr = statistics.median(times_store), statistics.median(times_raw)
+                ratio = statistics.median(s / r for s, r in zip(times_store, times_raw, strict=True))
                 rows.append(
                     Row(
                         f"(pg) first page of 50 of {size:,} States, {name}",
@@ -344,9 +358,9 @@ async def bench_pages(kind: PostgresBench, cfg: Config, quick: bool) -> list[Row
                         "ms",
                         [x * 1000 for x in times_store],
                         tr * 1000,
-                        ts / tr,
+                        ratio,
                         "<= 1.5 x raw's time",
-                        ts / tr <= 1.5,
+                        ratio <= 1.5,
                     )
                 )
     finally:

@@ -165,8 +165,10 @@ INDEXED = [
     ({"finished": True}, "states_status"),
     ({"finished": False}, "states_"),
     ({"stopped_by": "max_turns"}, "states_"),
-    ({"labels": {"env": "prod"}}, "states_"),
-    ({"labels": {"n": "17"}}, "states_"),
+    ({"labels": {"env": "prod"}}, "labels_order"),
+    ({"labels": {"n": "17"}}, "labels_order"),
+    ({"labels": {"env": "prod", "n": "17"}}, "labels_order"),
+    ({"agent": "a3", "labels": {"env": "prod"}}, "_"),
     ({"updated_after": datetime(2026, 1, 1, 0, 30, tzinfo=UTC)}, "states_listing"),
     ({"updated_before": datetime(2026, 1, 1, 0, 30, tzinfo=UTC)}, "states_listing"),
     ({"id_prefix": "s001"}, "states_"),
@@ -181,17 +183,38 @@ def test_every_filter_is_answered_from_an_index(postgres_server: PostgresServer,
         for page in ({"limit": 50}, {"limit": 50, "after": first.next}):
             steps = plan(postgres_server, pg, **filters, **page)
             # The listed rows come from an index in order (no sort of the namespace's rows),
-            # except a label answered from its GIN index or an id prefix from the key, which
-            # sort only the rows they matched.
+            # except an id prefix answered from the key, which sorts only the rows it matched.
             main = steps.split("Append")[-1]
             assert "Seq Scan" not in steps, (filters, steps)
             assert index in main, (filters, steps)
-            if "labels" not in filters and "id_prefix" not in filters:
+            if "id_prefix" not in filters:
                 assert "Sort" not in steps, (filters, steps)
         # And the listing is right: the pages of the filter are the filtered listing.
         walked = [r.id for r in pg.iter_states(**filters, limit=500)]
         every = [r.id for r in pg.list() if make_query(**filters).matches(r)]
         assert walked == every and walked, filters
+
+
+def test_label_rows_follow_each_write(postgres_server: PostgresServer, pg: PostgresStore) -> None:
+    def labelled(**labels: str) -> list[str]:
+        return [r.id for r in pg.list(labels=labels)]
+
+    pg.write("a", entries(0, 1), snap(labels={"k": "x"}, updated_at="2026-01-01T00:00:01+00:00"), create=True)
+    pg.write("b", entries(0, 1), snap(labels={"k": "x"}, updated_at="2026-01-01T00:00:02+00:00"), create=True)
+    assert labelled(k="x") == ["b", "a"]
+    pg.write("a", entries(1, 1), snap(labels={"k": "x"}, updated_at="2026-01-01T00:00:03+00:00"))
+    assert labelled(k="x") == ["a", "b"]  # the label's order follows the State's updated_at
+    page = pg.list(labels={"k": "x"}, limit=1)
+    assert [r.id for r in page] == ["a"] and [r.id for r in pg.list(labels={"k": "x"}, after=page.next)] == [
+        "b"
+    ]
+    pg.write("a", [], snap(labels={"k": "y", "j": "z"}))
+    assert labelled(k="x") == ["b"] and labelled(k="y") == ["a"] and labelled(k="y", j="z") == ["a"]
+    assert labelled(k="y", j="other") == []
+    pg.write("a", [], snap())
+    pg.delete("b")
+    assert labelled(k="x") == labelled(k="y") == []
+    assert raw(postgres_server, f"SELECT count(*) FROM {pg._sql.labels}")[0][0] == 0
 
 
 # -- expiry by the server's clock ----------------------------------------------------------
@@ -289,7 +312,10 @@ def test_gc_from_several_processes_never_removes_a_state_a_writer_renewed(
                 pg.awrite(f"s{i}", entries(0, 5, by="old"), snap(expires_at=past), create=True)
                 for i in range(n)
             ),
-            *(pg.awrite(f"x{i}", entries(0, 1), snap(expires_at=past), create=True) for i in range(doomed)),
+            *(
+                pg.awrite(f"x{i}", entries(0, 1), snap(expires_at=past, labels={"a": "b"}), create=True)
+                for i in range(doomed)
+            ),
         )
 
     asyncio.run(setup())
@@ -328,6 +354,7 @@ def test_gc_from_several_processes_never_removes_a_state_a_writer_renewed(
     assert doomed <= sum(counts) <= doomed + n * ROUNDS
     orphans = f"SELECT count(*) FROM {pg._sql.entries} e WHERE NOT EXISTS (SELECT 1 FROM {pg._sql.states} s WHERE s.ns = e.ns AND s.id = e.state_id)"
     assert raw(postgres_server, orphans)[0][0] == 0
+    assert raw(postgres_server, f"SELECT count(*) FROM {pg._sql.labels}")[0][0] == 0
 
 
 async def test_gc_leaves_a_state_whose_extension_commits_while_it_runs(

@@ -7,8 +7,9 @@ Schema (version 2, in the schema ``schema``, every name prefixed with ``table_pr
            agent, parent, labels jsonb, forked_from, unlisted,                 -- from the snapshot
            expires_at, written_at)            -- the effective expiry, by the server's clock
     entries(ns, state_id, seq, data JSON text; PRIMARY KEY (ns, state_id, seq))
-    indexes (ns, [agent | parent | status,] updated_at DESC, id), a GIN index on labels,
-            (ns, expires_at)                  -- a listing page is one short index scan
+    labels(ns, state_id, key, value, updated_at)   -- one row per label of a listed State
+    indexes (ns, [agent | parent | status,] updated_at DESC, id), labels (ns, key, value,
+            updated_at DESC, state_id), (ns, expires_at)   -- a page is one short index scan
     schema_version(version)                   -- migrations run on first use, in one transaction
     write, delete, fork, gc                   -- PL/pgSQL, one statement each
 

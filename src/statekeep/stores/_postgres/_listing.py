@@ -2,9 +2,8 @@
 :class:`~statekeep._query.ListQuery` as one statement answered from the indexes.
 
 A page is one ordered index scan (``updated_at DESC, id`` after the namespace, or after
-the agent, parent or status filtered on), stopped after ``limit + 1`` rows; the other
-filters are conditions on it (labels: ``labels @> ...``, which the planner may answer
-from the labels' GIN index instead). The cursor is a condition on the index's own
+the agent, parent or status filtered on, or after a label's key and value in the labels
+table), stopped after ``limit + 1`` rows; the other filters are conditions on it. The cursor is a condition on the index's own
 columns, so the next page starts where the last one ended. Rows whose listing columns
 could not be filled (a snapshot lacking a listing key, or a value no column holds) come
 from a small partial index in the same statement and are filtered here.
@@ -71,54 +70,72 @@ def _own_expiry(data: Any) -> datetime | None:
         return None
 
 
-_COLUMNS = "id, task, created_at, updated_at, turn, stopped_by, finished, agent, parent, labels, expires_at, forked_from"
+_COLUMNS = ", ".join(
+    f"s.{c}"
+    for c in (
+        "id", "task", "created_at", "updated_at", "turn", "stopped_by", "finished", "agent", "parent",
+        "labels", "expires_at", "forked_from",
+    )
+)  # fmt: skip
+_LIVE = "(s.expires_at IS NULL OR s.expires_at > now())"
 
 
 def page_query(sql: Sql, namespace: str, query: ListQuery) -> tuple[str, list[Any]]:
     """One statement for a page of ``query``: the listed rows in order (at most ``limit + 1``),
-    then the odd rows (``task`` NULL), which carry ``unlisted`` and the snapshot."""
+    then the odd rows (``task`` NULL), which carry ``unlisted`` and the snapshot.
+
+    The listed rows come from the states table in listing order, or, with labels, from the
+    first label's rows in the labels table (same order, same ``updated_at``) joined to their
+    States, the other labels a condition on those."""
     args: list[Any] = [namespace]
 
     def arg(value: Any) -> str:
         args.append(value)
         return f"${len(args)}"
 
-    where = ["ns = $1", "task IS NOT NULL"]
-    if query.agent is not None:
-        where.append(f"agent = {arg(query.agent)}")
-    if query.parent is not None:
-        where.append(f"parent = {arg(query.parent)}")
-    if query.finished is True:
-        where.append("status = 'finished'")
-    elif query.finished is False:
-        where.append("status <> 'finished'")
-    if query.status is not None:
-        where.append(f"status = {arg(query.status)}")
-    if query.stopped_by is not None:
-        where.append(f"stopped_by = {arg(query.stopped_by)}")
+    where = ["s.ns = $1", "s.task IS NOT NULL"]
+    source = f"{sql.states} s"
+    order = "s.updated_at", "s.id"  # the columns the page is ordered and cut by
     if query.labels:
-        where.append(f"labels @> {arg(orjson.dumps(query.labels).decode())}::jsonb")
+        (key, value), *more = query.labels.items()
+        source = f"{sql.labels} l JOIN {sql.states} s ON s.ns = l.ns AND s.id = l.state_id"
+        where += [f"l.ns = $1 AND l.key = {arg(key)} AND l.value = {arg(value)}"]
+        order = "l.updated_at", "l.state_id"
+        if more:
+            where.append(f"s.labels @> {arg(orjson.dumps(dict(more)).decode())}::jsonb")
+    at, sid = order
+    if query.agent is not None:
+        where.append(f"s.agent = {arg(query.agent)}")
+    if query.parent is not None:
+        where.append(f"s.parent = {arg(query.parent)}")
+    if query.finished is True:
+        where.append("s.status = 'finished'")
+    elif query.finished is False:
+        where.append("s.status <> 'finished'")
+    if query.status is not None:
+        where.append(f"s.status = {arg(query.status)}")
+    if query.stopped_by is not None:
+        where.append(f"s.stopped_by = {arg(query.stopped_by)}")
     if query.updated_after is not None:
-        where.append(f"updated_at > {arg(query.updated_after)}")
+        where.append(f"{at} > {arg(query.updated_after)}")
     if query.updated_before is not None:
-        where.append(f"updated_at < {arg(query.updated_before)}")
+        where.append(f"{at} < {arg(query.updated_before)}")
     if query.id_prefix is not None:
         # Ids are [A-Za-z0-9_-] and sort bytewise ("C"): '~' comes after each of them.
-        where.append(f"id >= {arg(query.id_prefix)} AND id < {arg(query.id_prefix + '~')}")
+        where.append(f"{sid} >= {arg(query.id_prefix)} AND {sid} < {arg(query.id_prefix + '~')}")
     if query.after is not None:
-        at, sid = query.after
-        p_at = arg(at)
-        where.append(f"updated_at <= {p_at} AND (updated_at < {p_at} OR id > {arg(sid)})")
+        after_at, after_id = query.after
+        p_at = arg(after_at)
+        where.append(f"{at} <= {p_at} AND ({at} < {p_at} OR {sid} > {arg(after_id)})")
     limit = "" if query.limit is None else f" LIMIT {arg(query.limit + 1)}"
-    live = "(expires_at IS NULL OR expires_at > now())"
     statement = f"""
-        (SELECT {_COLUMNS}, NULL AS unlisted, NULL AS snapshot FROM {sql.states}
-         WHERE {" AND ".join(where)} AND {live}
-         ORDER BY updated_at DESC, id{limit})
+        (SELECT {_COLUMNS}, NULL AS unlisted, NULL AS snapshot FROM {source}
+         WHERE {" AND ".join(where)} AND {_LIVE}
+         ORDER BY {at} DESC, {sid}{limit})
         UNION ALL
-        (SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, expires_at, NULL, unlisted,
-                CASE WHEN unlisted IS NULL THEN snapshot END
-         FROM {sql.states} WHERE ns = $1 AND task IS NULL AND snapshot IS NOT NULL AND {live})"""
+        (SELECT s.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.expires_at, NULL, s.unlisted,
+                CASE WHEN s.unlisted IS NULL THEN s.snapshot END
+         FROM {sql.states} s WHERE s.ns = $1 AND s.task IS NULL AND s.snapshot IS NOT NULL AND {_LIVE})"""
     return statement, args
 
 

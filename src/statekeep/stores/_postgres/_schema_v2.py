@@ -75,7 +75,18 @@ def migration(sql: Sql) -> tuple[str, ...]:
         f"CREATE INDEX {n('states_agent')} ON {states} (ns, agent, updated_at DESC, id) {listed}",
         f"CREATE INDEX {n('states_parent')} ON {states} (ns, parent, updated_at DESC, id) {listed}",
         f"CREATE INDEX {n('states_status')} ON {states} (ns, status, updated_at DESC, id) {listed}",
-        f"CREATE INDEX {n('states_labels')} ON {states} USING gin (labels jsonb_path_ops)",
+        # One row per label of a listed State, with its updated_at (kept equal to the State's
+        # by the write that sets both): a label's page is one index scan in listing order,
+        # however many States carry the label.
+        f"""CREATE TABLE {sql.labels} (
+            ns text COLLATE "C" NOT NULL,
+            state_id text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            value text NOT NULL,
+            updated_at timestamptz NOT NULL,
+            PRIMARY KEY (ns, state_id, key)
+        )""",
+        f"CREATE INDEX {n('labels_order')} ON {sql.labels} (ns, key, value, updated_at DESC, state_id)",
         f"CREATE INDEX {n('states_expiry')} ON {states} (ns, expires_at) WHERE expires_at IS NOT NULL",
         # Rows whose listing is read from the snapshot (rare): found without a scan.
         f"CREATE INDEX {n('states_odd')} ON {states} (ns) WHERE task IS NULL AND snapshot IS NOT NULL",
@@ -115,9 +126,18 @@ def _create_row(sql: Sql, lines: str) -> str:
             o_status := {EXISTS};
             RETURN;
         END IF;
-        -- An expired State's entries, if this replaced one.
+        -- An expired State's entries and labels, if this replaced one.
         DELETE FROM {sql.entries} WHERE ns = p_ns AND state_id = p_id;
-        INSERT INTO {sql.entries} (ns, state_id, seq, data) {lines};"""
+        INSERT INTO {sql.entries} (ns, state_id, seq, data) {lines};
+        {_set_labels(sql)}"""
+
+
+def _set_labels(sql: Sql) -> str:
+    """The label rows of the State ``p_id``: those of ``p_labels``, at ``p_updated_at``."""
+    return f"""DELETE FROM {sql.labels} WHERE ns = p_ns AND state_id = p_id;
+        INSERT INTO {sql.labels} (ns, state_id, key, value, updated_at)
+            SELECT p_ns, p_id, l.key, l.value, p_updated_at FROM jsonb_each_text(p_labels) l
+            WHERE p_task IS NOT NULL;"""
 
 
 _DECLARE = """
@@ -142,6 +162,7 @@ DECLARE
     v_n integer := coalesce(cardinality(p_lines), 0);
     v_next bigint;
     v_live boolean;
+    v_labelled boolean;
     v_skip integer := 0;{_DECLARE}
 BEGIN
     {_DURABLE}
@@ -154,13 +175,15 @@ BEGIN
     IF p_nowait THEN
         -- In a batch: never wait for another transaction's lock (that would hold up the
         -- whole batch); the client sends this write again on its own.
-        SELECT s.next_seq, {live} INTO v_next, v_live FROM {row} FOR UPDATE SKIP LOCKED;
+        SELECT s.next_seq, {live}, s.labels IS NOT NULL INTO v_next, v_live, v_labelled
+            FROM {row} FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             o_status := CASE WHEN EXISTS (SELECT 1 FROM {row}) THEN {BUSY} ELSE {MISSING} END;
             RETURN;
         END IF;
     ELSE
-        SELECT s.next_seq, {live} INTO v_next, v_live FROM {row} FOR UPDATE;
+        SELECT s.next_seq, {live}, s.labels IS NOT NULL INTO v_next, v_live, v_labelled
+            FROM {row} FOR UPDATE;
     END IF;
     IF NOT FOUND OR NOT v_live THEN
         o_status := {MISSING};
@@ -199,6 +222,9 @@ BEGIN
             written_at = now()
         WHERE ns = p_ns AND id = p_id;
     END IF;
+    IF p_snapshot IS NOT NULL AND (v_labelled OR p_labels IS NOT NULL) THEN
+        {_set_labels(sql)}
+    END IF;
     o_status := {OK};
 END
 """
@@ -212,6 +238,7 @@ BEGIN
     {_DURABLE}
     DELETE FROM {sql.states} WHERE ns = p_ns AND id = p_id;
     DELETE FROM {sql.entries} WHERE ns = p_ns AND state_id = p_id;
+    DELETE FROM {sql.labels} WHERE ns = p_ns AND state_id = p_id;
 END
 """
 
@@ -269,6 +296,7 @@ BEGIN
     )
     SELECT array_agg(id) INTO v_ids FROM gone;
     DELETE FROM {sql.entries} WHERE ns = p_ns AND state_id = ANY (v_ids);
+    DELETE FROM {sql.labels} WHERE ns = p_ns AND state_id = ANY (v_ids);
     RETURN coalesce(cardinality(v_ids), 0);
 END
 """

@@ -44,6 +44,7 @@ class Sql:
 
         self.states = states = name("states")
         self.entries = entries = name("entries")
+        self.labels = name("labels")
         self.version = name("schema_version")
         self.write_fn = name("write")
         self.delete_fn = name("delete")
