@@ -163,6 +163,14 @@ def test_hostile_names_work_as_plain_names(postgres_server: PostgresServer, sche
         store.write("a", entries(2, 1), None)
         assert store.read("a") == Record(entries(0, 3), snapshot("hostile"))
         assert [r.id for r in store.list()] == ["a"]
+        store.write(
+            "b", entries(0, 1), {**snapshot("hostile"), "labels": {"k": "v"}, "agent": "x"}, create=True
+        )
+        assert [r.id for r in store.list(labels={"k": "v"}, agent="x", limit=1)] == ["b"]
+        store.write(
+            "c", entries(0, 1), {**snapshot(), "expires_at": "2000-01-01T00:00:00+00:00"}, create=True
+        )
+        assert store.gc() == 1
         store.delete("a")
         assert store.read("a") is None
     finally:
@@ -175,6 +183,7 @@ def test_hostile_names_work_as_plain_names(postgres_server: PostgresServer, sche
     )
     assert [r["table_name"] for r in names] == [
         prefix + "entries",
+        prefix + "labels",
         prefix + "schema_version",
         prefix + "states",
     ]
