@@ -24,6 +24,10 @@ server:
   1.3 x raw's time; Redis: the snapshots in index order, parsed).
 - load: reading a State of 10,000 entries against a raw fetch of its entries, parsed.
   Target: at most 1.5 x raw's time.
+- (pg) first page: the first page of 50 of 1,000, 10,000 and 100,000 States (COPY-filled;
+  20 agents, 100 users), unfiltered, by agent and by label, against the same indexed query
+  by hand building the same rows. Target: at most 1.5 x raw's time; the time per page
+  should not grow with the number of States.
 
 Each repetition measures store and baseline side by side; the report gives medians, and
 each ratio is the median of the repetitions' ratios: the numbers are noisy on a small VM
@@ -43,6 +47,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +234,10 @@ class PostgresBench:
         each row made into a row with SavedState's fields: what PostgresStore.alist returns,
         built by hand."""
         rows = await self.pool.fetch(
-            f"SELECT id, task, created_at, updated_at, turn, stopped_by, finished "
-            f'FROM "{schema}".states WHERE snapshot IS NOT NULL ORDER BY updated_at DESC, id'
+            f"SELECT {PG_COLUMNS} FROM \"{schema}\".states WHERE ns = 'default' AND task IS NOT NULL "
+            f"AND {PG_LIVE} ORDER BY updated_at DESC, id"
         )
-        return [ListedRow(i, t, c, u, n, s, f) for i, t, c, u, n, s, f in rows]
+        return [pg_row(r) for r in rows]
 
     async def raw_load(self, schema: str, sid: str) -> Any:
         rows = await self.pool.fetch(
@@ -242,6 +247,126 @@ class PostgresBench:
 
     def settings(self) -> str:
         return "fsync=on, synchronous_commit=on"
+
+
+PG_COLUMNS = "id, task, created_at, updated_at, turn, stopped_by, finished, agent, parent, labels, expires_at, forked_from"
+PG_LIVE = "(expires_at IS NULL OR expires_at > now())"
+
+
+def pg_row(r: Any) -> ListedRow:
+    """A listing row of PostgresStore's columns, built by hand."""
+    i, t, c, u, n, s, f, a, p, labels, e, fork = r
+    return ListedRow(
+        i, t, c, u, n, s, f, a, p, {} if labels is None else orjson.loads(labels), e,
+        None if fork is None else orjson.loads(fork),
+    )  # fmt: skip
+
+
+#: States in the store when a first page is timed (issue 10: time per page at each size).
+PAGE_SIZES = (1_000, 10_000, 100_000)
+PAGE_SIZES_QUICK = (500, 1_000)
+#: The first page's filters: (name, store filters, raw condition, raw argument).
+PAGE_FILTERS: tuple[tuple[str, dict[str, Any], str, Any], ...] = (
+    ("unfiltered", {}, "", None),
+    ("by agent", {"agent": "agent-3"}, " AND agent = $1", "agent-3"),
+    ("by label", {"labels": {"user": "u42"}}, "label", "u42"),
+)
+
+
+async def pg_fill_pages(pool: Any, schema: str, start: int, stop: int) -> None:
+    """States ``start`` to ``stop`` (20 agents, 100 users, updated in an order unrelated to
+    their ids), copied into the store's tables (COPY) as its writes would have made them."""
+    base = common.BASE_TIME
+    records = []
+    labels = []
+    for i in range(start, stop):
+        updated = base + timedelta(seconds=(i * 7919) % 1_000_003)
+        snap = {
+            **make_snapshot(i, 3),
+            "updated_at": updated.isoformat(),
+            "agent": f"agent-{i % 20}",
+            "labels": {"user": f"u{i % 100}", "env": "prod" if i % 2 else "dev"},
+        }
+        records.append(
+            (
+                "default", state_id(i), 1, orjson.dumps(snap).decode(), snap["task"], base, updated, 3, None,
+                False, "running", snap["agent"], orjson.dumps(snap["labels"]).decode(),
+            )
+        )  # fmt: skip
+        labels += [("default", state_id(i), k, v, updated) for k, v in snap["labels"].items()]
+    await pool.copy_records_to_table(
+        "states",
+        schema_name=schema,
+        records=records,
+        columns=[
+            "ns", "id", "next_seq", "snapshot", "task", "created_at", "updated_at", "turn",
+            "stopped_by", "finished", "status", "agent", "labels",
+        ],
+    )  # fmt: skip
+    await pool.copy_records_to_table(
+        "labels", schema_name=schema, records=labels, columns=["ns", "state_id", "key", "value", "updated_at"]
+    )
+    await pool.execute(f'ANALYZE "{schema}".states, "{schema}".labels')
+
+
+async def bench_pages(kind: PostgresBench, cfg: Config, quick: bool) -> list[Row]:
+    """The first page of 50 of 1k, 10k and 100k States, unfiltered, by agent and by label:
+    PostgresStore.alist against the same indexed query by hand (same rows built)."""
+    await kind.open()
+    schema = ns()
+    store = kind.store(schema)
+    rows: list[Row] = []
+    try:
+        await store.alist()  # make the tables
+        have = 0
+        for size in PAGE_SIZES_QUICK if quick else PAGE_SIZES:
+            await pg_fill_pages(kind.pool, schema, have, size)
+            have = size
+            for name, filters, condition, arg in PAGE_FILTERS:
+                query = (
+                    f"SELECT {PG_COLUMNS} FROM \"{schema}\".states WHERE ns = 'default' AND task IS NOT "
+                    f"NULL{condition} AND {PG_LIVE} ORDER BY updated_at DESC, id LIMIT 50"
+                )
+                if condition == "label":  # the label's rows in order, joined to their States
+                    columns = ", ".join(f"s.{c}" for c in PG_COLUMNS.split(", "))
+                    query = (
+                        f'SELECT {columns} FROM "{schema}".labels l JOIN "{schema}".states s ON s.ns = l.ns '
+                        "AND s.id = l.state_id WHERE l.ns = 'default' AND l.key = 'user' AND l.value = $1 "
+                        "AND s.task IS NOT NULL AND (s.expires_at IS NULL OR s.expires_at > now()) "
+                        "ORDER BY l.updated_at DESC, l.state_id LIMIT 50"
+                    )
+                args = () if arg is None else (arg,)
+
+                async def raw(query: str = query, args: tuple[Any, ...] = args) -> list[ListedRow]:
+                    return [pg_row(r) for r in await kind.pool.fetch(query, *args)]
+
+                async def listed(filters: dict[str, Any] = filters) -> Any:
+                    return await store.alist(limit=50, **filters)
+
+                got = await listed()
+                assert got and common.same_rows(got, await raw()), name
+                times_store, times_raw = [], []
+                for _ in range(cfg.read_reps * 3):
+                    times_store.append(await timed(listed))
+                    times_raw.append(await timed(raw))
+                ts, tr = statistics.median(times_store), statistics.median(times_raw)
+                ratio = statistics.median(s / r for s, r in zip(times_store, times_raw, strict=True))
+                rows.append(
+                    Row(
+                        f"(pg) first page of 50 of {size:,} States, {name}",
+                        ts * 1000,
+                        "ms",
+                        [x * 1000 for x in times_store],
+                        tr * 1000,
+                        ratio,
+                        "<= 1.5 x raw's time",
+                        ratio <= 1.5,
+                    )
+                )
+    finally:
+        await store.aclose()
+        await kind.close()
+    return rows
 
 
 # -- Redis ------------------------------------------------------------------------------
@@ -497,6 +622,8 @@ async def run_all(cfg: Config, which: Sequence[str]) -> list[Row]:
         try:
             print(f"{name}: {kind.settings()}, port {server.port}", file=sys.stderr)
             rows += await bench(kind, cfg, number)
+            if name == "postgres":
+                rows += await bench_pages(kind, cfg, cfg is QUICK)
         finally:
             await asyncio.to_thread(server.remove)
         number += 5

@@ -1,14 +1,21 @@
 """PostgresStore: every State in two PostgreSQL tables, through asyncpg (``statekeep[postgres]``).
 
-Schema (version 1, in the schema ``schema``, every name prefixed with ``table_prefix``)::
+Schema (version 2, in the schema ``schema``, every name prefixed with ``table_prefix``)::
 
-    states(id PRIMARY KEY, next_seq, snapshot JSON text or NULL,
-           task, created_at, updated_at, turn, stopped_by, finished,   -- the listing,
-           unlisted, written_at)                                       -- from the snapshot
-    entries(state_id, seq, data JSON text; PRIMARY KEY (state_id, seq))
-    states_listing index (updated_at DESC, id)        -- list() is one ordered index scan
-    schema_version(version)                           -- migrations run on first use
-    write(...), delete(...)                           -- PL/pgSQL, one statement each
+    states(ns, id; PRIMARY KEY (ns, id), next_seq, snapshot JSON text or NULL,
+           task, created_at, updated_at, turn, stopped_by, finished, status,   -- the listing,
+           agent, parent, labels jsonb, forked_from, unlisted,                 -- from the snapshot
+           expires_at, written_at)            -- the effective expiry, by the server's clock
+    entries(ns, state_id, seq, data JSON text; PRIMARY KEY (ns, state_id, seq))
+    labels(ns, state_id, key, value, updated_at)   -- one row per label of a listed State
+    indexes (ns, [agent | parent | status,] updated_at DESC, id), labels (ns, key, value,
+            updated_at DESC, state_id), (ns, expires_at)   -- a page is one short index scan
+    schema_version(version)                   -- migrations run on first use, in one transaction
+    write, delete, fork, gc                   -- PL/pgSQL, one statement each
+
+Version 1 tables (statekeep before namespaces) are migrated in place on first use: their
+States become the ``default`` namespace. A namespace is the ``ns`` column: stores of one
+schema and prefix in different namespaces share the tables and never see each other's rows.
 
 JSON is kept as text, byte for byte as statekeep encoded it: ``jsonb`` would reorder keys
 and turn floats such as ``1e20`` into integers.
@@ -29,12 +36,15 @@ the function accepts only if the State still holds exactly that text.
 
 The listing columns are filled from the snapshot on write, with
 :meth:`SavedState.from_snapshot`; a snapshot that lacks a listing key keeps the reason in
-``unlisted``, and ``list()`` leaves that State out with a warning, as every store does.
+``unlisted``, and ``list()`` leaves that State out with a warning (on a walk's first
+page), as every store does.
 
-The package: :mod:`._store` (the class and its operations), :mod:`._sql` (the statements
-it runs), :mod:`._schema` (the tables and functions, as migrations), :mod:`._migrate`
-(running them), :mod:`._pool` (the pool of each process), :mod:`._dsn` (where the server
-is, without passwords).
+The package: :mod:`._store` (the class and its operations), :mod:`._lifecycle` (listings,
+expiry, gc, fork, namespaces), :mod:`._listing` (listing columns and page statements),
+:mod:`._sql` (the statements it runs), :mod:`._schema` and :mod:`._schema_v2` (the tables
+and functions, as migrations), :mod:`._migrate` (running them), :mod:`._pool` (the pool of
+each process), :mod:`._dsn` (where the server is, without passwords; the store's DSN
+options).
 """
 
 from ._dsn import redact_dsn

@@ -76,3 +76,29 @@ def _query_pairs(query: str) -> list[tuple[str, str]]:
         if eq:
             pairs.append((unquote(key).lower(), unquote(value)))
     return pairs
+
+
+#: The DSN query options that are the store's, not libpq's (asyncpg would send them to the
+#: server as settings): ``namespace`` and ``retention`` (seconds).
+STORE_OPTIONS = ("namespace", "retention")
+
+
+def take_options(dsn: str) -> tuple[str, dict[str, str]]:
+    """``dsn`` without the store's own query options, and those options."""
+    _, rest = redaction.split_userinfo(dsn)  # a password may hold '?'
+    start = rest.find("?")
+    if start < 0:
+        return dsn, {}
+    query, hash_mark, fragment = rest[start + 1 :].partition("#")
+    kept: list[str] = []
+    taken: dict[str, str] = {}
+    for item in query.split("&"):
+        key = unquote(item.partition("=")[0]).lower()
+        if key in STORE_OPTIONS:
+            taken[key] = unquote(item.partition("=")[2])
+        elif item:
+            kept.append(item)
+    if not taken:
+        return dsn, {}
+    head = dsn[: len(dsn) - (len(rest) - start)]  # up to the '?', user information kept
+    return head + ("?" + "&".join(kept) if kept else "") + hash_mark + fragment, taken

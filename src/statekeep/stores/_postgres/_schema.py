@@ -4,14 +4,14 @@ statements that bring the tables to it. (Running them: :mod:`._migrate`.)"""
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
+from . import _schema_v2
+from ._schema_v2 import BUSY
 from ._sql import Sql
 
 #: The schema version this statekeep writes; tables at a higher version are refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-#: The write function's own outcome, after those of every server store: in a batch, the
-#: State's row is locked by another transaction (the write is sent again, alone).
-BUSY = 5
+__all__ = ["BUSY", "SCHEMA_VERSION", "bootstrap", "migrations"]
 
 # In the write and delete functions: this transaction commits with the WAL flushed,
 # whatever the session says (a session setting could be reset or come from a pooler).
@@ -32,7 +32,8 @@ def bootstrap(sql: Sql) -> tuple[str, ...]:
 
 
 def migrations(sql: Sql) -> tuple[tuple[str, ...], ...]:
-    """The statements from version ``i`` to ``i + 1``, at index ``i``."""
+    """The statements from version ``i`` to ``i + 1``, at index ``i``. (Version 1 stays as
+    it was released: a new schema is made at version 1, then migrated like an old one.)"""
     return (
         (
             f"""CREATE TABLE {sql.states} (
@@ -67,6 +68,7 @@ def migrations(sql: Sql) -> tuple[tuple[str, ...], ...]:
             LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
             AS {_dollar_quote(_delete_body(sql))}""",
         ),
+        _schema_v2.migration(sql),
     )
 
 

@@ -44,29 +44,41 @@ class Sql:
 
         self.states = states = name("states")
         self.entries = entries = name("entries")
+        self.labels = name("labels")
         self.version = name("schema_version")
         self.write_fn = name("write")
         self.delete_fn = name("delete")
-        self.listing = quote_identifier(prefix + "states_listing")  # an index: no schema
+        self.fork_fn = name("fork")
+        self.gc_fn = name("gc")
+        self._prefix = prefix
+        self.listing = self.prefixed("states_listing")  # an index: no schema
 
         self.read_version = f"SELECT version FROM {self.version}"
         self.set_version = (
             f"INSERT INTO {self.version} (version) VALUES ($1) "
             "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.write = f"SELECT o_status, o_next, o_stored FROM {self.write_fn}({', '.join(f'${i}' for i in range(1, 15))})"
-        self.delete = f"SELECT {self.delete_fn}($1)"
+        self.write = f"SELECT o_status, o_next, o_stored FROM {self.write_fn}({_params(21)})"
+        self.delete = f"SELECT {self.delete_fn}($1, $2)"
+        self.fork = f"SELECT {self.fork_fn}({_params(19)})"
+        self.gc = f"SELECT {self.gc_fn}($1, $2)"
         # One statement, so one consistent view of the row and its entries: the row first
         # (seq -1: its snapshot and next_seq), then the entries in seq order. (Joining the
         # entries into one JSON text on the server is slower than parsing them one by one.)
+        # A row past its expiry (by the server's clock) reads as absent.
+        live = "(expires_at IS NULL OR expires_at > now())"
         self.read = f"""
-            SELECT -1 AS seq, snapshot AS data, next_seq FROM {states} WHERE id = $1
+            SELECT -1 AS seq, snapshot AS data, next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live}
             UNION ALL
             SELECT e.seq, e.data, NULL FROM {entries} e
-            WHERE e.state_id = $1 AND e.seq >= 0 AND e.seq < (SELECT next_seq FROM {states} WHERE id = $1)
+            WHERE e.ns = $1 AND e.state_id = $2 AND e.seq >= 0
+              AND e.seq < (SELECT next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live})
             ORDER BY seq"""
-        self.list = f"""
-            SELECT id, task, created_at, updated_at, turn, stopped_by, finished, unlisted,
-                   CASE WHEN task IS NULL AND unlisted IS NULL THEN snapshot END
-            FROM {states} WHERE snapshot IS NOT NULL
-            ORDER BY updated_at DESC, id"""
+
+    def prefixed(self, suffix: str) -> str:
+        """The quoted name of an index or constraint of this table prefix (no schema)."""
+        return quote_identifier(self._prefix + suffix)
+
+
+def _params(n: int) -> str:
+    return ", ".join(f"${i}" for i in range(1, n + 1))

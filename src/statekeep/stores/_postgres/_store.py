@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Hashable
 from contextlib import AsyncExitStack
-from datetime import datetime
+from datetime import timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +15,14 @@ import orjson
 
 from ... import _redaction as redaction
 from ..._errors import CorruptStateError
-from ..._records import Record, SavedState, decode_snapshot, left_out, listing_order, trusted_row
+from ..._records import Record, decode_snapshot
 from ..._writes import PreparedWrite, check_overlap
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
-from ._dsn import Where, redact_dsn
+from ._dsn import Where, redact_dsn, take_options
+from ._lifecycle import Lifecycle
+from ._listing import listing
 from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
 from ._schema import BUSY
@@ -30,41 +32,11 @@ if TYPE_CHECKING:
     from asyncpg import Pool
     from asyncpg import Record as Row
 
-INT64_MAX = 2**63 - 1
-
 #: What the write function is called with (all its arguments but ``p_nowait``).
 WriteArgs = tuple[Any, ...]
 
 
-#: The listing columns of the states table: task, created_at, updated_at, turn, stopped_by,
-#: finished, unlisted.
-Listing = tuple[str | None, datetime | None, datetime | None, int | None, str | None, bool | None, str | None]
-_EMPTY: Listing = (None, None, None, None, None, None, None)
-
-
-def _listing(state_id: str, snapshot: bytes | None) -> Listing:
-    """The listing columns for a snapshot: (task, created_at, updated_at, turn, stopped_by,
-    finished, unlisted). All None with no snapshot; only ``unlisted`` (the reason) when
-    the snapshot lacks a listing key; all None too when a value does not fit a column, and
-    list() then reads it from the snapshot itself."""
-    if snapshot is None:
-        return _EMPTY
-    try:
-        row = SavedState.from_snapshot(state_id, orjson.loads(snapshot))
-    except ValueError as exc:
-        return (None, None, None, None, None, None, str(exc).replace("\x00", "\\x00"))
-    except Exception:
-        return _EMPTY
-    if (
-        "\x00" in row.task
-        or (row.stopped_by is not None and "\x00" in row.stopped_by)
-        or row.turn > INT64_MAX
-    ):
-        return _EMPTY
-    return (row.task, row.created_at, row.updated_at, row.turn, row.stopped_by, row.finished, None)
-
-
-class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
+class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     """Saves States in PostgreSQL (needs ``pip install 'statekeep[postgres]'``).
 
     Durable on return: when ``write``/``awrite`` returns, its transaction has committed with
@@ -103,6 +75,24 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     migrates nothing, and a schema without statekeep's tables is refused with
     NotAStoreError. The password never
     appears in ``repr()`` or in the store's error messages.
+
+    ``namespace`` (default ``"default"``, where States of older statekeeps are): stores in
+    different namespaces share the tables and never see each other's States, listings,
+    memory or gc. ``retention`` (a timedelta, or seconds): a State with no ``expires_at`` of
+    its own expires that long after its last write. Both can also be given in the DSN's
+    query (``?namespace=a&retention=3600``); they are taken out before it reaches asyncpg.
+
+    Expiry is judged by the server's clock (``now()``): the write function stamps
+    ``now() + retention`` in the State's row (the snapshot is kept as it was given; listing
+    rows show the effective ``expires_at``), and read, list, write and fork treat a State
+    past its expiry as absent in the same statement that finds it. ``gc()`` deletes expired
+    States in transactions of up to 1,000, skipping rows a writer holds and checking each
+    row's expiry again once it is locked, so it is safe from many processes and never
+    removes a State a concurrent write extended. ``fork()`` copies the entries on the
+    server (one ``INSERT ... SELECT``) in the transaction that creates the fork.
+
+    Listings are answered from indexes, one page per statement (see
+    :mod:`statekeep.stores._postgres._listing`), never by reading every State.
     """
 
     _local_type = PoolLocal
@@ -117,6 +107,8 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
         table_prefix: str = "",
         ssl: Any = None,
         create: bool = True,
+        namespace: str | None = None,
+        retention: timedelta | float | None = None,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = servercommon.import_driver("postgres")
@@ -124,6 +116,11 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
             raise TypeError(f"dsn must be a str or None, got {type(dsn).__name__}")
         if dsn is not None:
             redaction.check_userinfo(dsn)
+            dsn, options = take_options(dsn)
+            namespace = options.get("namespace") if namespace is None else namespace
+            if retention is None and options.get("retention"):
+                retention = _seconds(options["retention"])
+        self._lifecycle("default" if namespace is None else namespace, retention)
         self.schema = check_name(schema, "schema", MAX_IDENTIFIER)
         if not schema:
             raise ValueError("schema must not be empty")
@@ -151,13 +148,14 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
             where = repr(redact_dsn(self._dsn))
         else:
             where = f"host={self._where.host!r}, port={self._where.port!r}"
-        return f"PostgresStore({where}, schema={self.schema!r}, table_prefix={self.table_prefix!r})"
+        ns = "" if self.namespace == "default" else f", namespace={self.namespace!r}"
+        return f"PostgresStore({where}, schema={self.schema!r}, table_prefix={self.table_prefix!r}{ns})"
 
     def _storage_key(self) -> Hashable:
         if self._user_pool is not None:
-            return ("postgres", "pool", id(self._user_pool), self.schema, self.table_prefix)
+            return ("postgres", "pool", id(self._user_pool), self.schema, self.table_prefix, self.namespace)
         w = self._where
-        return ("postgres", w.host, w.port, w.database, self.schema, self.table_prefix)
+        return ("postgres", w.host, w.port, w.database, self.schema, self.table_prefix, self.namespace)
 
     # -- the four operations, on the owner loop -------------------------------------
 
@@ -165,10 +163,11 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
         sid = write.state_id
         lines = [line[:-1].decode() for line in write.lines]
         snapshot = None if write.snapshot is None else write.snapshot.decode()
-        listing = _listing(sid, write.snapshot)
+        columns = listing(sid, write.snapshot)
+        head = (self.namespace, sid, write.create, write.first_seq, lines, snapshot, *columns, self.retention)
         approved: list[str] | None = None
         for _ in range(servercommon.MAX_COMPARES):
-            args = (sid, write.create, write.first_seq, lines, snapshot, *listing, approved)
+            args = (*head, approved)
             status, next_seq, stored = await self._send(args)
             if status == servercommon.OK:
                 return
@@ -182,7 +181,7 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
         raise servercommon.kept_changing(sid)
 
     async def _read(self, state_id: str) -> Record | None:
-        rows = await self._query("read", "fetch", self._sql.read, state_id)
+        rows = await self._query("read", "fetch", self._sql.read, self.namespace, state_id)
         if not rows:
             return None
         _, snapshot_text, next_seq = rows[0]
@@ -206,23 +205,8 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
             decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
         )
 
-    async def _list(self) -> tuple[list[SavedState], list[str]]:
-        rows = await self._query("list", "fetch", self._sql.list)
-        listed: list[SavedState] = []
-        skipped: list[str] = []
-        resort = False
-        for sid, task, created_at, updated_at, turn, stopped_by, finished, unlisted, raw in rows:
-            if task is not None:  # columns checked when written; asyncpg gives UTC datetimes
-                listed.append(trusted_row(sid, task, created_at, updated_at, turn, stopped_by, finished))
-                continue
-            if unlisted is not None:
-                skipped.append(left_out(sid, unlisted))
-            elif servercommon.add_listed(sid, raw, listed, skipped):
-                resort = True  # ordered by the snapshot, not by the index
-        return (listing_order(listed) if resort else listed), skipped
-
     async def _delete(self, state_id: str) -> None:
-        await self._query("delete", "execute", self._sql.delete, state_id)
+        await self._query("delete", "execute", self._sql.delete, self.namespace, state_id)
 
     # -- writes: one at a time, or batched -----------------------------------------
 
@@ -246,7 +230,7 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     async def _send_batch(self, local: PoolLocal, batch: list[Queued[WriteArgs, Row]]) -> None:
         """Send ``batch`` as one transaction (one statement when it is one write), skipping
         States whose row is locked: those are sent again alone, in tasks of their own."""
-        batch.sort(key=lambda item: item[0][0])  # row locks in id order, the same everywhere
+        batch.sort(key=lambda item: item[0][:2])  # row locks in (ns, id) order, the same everywhere
         try:
             if len(batch) == 1:
                 rows = [
@@ -297,7 +281,10 @@ class PostgresStore(ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
         pool = await _pool.make_pool(
             self._asyncpg, local.owner, self._user_pool, repr(self), self._dsn, self._ssl, **self._pool_kwargs
         )
-        await self._checked_open(local, pool, self._migrate_once)
+        # Tracked (closed at exit or when dropped) with the store that owns it, never with a
+        # memory sibling that shares it.
+        root = self._root if isinstance(self._root, PostgresStore) else self
+        await root._checked_open(local, pool, self._migrate_once)
         return pool
 
     async def _migrate_once(self, pool: Pool) -> None:
@@ -322,3 +309,10 @@ async def _settle(future: asyncio.Future[Row], work: Awaitable[Row]) -> None:
         raise
     if not future.done():
         future.set_result(row)
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"retention in the DSN is a number of seconds, got {text!r}") from None

@@ -1,0 +1,127 @@
+"""PostgresStore's listings, expiry, gc, fork and namespaces, on the server's side.
+
+Expiry is judged by the server's clock (``now()``), in the statements themselves: a row
+whose ``expires_at`` has passed is absent for read, list, write and fork, and gc deletes
+it. With ``retention``, the write function stamps ``expires_at = now() + retention`` in
+the row (the snapshot is left as it was given), so every process and host agrees on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from ..._backend import Backend
+from ..._bridge import owner, run_async
+from ..._errors import StateConflictError
+from ..._query import ListQuery, Page
+from ..._records import SavedState, Snapshot
+from ..._writes import exists_error, missing_error, prepare_write
+from .. import _server as servercommon
+from ._listing import listing, page_query, page_rows
+
+if TYPE_CHECKING:
+    from ._sql import Sql
+
+#: States removed by one gc statement (one transaction) at most.
+GC_BATCH = 1000
+
+
+class Lifecycle(Backend):
+    """The part of :class:`PostgresStore` that :class:`~statekeep._backend.Backend` lets a
+    store answer itself (a mixin; the store supplies ``_sql`` and ``_query``)."""
+
+    _sql: Sql
+    _root: Lifecycle | None = None  # the store a memory sibling shares its pool with
+
+    async def _query(self, action: str, method: str, query: str, *args: Any, local: Any = None) -> Any:
+        raise NotImplementedError
+
+    # -- expiry: the server's clock ------------------------------------------------------
+
+    def _stamp(self, snapshot: Snapshot) -> Snapshot:
+        """Left as it is: the write function stamps the row with the server's clock."""
+        return snapshot
+
+    def _expired(self, snapshot: dict[str, Any] | None) -> bool:
+        """Never here: the statements leave expired rows out, by the server's clock."""
+        return False
+
+    # -- listings ----------------------------------------------------------------------
+
+    async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
+        statement, args = page_query(self._sql, self.namespace, query)
+        rows = await self._query("list", "fetch", statement, *args)
+        return page_rows(rows, query, first_page=query.after is None)
+
+    async def _list(self) -> tuple[list[SavedState], list[str]]:
+        return await self._select(ListQuery())
+
+    # -- gc ----------------------------------------------------------------------------
+
+    async def _gc(self, limit: int | None) -> int:
+        """Delete expired States in transactions of at most :data:`GC_BATCH`, each row
+        checked again once locked, rows held by a writer skipped."""
+        removed = 0
+        while limit is None or removed < limit:
+            want = GC_BATCH if limit is None else min(GC_BATCH, limit - removed)
+            count: int = await self._query("gc", "fetchval", self._sql.gc, self.namespace, want)
+            removed += count
+            if count < want:
+                break
+        return removed
+
+    # -- fork ----------------------------------------------------------------------------
+
+    async def _afork_write(
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
+    ) -> None:
+        """Create the fork in one transaction: its row, and its entries copied on the server
+        (one INSERT ... SELECT) from the source, which must still hold what was read."""
+        write = prepare_write(new_id, entries, snapshot, True)
+        self._check_open(None)
+        at_seq = len(entries) - 1
+        digest = hashlib.sha256(b"".join(write.lines)).digest()
+        columns = listing(new_id, write.snapshot)
+        args = (
+            source_id, at_seq, digest, self.namespace, new_id, None if write.snapshot is None
+            else write.snapshot.decode(), *columns, self.retention,
+        )  # fmt: skip
+        status: int = await self._run_fork(args, new_id)
+        if status == servercommon.MISSING:
+            raise missing_error(source_id)
+        if status == servercommon.EXISTS:
+            raise exists_error(new_id)
+        if status == servercommon.COMPARE:
+            raise StateConflictError(
+                f"State {source_id!r} was deleted and written again while it was forked; nothing "
+                "was written. Fork it again"
+            )
+
+    async def _run_fork(self, args: tuple[Any, ...], new_id: str) -> int:
+        async def locked() -> int:
+            async with owner().lock((self._storage_key(), new_id)):
+                status: int = await self._query("write", "fetchval", self._sql.fork, *args)
+                return status
+
+        return await run_async(locked())
+
+    # -- namespaces ----------------------------------------------------------------------
+
+    def _sibling(self, namespace: str) -> Lifecycle:
+        """This store in another namespace, on the same pool (for agent memory): it opens,
+        uses and closes nothing of its own, and is closed with this store."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin._lifecycle(namespace, None, internal=True)
+        twin._root = self._root or self
+        return twin
+
+    def _check_open(self, value: Any) -> Any:
+        if self._root is not None and self._root._closed:
+            raise RuntimeError(f"{self._root!r} is closed; open a new store to use it again")
+        return super()._check_open(value)
+
+    async def _close(self) -> None:
+        if self._root is None:  # a sibling closes nothing: the pool is its root's
+            await super()._close()
