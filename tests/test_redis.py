@@ -121,7 +121,12 @@ def test_delete_removes_every_key_of_the_state(redis_server: RedisServer, rs: Re
     keys = sorted(raw(redis_server, "KEYS", rs.prefix.replace("*", "\\*") + "*"))
     p = rs.prefix.encode()
     indexes = [k for k in keys if k.startswith(p + b"ix:") and k not in (p + b"ix:rows", p + b"ix:expiry")]
-    assert [k for k in keys if k not in indexes] == [p + b"entries:b", p + b"ix:rows", p + b"layout", p + b"state:b"]
+    assert [k for k in keys if k not in indexes] == [
+        p + b"entries:b",
+        p + b"ix:rows",
+        p + b"layout",
+        p + b"state:b",
+    ]
     assert p + b"ix:all" in indexes
     for index in indexes:  # b's entries only
         assert [m[18:] for m in raw(redis_server, "ZRANGE", index, 0, -1)] == [b"b"]
@@ -140,7 +145,9 @@ def test_newer_layout_is_refused(redis_server: RedisServer) -> None:
     raw(redis_server, "SET", prefix + "layout", str(LAYOUT_VERSION + 1))
     store = RedisStore(redis_server.url, prefix=prefix)
     try:
-        with pytest.raises(UnsupportedFormatError, match=f"layout version {LAYOUT_VERSION + 1}, made by a newer statekeep"):
+        with pytest.raises(
+            UnsupportedFormatError, match=f"layout version {LAYOUT_VERSION + 1}, made by a newer statekeep"
+        ):
             store.read("a")
     finally:
         store.close()
@@ -293,7 +300,13 @@ def test_a_key_of_the_wrong_type_fails_the_write_before_anything_is_written(
     redis_server: RedisServer, rs: RedisStore, which: str
 ) -> None:
     rs.write("a", entries(0, 1), snapshot(), create=True)
-    names = {"state": "state:a", "entries": "entries:a", "index": "ix:all", "rows": "ix:rows", "expiry": "ix:expiry"}
+    names = {
+        "state": "state:a",
+        "entries": "entries:a",
+        "index": "ix:all",
+        "rows": "ix:rows",
+        "expiry": "ix:expiry",
+    }
     key = names[which]
     dump = raw(redis_server, "DUMP", rs.prefix + key)
     raw(redis_server, "DEL", rs.prefix + key)
