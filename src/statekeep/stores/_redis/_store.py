@@ -4,7 +4,6 @@ its client: :mod:`._client`; the package docstring tells how States are kept).""
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Hashable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -14,7 +13,6 @@ import orjson
 from ... import _redaction as redaction
 from ..._backend import Backend
 from ..._bridge import owner, run_async
-from ..._codec import encode
 from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE
 from ..._query import ListQuery, Page
@@ -23,8 +21,9 @@ from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _client, _listing
+from ._args import fork_args, write_args
 from ._client import ClientLocal, ScriptCall
-from ._keys import STAMP, Keys, indexed
+from ._keys import STAMP, Keys
 from ._layout import check_server
 from ._lua import WRONGTYPE
 
@@ -147,10 +146,6 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     def _storage_key(self) -> Hashable:
         return ("redis", *self._server, self.prefix, self.namespace)
 
-    def _keys(self, state_id: str) -> tuple[bytes, ...]:
-        """The write script's keys: the State's two, then the namespace's."""
-        return (*self._keys_of.state_keys(state_id), *self._keys_of.common)
-
     def _sibling(self, namespace: str) -> Backend:
         """This store's namespace ``namespace``, on the same client (agent memory)."""
         other = copy.copy(self)
@@ -180,27 +175,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     async def _write(self, write: PreparedWrite) -> None:
         sid = write.state_id
-        lines = [line[:-1] for line in write.lines]
-        n = len(lines)
-        found = None if write.snapshot is None else indexed(self._keys_of, sid, write.snapshot)
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
-            head = [
-                sid,
-                "1" if write.create else "0",
-                str(write.first_seq),
-                str(n),
-                "0" if write.snapshot is None else "1",
-                b"" if write.snapshot is None else write.snapshot,
-                str(len(approved)),
-                b"" if found is None else found.member,
-                "" if found is None else found.expiry,
-                self._retention_us() if found is not None and found.stamp else "",
-                str(0 if found is None else len(found.indexes)),
-                "",
-                *([] if found is None else found.indexes),
-            ]
-            reply = await self._send((*self._keys(sid), *head, *lines, *approved))
+            reply = await self._send(write_args(self._keys_of, write, approved, self._retention_us()))
             status = int(reply[0])
             if status == servercommon.OK:
                 return
@@ -249,31 +226,25 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     async def _delete(self, state_id: str) -> None:
         async with self._using("delete") as local:
             assert local.delete_script is not None
-            await local.delete_script(keys=self._keys(state_id), args=[state_id])
+            await local.delete_script(
+                keys=[*self._keys_of.state_keys(state_id), *self._keys_of.common], args=[state_id]
+            )
 
     async def _afork_write(
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
     ) -> None:
         """One script copies the source's entries on the server (checking they are still
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
-        stamped = self._stamp(snapshot)
-        write = prepare_write(new_id, [], stamped, True)
+        write = prepare_write(new_id, [], self._stamp(snapshot), True)
         self._check_open(None)
-        assert write.snapshot is not None
-        digest = hashlib.sha1(b"\n".join(encode(e, "entry") for e in entries)).hexdigest()
-        found = indexed(self._keys_of, new_id, write.snapshot)
-        keys = (*self._keys_of.state_keys(source_id), *self._keys(new_id))
-        args = [
-            new_id, str(len(entries) - 1), digest, write.snapshot, found.member, found.expiry,
-            self._retention_us() if found.stamp else "", str(len(found.indexes)), *found.indexes,
-        ]  # fmt: skip
+        keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
         status = await run_async(self._fork(keys, args, new_id))
         if status == servercommon.MISSING:
             raise missing_error(source_id)
         if status == servercommon.EXISTS:
             raise exists_error(new_id)
 
-    async def _fork(self, keys: tuple[bytes, ...], args: list[Any], new_id: str) -> int:
+    async def _fork(self, keys: list[bytes], args: list[Any], new_id: str) -> int:
         async with owner().lock((self._storage_key(), new_id)), self._using("fork") as local:
             assert local.fork_script is not None
             reply = await local.fork_script(keys=keys, args=args)
@@ -282,7 +253,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     # -- writes: one at a time, or pipelined ----------------------------------------
 
     async def _send(self, args: ScriptCall) -> Any:
-        """Run the write script with ``args`` (its 3 keys, then its arguments); return its reply.
+        """Run the write script with ``args`` (its 6 keys, then its arguments); return its reply.
 
         Writes that wait at the same moment, to different States of this store, go to the
         server together in one pipeline (one round trip; the server fsyncs its log once for
