@@ -50,17 +50,21 @@ async def select(local: ClientLocal, keys: Keys, query: ListQuery) -> tuple[Page
     want = None if query.limit is None else query.limit + 1
     rows: list[SavedState] = []
     skipped: list[str] = []
+    warn = WARN_AT_MOST if query.after is None and not query.filtered else 0
     while want is None or len(rows) < want:
         asked = BUDGET if want is None else want - len(rows)
         reply = await script(
-            keys=[keys.common[0]],
+            keys=[keys.common[0], keys.common[2]],
             args=[
                 keys.state, start, end, asked, BUDGET, query.id_prefix or "",
-                len(must), *must, len(must_not), *must_not,
+                len(must), *must, len(must_not), *must_not, warn,
             ],
         )  # fmt: skip
-        done, last = int(reply[0]), reply[1]
-        for i in range(2, len(reply), 2):
+        done, last, unlisted = int(reply[0]), reply[1], reply[2]
+        for i in range(0, len(unlisted), 2):  # left out: only their warnings are kept
+            add_listed(_text(unlisted[i]), unlisted[i + 1], [], skipped)
+        warn = 0
+        for i in range(3, len(reply), 2):
             add_listed(_text(reply[i]), reply[i + 1], rows, skipped)
         if done or not last:
             break
@@ -69,26 +73,7 @@ async def select(local: ClientLocal, keys: Keys, query: ListQuery) -> tuple[Page
     if want is not None and len(rows) >= want:
         del page[query.limit :]
         page.next = encode_cursor(page[-1])
-    if query.after is None and not query.filtered:
-        skipped.extend(await _unlisted(local, keys))
     return page, skipped
-
-
-async def _unlisted(local: ClientLocal, keys: Keys) -> list[str]:
-    """Why each unlisted State (a few) is left out of the listing."""
-    ids = await local.client.zrange(keys.common[2], 0, WARN_AT_MOST - 1)
-    if not ids:
-        return []
-    async with local.client.pipeline(transaction=False) as pipe:
-        for sid in ids:
-            pipe.hget(keys.state + _bytes(sid), "snapshot")
-        snapshots = await pipe.execute()
-    rows: list[SavedState] = []
-    skipped: list[str] = []
-    for sid, snapshot in zip(ids, snapshots, strict=True):
-        if snapshot is not None:
-            add_listed(_text(sid), snapshot, rows, skipped)
-    return skipped
 
 
 async def gc(local: ClientLocal, keys: Keys, limit: int | None) -> int:

@@ -271,10 +271,12 @@ return {removed, #ids}
 
 #: One stretch of a listing: walk an index from a bound, keep the rows that pass.
 SELECT = """
--- KEYS: the listing index
+-- KEYS: the listing index, the unlisted States
 -- ARGV: state key prefix, start bound, end bound, rows wanted, members to look at (at most),
---       id prefix ('' for none), n must, the must indexes, n must not, the must-not indexes
--- Returns {done (1: the index ends here), the last member looked at, then id, snapshot, ...}
+--       id prefix ('' for none), n must, the must indexes, n must not, the must-not indexes,
+--       how many unlisted States to return (id, snapshot, ...) to warn about
+-- Returns {done (1: the index ends here), the last member looked at, the unlisted States,
+--          then id, snapshot, ...}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local want = tonumber(ARGV[4])
@@ -290,7 +292,17 @@ for i = 8, 7 + nmust do
   local n = redis.call('ZCARD', ARGV[i])
   if n < size or walk_at == 0 then walk, walk_at, size = ARGV[i], i, n end
 end
-local out = {0, ''}
+local out = {0, '', {}}
+local warn = tonumber(ARGV[9 + nmust + nnot])
+if warn > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, warn - 1)) do
+    local snapshot = redis.call('HGET', ARGV[1] .. id, 'snapshot')
+    if snapshot then
+      out[3][#out[3] + 1] = id
+      out[3][#out[3] + 1] = snapshot
+    end
+  end
+end
 local found, looked = 0, 0
 local start = ARGV[2]
 while found < want and looked < budget do
