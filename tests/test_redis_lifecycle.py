@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from statekeep import State, StateExistsError, StateNotFoundError
+from statekeep import State, StateExistsError, StateNotFoundError, open_store
 from statekeep._query import make_query, select
 from statekeep._records import SavedState, listing_order
 from tests import servers
@@ -26,7 +26,7 @@ from tests.servers import RedisServer, unique_name
 redis = pytest.importorskip("redis")
 
 from statekeep.stores import RedisStore  # noqa: E402
-from statekeep.stores._redis import LAYOUT_VERSION  # noqa: E402
+from statekeep.stores._redis import LAYOUT_VERSION, _layout  # noqa: E402
 from statekeep.stores._redis._keys import member  # noqa: E402
 
 
@@ -142,22 +142,27 @@ def test_every_filter_pages_exactly_like_the_generic_listing(rs: RedisStore, lim
         assert pages == [r for r in rows if query.matches(r)], filters
 
 
-def test_a_filtered_page_reads_only_the_rows_it_returns(prefix: str) -> None:
-    """The page comes from the smallest index named: with 1,500 States and 3 of agent "rare",
-    a page of 2 reads 3 snapshots (2, and one to know there is more), not 1,500."""
+def test_a_filtered_page_walks_the_smallest_index_it_names(prefix: str) -> None:
+    """With 1,500 States, 750 labelled half=yes and 3 of agent "rare" (all labelled), a page
+    of 2 by both walks the agent's index: 3 members checked against the label's index, 3
+    snapshots read (2, and one to know there is more), not 750 or 1,500."""
     server = servers.start_redis()
     try:
         store = RedisStore(server.url, prefix=prefix)
         c = redis.Redis.from_url(server.url)
         try:
             for i in range(1500):
-                agent = "rare" if i % 500 == 0 else "common"
-                store.write(f"s{i}", [], snap("t", T0 + timedelta(seconds=i), agent=agent), create=True)
+                extra = {
+                    "agent": "rare" if i % 500 == 0 else "common",
+                    "labels": {"half": "yes"} if i % 2 == 0 else {},
+                }
+                store.write(f"s{i}", [], snap("t", T0 + timedelta(seconds=i), **extra), create=True)
             c.config_resetstat()
-            page = store.list(agent="rare", limit=2, labels=None)
+            page = store.list(agent="rare", labels={"half": "yes"}, limit=2)
             stats = c.info("commandstats")
             assert [r.id for r in page] == ["s1000", "s500"] and page.next is not None
             assert stats["cmdstat_hmget"]["calls"] == 3
+            assert stats["cmdstat_zscore"]["calls"] == 3
         finally:
             c.close()
             store.close()
@@ -209,6 +214,15 @@ def test_namespaces_never_see_each_other(redis_server: RedisServer, prefix: str)
     finally:
         a.close()
         b.close()
+
+
+def test_open_store_takes_the_namespace_from_the_url(redis_server: RedisServer, prefix: str) -> None:
+    with (
+        open_store(redis_server.url + "?namespace=a", prefix=prefix) as a,
+        RedisStore(redis_server.url, prefix=prefix, namespace="a") as same,
+    ):
+        a.write("x", [], snap("t", T0), create=True)
+        assert [r.id for r in same.list()] == ["x"] and a == same
 
 
 def test_a_namespace_in_the_url_and_the_argument_must_agree(redis_server: RedisServer) -> None:
@@ -297,8 +311,7 @@ def test_a_volatile_policy_is_warned_about_when_retention_is_on() -> None:
     server = servers.start_redis(extra=("--maxmemory-policy", "volatile-lru"))
     try:
         for retention, warned in ((None, False), (timedelta(days=1), True)):
-            servers_checked = __import__("statekeep.stores._redis._layout", fromlist=["_checked"])._checked
-            servers_checked.clear()
+            _layout._checked.clear()  # each server is checked once per process
             store = RedisStore(server.url, prefix=unique_name("sk") + ":", retention=retention)
             try:
                 with warnings.catch_warnings(record=True) as caught:
