@@ -1,15 +1,24 @@
 """RedisStore: every State under a key prefix in Redis, through redis-py's asyncio client.
 
-Keys, for a prefix ``P`` (default ``statekeep:``)::
+Keys (layout 2), for a prefix ``P`` (default ``statekeep:``) and a namespace whose keys
+start with ``N`` (``P`` for the default namespace, ``P ns:{name}:`` for another)::
 
-    P state:{id}     hash: next (the seq expected next), snapshot (JSON, when there is one)
-    P entries:{id}   list: the entries as JSON, index = seq
-    P index          sorted set: ids of States with a snapshot, scored by its updated_at
-    P layout         the key layout's version; a newer one is refused
+    N state:{id}     hash: next (the seq expected next), snapshot (JSON, when there is one),
+                     exp (its expiry, microseconds since 1970, when it has one)
+    N entries:{id}   list: the entries as JSON, index = seq
+    N ix:all         the listing index: members "<updated_at counting down><id>", score 0,
+                     read by ZRANGEBYLEX in listing order (see ._keys)
+    N ix:agent:{a}, ix:parent:{p}, ix:label:{k}={v}, ix:status:{s}, ix:stopped:{r}
+                     the same members, for the States with that value
+    N ix:rows        hash: id -> the indexes its member is in (to take it out again)
+    N ix:bad         ids of States whose snapshot is no listing row (warned about by list())
+    N ix:expiry      ids scored by their expiry: what gc looks at
+    P layout         the key layout's version; a newer one is refused, layout 1 upgraded
 
 Every write is one server-side Lua script, so it is atomic and serialised with every
 other write to the State, from any process or host: it checks the seq rules, appends the
-new entries, replaces the snapshot and updates the index, or changes nothing.
+new entries, replaces the snapshot and updates the indexes and the keys' native expiry, or
+changes nothing. Expiry is judged by the server's clock (``TIME`` in the scripts).
 
 Skipping entries the store already has: the script compares each overlapping stored
 entry with the sent one byte for byte. statekeep's encoder gives the same bytes for the
@@ -24,12 +33,14 @@ No JSON is decoded in Lua, and each compare happens in the same script as the ap
 Writes that wait at the same moment in one process, to different States, go to the
 server in one pipeline (one round trip; the server fsyncs its log once for the lot).
 
-No command matches keys by pattern (no ``SCAN``, no ``KEYS``): ``list()`` reads the index,
-``delete()`` names the State's keys. So glob characters in a prefix (``*?[]``) are plain
+No command matches keys by pattern (no ``SCAN``, no ``KEYS``): ``list()`` reads the indexes,
+``delete()`` and ``gc()`` name the State's keys. So glob characters in a prefix (``*?[]``) are plain
 characters, and a store never sees another prefix's States.
 
 The package: :mod:`._store` (the class and its operations), :mod:`._lua` (the scripts),
-:mod:`._client` (the client of each process), :mod:`._layout` (the checks on connect).
+:mod:`._args` (their arguments), :mod:`._keys` (key names, index members),
+:mod:`._listing` (pages and gc), :mod:`._client` (the client of each process),
+:mod:`._layout` (the checks on connect, the upgrade of layout 1).
 """
 
 from ._layout import LAYOUT_VERSION

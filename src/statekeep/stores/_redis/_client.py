@@ -7,12 +7,12 @@ import asyncio
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from ... import _redaction as redaction
 from ..._bridge import _Owner
 from .._server import ServerLocal
-from ._lua import LIST, WRITE
+from ._lua import DELETE, FORK, GC, SELECT, WRITE
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 #: Where a Redis server is: (host or socket path, port or None, database).
 ServerKey = tuple[Any, ...]
-#: One call of the write script: its 3 keys, then its arguments.
+#: One call of the write script: its 6 keys, then its arguments.
 ScriptCall = tuple[bytes | str, ...]
 
 
@@ -30,7 +30,10 @@ class ClientLocal(ServerLocal["Redis"]):
     def __init__(self, own: _Owner) -> None:
         super().__init__(own)
         self.write_script: AsyncScript | None = None
-        self.list_script: AsyncScript | None = None
+        self.select_script: AsyncScript | None = None
+        self.delete_script: AsyncScript | None = None
+        self.gc_script: AsyncScript | None = None
+        self.fork_script: AsyncScript | None = None
 
     @property
     def client(self) -> Redis:
@@ -41,7 +44,10 @@ class ClientLocal(ServerLocal["Redis"]):
     def register(self, client: Redis) -> None:
         """Make the scripts ready to run on ``client``."""
         self.write_script = client.register_script(WRITE)
-        self.list_script = client.register_script(LIST)
+        self.select_script = client.register_script(SELECT)
+        self.delete_script = client.register_script(DELETE)
+        self.gc_script = client.register_script(GC)
+        self.fork_script = client.register_script(FORK)
 
 
 def make_client(aioredis: ModuleType, url: str) -> Redis:
@@ -111,5 +117,22 @@ async def _evalsha(local: ClientLocal, calls: Sequence[ScriptCall]) -> list[Any]
     sha = local.write_script.sha
     async with local.client.pipeline(transaction=False) as pipe:
         for call in calls:
-            pipe.evalsha(sha, 3, *call)
+            pipe.evalsha(sha, 6, *call)
         return list(await pipe.execute(raise_on_error=False))
+
+
+def take_namespace(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``namespace=`` query option (statekeep's, not redis-py's), and
+    that option's value (None if absent)."""
+    query = urlsplit(redaction.split_userinfo(url)[1]).query
+    if not query:
+        return url, None
+    pairs = [part for part in query.split("&") if part]
+    found = [p.partition("=")[2] for p in pairs if p.partition("=")[0] == "namespace"]
+    if not found:
+        return url, None
+    if len(found) > 1:
+        raise ValueError(f"the store URL gives namespace= {len(found)} times; give it once")
+    rest = "&".join(p for p in pairs if p.partition("=")[0] != "namespace")
+    at = url.rfind("?" + query)
+    return url[:at] + ("?" + rest if rest else "") + url[at + 1 + len(query) :], unquote(found[0])

@@ -1,6 +1,15 @@
 """What RedisStore checks on first connect: the key layout's version under its prefix
-(refusing a newer statekeep's with UnsupportedFormatError, and keys that are not statekeep's), and, once per server,
-settings that make writes less durable than they look."""
+(refusing a newer statekeep's with UnsupportedFormatError, and keys that are not statekeep's;
+upgrading layout 1), and, once per server, settings that make writes less durable than they look.
+
+Layout 1 (statekeep before namespaces) kept ``state:{id}``, ``entries:{id}`` and one index
+sorted set ``index`` scored by updated_at. Layout 2 keeps the first two as they are (they are
+the default namespace's) and replaces ``index`` by the indexes of :mod:`._keys`: the first
+store to connect builds them from the snapshots (:func:`upgrade`, safe to run from several
+processes at once and to run again after a crash half-way), then sets ``layout`` to 2 and
+removes ``index``. Stop processes running an older statekeep first: once the layout is 2
+they refuse to start, but one already running would write States the indexes miss.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +18,15 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 from ..._errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
+from ..._labels import DEFAULT_NAMESPACE
+from ._keys import WIDTH, Keys, indexed
+from ._lua import REINDEX
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 #: The key layout this statekeep writes; a prefix holding a newer one is refused.
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 
 # Servers already checked for durability settings, so that each is warned about once.
 _checked: set[Hashable] = set()
@@ -27,13 +39,15 @@ async def check_server(
     prefix: str,
     index: bytes,
     create: bool,
+    retention: bool,
     server: Hashable,
     where: str,
     scrub: Callable[[str], str],
 ) -> None:
     """Check the key layout's version under ``prefix`` (writing it first if ``create``), and
     warn once per ``server`` about weak durability. ``store`` names the store in errors,
-    ``where`` the server in warnings; ``index`` is the listing's key."""
+    ``where`` the server in warnings; ``index`` is the default namespace's listing index.
+    With ``retention``, States get a TTL, so any ``volatile-*`` eviction policy is warned about."""
     layout = prefix.encode("utf-8") + b"layout"
     async with client.pipeline(transaction=False) as pipe:
         if create:
@@ -57,6 +71,9 @@ async def check_server(
         found = None if version is None else int(version)
     except ValueError:
         found = -1
+    if found == 1:
+        await upgrade(client, prefix.encode("utf-8"))
+        found = LAYOUT_VERSION
     # None: no layout key, and a read-only server (a replica) would not take one.
     if found is not None and found != LAYOUT_VERSION:
         if found > LAYOUT_VERSION:
@@ -83,13 +100,14 @@ async def check_server(
         )
         return
     evicts = _config_value(policy, "maxmemory-policy")
-    with_ttl = any(isinstance(ttl, int) and ttl >= 0 for ttl in ttls)
+    with_ttl = retention or any(isinstance(ttl, int) and ttl >= 0 for ttl in ttls)
     if evicts.startswith("volatile-") and not with_ttl:
         with_ttl = await _states_have_ttl(client, prefix.encode("utf-8"), index)
     if evicts.startswith("allkeys-") or (evicts.startswith("volatile-") and with_ttl):
         warnings.warn(
             f"statekeep: Redis at {where} may evict statekeep's keys when it runs out of memory "
-            f"(maxmemory-policy {evicts}{', and they have a TTL' if with_ttl else ''}): saved States "
+            f"(maxmemory-policy {evicts}{', and they have a TTL' if with_ttl else ''}"
+            f"{' (retention is on)' if retention else ''}): saved States "
             "can disappear. Use 'maxmemory-policy noeviction' (redis.conf, or CONFIG SET)",
             RuntimeWarning,
             stacklevel=2,
@@ -110,8 +128,8 @@ async def _states_have_ttl(client: Redis, prefix: bytes, index: bytes, sample: i
     """Do the keys of the most recently updated States (a few) have a TTL, so that a
     ``volatile-*`` eviction policy may drop them? (A sample: statekeep never scans keys.)"""
     ids = [
-        sid if isinstance(sid, bytes) else str(sid).encode()
-        for sid in await client.zrevrange(index, 0, sample - 1)
+        (m if isinstance(m, bytes) else str(m).encode())[WIDTH:]
+        for m in await client.zrangebylex(index, "-", "+", 0, sample)
     ]
     if not ids:
         return False
@@ -131,3 +149,32 @@ def _config_value(reply: object, name: str) -> str:
             if key_text == name:
                 return value.decode() if isinstance(value, bytes) else str(value)
     return "unknown"
+
+
+async def upgrade(client: Redis, prefix: bytes, chunk: int = 500) -> None:
+    """Layout 1 -> 2 under ``prefix``: index every State the old index lists (see the
+    module's docstring). Each State is indexed by a script that first checks its snapshot
+    is still the one read, so a write meanwhile (which indexes it itself) is never undone."""
+    old = prefix + b"index"
+    keys = Keys.of(prefix, DEFAULT_NAMESPACE)
+    script = client.register_script(REINDEX)
+    ids = [m if isinstance(m, bytes) else str(m).encode() for m in await client.zrange(old, 0, -1)]
+    for at in range(0, len(ids), chunk):
+        part = ids[at : at + chunk]
+        async with client.pipeline(transaction=False) as pipe:
+            for raw_id in part:
+                pipe.hget(keys.state + raw_id, "snapshot")
+            snapshots = await pipe.execute()
+        for raw_id, snapshot in zip(part, snapshots, strict=True):
+            if snapshot is None:
+                continue
+            sid = raw_id.decode("utf-8", "replace")
+            found = indexed(keys, sid, snapshot)
+            await script(
+                keys=[keys.state + raw_id, keys.entries + raw_id, *keys.common],
+                args=[raw_id, snapshot, found.member, found.expiry, len(found.indexes), *found.indexes],
+            )
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.set(prefix + b"layout", str(LAYOUT_VERSION))
+        pipe.delete(old)
+        await pipe.execute()

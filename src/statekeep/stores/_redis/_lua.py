@@ -1,33 +1,150 @@
-"""The Lua scripts RedisStore runs on the server: the write (atomic, with the seq rules and
-the compare of entries it already has) and the listing (in one call)."""
+"""The Lua scripts RedisStore runs on the server.
+
+Every script that changes a State also keeps its namespace's indexes (see :mod:`._keys`)
+in the same step, so an index never disagrees with the States once a script returns.
+Expiry is judged by the server's clock (``TIME``): a State whose ``exp`` (microseconds
+since 1970, in its hash) is at or before it is absent for every script, and its keys carry
+the same time as native expiry (``PEXPIREAT``), set again by each write.
+
+The namespace keys every changing script takes, in this order (``NS``): the listing index,
+the rows hash (id -> the indexes it is in, as MessagePack: its member first), the unlisted
+States (a snapshot that is no listing row), the expiry index (score: ``exp``).
+"""
 
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
+from ._keys import STAMPED
 
 # The write script's outcomes: those of every server store (OK, MISSING, ...), and its own:
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
-# ARGV slots before the entries.
-HEAD = 8
+# ARGV slots of the write before the index keys.
+HEAD = 12
+
+# Helpers every changing script starts with. ``ns`` is the table of namespace keys.
+_COMMON = f"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local function ns_keys(first)
+  return {{all = KEYS[first], rows = KEYS[first + 1], bad = KEYS[first + 2], expiry = KEYS[first + 3]}}
+end
+
+-- Whether the State of hash key ``state`` is there and not expired.
+local function live(state)
+  local h = redis.call('HMGET', state, 'next', 'exp')
+  if not h[1] then return false end
+  return not (h[2] and tonumber(h[2]) <= now)
+end
+
+-- Take State ``id`` out of every index.
+local function unindex(ns, id)
+  local old = redis.call('HGET', ns.rows, id)
+  if old then
+    local o = cmsgpack.unpack(old)
+    if o[1] ~= '' then
+      redis.call('ZREM', ns.all, o[1])
+      for i = 2, #o do redis.call('ZREM', o[i], o[1]) end
+    end
+    redis.call('HDEL', ns.rows, id)
+  end
+  redis.call('ZREM', ns.bad, id)
+  redis.call('ZREM', ns.expiry, id)
+end
+
+-- Remove State ``id`` whole.
+local function purge(ns, id, state, entries)
+  unindex(ns, id)
+  redis.call('DEL', state, entries)
+end
+
+-- ``us`` (microseconds since 1970) as ISO 8601 text, as statekeep writes times.
+local function iso(us)
+  local secs = math.floor(us / 1000000)
+  local frac = us - secs * 1000000
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06d+00:00', y, m, d,
+    math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, frac)
+end
+
+-- Store ``snapshot`` for State ``id`` and index it: ``member`` ('' if unlisted), the
+-- index keys ARGV[from .. from + n - 1], ``exp`` ('' for none), and with ``retention``
+-- ('' for none) the expiry stamped now, by this server's clock.
+local function set_snapshot(ns, id, state, snapshot, member, from, n, exp, retention)
+  if retention ~= '' then
+    local at = now + tonumber(retention)
+    snapshot = '{{"expires_at":"' .. iso(at) .. '"' .. string.sub(snapshot, {len(STAMPED)} + 1)
+    exp = string.format('%d', at)
+  end
+  unindex(ns, id)
+  redis.call('HSET', state, 'snapshot', snapshot)
+  if exp ~= '' then
+    redis.call('HSET', state, 'exp', exp)
+    redis.call('ZADD', ns.expiry, exp, id)
+  else
+    redis.call('HDEL', state, 'exp')
+  end
+  local row = {{member}}
+  if member == '' then
+    redis.call('ZADD', ns.bad, 0, id)
+  else
+    redis.call('ZADD', ns.all, 0, member)
+    for i = from, from + n - 1 do
+      redis.call('ZADD', ARGV[i], 0, member)
+      row[#row + 1] = ARGV[i]
+    end
+  end
+  redis.call('HSET', ns.rows, id, cmsgpack.pack(row))
+end
+
+-- Native expiry on the State's keys: its ``exp``, or none.
+local function expire(state, entries)
+  local exp = redis.call('HGET', state, 'exp')
+  if exp then
+    local ms = string.format('%d', math.ceil(tonumber(exp) / 1000))
+    redis.call('PEXPIREAT', state, ms)
+    redis.call('PEXPIREAT', entries, ms)
+  else
+    redis.call('PERSIST', state)
+    redis.call('PERSIST', entries)
+  end
+end
+"""
 
 #: The write, as one script: atomic, and serialised with every other write to the State.
-WRITE = f"""
--- KEYS: state hash, entries list, index
--- ARGV: id, create, first seq, n entries, has snapshot, snapshot, index score,
---       n approved, then the n entries, then the approved stored entries
+WRITE = (
+    _COMMON
+    + f"""
+-- KEYS: state hash, entries list, then the namespace keys
+-- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
+--       exp, retention, n index keys, (unused), then the index keys, the n entries,
+--       then the approved stored entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 local has_snapshot = ARGV[5] == '1'
-local napproved = tonumber(ARGV[8])
-local base = {HEAD}
+local napproved = tonumber(ARGV[7])
+local nindex = tonumber(ARGV[11])
+local base = {HEAD} + nindex
+local ns = ns_keys(3)
 
 -- Every key's type before the first write: a key of another type (the prefix shared with
 -- something else) would fail half-way through, after some writes were made.
-local want = {{'hash', 'list', 'zset'}}
-for i = 1, 3 do
+local want = {{'hash', 'list', 'zset', 'hash', 'zset', 'zset'}}
+for i = 1, 6 do
   local t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= want[i] then return {{{WRONGTYPE}, KEYS[i], t, want[i]}} end
 end
@@ -41,24 +158,24 @@ local function push(from, to)
   end
 end
 
-local function set_snapshot()
+local function snapshot_and_expiry()
   if has_snapshot then
-    redis.call('HSET', KEYS[1], 'snapshot', ARGV[6])
-    redis.call('ZADD', KEYS[3], ARGV[7], id)
+    set_snapshot(ns, id, KEYS[1], ARGV[6], ARGV[8], {HEAD} + 1, nindex, ARGV[9], ARGV[10])
   end
+  expire(KEYS[1], KEYS[2])
 end
 
+local is_live = live(KEYS[1])
 if create then
-  if redis.call('EXISTS', KEYS[1]) == 1 then return {{{EXISTS}}} end
-  redis.call('DEL', KEYS[2])
+  if is_live then return {{{EXISTS}}} end
+  purge(ns, id, KEYS[1], KEYS[2])  -- an expired State, or what native expiry left
   push(base + 1, base + n)
   redis.call('HSET', KEYS[1], 'next', string.format('%d', n))
-  set_snapshot()
+  snapshot_and_expiry()
   return {{{OK}, n}}
 end
-local nxt = redis.call('HGET', KEYS[1], 'next')
-if not nxt then return {{{MISSING}}} end
-nxt = tonumber(nxt)
+if not is_live then return {{{MISSING}}} end
+local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local skip = 0
 if n > 0 then
   if first > nxt then return {{{GAP}, nxt}} end
@@ -84,18 +201,155 @@ if skip < n then
   push(base + skip + 1, base + n)
   redis.call('HSET', KEYS[1], 'next', string.format('%d', first + n))
 end
-set_snapshot()
+snapshot_and_expiry()
 return {{{OK}, math.max(nxt, first + n)}}
 """
+)
 
-# The listing in one call: [id, snapshot, id, snapshot, ...], newest first. It reads the
-# State hashes by name, which a single server (not Redis Cluster) allows.
-LIST = """
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, -1)
-local out = {}
+#: A fork: the source's entries 0..at copied on the server, and the new State created.
+FORK = (
+    _COMMON
+    + f"""
+-- KEYS: source state, source entries, new state, new entries, then the namespace keys
+-- ARGV: new id, at seq, sha1 of the entries 0..at joined by newlines, snapshot, member,
+--       exp, retention, n index keys, then the index keys
+local ns = ns_keys(5)
+if not live(KEYS[1]) then return {{{MISSING}}} end
+local at = tonumber(ARGV[2])
+local copied = redis.call('LRANGE', KEYS[2], 0, at)
+if #copied ~= at + 1 or redis.sha1hex(table.concat(copied, '\\n')) ~= ARGV[3] then
+  return {{{MISSING}}}
+end
+if live(KEYS[3]) then return {{{EXISTS}}} end
+purge(ns, ARGV[1], KEYS[3], KEYS[4])
+local i = 1
+while i <= #copied do
+  local j = math.min(i + 999, #copied)
+  redis.call('RPUSH', KEYS[4], unpack(copied, i, j))
+  i = j + 1
+end
+redis.call('HSET', KEYS[3], 'next', string.format('%d', #copied))
+set_snapshot(ns, ARGV[1], KEYS[3], ARGV[4], ARGV[5], 9, tonumber(ARGV[8]), ARGV[6], ARGV[7])
+expire(KEYS[3], KEYS[4])
+return {{{OK}}}
+"""
+)
+
+#: Delete one State: its keys and its index entries.
+DELETE = (
+    _COMMON
+    + """
+-- KEYS: state, entries, then the namespace keys; ARGV: id
+purge(ns_keys(3), ARGV[1], KEYS[1], KEYS[2])
+return 0
+"""
+)
+
+#: Remove up to ARGV[3] expired States; returns {removed, looked at}.
+GC = (
+    _COMMON
+    + """
+-- KEYS: the namespace keys; ARGV: state key prefix, entries key prefix, batch
+local ns = ns_keys(1)
+local ids = redis.call('ZRANGEBYSCORE', ns.expiry, '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local removed = 0
 for _, id in ipairs(ids) do
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', ARGV[1] .. id, 'snapshot') or false
+  local state = ARGV[1] .. id
+  local h = redis.call('HMGET', state, 'next', 'exp')
+  if h[1] and not h[2] then
+    redis.call('ZREM', ns.expiry, id)  -- no expiry any more: the index catches up
+  elseif h[1] and tonumber(h[2]) > now then
+    redis.call('ZADD', ns.expiry, h[2], id)  -- extended: the index catches up
+  else
+    purge(ns, id, state, ARGV[2] .. id)
+    removed = removed + 1
+  end
+end
+return {removed, #ids}
+"""
+)
+
+#: One stretch of a listing: walk an index from a bound, keep the rows that pass.
+SELECT = """
+-- KEYS: the listing index, the unlisted States
+-- ARGV: state key prefix, start bound, end bound, rows wanted, members to look at (at most),
+--       id prefix ('' for none), n must, the must indexes, n must not, the must-not indexes,
+--       how many unlisted States to return (id, snapshot, ...) to warn about
+-- Returns {done (1: the index ends here), the last member looked at, the unlisted States,
+--          then id, snapshot, ...}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local want = tonumber(ARGV[4])
+local budget = tonumber(ARGV[5])
+local prefix = ARGV[6]
+local nmust = tonumber(ARGV[7])
+local nnot = tonumber(ARGV[8 + nmust])
+-- Walk the smallest of the indexes every row must be in; check the others row by row.
+local walk = KEYS[1]
+local walk_at = 0
+local size = redis.call('ZCARD', KEYS[1])
+for i = 8, 7 + nmust do
+  local n = redis.call('ZCARD', ARGV[i])
+  if n < size or walk_at == 0 then walk, walk_at, size = ARGV[i], i, n end
+end
+local out = {0, '', {}}
+local warn = tonumber(ARGV[9 + nmust + nnot])
+if warn > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, warn - 1)) do
+    local snapshot = redis.call('HGET', ARGV[1] .. id, 'snapshot')
+    if snapshot then
+      out[3][#out[3] + 1] = id
+      out[3][#out[3] + 1] = snapshot
+    end
+  end
+end
+local found, looked = 0, 0
+local start = ARGV[2]
+while found < want and looked < budget do
+  local chunk = math.min(math.max(want - found, 32), budget - looked)
+  local members = redis.call('ZRANGEBYLEX', walk, start, ARGV[3], 'LIMIT', 0, chunk)
+  for _, m in ipairs(members) do
+    looked = looked + 1
+    out[2] = m
+    local ok = true
+    for i = 8, 7 + nmust do
+      if i ~= walk_at and not redis.call('ZSCORE', ARGV[i], m) then ok = false; break end
+    end
+    if ok then
+      for i = 9 + nmust, 8 + nmust + nnot do
+        if redis.call('ZSCORE', ARGV[i], m) then ok = false; break end
+      end
+    end
+    local id = string.sub(m, 19)
+    if ok and prefix ~= '' and string.sub(id, 1, #prefix) ~= prefix then ok = false end
+    if ok then
+      local h = redis.call('HMGET', ARGV[1] .. id, 'snapshot', 'exp')
+      if h[1] and not (h[2] and tonumber(h[2]) <= now) then
+        out[#out + 1] = id
+        out[#out + 1] = h[1]
+        found = found + 1
+        if found == want then break end
+      end
+    end
+  end
+  if #members < chunk then
+    if found < want then out[1] = 1 end
+    break
+  end
+  start = '(' .. out[2]
 end
 return out
 """
+
+#: Layout 1 -> 2: index one State of the default namespace, if its snapshot is still the one read.
+REINDEX = (
+    _COMMON
+    + """
+-- KEYS: state, entries, then the namespace keys
+-- ARGV: id, snapshot as read, member, exp, n index keys, then the index keys
+if redis.call('HGET', KEYS[1], 'snapshot') ~= ARGV[2] then return 0 end
+set_snapshot(ns_keys(3), ARGV[1], KEYS[1], ARGV[2], ARGV[3], 6, tonumber(ARGV[5]), ARGV[4], '')
+expire(KEYS[1], KEYS[2])
+return 1
+"""
+)

@@ -3,21 +3,27 @@ its client: :mod:`._client`; the package docstring tells how States are kept).""
 
 from __future__ import annotations
 
-import math
+import copy
 from collections.abc import Hashable
-from datetime import datetime
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
 from ... import _redaction as redaction
+from ..._backend import Backend
+from ..._bridge import owner, run_async
 from ..._errors import CorruptStateError
-from ..._records import Record, SavedState, decode_snapshot, listing_order
-from ..._writes import PreparedWrite, check_overlap
+from ..._labels import DEFAULT_NAMESPACE
+from ..._query import ListQuery, Page
+from ..._records import Record, SavedState, Snapshot, decode_snapshot
+from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
-from . import _client
+from . import _client, _listing
+from ._args import fork_args, write_args
 from ._client import ClientLocal, ScriptCall
+from ._keys import STAMP, Keys
 from ._layout import check_server
 from ._lua import WRONGTYPE
 
@@ -66,6 +72,26 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     another, and end them with ``:``). Needs a single Redis server or a primary with
     replicas; Redis Cluster is not supported. The password never appears in ``repr()`` or
     in the store's error messages.
+
+    ``namespace`` (also ``?namespace=`` in the URL): stores of two namespaces under one
+    prefix never see each other's States, listings, memory or gc. The default namespace
+    keeps the keys statekeep used before namespaces; another lives under
+    ``<prefix>ns:<name>:``. Keys of an older statekeep (layout 1) are upgraded on first
+    connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
+
+    ``list()`` answers from indexes kept by the write script (by agent, parent, label,
+    status and stop reason, and one in listing order), never reading every State: a page
+    walks the smallest index the filters name and checks the others on each row it meets,
+    so its cost grows with the rows it skips, not with the store (``finished=False``,
+    ``id_prefix`` and ``updated_after``/``updated_before`` narrow the walk of that index).
+
+    Expiry is judged by the server's clock (``TIME``, in the scripts): an expired State is
+    absent for every operation at once. ``retention``: a State whose snapshot has no
+    ``expires_at`` of its own is stamped by the write script with the server's time plus
+    ``retention``. Every key of a State carries its expiry as native Redis expiry
+    (``PEXPIREAT``), set again by each write; :meth:`gc` removes what is left of expired
+    States in the indexes (Lua, in batches; safe from several processes, and a State a
+    write just extended stays).
     """
 
     _local_type = ClientLocal
@@ -78,6 +104,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         prefix: str = "statekeep:",
         client: Redis | None = None,
         create: bool = True,
+        namespace: str = DEFAULT_NAMESPACE,
+        retention: timedelta | float | None = None,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
         import redis.exceptions
@@ -86,6 +114,12 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, got {type(url).__name__}")
         redaction.check_userinfo(url)
+        url, in_url = _client.take_namespace(url)
+        if in_url is not None:
+            if namespace != DEFAULT_NAMESPACE and namespace != in_url:
+                raise ValueError(f"namespace {namespace!r} differs from the URL's namespace={in_url!r}")
+            namespace = in_url
+        self._lifecycle(namespace, retention)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         try:
@@ -98,7 +132,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         self._create = create
         self._server = _client.server_key(url, client)
         self._secrets = redaction.url_secrets(url)
-        self._index = self._prefix + b"index"
+        self._keys_of = Keys.of(self._prefix, self.namespace)
         self._server_name = f"Redis at {_client.where(self._server)}"
         self._lost = _client.lost(self._aioredis)
         self._user_conn = client
@@ -106,40 +140,51 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     def __repr__(self) -> str:
         where = "client=<redis client>" if self._user_client is not None else repr(redact_url(self._url))
-        return f"RedisStore({where}, prefix={self.prefix!r})"
+        space = "" if self.namespace == DEFAULT_NAMESPACE else f", namespace={self.namespace!r}"
+        return f"RedisStore({where}, prefix={self.prefix!r}{space})"
 
     def _storage_key(self) -> Hashable:
-        return ("redis", *self._server, self.prefix)
+        return ("redis", *self._server, self.prefix, self.namespace)
 
-    def _keys(self, state_id: str) -> tuple[bytes, bytes, bytes]:
-        sid = state_id.encode()
-        return self._prefix + b"state:" + sid, self._prefix + b"entries:" + sid, self._index
+    def _sibling(self, namespace: str) -> Backend:
+        """This store's namespace ``namespace``, on the same client (agent memory)."""
+        other = copy.copy(self)
+        other._lifecycle(namespace, None, internal=True)
+        other.retention = None
+        other._keys_of = Keys.of(self._prefix, namespace)
+        other._parent = self
+        return other
+
+    # -- expiry: the server's clock judges, in the scripts ------------------------------
+
+    def _expired(self, snapshot: dict[str, Any] | None) -> bool:
+        return False  # the scripts and _read leave expired States out by the server's clock
+
+    def _stamp(self, snapshot: Snapshot) -> Snapshot:
+        """With a ``retention``, mark a snapshot without an expiry for the write script to
+        stamp with the server's time (the marker comes first, where the script finds it)."""
+        if self.retention is None or snapshot is None or snapshot.get("expires_at") is not None:
+            return snapshot
+        rest = {k: v for k, v in snapshot.items() if k != "expires_at"}
+        return {"expires_at": STAMP, **rest, "expiry": "retention"}
+
+    def _retention_us(self) -> str:
+        return "" if self.retention is None else str(self.retention // timedelta(microseconds=1))
 
     # -- the four operations, on the owner loop -------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
         sid = write.state_id
-        lines = [line[:-1] for line in write.lines]
-        n = len(lines)
-        head = [
-            sid,
-            "1" if write.create else "0",
-            str(write.first_seq),
-            str(n),
-            "0" if write.snapshot is None else "1",
-            b"" if write.snapshot is None else write.snapshot,
-            _listing_score(write.snapshot),
-        ]
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
-            reply = await self._send((*self._keys(sid), *head, str(len(approved)), *lines, *approved))
+            reply = await self._send(write_args(self._keys_of, write, approved, self._retention_us()))
             status = int(reply[0])
             if status == servercommon.OK:
                 return
             if status == WRONGTYPE:
-                key, found, wanted = (_as_bytes(part).decode("utf-8", "replace") for part in reply[1:4])
+                key, held, wanted = (_as_bytes(part).decode("utf-8", "replace") for part in reply[1:4])
                 raise CorruptStateError(
-                    f"{self!r}: the key {key!r} holds a {found}, where statekeep keeps a {wanted}; "
+                    f"{self!r}: the key {key!r} holds a {held}, where statekeep keeps a {wanted}; "
                     f"nothing of the write to State {sid!r} was saved. Is the prefix used by something else?"
                 )
             servercommon.check_outcome(status, write, reply[1] if status == servercommon.GAP else None)
@@ -150,13 +195,14 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         raise servercommon.kept_changing(sid)
 
     async def _read(self, state_id: str) -> Record | None:
-        state_key, entries_key, _ = self._keys(state_id)
+        state_key, entries_key = self._keys_of.state_keys(state_id)
         async with self._using("read") as local, local.client.pipeline(transaction=True) as pipe:
-            pipe.hmget(state_key, "next", "snapshot")
+            pipe.hmget(state_key, "next", "snapshot", "exp")
             pipe.lrange(entries_key, 0, -1)
-            (next_seq, snapshot_bytes), items = await pipe.execute()
-        if next_seq is None:
-            return None
+            pipe.time()
+            (next_seq, snapshot_bytes, exp), items, (secs, micros) = await pipe.execute()
+        if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
+            return None  # none, or expired by the server's clock
         where = f"State {state_id!r} in Redis at {_client.where(self._server)}"
         if len(items) != int(next_seq):
             raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {len(items)}")
@@ -166,29 +212,48 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         )
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
+        page, skipped = await self._select(ListQuery())
+        return list(page), skipped
+
+    async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         async with self._using("list") as local:
-            assert local.list_script is not None
-            reply = await local.list_script(keys=[self._index], args=[self._prefix + b"state:"])
-        rows: list[SavedState] = []
-        skipped: list[str] = []
-        for i in range(0, len(reply), 2):
-            snapshot = reply[i + 1]
-            if snapshot is not None:  # else deleted meanwhile, or not ours
-                sid = _as_bytes(reply[i]).decode("utf-8", "replace")
-                servercommon.add_listed(sid, snapshot, rows, skipped)
-        return listing_order(rows), skipped
+            return await _listing.select(local, self._keys_of, query)
+
+    async def _gc(self, limit: int | None) -> int:
+        async with self._using("gc") as local:
+            return await _listing.gc(local, self._keys_of, limit)
 
     async def _delete(self, state_id: str) -> None:
-        state_key, entries_key, index = self._keys(state_id)
-        async with self._using("delete") as local, local.client.pipeline(transaction=True) as pipe:
-            pipe.delete(state_key, entries_key)
-            pipe.zrem(index, state_id)
-            await pipe.execute()
+        async with self._using("delete") as local:
+            assert local.delete_script is not None
+            await local.delete_script(
+                keys=[*self._keys_of.state_keys(state_id), *self._keys_of.common], args=[state_id]
+            )
+
+    async def _afork_write(
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
+    ) -> None:
+        """One script copies the source's entries on the server (checking they are still
+        the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
+        write = prepare_write(new_id, [], self._stamp(snapshot), True)
+        self._check_open(None)
+        keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
+        status = await run_async(self._fork(keys, args, new_id))
+        if status == servercommon.MISSING:
+            raise missing_error(source_id)
+        if status == servercommon.EXISTS:
+            raise exists_error(new_id)
+
+    async def _fork(self, keys: list[bytes], args: list[Any], new_id: str) -> int:
+        async with owner().lock((self._storage_key(), new_id)), self._using("fork") as local:
+            assert local.fork_script is not None
+            reply = await local.fork_script(keys=keys, args=args)
+        return int(reply[0])
 
     # -- writes: one at a time, or pipelined ----------------------------------------
 
     async def _send(self, args: ScriptCall) -> Any:
-        """Run the write script with ``args`` (its 3 keys, then its arguments); return its reply.
+        """Run the write script with ``args`` (its 6 keys, then its arguments); return its reply.
 
         Writes that wait at the same moment, to different States of this store, go to the
         server together in one pipeline (one round trip; the server fsyncs its log once for
@@ -216,6 +281,18 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     # -- the client -----------------------------------------------------------------
 
+    _parent: RedisStore | None = None
+
+    async def _local(self) -> ClientLocal:
+        if self._parent is not None:  # a sibling namespace: the parent's client and queue
+            self._parent._check_open(None)
+            return await self._parent._local()
+        return await super()._local()
+
+    async def _close(self) -> None:
+        if self._parent is None:  # a sibling leaves the parent's client alone
+            await super()._close()
+
     async def _open(self, local: ClientLocal) -> Redis:
         if self._user_client is not None:
             client = self._user_client
@@ -230,27 +307,13 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             client,
             store=repr(self),
             prefix=self.prefix,
-            index=self._index,
+            index=Keys.of(self._prefix, DEFAULT_NAMESPACE).common[0],
             create=self._create,
+            retention=self.retention is not None,
             server=self._server,
             where=_client.where(self._server),
             scrub=self._scrub,
         )
-
-
-def _listing_score(snapshot: bytes | None) -> str:
-    """The index score: the snapshot's updated_at as epoch seconds, or -inf if it has none."""
-    if snapshot is None:
-        return "-inf"
-    try:
-        value = orjson.loads(snapshot).get("updated_at")
-        when = datetime.fromisoformat(value)
-        if when.tzinfo is None:
-            return "-inf"
-        score = when.timestamp()
-    except Exception:
-        return "-inf"
-    return repr(score) if math.isfinite(score) else "-inf"
 
 
 def _copy(exc: Exception) -> Exception:

@@ -1,0 +1,53 @@
+"""The argument lists of RedisStore's write and fork scripts (pure; the scripts: :mod:`._lua`)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from ..._codec import encode
+from ..._writes import PreparedWrite
+from ._keys import Keys, indexed
+
+
+def write_args(
+    keys: Keys, write: PreparedWrite, approved: Sequence[bytes], retention_us: str
+) -> tuple[Any, ...]:
+    """The write script's keys and arguments for ``write`` (``approved``: stored entries
+    found equal in Python, see the package docstring; ``retention_us``: "" for none)."""
+    sid = write.state_id
+    found = None if write.snapshot is None else indexed(keys, sid, write.snapshot)
+    head = [
+        sid,
+        "1" if write.create else "0",
+        str(write.first_seq),
+        str(len(write.lines)),
+        "0" if write.snapshot is None else "1",
+        b"" if write.snapshot is None else write.snapshot,
+        str(len(approved)),
+        b"" if found is None else found.member,
+        "" if found is None else found.expiry,
+        retention_us if found is not None and found.stamp else "",
+        str(0 if found is None else len(found.indexes)),
+        "",
+        *([] if found is None else found.indexes),
+    ]
+    lines = [line[:-1] for line in write.lines]
+    return (*keys.state_keys(sid), *keys.common, *head, *lines, *approved)
+
+
+def fork_args(
+    keys: Keys, source_id: str, entries: Sequence[dict[str, Any]], write: PreparedWrite, retention_us: str
+) -> tuple[list[bytes], list[Any]]:
+    """The fork script's keys and arguments: copy ``entries`` (as read from ``source_id``;
+    the script checks their SHA-1) to the State of ``write`` (a create with no entries)."""
+    assert write.snapshot is not None
+    digest = hashlib.sha1(b"\n".join(encode(e, "entry") for e in entries)).hexdigest()
+    found = indexed(keys, write.state_id, write.snapshot)
+    names = [*keys.state_keys(source_id), *keys.state_keys(write.state_id), *keys.common]
+    args = [
+        write.state_id, str(len(entries) - 1), digest, write.snapshot, found.member, found.expiry,
+        retention_us if found.stamp else "", str(len(found.indexes)), *found.indexes,
+    ]  # fmt: skip
+    return names, args
