@@ -55,10 +55,15 @@ class BuiltinContract(StoreContract):
     #: Test name prefixes this store does not pass yet, with the part of the store they wait
     #: for: marked xfail(strict), so a test that starts passing fails until its entry goes.
     pending: ClassVar[dict[str, str]] = {}
+    #: Test name prefixes that pass already with the generic defaults of the stores' base,
+    #: though a pending pattern covers them.
+    ready: ClassVar[tuple[str, ...]] = ()
 
     @pytest.fixture(autouse=True)
     def _pending(self, request: pytest.FixtureRequest) -> None:
         name = request.node.name
+        if name.startswith(self.ready):
+            return
         for pattern, part in self.pending.items():
             if re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), name):
                 request.applymarker(pytest.mark.xfail(reason=f"waits for {part}", strict=True))
@@ -117,6 +122,7 @@ class TestSQLiteStore(BuiltinContract):
 
 class TestPostgresStore(BuiltinContract):
     pending = lifecycle("PostgresStore", "i10-pg") | listing_columns("PostgresStore", "i10-pg")
+    ready = ("test_expiry_keep_for_", "test_expiry_a_fork_does_not_inherit_")
     model_examples, model_steps = 15, 20
 
     server_clock = True
@@ -140,6 +146,7 @@ class TestPostgresStore(BuiltinContract):
 
 class TestRedisStore(BuiltinContract):
     pending = lifecycle("RedisStore", "i10-redis")
+    ready = ("test_expiry_keep_for_", "test_expiry_a_fork_does_not_inherit_", "test_expiry_gc_removes_")
     model_examples, model_steps = 15, 20
 
     server_clock = True
