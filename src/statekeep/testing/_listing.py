@@ -3,6 +3,7 @@ cursors), ``iter_states`` and paging while writes go on."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -222,6 +223,48 @@ class ListingContract:
                 touched.add(sid)
                 await api.write(sid, [], listed_snapshot(3, step))
             await api.write(f"new{step:02d}", [], listed_snapshot(3, step), create=True)
+        assert len(seen) == len(set(seen)), f"listed twice: {sorted(s for s in seen if seen.count(s) > 1)}"
+        missing = set(ids) - touched - set(seen)
+        assert not missing, f"skipped though not updated during the walk: {sorted(missing)}"
+
+    @asyncio_test
+    async def test_query_paging_while_another_thread_writes(self, api: Api) -> None:
+        """A writer thread moves States to the front while the walk goes on: still no State
+        twice, and none skipped that the writer had not touched."""
+        self.needs("supports_list", "supports_query")
+        ids = [f"s{n:02d}" for n in range(40)]
+        for n, sid in enumerate(ids):
+            await api.write(sid, [], listed_snapshot(2, n // 2), create=True)
+        touched: set[str] = set()
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def writer() -> None:
+            try:
+                for n in range(400):  # until the walk ends, or this many writes
+                    if done.is_set():
+                        return
+                    sid = ids[(n * 7) % len(ids)]
+                    touched.add(sid)  # before the write: it counts as updated during the walk
+                    api.store.write(sid, [], listed_snapshot(3, 0) | {"turn": n})
+            except BaseException as exc:  # reported by the test below
+                errors.append(exc)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            seen: list[str] = []
+            after = None
+            while True:
+                page = await api.list(limit=3, after=after)
+                seen += [r.id for r in page]
+                after = page.next  # type: ignore[attr-defined]
+                if after is None:
+                    break
+        finally:
+            done.set()
+            thread.join()
+        assert not errors, errors
         assert len(seen) == len(set(seen)), f"listed twice: {sorted(s for s in seen if seen.count(s) > 1)}"
         missing = set(ids) - touched - set(seen)
         assert not missing, f"skipped though not updated during the walk: {sorted(missing)}"
