@@ -82,18 +82,15 @@ class TestMemoryStore(BuiltinContract):
     model_examples, model_steps = 150, 40
 
     def make_store(self, tmp_path: Path) -> Store:
-        return self.make_store_with(tmp_path)
+        return MemoryStore()
 
     def make_store_with(self, tmp_path: Path, **options: Any) -> Store:
-        # One MemoryStore per folder, so that namespaces made for one test share it.
-        shared = MEMORY.setdefault(str(tmp_path), MemoryStore())
-        if not options:
-            return shared
         if "namespace" not in options:
             return MemoryStore(**options)
-        # Namespaces of one MemoryStore live in the same process memory: its siblings.
-        MemoryStore(namespace=options["namespace"]).close()  # the name checked as a user's is
-        return shared._sibling(options["namespace"])
+        # The namespaces of one MemoryStore live in this process's memory: its siblings. The
+        # name is checked first as a user's store checks it.
+        MemoryStore(namespace=options["namespace"]).close()
+        return MEMORY.setdefault(str(tmp_path), MemoryStore())._sibling(options["namespace"])
 
 
 class TestFileStore(BuiltinContract):
