@@ -58,8 +58,9 @@ class Api:
         return await self.store.alist(**filters) if self.mode == "async" else self.store.list(**filters)
 
     async def delete(self, state_id: str, *, children: bool = False) -> None:
+        # Without children, the plain call: a store of one's own may not take the keyword.
         if self.mode == "async":
-            await self.store.adelete(state_id, children=children)
+            await (self.store.adelete(state_id, children=True) if children else self.store.adelete(state_id))
         elif children:
             self.store.delete(state_id, children=True)
         else:
