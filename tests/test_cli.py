@@ -271,9 +271,11 @@ def test_help_lists_the_commands() -> None:
         ("show", "Show one State's history"),
         ("delete", "Delete one State"),
         ("demo", "Run an agent"),
+        ("gc", "Remove expired States"),
+        ("fork", "Copy a State's history"),
     ]:
         assert any(line.split()[:1] == [name] and summary in line for line in commands.splitlines()), name
-    for command in ("list", "show", "delete"):
+    for command in ("list", "show", "delete", "gc", "fork"):
         assert "--store" in cli(command, "--help").stdout
 
 

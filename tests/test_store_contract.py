@@ -115,6 +115,7 @@ class TestSyncDictStore(StoreContract):
     """A store written by subclassing Store as the README says passes the same suite."""
 
     durable = supports_list = supports_delete = checks_data = refuses_closed = False
+    supports_expiry = supports_namespaces = supports_memory = False
 
     def make_store(self, tmp_path: Path) -> Store:
         return SyncDictStore()
@@ -122,6 +123,8 @@ class TestSyncDictStore(StoreContract):
 
 class TestAsyncDictStore(StoreContract):
     durable = checks_data = refuses_closed = False
+    supports_query = False  # alist() takes no filters or pages
+    supports_expiry = supports_namespaces = supports_memory = False
 
     def make_store(self, tmp_path: Path) -> Store:
         return AsyncDictStore()

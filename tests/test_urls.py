@@ -196,3 +196,103 @@ def test_a_driver_older_than_the_floor_is_refused_when_the_store_is_made(
     monkeypatch.setattr(importlib.metadata, "version", lambda d: old if d == dist else real(d))
     with pytest.raises(ImportError, match=rf"needs {dist} [\d.]+ or newer, found {re.escape(old)}"):
         open_store(url)
+
+
+# -- ?namespace= and ?retention= -------------------------------------------------------------------
+
+
+def test_lifecycle_parameters_are_split_from_the_url() -> None:
+    from datetime import timedelta
+
+    from statekeep._urls import split_lifecycle
+
+    assert split_lifecycle("sqlite:///runs.db?namespace=team-a&retention=3600") == (
+        "sqlite:///runs.db",
+        {"namespace": "team-a", "retention": timedelta(hours=1)},
+    )
+    assert split_lifecycle("postgresql://u:p@h/db?sslmode=disable&retention=0.5&x=%26") == (
+        "postgresql://u:p@h/db?sslmode=disable&x=%26",  # the driver's parameters stay as written
+        {"retention": timedelta(seconds=0.5)},
+    )
+    assert split_lifecycle("memory://") == ("memory://", {})
+    assert split_lifecycle("runs?namespace=a", bare=True) == ("runs", {"namespace": "a"})
+    assert split_lifecycle("odd?name", bare=True) == ("odd?name", {})  # a folder named so
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("namespace=Team", "namespace"),
+        ("namespace=", "namespace"),
+        ("namespace=a.b", "namespace"),
+        ("retention=0", "retention"),
+        ("retention=-5", "retention"),
+        ("retention=soon", "retention"),
+        ("retention=inf", "retention"),
+        ("retention=nan", "retention"),
+        ("namespace=a&namespace=b", "namespace twice"),
+    ],
+)
+def test_bad_lifecycle_parameters_are_value_errors_naming_them(query: str, named: str) -> None:
+    for url in (f"memory://?{query}", f"sqlite:///x.db?{query}", f"postgresql://h/db?{query}"):
+        with pytest.raises(ValueError, match=named):
+            open_store(url)
+
+
+def test_a_parameter_given_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="namespace is given twice"):
+        open_store("memory://?namespace=a", namespace="b")
+
+
+def lifecycle_url(kind: str, tmp_path: Path) -> str:
+    query = f"namespace=n{uuid.uuid4().hex[:8]}&retention=3600"
+    return {
+        "memory": f"memory://?{query}",
+        "file": f"{tmp_path}/runs?{query}",
+        "file-url": f"file://{tmp_path}/runs?{query}",
+        "sqlite": f"sqlite:///{tmp_path}/runs.db?{query}".replace(":///", ":////", 1),
+        "postgres": f"{servers.shared_postgres().dsn}?{query}",
+        "redis": f"{servers.shared_redis().url}?{query}",
+    }[kind]
+
+
+# Each store takes namespace= and retention= once its helper's branch lands (the lead removes these).
+PENDING_NAMESPACES = {
+    "memory": "MemoryStore(namespace=, retention=) (i10-file)",
+    "file": "FileStore(namespace=, retention=) (i10-file)",
+    "file-url": "FileStore(namespace=, retention=) (i10-file)",
+    "sqlite": "SQLiteStore(namespace=, retention=) (i10-sqlite)",
+    "postgres": "PostgresStore(namespace=, retention=) (i10-pg)",
+    "redis": "RedisStore(namespace=, retention=) (i10-redis)",
+}
+LIFECYCLE_KINDS = [
+    pytest.param(kind, marks=pytest.mark.xfail(reason=f"waits for {part}", strict=True))
+    for kind, part in PENDING_NAMESPACES.items()
+]
+
+
+@pytest.mark.parametrize("kind", LIFECYCLE_KINDS)
+def test_every_store_kind_takes_namespace_and_retention(kind: str, tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    url = lifecycle_url(kind, tmp_path)
+    with open_store(url) as store:
+        assert store.namespace == url.split("namespace=")[1].split("&")[0]  # type: ignore[attr-defined]
+        assert store.retention == timedelta(hours=1)  # type: ignore[attr-defined]
+        store.save(State("in a namespace", id="spaced"))
+        if kind != "memory":
+            with open_store(url.split("?namespace")[0]) as default:
+                assert default.read("spaced") is None  # another namespace
+            with open_store(url) as again:
+                assert again.load("spaced").task == "in a namespace"
+
+
+@pytest.mark.xfail(reason="waits for FileStore(namespace=) (i10-file)", strict=True)
+def test_the_cli_lists_one_namespace(tmp_path: Path) -> None:
+    url = f"{tmp_path}/runs?namespace=team-a"
+    with open_store(url) as store:
+        store.save(State("team a's", id="mine"))
+    with open_store(f"{tmp_path}/runs") as store:
+        store.save(State("the default's", id="theirs"))
+    code, out = cli("list", "--store", url)
+    assert code == 0 and "mine" in out and "theirs" not in out

@@ -6,6 +6,7 @@ characters escaped (:func:`safe`): stored text cannot move the cursor or fake a 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from datetime import datetime
@@ -36,6 +37,29 @@ def listing(rows: Iterable[SavedState]) -> list[str]:
             f"{row.id:<34} {when:<19} {row.turn:>4}  {short(row.status, 10):<10} {short(row.task, 60)}"
         )
     return [safe(line) for line in lines]
+
+
+def row_json(row: SavedState) -> str:
+    """One listing row as one line of JSON (``statekeep list --json``); non-ASCII and control
+    characters escaped, times in ISO 8601 UTC."""
+    return json.dumps(
+        {
+            "id": row.id,
+            "task": row.task,
+            "status": row.status,
+            "agent": row.agent,
+            "parent": row.parent,
+            "labels": row.labels,
+            "turn": row.turn,
+            "finished": row.finished,
+            "stopped_by": row.stopped_by,
+            "created_at": row.created_at.isoformat(),
+            "updated_at": row.updated_at.isoformat(),
+            "expires_at": None if row.expires_at is None else row.expires_at.isoformat(),
+            "forked_from": row.forked_from,
+        },
+        ensure_ascii=True,
+    )
 
 
 def summary(record: Record) -> str:

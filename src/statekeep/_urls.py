@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ._labels import validate_namespace
 from ._redaction import redact_url
 from ._store import Store
 from .stores._file import FileStore
@@ -26,6 +28,11 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
     - ``postgresql://user:pass@host/db`` (extra ``statekeep[postgres]``)
     - ``redis://host:6379/0`` (extra ``statekeep[redis]``)
 
+    Every kind takes ``?namespace=NAME`` and ``?retention=SECONDS`` (e.g.
+    ``sqlite:///runs.db?namespace=team-a&retention=3600``), passed to the store as
+    ``namespace=`` and ``retention=`` (a timedelta); other query parameters of a server URL
+    go to its driver as before.
+
     ``create=False`` opens an existing store only, changing nothing until a write or
     delete: SQLite, PostgreSQL and Redis stores then create no file, tables or keys and
     refuse a place that holds no statekeep store (NotAStoreError); a FileStore makes
@@ -39,6 +46,11 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
         raise ValueError(
             "the store URL is empty; give a folder (a FileStore) or a URL such as sqlite:///runs.db"
         )
+    text, lifecycle = split_lifecycle(text, bare="://" not in text)
+    for key in lifecycle:
+        if key in options:
+            raise ValueError(f"{key} is given twice: in the store URL and as an argument; give it once")
+    options.update(lifecycle)
     if "://" not in text:
         return _file_store(text, text, **options)
     parts = urlsplit(text)
@@ -65,6 +77,46 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
         f"unknown store URL scheme {parts.scheme!r} in {redact_url(text)!r}; use a folder path, file://, "
         "memory://, sqlite:///, postgresql:// or redis://"
     )
+
+
+#: The query parameters every store URL takes, for the store itself (not its driver).
+LIFECYCLE = ("namespace", "retention")
+
+
+def split_lifecycle(url: str, *, bare: bool = False) -> tuple[str, dict[str, Any]]:
+    """``url`` without its ``namespace`` and ``retention`` query parameters, and those as
+    constructor options; ValueError naming a bad or repeated one. Other parameters stay, as
+    written. A bare folder path keeps a ``?`` that is not followed by these parameters only
+    (a folder may have one in its name)."""
+    head, mark, query = url.partition("?")
+    if not mark:
+        return url, {}
+    kept: list[str] = []
+    found: dict[str, Any] = {}
+    for part in query.split("&"):
+        key, _, raw = part.partition("=")
+        if unquote(key) not in LIFECYCLE:
+            kept.append(part)
+            continue
+        key = unquote(key)
+        if key in found:
+            raise ValueError(f"the store URL gives {key} twice")
+        found[key] = _lifecycle_value(key, unquote(raw))
+    if bare and kept:
+        return url, {}  # a folder whose name holds a '?'
+    return head + ("?" + "&".join(kept) if kept else ""), found
+
+
+def _lifecycle_value(key: str, raw: str) -> Any:
+    if key == "namespace":
+        return validate_namespace(raw)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < 10**10:  # also refuses NaN and inf
+        raise ValueError(f"retention in a store URL is a number of seconds > 0, got {raw!r}")
+    return timedelta(seconds=seconds)
 
 
 def _file_store(path: str, url: str, **options: Any) -> Store:

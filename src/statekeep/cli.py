@@ -19,10 +19,12 @@ from typing import NoReturn
 import click
 
 from ._agentcheck import ResumeWarning
+from ._backend import Backend
+from ._bridge import run_sync
 from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
 from ._ids import ID_RULE, validate_id
 from ._redaction import redact_text
-from ._render import DEFAULT_STORE, listing, safe, short, summary, timeline
+from ._render import DEFAULT_STORE, listing, row_json, safe, short, summary, timeline
 from ._store import Store
 from ._urls import _looks_sqlite, open_store
 from ._writes import missing_error
@@ -121,6 +123,10 @@ def _state_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter(f"{value!r} is not a State id: an id is {ID_RULE}") from None
 
 
+def _optional_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else _state_id(ctx, param, value)
+
+
 store_option = click.option(
     "--store", "store_url", default=DEFAULT_STORE, show_default=True, help=_STORE_HELP
 )
@@ -135,17 +141,53 @@ def main() -> None:
     """Keep AI agent runs outside the process, and look at them."""
 
 
+def _label(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for value in values:
+        key, eq, text = value.partition("=")
+        if not eq:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE")
+        labels[key] = text
+    return labels
+
+
 @main.command("list")
 @store_option
-def list_states(store_url: str) -> None:
-    """List saved States, most recently updated first."""
+@click.option("--agent", help="only States whose last run was by this agent")
+@click.option("--parent", help="only the States spawned by this State (its subagents)")
+@click.option("--label", "labels", multiple=True, callback=_label, help="KEY=VALUE; repeat: all must match")
+@click.option("--status", help="finished, running, or why a run stopped (limit, ...)")
+@click.option(
+    "--limit", type=int, help="at most this many rows (one page; the next page's --after is printed)"
+)
+@click.option("--after", help="the --after a previous page printed: the page after it")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+def list_states(
+    store_url: str,
+    agent: str | None,
+    parent: str | None,
+    labels: dict[str, str],
+    status: str | None,
+    limit: int | None,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    """List saved States, most recently updated first, filtered (filters combine with AND)."""
+    filters: dict[str, object] = {"agent": agent, "parent": parent, "labels": labels or None}
+    filters |= {"status": status, "limit": limit, "after": after}
     with _reporting(), _open(store_url) as store:
-        rows = store.list()
-    if not rows:
-        _say("no saved States")
-        return
-    for line in listing(rows):
-        click.echo(line)
+        rows = store.list(**{k: v for k, v in filters.items() if v is not None})
+    following = getattr(rows, "next", None)
+    if as_json:
+        for row in rows:
+            click.echo(row_json(row))
+    elif not rows:
+        _say("no saved States" if not any(filters.values()) else "no States match")
+    else:
+        for line in listing(rows):
+            click.echo(line)
+    if following is not None:
+        _say(f"more: pass --after {following} for the next page", err=True)
 
 
 @main.command()
@@ -161,14 +203,36 @@ def show(state_id: str, store_url: str) -> None:
         click.echo(line)
 
 
+def _confirm(question: str, yes: bool) -> None:
+    """Ask ``question`` on the terminal unless ``yes``; exit 1 ("nothing deleted") on no."""
+    if yes:
+        return
+    try:
+        sure = click.confirm(question, default=False, err=True)
+    except click.Abort:  # Ctrl-C or end of input at the prompt
+        sure = False
+    if not sure:
+        _fail("nothing deleted")
+
+
+def _need_terminal(command: str, yes: bool) -> None:
+    if not yes and not sys.stdin.isatty():
+        _fail(f"{command} asks before it deletes, and there is no terminal to ask on; pass --yes", USAGE)
+
+
+yes_option = click.option(
+    "--yes", "-y", is_flag=True, help="delete without asking (needed when there is no terminal)"
+)
+
+
 @main.command()
 @click.argument("state_id", callback=_state_id)
 @store_option
-@click.option("--yes", "-y", is_flag=True, help="delete without asking (needed when there is no terminal)")
-def delete(state_id: str, store_url: str, yes: bool) -> None:
+@click.option("--children", is_flag=True, help="also every State spawned from it, at any depth")
+@yes_option
+def delete(state_id: str, store_url: str, children: bool, yes: bool) -> None:
     """Delete one State, history and snapshot, after asking (unless --yes)."""
-    if not yes and not sys.stdin.isatty():
-        _fail("delete asks before it deletes, and there is no terminal to ask on; pass --yes", USAGE)
+    _need_terminal("delete", yes)
     with _reporting(), _open(store_url) as store:
         # A damaged State can be deleted too: that is often why one deletes it.
         try:
@@ -177,17 +241,55 @@ def delete(state_id: str, store_url: str, yes: bool) -> None:
             record, damage = None, str(exc)
         if record is None and damage is None:
             _fail(str(missing_error(state_id, store_url)))
+        tree = run_sync(store._atree(state_id), "alist") if children else [state_id]
+        kids = f" and the {len(tree) - 1} States spawned from it" if len(tree) > 1 else ""
         if not yes:
             what = f"damaged: {damage}" if record is None else summary(record)
             _say(f"State {state_id}: {short(what, 200)}", err=True)
-            try:
-                sure = click.confirm("Delete it?", default=False, err=True)
-            except click.Abort:  # Ctrl-C or end of input at the prompt
-                sure = False
-            if not sure:
-                _fail("nothing deleted")
-        store.delete(state_id)
-    _say(f"deleted {state_id}")
+        _confirm(f"Delete it{kids}?", yes)
+        store.delete(state_id, children=children)
+    _say(f"deleted {state_id}{kids}")
+
+
+@main.command()
+@store_option
+@click.option("--dry-run", is_flag=True, help="only count the expired States")
+@yes_option
+def gc(store_url: str, dry_run: bool, yes: bool) -> None:
+    """Remove expired States (past their expires_at or the store's retention), after asking."""
+    if not dry_run:
+        _need_terminal("gc", yes)
+    with _reporting(), _open(store_url) as store:
+        expired = _expired(store)
+        if dry_run:
+            _say(f"{expired} expired States would be removed")
+            return
+        if expired and not yes:
+            _confirm(f"Remove the {expired} expired States?", yes)
+        removed = store.gc()
+    _say(f"removed {removed} expired States")
+
+
+def _expired(store: Store) -> int:
+    """How many States of ``store`` are expired now (by this machine's clock)."""
+    if not isinstance(store, Backend):
+        raise ValueError(f"{type(store).__name__} has no expiry")
+    rows, _ = run_sync(store._list(), "alist")
+    now = store._now()
+    return sum(1 for row in rows if row.expires_at is not None and row.expires_at <= now)
+
+
+@main.command()
+@click.argument("state_id", callback=_state_id)
+@store_option
+@click.option("--at", "at_seq", type=int, help="the last seq to copy (default: the whole history)")
+@click.option("--new-id", callback=_optional_id, help="the new State's id (default: a new random one)")
+def fork(state_id: str, store_url: str, at_seq: int | None, new_id: str | None) -> None:
+    """Copy a State's history (up to --at) into a new State; the source is not changed."""
+    with _reporting(), _open(store_url) as store:
+        made = store.fork(state_id, at_seq=at_seq, new_id=new_id)
+    seq = (made.forked_from or {}).get("seq")
+    _say(f"forked {state_id} at seq {seq} to {made.id}")
 
 
 @main.command()

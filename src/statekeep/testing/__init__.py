@@ -31,6 +31,19 @@ another process would). The flags, all True unless you say otherwise:
   whole or never started (tested through the async API only). Subclassing :class:`~statekeep.Store`
   gives this for a store written with sync methods; with async ones, do not let cancellation cut a
   write short.
+- ``supports_query``: ``list()`` takes the filters and pages of :meth:`statekeep.Store.list`
+  (``limit``, ``after``, ``agent``, ``parent``, ``labels``, ...) and returns a list with ``.next``;
+  lineage (``list(parent=)``, ``delete(children=True)``) needs it too;
+- ``supports_expiry``: a snapshot's ``expires_at`` expires its State (absent for read, load, list,
+  fork and write), the store takes ``retention=`` and has ``gc()``;
+- ``supports_namespaces``: the store takes ``namespace=``; ``supports_memory``: it has
+  ``memory(scope)``.
+
+The lifecycle tests open stores with options through ``make_store_with(tmp_path, **options)``
+(``namespace``, ``retention``, and ``clock`` for a store that judges expiry by a clock you pass: the
+tests move a :class:`FakeClock`). A store whose server judges expiry sets ``server_clock = True`` and
+defines ``async server_now(store)``; its States get short expiries that the tests wait out by asking
+the server for its time.
 
 ``statekeep_messages = True`` also holds your error messages to statekeep's wording; by default
 only the exception types are checked. Importing this package needs pytest; ``import statekeep``
@@ -42,12 +55,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._contract import StoreContract
+from ._expiry import FakeClock
 from ._helpers import Api, entries, snapshot
 
 if TYPE_CHECKING:  # loaded on first use by __getattr__ below: it needs Hypothesis
     from ._model import StoreMachine
 
-__all__ = ["Api", "StoreContract", "StoreMachine", "entries", "snapshot"]
+__all__ = ["Api", "FakeClock", "StoreContract", "StoreMachine", "entries", "snapshot"]
 
 
 def __getattr__(name: str) -> object:

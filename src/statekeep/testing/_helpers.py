@@ -3,10 +3,12 @@ through its sync or its async methods (:class:`Api`)."""
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
 from typing import Any, Protocol
 
 from .._records import Record, SavedState
+from .._state import State
 from .._store import Store
 
 
@@ -52,14 +54,40 @@ class Api:
     async def read(self, state_id: str) -> Record | None:
         return await self.store.aread(state_id) if self.mode == "async" else self.store.read(state_id)
 
-    async def list(self) -> list[SavedState]:
-        return await self.store.alist() if self.mode == "async" else self.store.list()
+    async def list(self, **filters: Any) -> list[SavedState]:
+        return await self.store.alist(**filters) if self.mode == "async" else self.store.list(**filters)
 
-    async def delete(self, state_id: str) -> None:
+    async def delete(self, state_id: str, *, children: bool = False) -> None:
+        # Without children, the plain call: a store of one's own may not take the keyword.
         if self.mode == "async":
-            await self.store.adelete(state_id)
+            await (self.store.adelete(state_id, children=True) if children else self.store.adelete(state_id))
+        elif children:
+            self.store.delete(state_id, children=True)
         else:
             self.store.delete(state_id)
+
+    async def walk(self, **filters: Any) -> builtins.list[SavedState]:
+        """Every row ``iter_states`` / ``aiter_states`` gives."""
+        if self.mode == "async":
+            return [row async for row in self.store.aiter_states(**filters)]
+        return list(self.store.iter_states(**filters))
+
+    async def save(self, state: State) -> None:
+        if self.mode == "async":
+            await self.store.asave(state)
+        else:
+            self.store.save(state)
+
+    async def load(self, state_id: str) -> State:
+        return await self.store.aload(state_id) if self.mode == "async" else self.store.load(state_id)
+
+    async def fork(self, state_id: str, **options: Any) -> State:
+        if self.mode == "async":
+            return await self.store.afork(state_id, **options)
+        return self.store.fork(state_id, **options)
+
+    async def gc(self, **options: Any) -> int:
+        return await self.store.agc(**options) if self.mode == "async" else self.store.gc(**options)
 
 
 class MakesStores(Protocol):
