@@ -118,8 +118,6 @@ class TestSQLiteStore(BuiltinContract):
 
 
 class TestPostgresStore(BuiltinContract):
-    pending = lifecycle("PostgresStore", "i10-pg") | listing_columns("PostgresStore", "i10-pg")
-    ready = ("test_expiry_keep_for_", "test_expiry_a_fork_does_not_inherit_")
     model_examples, model_steps = 15, 20
 
     server_clock = True
@@ -142,8 +140,6 @@ class TestPostgresStore(BuiltinContract):
 
 
 class TestRedisStore(BuiltinContract):
-    pending = lifecycle("RedisStore", "i10-redis")
-    ready = ("test_expiry_keep_for_", "test_expiry_a_fork_does_not_inherit_", "test_expiry_gc_removes_")
     model_examples, model_steps = 15, 20
 
     server_clock = True
