@@ -24,7 +24,6 @@ from typing import Any
 
 from ..._bridge import Closer, _Owner, owner
 from ..._errors import NotAStoreError
-from ..._records import SavedState
 from ..._slot import ProcessSlot
 from . import _sql as sql
 
@@ -122,7 +121,6 @@ class Connections:
     idle: list[sqlite3.Connection] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     schema_lock: threading.Lock = field(default_factory=threading.Lock)
-    listed: dict[tuple[Any, ...], SavedState] = field(default_factory=dict)  # the last listing
 
     def take_writer(self, connect: Callable[[], sqlite3.Connection]) -> sqlite3.Connection:
         with self.lock:  # busy before anything else, so that close() leaves it alone
