@@ -533,7 +533,7 @@ def test_schema_upgraded_under_an_open_store_stops_its_writes(store: SQLiteStore
     with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.write("a", entries(1, 1), None)
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 1")
+        conn.execute("UPDATE schema_version SET version = 2")
     store.write("a", entries(1, 1), None)
     assert store.read("a").entries == entries(0, 2)
 

@@ -52,6 +52,10 @@ def listing_sql(namespace: str, query: ListQuery, now: str) -> tuple[str, list[A
         where.append("s.parent = ?")
         params.append(query.parent)
     where += _status_terms(query, params)
+    # With only an id prefix to narrow by, its primary-key range drives, sorted after; the
+    # time terms are kept off the listing index (unary +), which would read every State.
+    if query.id_prefix is not None and not labels and len(where) == 2:
+        at = f"+{at}"
     if query.updated_after is not None:
         where.append(f"{at} > ?")
         params.append(iso(query.updated_after))
@@ -69,7 +73,8 @@ def listing_sql(namespace: str, query: ListQuery, now: str) -> tuple[str, list[A
         params += [stamp, stamp, cursor_id]
     where.append("(s.expires_at IS NULL OR s.expires_at > ?)")
     params.append(now)
-    text = f"SELECT {sql.ROW_COLUMNS} FROM {source} WHERE {' AND '.join(where)} ORDER BY {at} DESC, {sid}"
+    order = at.lstrip("+")
+    text = f"SELECT {sql.ROW_COLUMNS} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order} DESC, {sid}"
     if query.limit is not None:
         text += " LIMIT ?"
         params.append(query.limit + 1)
