@@ -46,6 +46,19 @@ def commit_batch(path: Path, conn: sqlite3.Connection, ops: list[Op], now: str) 
     return _Batch(path, conn, ops, now).commit()
 
 
+def gc_chunk(path: Path, conn: sqlite3.Connection, ns: str, now: str, chunk: int) -> int:
+    """Remove at most ``chunk`` States of ``ns`` expired at ``now``, in one transaction that
+    finds them under the write lock (so a State a write just extended is not among them).
+    SQLITE_BUSY escapes with nothing removed and no transaction open."""
+    conn.execute(sql.BEGIN_IMMEDIATE)
+    with rolled_back_on_error(conn):
+        check_version(path, conn)
+        ids = [(ns, sid) for (sid,) in conn.execute(sql.EXPIRED, (ns, now, chunk))]
+        Changes(deletes=ids).apply(conn)
+        conn.execute(sql.COMMIT)
+    return len(ids)
+
+
 @dataclass
 class Changes:
     """The rows a batch of accepted writes changes, applied with one executemany each."""

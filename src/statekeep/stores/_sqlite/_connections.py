@@ -119,6 +119,8 @@ class Connections:
     writer: sqlite3.Connection | None = None
     writer_busy: bool = False
     idle: list[sqlite3.Connection] = field(default_factory=list)
+    #: The reader used on the owner loop's thread only (busy_timeout 0: it never waits).
+    loop_reader: sqlite3.Connection | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     schema_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -158,6 +160,9 @@ class Connections:
         with self.lock:
             self.closed = True
             idle, self.idle = self.idle, []
+            if self.loop_reader is not None:  # not in use: the loop is awaiting this close
+                idle.append(self.loop_reader)
+                self.loop_reader = None
             if not self.writer_busy and self.writer is not None:
                 idle.append(self.writer)
                 self.writer = None

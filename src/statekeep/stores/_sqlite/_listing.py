@@ -14,11 +14,67 @@ keyset order of :mod:`statekeep._query`, written so that its first part bounds t
 
 from __future__ import annotations
 
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from ..._batching import WouldBlock
 from ..._labels import iso
-from ..._query import ListQuery
+from ..._query import ListQuery, Page, encode_cursor
+from ..._records import left_out, trusted_row, utc_time
 from . import _sql as sql
+from ._connections import Connections, connect, is_busy
+from ._rows import saved_state
+from ._schema import read_transaction
+
+
+def read_page(conn: sqlite3.Connection, namespace: str, query: ListQuery, now: str) -> tuple[Page, list[str]]:
+    """One page of ``query`` (in a read transaction on ``conn``), and a message for each
+    State left out: unlisted ones (every page says so, as :meth:`Store.list` does) and
+    rows whose columns were edited into something a listing cannot hold."""
+    text, params = listing_sql(namespace, query, now)
+    rows = conn.execute(text, params).fetchall()
+    unlisted = conn.execute(sql.UNLISTED, (namespace,)).fetchall()
+    skipped = [left_out(sid, why) for sid, why in unlisted]
+    page = Page()
+    limit = len(rows) if query.limit is None else query.limit
+    for row in rows[:limit]:
+        try:
+            page.append(saved_state(row))
+        except ValueError as exc:  # columns edited by hand: leave the State out, as elsewhere
+            skipped.append(left_out(row[0], exc))
+    if len(rows) > limit:
+        page.next = _cursor_after(rows[limit - 1])
+    return page, skipped
+
+
+def read_page_now(
+    path: Path, conns: Connections, namespace: str, query: ListQuery, now: str
+) -> tuple[Page, list[str]]:
+    """:func:`read_page` on the owner loop, for a page small enough not to hold it up (a
+    thread hop costs as much as such a page), with a reader that never waits: WouldBlock,
+    with nothing read, if SQLite reports the database busy."""
+    conn = conns.loop_reader
+    if conn is None:
+        conn = conns.loop_reader = connect(path)
+        conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
+    try:
+        with read_transaction(path, conn):
+            return read_page(conn, namespace, query, now)
+    except sqlite3.OperationalError as exc:
+        if is_busy(exc):
+            raise WouldBlock from None
+        raise
+
+
+def _cursor_after(row: tuple[Any, ...]) -> str:
+    """The ``.next`` cursor after the last row a page read (even one left out as unreadable)."""
+    try:
+        at = utc_time(row[3])
+    except ValueError:
+        at = datetime.min.replace(tzinfo=UTC)  # an edited time: the walk ends after this page
+    return encode_cursor(trusted_row(row[0], "", at, at, 0, None, False))
 
 
 def listing_sql(namespace: str, query: ListQuery, now: str) -> tuple[str, list[Any]]:

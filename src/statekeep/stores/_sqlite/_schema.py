@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,17 @@ def check_version(path: Path, conn: sqlite3.Connection) -> None:
     """In a transaction: refuse the file if another process upgraded it meanwhile."""
     row = conn.execute(sql.VERSION).fetchone()
     _refuse_newer(path, row[0] or 0)
+
+
+@contextmanager
+def read_transaction(path: Path, conn: sqlite3.Connection) -> Iterator[None]:
+    """A read transaction on ``conn`` (one consistent view of the file), checked first for
+    a newer schema; rolled back if the block raises."""
+    conn.execute(sql.BEGIN)
+    with rolled_back_on_error(conn):
+        check_version(path, conn)  # another process may have upgraded the file meanwhile
+        yield
+        conn.execute(sql.COMMIT)
 
 
 def _refuse_newer(path: Path, version: int) -> None:

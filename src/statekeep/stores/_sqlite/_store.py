@@ -9,7 +9,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,22 +20,21 @@ from ..._batching import GroupCommit, WouldBlock
 from ..._bridge import owner, run_async
 from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE, iso
-from ..._query import ListQuery, Page, encode_cursor
-from ..._records import Record, SavedState, decode_snapshot, left_out, trusted_row, utc_time
+from ..._query import ListQuery, Page
+from ..._records import Record, SavedState, decode_snapshot
 from ..._writes import PreparedWrite, prepare_write
 from . import _sql as sql
-from ._batch import Fork, Op, commit_batch
+from ._batch import Fork, Op, commit_batch, gc_chunk
 from ._connections import (
     BUSY_TIMEOUT_SECONDS,
     Connections,
     connect,
     connections_slot,
     is_busy,
-    rolled_back_on_error,
 )
-from ._listing import listing_sql
-from ._rows import decode_entry, saved_state
-from ._schema import check_version, open_schema
+from ._listing import read_page, read_page_now
+from ._rows import decode_entry
+from ._schema import open_schema, read_transaction
 
 T = TypeVar("T")
 
@@ -47,6 +46,8 @@ BUSY_PATIENCE_SECONDS = 120.0
 _MAX_BATCH = 512
 # States gc removes per transaction (bounds how long it holds the write lock).
 _GC_CHUNK = 256
+# Listing pages of at most this many rows are read on the owner loop itself.
+_LOOP_PAGE = 100
 
 
 class SQLiteStore(Backend):
@@ -166,6 +167,11 @@ class SQLiteStore(Backend):
 
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         conns = self._slot.get()
+        if conns.schema_ok and query.limit is not None and query.limit <= _LOOP_PAGE:
+            try:
+                return read_page_now(self.path, conns, self.namespace, query, self._now_text())
+            except WouldBlock:
+                pass
         return await owner().io.run(self._retry_busy, self._select_once, conns, query)
 
     async def _gc(self, limit: int | None) -> int:
@@ -264,21 +270,8 @@ class SQLiteStore(Backend):
     def _select_once(self, conns: Connections, query: ListQuery) -> tuple[Page, list[str]]:
         if self._absent(conns):
             return Page(), []
-        text, params = listing_sql(self.namespace, query, self._now_text())
         with self._reading(conns) as conn:
-            rows = conn.execute(text, params).fetchall()
-            unlisted = conn.execute(sql.UNLISTED, (self.namespace,)).fetchall()
-        skipped = [left_out(sid, why) for sid, why in unlisted]
-        page = Page()
-        limit = len(rows) if query.limit is None else query.limit
-        for row in rows[:limit]:
-            try:
-                page.append(saved_state(row))
-            except ValueError as exc:  # columns edited by hand: leave the State out, as elsewhere
-                skipped.append(left_out(row[0], exc))
-        if len(rows) > limit:
-            page.next = _cursor_after(rows[limit - 1])
-        return page, skipped
+            return read_page(conn, self.namespace, query, self._now_text())
 
     def _gc_all(self, conns: Connections, limit: int | None) -> int:
         """Remove expired States, a chunk per transaction, each chunk found and removed
@@ -289,31 +282,21 @@ class SQLiteStore(Backend):
         removed = 0
         while limit is None or removed < limit:
             chunk = _GC_CHUNK if limit is None else min(_GC_CHUNK, limit - removed)
-            done = self._retry_busy(self._gc_chunk, conns, chunk)
+            # A reader connection, not the writer (which the batch flusher uses meanwhile):
+            # SQLite's write lock serialises gc with every writer, in any process.
+            conn = conns.take_reader() or self._connect()
+            healthy = False
+            try:
+                done = self._retry_busy(
+                    lambda c=conn, n=chunk: gc_chunk(self.path, c, self.namespace, self._now_text(), n)
+                )
+                healthy = True
+            finally:
+                conns.give_reader(conn, reuse=healthy)
             removed += done
             if done < chunk:
                 break
         return removed
-
-    def _gc_chunk(self, conns: Connections, chunk: int) -> int:
-        # A reader connection, not the writer (which the batch flusher uses at the same time):
-        # SQLite's write lock serialises it with every writer, in this process or another.
-        conn = conns.take_reader() or self._connect()
-        healthy = False
-        try:
-            conn.execute(sql.BEGIN_IMMEDIATE)
-            with rolled_back_on_error(conn):
-                check_version(self.path, conn)
-                ns = self.namespace
-                ids = [(ns, sid) for (sid,) in conn.execute(sql.EXPIRED, (ns, self._now_text(), chunk))]
-                conn.executemany(sql.DELETE_ENTRIES, ids)
-                conn.executemany(sql.DELETE_LABELS, ids)
-                conn.executemany(sql.DELETE_STATE, ids)
-                conn.execute(sql.COMMIT)
-            healthy = True
-            return len(ids)
-        finally:
-            conns.give_reader(conn, reuse=healthy)
 
     def _absent(self, conns: Connections) -> bool:
         """No database file yet: reads find nothing, and create nothing."""
@@ -326,19 +309,11 @@ class SQLiteStore(Backend):
         conn = conns.take_reader() or self._connect()
         healthy = False
         try:
-            conn.execute(sql.BEGIN)
-            check_version(self.path, conn)  # another process may have upgraded the file meanwhile
-            yield conn
-            conn.execute(sql.COMMIT)
+            with read_transaction(self.path, conn):
+                yield conn
             healthy = True
         finally:
-            if not healthy and conn.in_transaction:
-                try:
-                    conn.execute(sql.ROLLBACK)
-                    healthy = True
-                except sqlite3.Error:
-                    pass
-            conns.give_reader(conn, reuse=healthy)
+            conns.give_reader(conn, reuse=healthy or not conn.in_transaction)
 
     # -- connections, schema, locks -------------------------------------------------
 
@@ -377,12 +352,3 @@ class SQLiteStore(Backend):
                     ) from exc
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)
-
-
-def _cursor_after(row: tuple[Any, ...]) -> str:
-    """The ``.next`` cursor after the last row a page read (even one left out as unreadable)."""
-    try:
-        at = utc_time(row[3])
-    except ValueError:
-        at = datetime.min.replace(tzinfo=UTC)  # an edited time: the walk ends after this page
-    return encode_cursor(trusted_row(row[0], "", at, at, 0, None, False))
