@@ -432,3 +432,45 @@ def test_memory_closes_with_its_store(store: SQLiteStore) -> None:
     store.close()
     with pytest.raises(RuntimeError, match="closed"):
         memory.get("k")
+
+
+class BusyOnce:
+    """A connection whose next statement SQLite reports busy (as in WAL recovery, which no
+    test can hold still), then the real one."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn, self.busy = conn, True
+
+    def execute(self, *args: Any) -> Any:
+        if self.busy:
+            self.busy = False
+            exc = sqlite3.OperationalError("database is locked")
+            exc.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+            raise exc
+        return self.conn.execute(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+def test_a_page_read_on_the_loop_goes_to_a_worker_when_busy(store: SQLiteStore) -> None:
+    # Small pages are read on the owner loop by a reader that never waits; busy, the page
+    # is read by a worker thread instead, which may wait.
+    store.write("a", [], snap(), create=True)
+    assert ids(store.list(limit=10)) == ["a"]  # the loop's reader is made
+    conns = store._conns
+    assert conns is not None and conns.loop_reader is not None
+    real = conns.loop_reader
+    conns.loop_reader = BusyOnce(real)  # type: ignore[assignment]
+    workers = []
+    read_on_a_worker = store._select_once
+
+    def counted(*args: Any) -> Any:
+        workers.append(True)
+        return read_on_a_worker(*args)
+
+    store._select_once = counted  # type: ignore[method-assign]
+    assert ids(store.list(limit=10)) == ["a"] and workers == [True]
+    assert ids(store.list(limit=10)) == ["a"] and workers == [True]  # no longer busy: on the loop
+    assert ids(store.list(limit=1000)) == ["a"] and workers == [True, True]  # a large page: a worker
+    conns.loop_reader = real
