@@ -37,9 +37,9 @@ from statekeep import (
 )
 from statekeep._batching import WouldBlock
 from statekeep._bridge import owner
-from statekeep._writes import prepare_write
 from statekeep._query import make_query
-from statekeep.stores._sqlite import _connections, _sql, _store
+from statekeep._writes import prepare_write
+from statekeep.stores._sqlite import _connections, _store
 from statekeep.stores._sqlite._batch import Op
 from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.testing import StoreMachine

@@ -313,7 +313,7 @@ class SQLiteStore(Backend):
                 yield conn
             healthy = True
         finally:
-            conns.give_reader(conn, reuse=healthy or not conn.in_transaction)
+            conns.give_reader(conn, reuse=healthy)
 
     # -- connections, schema, locks -------------------------------------------------
 
