@@ -22,7 +22,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,13 @@ import orjson
 
 import common
 from bench_core import Turn, make_workload, store_concurrent, store_sequential
+from bench_sqlite_pages import measure_pages, page_rows
 from common import ListedRow, Scratch, settle, state_id, timed
-from statekeep import SavedState, SQLiteStore
-from statekeep.stores._sqlite._sql import LIST, MIGRATIONS
+from statekeep import SQLiteStore
+from statekeep._query import make_query
+from statekeep.stores._sqlite._listing import listing_sql
+from statekeep.stores._sqlite._rows import listing_columns
+from statekeep.stores._sqlite._sql import LISTING_COLUMNS, MIGRATIONS
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,16 @@ class Config:
     load_entries: int  # entries of the State loaded whole
     list_states: int  # States listed
     read_reps: int  # repetitions of the load and list timings
+    page_sizes: tuple[int, ...]  # States in the store, for the first page of a listing
 
 
-FULL = Config(states=20, turns=50, reps=5, load_entries=10_000, list_states=1_000, read_reps=15)
-QUICK = Config(states=4, turns=8, reps=1, load_entries=600, list_states=40, read_reps=2)
+FULL = Config(
+    states=20, turns=50, reps=5, load_entries=10_000, list_states=1_000, read_reps=15,
+    page_sizes=(1_000, 10_000, 100_000),
+)  # fmt: skip
+QUICK = Config(
+    states=4, turns=8, reps=1, load_entries=600, list_states=40, read_reps=2, page_sizes=(1_000, 2_000)
+)
 
 
 # -- raw sqlite3 ---------------------------------------------------------------------------
@@ -69,14 +78,13 @@ def raw_database(path: Path) -> sqlite3.Connection:
     return conn
 
 
+_UPDATES = ", ".join(f"{c} = excluded.{c}" for c in LISTING_COLUMNS.split(", "))
 _RAW_UPSERT = (
-    "INSERT INTO states (id, next_seq, snapshot, task, created_at, updated_at, turn, stopped_by, finished) "
-    "VALUES (?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-    "next_seq = excluded.next_seq, snapshot = excluded.snapshot, task = excluded.task, "
-    "created_at = excluded.created_at, updated_at = excluded.updated_at, turn = excluded.turn, "
-    "stopped_by = excluded.stopped_by, finished = excluded.finished"
+    f"INSERT INTO states (namespace, id, next_seq, snapshot, {LISTING_COLUMNS}) "
+    "VALUES ('default', ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"ON CONFLICT (namespace, id) DO UPDATE SET next_seq = excluded.next_seq, snapshot = excluded.snapshot, {_UPDATES}"
 )
-_RAW_INSERT = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, CAST(? AS TEXT))"
+_RAW_INSERT = "INSERT INTO entries (namespace, state_id, seq, data) VALUES ('default', ?, ?, CAST(? AS TEXT))"
 
 
 def raw_params(
@@ -91,18 +99,8 @@ def raw_params(
         for turn in turns:
             lines = turn.lines.split(b"\n")[:-1]
             entries = [(sid, e["seq"], line) for e, line in zip(turn.entries, lines, strict=True)]
-            snap = turn.snapshot
-            state = (
-                sid,
-                turn.entries[-1]["seq"] + 1,
-                turn.snap,
-                snap["task"],
-                snap["created_at"],
-                snap["updated_at"],
-                snap["turn"],
-                snap["stopped_by"],
-                int(snap["finished"]),
-            )
+            columns, _ = listing_columns(sid, turn.snap)  # the columns the store fills
+            state = (sid, turn.entries[-1]["seq"] + 1, turn.snap, *columns)
             rows.append((entries, state))
         out.append(rows)
     return out
@@ -157,21 +155,14 @@ def raw_load(conn: sqlite3.Connection, sid: str) -> list[dict[str, Any]]:
 
 def raw_list_query(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     """SQLiteStore's listing query through the index, rows as plain tuples."""
-    return conn.execute(LIST).fetchall()
+    text, params = listing_sql("default", make_query(), "0001-01-01T00:00:00.000000+00:00")
+    return conn.execute(text, params).fetchall()
 
 
 def raw_list_rows(conn: sqlite3.Connection) -> list[ListedRow]:
     """The listing query, each row made into a row with SavedState's fields (times parsed):
     what SQLiteStore.list returns, built by hand. The database gives the order."""
-    when = datetime.fromisoformat
-    return [ListedRow(i, t, when(c), when(u), n, s, bool(f)) for i, t, c, u, n, s, f in raw_list_query(conn)]
-
-
-def list_cold(store: SQLiteStore) -> list[SavedState]:
-    """``store.list()`` with its cache of the previous listing emptied first, as when every
-    State changed since: each row is made into a new SavedState."""
-    store._conns.listed = {}
-    return store.list()
+    return page_rows(raw_list_query(conn))
 
 
 def measure_list(scratch: Scratch, cfg: Config, samples: dict[str, list[float]]) -> None:
@@ -181,13 +172,11 @@ def measure_list(scratch: Scratch, cfg: Config, samples: dict[str, list[float]])
     raw = raw_connect(many.path)
     try:
         assert common.same_rows(many.list(), raw_list_rows(raw))
-        assert common.same_rows(list_cold(many), raw_list_rows(raw))
         assert len(raw_list_query(raw)) == cfg.list_states
         for _ in range(cfg.read_reps):
             samples.setdefault("list_raw_query", []).append(timed(lambda: raw_list_query(raw)) * 1e3)
             samples.setdefault("list_raw_rows", []).append(timed(lambda: raw_list_rows(raw)) * 1e3)
             samples.setdefault("list_sqlite", []).append(timed(many.list) * 1e3)
-            samples.setdefault("list_sqlite_cold", []).append(timed(lambda: list_cold(many)) * 1e3)
     finally:
         raw.close()
         many.close()
@@ -228,7 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # List many States: SQLiteStore.list against the same indexed query done raw.
         measure_list(scratch, cfg, samples)
-        print("  list done\n", flush=True)
+        print("  list done", flush=True)
+
+        # The first page of 50, unfiltered, by agent and by label, at each store size.
+        measure_pages(scratch, cfg.page_sizes, cfg.read_reps, samples)
+        print("  pages done\n", flush=True)
     finally:
         scratch.cleanup()
 
@@ -250,18 +243,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         ratio_row(load, "load_sqlite", "ms", "load_raw", "raw fetch+orjson", "<= 1.5"),
         ratio_row(listing, "list_sqlite", "ms", "list_raw_rows", "raw query+rows", "<= 1.3"),
-        ratio_row(listing + ", cold", "list_sqlite_cold", "ms", "list_raw_rows", "raw query+rows", "<= 1.3"),
-        ratio_row(listing + ", cold", "list_sqlite_cold", "ms", "list_raw_query", "raw indexed query"),
+        ratio_row(listing, "list_sqlite", "ms", "list_raw_query", "raw indexed query"),
     ]
+    big, small = max(cfg.page_sizes), min(cfg.page_sizes)
+    for kind in ("all", "agent", "label"):
+        page = f"(6) list(limit=50{'' if kind == 'all' else f', {kind}=...'})"
+        rows.append(
+            ratio_row(f"{page}, {big:,} States", f"page_{kind}_{big}", "ms", f"page_raw_{kind}_{big}",
+                      "raw query+rows", "<= 1.5")
+        )  # fmt: skip
+        for size in sorted(cfg.page_sizes)[1:]:  # the same page in a larger store: no slower
+            rows.append(
+                ratio_row(f"{page}, {size:,} vs {small:,} States", f"page_{kind}_{size}", "ms",
+                          f"page_{kind}_{small}", f"{small:,} States")
+            )  # fmt: skip
     common.print_table(rows)
     elapsed = time.perf_counter() - began
     print(
         f"\n{cfg.states * cfg.turns} turns per run. Ratios: value / baseline.\n"
         "(1) per turn: BEGIN IMMEDIATE, insert 3 entries, upsert the States row, COMMIT (WAL, synchronous=FULL).\n"
         "(5) raw indexed query: the store's listing SQL, rows as tuples; +rows: each made into a row with\n"
-        "    SavedState's fields (times parsed, a frozen slotted dataclass), in the order the database gives.\n"
-        "    SQLiteStore.list reuses the SavedState of a row unchanged since its previous listing (the\n"
-        "    repeated list here); cold: that cache emptied first, every row built anew.\n"
+        "    SavedState's fields (times parsed, labels decoded, a frozen slotted dataclass), in the order\n"
+        "    the database gives.\n"
+        "(6) the first page of 50 (the index range, then 50 rows built) against the same indexed query\n"
+        "    done raw; States filled with raw bulk inserts of the store's own listing columns.\n"
         f"Took {elapsed:.1f} s."
     )
     if args.json:

@@ -121,7 +121,7 @@ def measure(store: Store, calls: int) -> dict[str, float]:
 
 def commit_alone(store: SQLiteStore, calls: int) -> float:
     """Median µs of SQLiteStore's blocking commit of one no-op write, called in this thread."""
-    op = ("write", prepare_write("hop", [], None, False))
+    op = ("write", store.namespace, prepare_write("hop", [], None, False))
     return sync_calls(calls, lambda: store._commit([op]))
 
 

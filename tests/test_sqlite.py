@@ -37,8 +37,11 @@ from statekeep import (
 )
 from statekeep._batching import WouldBlock
 from statekeep._bridge import owner
+from statekeep._query import make_query
 from statekeep._writes import prepare_write
-from statekeep.stores._sqlite import _connections, _sql, _store
+from statekeep.stores._sqlite import _connections, _store
+from statekeep.stores._sqlite._batch import Op
+from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.testing import StoreMachine
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 
@@ -89,9 +92,9 @@ def test_file_settings_and_schema(store: SQLiteStore, db: Path) -> None:
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     with raw(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert {"schema_version", "states", "entries"} <= tables
+        assert {"schema_version", "states", "entries", "labels"} <= tables
         # Entries are the encoded JSON, as text a person (or SQLite's JSON functions) can read.
         assert conn.execute("SELECT typeof(data), data FROM entries ORDER BY seq LIMIT 1").fetchone() == (
             "text",
@@ -131,10 +134,12 @@ def test_folders_0700_files_0600_whatever_the_umask(tmp_path: Path, umask: int) 
 
 
 def test_list_is_one_ordered_index_scan(store: SQLiteStore, db: Path) -> None:
+    # Every filter's plan: tests/test_sqlite_lifecycle.py.
     store.write("a", [], snapshot(), create=True)
+    text, params = listing_sql("default", make_query(limit=50), "2026-01-01T00:00:00.000000+00:00")
     with raw(db) as conn:
-        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + _sql.LIST))
-    assert "COVERING INDEX states_listing" in plan and "TEMP B-TREE" not in plan, plan
+        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + text, params))
+    assert "INDEX states_listing" in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_list_keeps_times_in_order_across_offsets(store: SQLiteStore) -> None:
@@ -345,7 +350,9 @@ async def test_write_sqlite_refuses_is_rolled_back_alone(store: SQLiteStore, db:
     for sid in ("a", "b"):
         await store.awrite(sid, entries(0, 1), snapshot(sid), create=True)
     with raw(db) as conn:
-        conn.execute("INSERT INTO entries (state_id, seq, data) VALUES ('a', 1, '{\"seq\":1}')")
+        conn.execute(
+            "INSERT INTO entries (namespace, state_id, seq, data) VALUES ('default', 'a', 1, '{\"seq\":1}')"
+        )
     held = HeldCommits(store)
     first = asyncio.ensure_future(store.awrite("blocker", [], None, create=True))
     await wait_until(lambda: held.sizes == [1], "the first batch")
@@ -375,12 +382,12 @@ def test_one_batch_may_hold_several_writes_to_one_state(store: SQLiteStore) -> N
     # Not possible through the API (a State's writes wait for each other); _commit still
     # applies them in order, one by one.
     store.write("a", entries(0, 1), None, create=True)
-    ops = [
-        ("write", prepare_write("a", entries(1, 1), snapshot(turn=1), False)),
-        ("write", prepare_write("a", entries(2, 2), snapshot(turn=2), False)),
-        ("write", prepare_write("a", entries(9, 1), None, False)),
-        ("delete", "b"),
-        ("write", prepare_write("b", [], snapshot("b"), True)),
+    ops: list[Op] = [
+        ("write", "default", prepare_write("a", entries(1, 1), snapshot(turn=1), False)),
+        ("write", "default", prepare_write("a", entries(2, 2), snapshot(turn=2), False)),
+        ("write", "default", prepare_write("a", entries(9, 1), None, False)),
+        ("delete", "default", "b"),
+        ("write", "default", prepare_write("b", [], snapshot("b"), True)),
     ]
     errors = store._commit(ops)
     assert errors[:2] == [None, None] and isinstance(errors[2], ValueError) and errors[3:] == [None, None]
@@ -425,9 +432,9 @@ def test_newer_schema_is_refused(db: Path) -> None:
     store.write("a", entries(0, 1), snapshot(), create=True)
     store.close()
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 2")
+        conn.execute("UPDATE schema_version SET version = 3")
     newer = SQLiteStore(db)
-    message = r"written by a newer statekeep \(database schema version 2.*Upgrade statekeep"
+    message = r"written by a newer statekeep \(database schema version 3.*Upgrade statekeep"
     with pytest.raises(UnsupportedFormatError, match=message):
         newer.read("a")
     with pytest.raises(UnsupportedFormatError, match=message):
@@ -437,7 +444,7 @@ def test_newer_schema_is_refused(db: Path) -> None:
     newer.close()
     with raw(db) as conn:  # nothing was changed
         assert conn.execute("SELECT count(*) FROM entries").fetchone() == (1,)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
 
 
 def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
@@ -445,7 +452,7 @@ def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
     # switch it to WAL.
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    conn.execute("INSERT INTO schema_version VALUES (2)")
+    conn.execute("INSERT INTO schema_version VALUES (3)")
     conn.commit()
     conn.close()
     before = sqlite_looks(db)
@@ -526,7 +533,7 @@ def test_schema_upgraded_under_an_open_store_stops_its_writes(store: SQLiteStore
     with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.write("a", entries(1, 1), None)
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 1")
+        conn.execute("UPDATE schema_version SET version = 2")
     store.write("a", entries(1, 1), None)
     assert store.read("a").entries == entries(0, 2)
 
@@ -537,7 +544,7 @@ def test_empty_file_gets_the_schema(db: Path) -> None:
     assert store.read("a") is None
     store.close()
     with raw(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
 
 
 # -- locks ---------------------------------------------------------------------------------------

@@ -1,19 +1,26 @@
 """SQLiteStore: every State in one SQLite database file (stdlib ``sqlite3``, no server).
 
-Schema (version 1; the version sits in ``schema_version`` and migrations run on open)::
+Schema (version 2; the version sits in ``schema_version`` and migrations run on open)::
 
-    states(id PRIMARY KEY, next_seq, task, created_at, updated_at, turn, stopped_by,
-           finished, unlisted, snapshot JSON text or NULL)
-    entries(state_id -> states.id, seq, data JSON text; PRIMARY KEY (state_id, seq))
-    index states_listing(updated_at DESC, id, <the other listing columns>)
-                                    -- list() is one ordered scan of this index alone
+    states(namespace, id, next_seq, task, created_at, updated_at, turn, stopped_by, finished,
+           status, agent, parent, expires_at, labels JSON, forked_from JSON, unlisted,
+           snapshot JSON text or NULL; PRIMARY KEY (namespace, id))
+    entries(namespace, state_id -> states, seq, data JSON text; PRIMARY KEY (namespace, state_id, seq))
+    labels(namespace, state_id -> states, key, value, updated_at; PRIMARY KEY (namespace, state_id, key))
+    an index per listing filter: (namespace, <its columns>, updated_at DESC, id)
 
-The listing columns are filled from the snapshot when it is written. A snapshot that
-lacks a listing key leaves them NULL and keeps the reason in ``unlisted``: ``list()``
-leaves that State out and warns with the reason, as every store does.
+A State's key is (namespace, id): namespaces share the file, and agent memory lives in
+namespaces of its own. The listing columns are filled from the snapshot when it is
+written (labels also as rows of ``labels``, with the State's updated_at, so a label filter
+pages through its own index). A snapshot that lacks a listing key leaves them NULL and
+keeps the reason in ``unlisted``: ``list()`` leaves that State out and warns with the
+reason, as every store does. Version 1 files (no namespace) are rebuilt in place, in one
+transaction, as the default namespace.
 
-Every ``sqlite3`` call runs in a worker thread of the owner loop, never on the loop. One
-writer connection per process commits batches of writes (group commit); reads use a
+``sqlite3`` calls run in worker threads of the owner loop; only a lone write that need not
+wait and a listing page of at most 100 rows run on the loop itself, with a busy timeout
+of 0 (a busy database sends them to a worker thread), since a thread hop costs as much
+as they do. One writer connection per process commits batches of writes (group commit); reads use a
 small pool of reader connections. In WAL mode readers never wait for the writer, and
 writers in other processes wait their turn on SQLite's own file locks.
 
@@ -21,10 +28,11 @@ The modules, one job each:
 
 - ``_store``: the SQLiteStore class: the four operations, the group-commit function,
   the retry while the database is locked;
-- ``_batch``: one batch of writes and deletes applied in one transaction;
+- ``_batch``: one batch of writes, deletes and forks applied in one transaction; a gc chunk;
 - ``_schema``: the database file and its schema version, made, migrated and checked;
 - ``_connections``: opening connections, and each store's connections per process
   (fork and closing);
+- ``_listing``: a listing query as SQL, and one page read;
 - ``_rows``: between rows and values (listing columns, SavedState, entries);
 - ``_sql``: the SQL text.
 """

@@ -22,42 +22,86 @@ from ._connections import is_busy, rolled_back_on_error
 from ._rows import decode_entry, listing_columns
 from ._schema import check_version
 
-#: ``("write", PreparedWrite)`` or ``("delete", state id)``.
-Op = tuple[str, PreparedWrite | str]
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """A fork's create: ``write`` holds its snapshot (no entries); its first ``count``
+    entries are copied from State ``source`` of the same namespace inside the database."""
+
+    write: PreparedWrite
+    source: str
+    count: int
 
 
-def commit_batch(path: Path, conn: sqlite3.Connection, ops: list[Op]) -> list[BaseException | None]:
+#: ``(kind, namespace, value)``: ``("write", ns, PreparedWrite)``, ``("delete", ns, State id)``
+#: or ``("fork", ns, Fork)``. The stores of one file share one batch (agent memory lives in
+#: other namespaces of the same file).
+Op = tuple[str, str, PreparedWrite | str | Fork]
+
+
+def commit_batch(path: Path, conn: sqlite3.Connection, ops: list[Op], now: str) -> list[BaseException | None]:
     """One attempt at the batch: each op's error, or None once committed. SQLITE_BUSY
-    escapes with nothing committed (and no transaction left open), for a retry."""
-    return _Batch(path, conn, ops).commit()
+    escapes with nothing committed (and no transaction left open), for a retry. ``now``
+    (fixed-width UTC ISO text, the store's clock) judges expiry: an expired State is absent."""
+    return _Batch(path, conn, ops, now).commit()
+
+
+def gc_chunk(path: Path, conn: sqlite3.Connection, ns: str, now: str, chunk: int) -> int:
+    """Remove at most ``chunk`` States of ``ns`` expired at ``now``, in one transaction that
+    finds them under the write lock (so a State a write just extended is not among them).
+    SQLITE_BUSY escapes with nothing removed and no transaction open."""
+    conn.execute(sql.BEGIN_IMMEDIATE)
+    with rolled_back_on_error(conn):
+        check_version(path, conn)
+        ids = [(ns, sid) for (sid,) in conn.execute(sql.EXPIRED, (ns, now, chunk))]
+        Changes(deletes=ids).apply(conn)
+        conn.execute(sql.COMMIT)
+    return len(ids)
 
 
 @dataclass
 class Changes:
     """The rows a batch of accepted writes changes, applied with one executemany each."""
 
-    deletes: list[tuple[str]] = field(default_factory=list)
+    deletes: list[tuple[str, str]] = field(default_factory=list)
     creates: list[tuple[Any, ...]] = field(default_factory=list)
-    entries: list[tuple[str, int, memoryview]] = field(default_factory=list)
+    entries: list[tuple[str, str, int, memoryview]] = field(default_factory=list)
     updates: list[tuple[Any, ...]] = field(default_factory=list)  # snapshot and next_seq
-    seqs: list[tuple[int, str]] = field(default_factory=list)  # next_seq only
+    seqs: list[tuple[int, str, str]] = field(default_factory=list)  # next_seq only
+    relabel: list[tuple[str, str]] = field(default_factory=list)  # updated States: labels replaced
+    labels: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    copies: list[tuple[str, str, str, str, int]] = field(default_factory=list)  # forks
 
-    def add_entries(self, sid: str, first_seq: int, lines: tuple[bytes, ...]) -> None:
+    def add_entries(self, ns: str, sid: str, first_seq: int, lines: tuple[bytes, ...]) -> None:
         # memoryview: the encoded line minus its newline, without copying a large entry.
-        self.entries.extend((sid, first_seq + i, memoryview(line)[:-1]) for i, line in enumerate(lines))
+        self.entries.extend((ns, sid, first_seq + i, memoryview(line)[:-1]) for i, line in enumerate(lines))
+
+    def add_labels(self, ns: str, sid: str, columns: tuple[Any, ...], labels: dict[str, str]) -> None:
+        self.labels.extend((ns, sid, k, v, columns[2]) for k, v in labels.items())
 
     def apply(self, conn: sqlite3.Connection) -> None:
         if self.deletes:
             conn.executemany(sql.DELETE_ENTRIES, self.deletes)
+            conn.executemany(sql.DELETE_LABELS, self.deletes)
             conn.executemany(sql.DELETE_STATE, self.deletes)
-        if self.creates:  # before the entries, which refer to them
+        if self.creates:  # before the entries and labels, which refer to them
             conn.executemany(sql.INSERT_STATE, self.creates)
         if self.entries:
             conn.executemany(sql.INSERT_ENTRY, self.entries)
+        for ns, sid, source_ns, source, count in self.copies:
+            copied = conn.execute(sql.COPY_ENTRIES, (ns, sid, source_ns, source, count)).rowcount
+            if copied != count:
+                raise CorruptStateError(
+                    f"State {source!r} records at least {count} entries but {copied} were found to fork"
+                )
         if self.updates:
             conn.executemany(sql.UPDATE_STATE, self.updates)
         if self.seqs:
             conn.executemany(sql.UPDATE_NEXT_SEQ, self.seqs)
+        if self.relabel:
+            conn.executemany(sql.DELETE_LABELS, self.relabel)
+        if self.labels:
+            conn.executemany(sql.INSERT_LABEL, self.labels)
 
     def try_apply(self, conn: sqlite3.Connection) -> bool:
         """Apply the changes; False if one was refused (the caller rolls back and retries
@@ -74,16 +118,21 @@ class Changes:
 class _Batch:
     """The ops of one commit, and each one's error so far."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, ops: list[Op]) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, ops: list[Op], now: str) -> None:
         self.path = path
         self.conn = conn
         self.ops = ops
+        self.now = now
         self.errors: list[BaseException | None] = [None] * len(ops)
 
     def commit(self) -> list[BaseException | None]:
         conn, errors = self.conn, self.errors
         pending = list(range(len(self.ops)))
-        one_by_one = len({_op_id(op) for op in self.ops}) < len(self.ops)  # the fast path needs distinct ids
+        # The fast path needs distinct States; a fork reads its source, which an op before
+        # it in the batch may change, so a batch with one goes op by op.
+        one_by_one = len({_op_id(op) for op in self.ops}) < len(self.ops) or any(
+            kind == "fork" for kind, _, _ in self.ops
+        )
         while pending:
             conn.execute(sql.BEGIN_IMMEDIATE)
             with rolled_back_on_error(conn):
@@ -135,9 +184,15 @@ class _Batch:
     def _plan(self, indexes: list[int]) -> Changes:
         """Check ``ops[i]`` for each i against the stored States (reads only) and collect
         the changes of those accepted; a refused op gets its error in ``errors[i]``."""
-        ids = [_op_id(self.ops[i]) for i in indexes]
-        marks = ",".join("?" * len(ids))
-        known: dict[str, int] = dict(self.conn.execute(sql.NEXT_SEQS.format(marks=marks), ids).fetchall())
+        known: dict[tuple[str, str], tuple[int, str | None]] = {}
+        by_ns: dict[str, list[str]] = {}
+        for i in indexes:
+            ns, sid = _op_id(self.ops[i])
+            by_ns.setdefault(ns, []).append(sid)
+        for ns, ids in by_ns.items():
+            marks = ",".join("?" * len(ids))
+            for sid, next_seq, expires in self.conn.execute(sql.KNOWN.format(marks=marks), (ns, *ids)):
+                known[ns, sid] = (next_seq, expires)
         changes = Changes()
         for i in indexes:
             try:
@@ -148,40 +203,66 @@ class _Batch:
                 self.errors[i] = exc
         return changes
 
-    def _plan_one(self, op: Op, known: dict[str, int], changes: Changes) -> None:
+    def _expired(self, expires: str | None) -> bool:
+        return expires is not None and expires <= self.now
+
+    def _plan_one(
+        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None]], changes: Changes
+    ) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
-        _, write = op
-        if isinstance(write, str):  # a delete
-            changes.deletes.append((write,))
+        _, ns, value = op
+        if isinstance(value, str):  # a delete
+            changes.deletes.append((ns, value))
             return
+        fork = value if isinstance(value, Fork) else None
+        write = value.write if isinstance(value, Fork) else value
         sid = write.state_id
-        next_seq = known.get(sid)
+        next_seq, expires = known.get((ns, sid), (None, None))
+        expired = next_seq is not None and self._expired(expires)
+        if expired:
+            next_seq = None  # expired is absent: a create replaces it, an update finds nothing
         if write.create:
             if next_seq is not None:
                 raise exists_error(sid)
-            changes.creates.append(
-                (sid, write.end_seq, write.snapshot, *listing_columns(sid, write.snapshot))
-            )
-            changes.add_entries(sid, write.first_seq, write.lines)
+            if fork is not None:
+                self._check_source(ns, fork)
+            if expired:
+                changes.deletes.append((ns, sid))
+            columns, labels = listing_columns(sid, write.snapshot)
+            end = fork.count if fork is not None else write.end_seq
+            changes.creates.append((ns, sid, end, write.snapshot, *columns))
+            changes.add_labels(ns, sid, columns, labels)
+            if fork is not None:
+                changes.copies.append((ns, sid, ns, fork.source, fork.count))
+            changes.add_entries(ns, sid, write.first_seq, write.lines)
             return
         if next_seq is None:
             raise missing_error(sid)
         skip = plan_append(write, next_seq)
         if skip:
-            self._check_stored(write, next_seq, skip)
+            self._check_stored(ns, write, next_seq, skip)
         new = write.lines[skip:]
         end = max(next_seq, write.end_seq)
         if write.snapshot is not None:
-            changes.updates.append((end, write.snapshot, *listing_columns(sid, write.snapshot), sid))
+            columns, labels = listing_columns(sid, write.snapshot)
+            changes.updates.append((end, write.snapshot, *columns, ns, sid))
+            changes.relabel.append((ns, sid))
+            changes.add_labels(ns, sid, columns, labels)
         elif new:
-            changes.seqs.append((end, sid))
+            changes.seqs.append((end, ns, sid))
         if new:
-            changes.add_entries(sid, write.first_seq + skip, new)
+            changes.add_entries(ns, sid, write.first_seq + skip, new)
 
-    def _check_stored(self, write: PreparedWrite, next_seq: int, skip: int) -> None:
+    def _check_source(self, ns: str, fork: Fork) -> None:
+        """A fork's source must still be there, live, holding the entries to copy."""
+        row = self.conn.execute(sql.SOURCE, (ns, fork.source)).fetchone()
+        if row is None or self._expired(row[1]) or row[0] < fork.count:
+            raise missing_error(fork.source)
+
+    def _check_stored(self, ns: str, write: PreparedWrite, next_seq: int, skip: int) -> None:
         """The first ``skip`` entries of ``write`` are stored already: they must be the same."""
         sid, first = write.state_id, write.first_seq
-        stored = self.conn.execute(sql.STORED_ENTRIES, (sid, first, first + skip)).fetchall()
+        stored = self.conn.execute(sql.STORED_ENTRIES, (ns, sid, first, first + skip)).fetchall()
         if len(stored) != skip:
             raise CorruptStateError(
                 f"{self.path}: State {sid!r} records next seq {next_seq} but lacks some of "
@@ -190,6 +271,8 @@ class _Batch:
         check_overlap(write, [decode_entry(self.path, sid, first + i, d) for i, (d,) in enumerate(stored)])
 
 
-def _op_id(op: Op) -> str:
-    _, value = op
-    return value if isinstance(value, str) else value.state_id
+def _op_id(op: Op) -> tuple[str, str]:
+    _, ns, value = op
+    if isinstance(value, str):
+        return ns, value
+    return ns, (value.write if isinstance(value, Fork) else value).state_id

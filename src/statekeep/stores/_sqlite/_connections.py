@@ -24,7 +24,6 @@ from typing import Any
 
 from ..._bridge import Closer, _Owner, owner
 from ..._errors import NotAStoreError
-from ..._records import SavedState
 from ..._slot import ProcessSlot
 from . import _sql as sql
 
@@ -120,9 +119,10 @@ class Connections:
     writer: sqlite3.Connection | None = None
     writer_busy: bool = False
     idle: list[sqlite3.Connection] = field(default_factory=list)
+    #: The reader used on the owner loop's thread only (busy_timeout 0: it never waits).
+    loop_reader: sqlite3.Connection | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     schema_lock: threading.Lock = field(default_factory=threading.Lock)
-    listed: dict[tuple[Any, ...], SavedState] = field(default_factory=dict)  # the last listing
 
     def take_writer(self, connect: Callable[[], sqlite3.Connection]) -> sqlite3.Connection:
         with self.lock:  # busy before anything else, so that close() leaves it alone
@@ -160,6 +160,9 @@ class Connections:
         with self.lock:
             self.closed = True
             idle, self.idle = self.idle, []
+            if self.loop_reader is not None:  # not in use: the loop is awaiting this close
+                idle.append(self.loop_reader)
+                self.loop_reader = None
             if not self.writer_busy and self.writer is not None:
                 idle.append(self.writer)
                 self.writer = None

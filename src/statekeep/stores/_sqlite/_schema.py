@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..._errors import NotAStoreError, UnsupportedFormatError
+from ..._labels import DEFAULT_NAMESPACE
 from .._fsio import OsIO, make_folders, write_file
 from . import _sql as sql
 from ._connections import closed_on_error, connect, refuse_not_a_database, rolled_back_on_error
+from ._rows import listing_columns
 
 #: The schema this statekeep writes; databases with a higher version are refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 assert len(sql.MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -51,15 +56,34 @@ def migrate(path: Path) -> sqlite3.Connection:
             version = read_version(path, conn)  # again, now that no one else can migrate
             if version == 0:
                 conn.execute(sql.CREATE_VERSION_TABLE)
-            for step in sql.MIGRATIONS[version:]:
+            for done, step in enumerate(sql.MIGRATIONS[version:], start=version + 1):
                 for statement in step:
                     conn.execute(statement)
+                if done == 2:
+                    refill(conn)
             if version == 0:
                 conn.execute(sql.INSERT_VERSION, (SCHEMA_VERSION,))
             elif version < SCHEMA_VERSION:
                 conn.execute(sql.UPDATE_VERSION, (SCHEMA_VERSION,))
             conn.execute(sql.COMMIT)
     return conn
+
+
+def refill(conn: sqlite3.Connection) -> None:
+    """Version 2: fill every State's listing columns and labels from its snapshot, with
+    the code every write uses (in the migration's transaction)."""
+    last = -(2**63)
+    # In rowid chunks, each read whole before its rows are updated.
+    while chunk := conn.execute(sql.REFILL_ROWS, (last,)).fetchall():
+        last = chunk[-1][0]
+        updates: list[tuple[Any, ...]] = []
+        labels: list[tuple[Any, ...]] = []
+        for rowid, sid, snapshot in chunk:
+            columns, pairs = listing_columns(sid, snapshot)
+            updates.append((*columns, rowid))
+            labels.extend((DEFAULT_NAMESPACE, sid, k, v, columns[2]) for k, v in pairs.items())
+        conn.executemany(sql.REFILL, updates)
+        conn.executemany(sql.INSERT_LABEL, labels)
 
 
 def inspect(path: Path) -> sqlite3.Connection:
@@ -106,6 +130,17 @@ def check_version(path: Path, conn: sqlite3.Connection) -> None:
     """In a transaction: refuse the file if another process upgraded it meanwhile."""
     row = conn.execute(sql.VERSION).fetchone()
     _refuse_newer(path, row[0] or 0)
+
+
+@contextmanager
+def read_transaction(path: Path, conn: sqlite3.Connection) -> Iterator[None]:
+    """A read transaction on ``conn`` (one consistent view of the file), checked first for
+    a newer schema; rolled back if the block raises."""
+    conn.execute(sql.BEGIN)
+    with rolled_back_on_error(conn):
+        check_version(path, conn)  # another process may have upgraded the file meanwhile
+        yield
+        conn.execute(sql.COMMIT)
 
 
 def _refuse_newer(path: Path, version: int) -> None:

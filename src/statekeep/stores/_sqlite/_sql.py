@@ -37,6 +37,83 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             finished) WHERE updated_at IS NOT NULL""",
         "CREATE INDEX states_unlisted ON states (id) WHERE unlisted IS NOT NULL",
     ),
+    # Version 2: a State's key is (namespace, id); v1 rows become the "default" namespace.
+    # The tables are rebuilt (SQLite cannot change a primary key in place): renamed, made
+    # anew, copied, dropped. The new listing columns are filled from each snapshot after
+    # this step, in Python (``_schema.refill``), in the same transaction.
+    (
+        "ALTER TABLE entries RENAME TO entries_v1",
+        "ALTER TABLE states RENAME TO states_v1",
+        """CREATE TABLE states (
+            namespace TEXT NOT NULL,
+            id TEXT NOT NULL,
+            next_seq INTEGER NOT NULL,
+            task TEXT,
+            created_at TEXT,
+            updated_at TEXT,
+            turn,  -- no type: an int beyond 64-bit signed is kept as exact text
+            stopped_by TEXT,
+            finished INTEGER,
+            status TEXT,  -- 'finished', else stopped_by, else 'running' (SavedState.status)
+            agent TEXT,
+            parent TEXT,
+            expires_at TEXT,  -- fixed-width UTC ISO text, as created_at and updated_at
+            labels TEXT,  -- JSON object, NULL when there are none (rows to filter on: labels table)
+            forked_from TEXT,  -- JSON object or NULL
+            unlisted TEXT,
+            snapshot TEXT,
+            PRIMARY KEY (namespace, id)
+        )""",
+        """CREATE TABLE entries (
+            namespace TEXT NOT NULL,
+            state_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (namespace, state_id, seq),
+            FOREIGN KEY (namespace, state_id) REFERENCES states (namespace, id) ON DELETE CASCADE
+        )""",
+        # One row per label, with the State's updated_at: a label filter pages through
+        # labels_listing in listing order without touching other States.
+        """CREATE TABLE labels (
+            namespace TEXT NOT NULL,
+            state_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (namespace, state_id, key),
+            FOREIGN KEY (namespace, state_id) REFERENCES states (namespace, id) ON DELETE CASCADE
+        ) WITHOUT ROWID""",
+        """INSERT INTO states (namespace, id, next_seq, task, created_at, updated_at, turn, stopped_by,
+            finished, unlisted, snapshot)
+            SELECT 'default', id, next_seq, task, created_at, updated_at, turn, stopped_by, finished,
+            unlisted, snapshot FROM states_v1""",
+        "INSERT INTO entries (namespace, state_id, seq, data) SELECT 'default', state_id, seq, data FROM entries_v1",
+        "DROP TABLE entries_v1",
+        "DROP TABLE states_v1",
+        # Every listing filter has an index in listing order (updated_at DESC, id) after its
+        # equality columns, so a page is one range of one index, read until the page is full.
+        "CREATE INDEX states_listing ON states (namespace, updated_at DESC, id) WHERE updated_at IS NOT NULL",
+        "CREATE INDEX states_agent ON states (namespace, agent, updated_at DESC, id) WHERE agent IS NOT NULL",
+        "CREATE INDEX states_parent ON states (namespace, parent, updated_at DESC, id) WHERE parent IS NOT NULL",
+        "CREATE INDEX states_status ON states (namespace, status, updated_at DESC, id) WHERE status IS NOT NULL",
+        "CREATE INDEX states_unfinished ON states (namespace, updated_at DESC, id) WHERE finished = 0",
+        """CREATE INDEX states_stopped ON states (namespace, stopped_by, updated_at DESC, id)
+            WHERE stopped_by IS NOT NULL""",
+        "CREATE INDEX states_expiry ON states (namespace, expires_at) WHERE expires_at IS NOT NULL",
+        "CREATE INDEX states_unlisted ON states (namespace, id) WHERE unlisted IS NOT NULL",
+        "CREATE INDEX labels_listing ON labels (namespace, key, value, updated_at DESC, state_id)",
+    ),
+)
+
+#: The rows the version 2 migration fills the listing columns of.
+REFILL_ROWS = (
+    "SELECT rowid, id, CAST(snapshot AS BLOB) FROM states WHERE rowid > ? AND snapshot IS NOT NULL "
+    "ORDER BY rowid LIMIT 512"
+)
+REFILL = (
+    "UPDATE states SET task = ?, created_at = ?, updated_at = ?, turn = ?, stopped_by = ?, finished = ?, "
+    "status = ?, agent = ?, parent = ?, expires_at = ?, labels = ?, forked_from = ?, unlisted = ? "
+    "WHERE rowid = ?"
 )
 
 HAS_VERSION_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
@@ -65,31 +142,49 @@ SAVEPOINT = "SAVEPOINT write"
 ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO write"
 RELEASE_SAVEPOINT = "RELEASE write"
 
-# -- writes ----------------------------------------------------------------------------------
+# -- writes (every statement names the namespace: a State is (namespace, id)) ----------------
 
-NEXT_SEQS = "SELECT id, next_seq FROM states WHERE id IN ({marks})"  # marks: one ? per id
+KNOWN = "SELECT id, next_seq, expires_at FROM states WHERE namespace = ? AND id IN ({marks})"
+SOURCE = "SELECT next_seq, expires_at FROM states WHERE namespace = ? AND id = ?"
 STORED_ENTRIES = (
-    "SELECT CAST(data AS BLOB) FROM entries WHERE state_id = ? AND seq >= ? AND seq < ? ORDER BY seq"
+    "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? AND seq >= ? AND seq < ? "
+    "ORDER BY seq"
 )
-DELETE_ENTRIES = "DELETE FROM entries WHERE state_id = ?"
-DELETE_STATE = "DELETE FROM states WHERE id = ?"
-INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, CAST(? AS TEXT))"
+DELETE_ENTRIES = "DELETE FROM entries WHERE namespace = ? AND state_id = ?"
+DELETE_LABELS = "DELETE FROM labels WHERE namespace = ? AND state_id = ?"
+DELETE_STATE = "DELETE FROM states WHERE namespace = ? AND id = ?"
+INSERT_ENTRY = "INSERT INTO entries (namespace, state_id, seq, data) VALUES (?, ?, ?, CAST(? AS TEXT))"
+INSERT_LABEL = "INSERT INTO labels (namespace, state_id, key, value, updated_at) VALUES (?, ?, ?, ?, ?)"
+#: The listing columns, in the order ``_rows.listing_columns`` gives them.
+LISTING_COLUMNS = (
+    "task, created_at, updated_at, turn, stopped_by, finished, status, agent, parent, expires_at, labels, "
+    "forked_from, unlisted"
+)
 INSERT_STATE = (
-    "INSERT INTO states (id, next_seq, snapshot, task, created_at, updated_at, turn, stopped_by, "
-    "finished, unlisted) VALUES (?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO states (namespace, id, next_seq, snapshot, {LISTING_COLUMNS}) "
+    "VALUES (?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 UPDATE_STATE = (
-    "UPDATE states SET next_seq = ?, snapshot = CAST(? AS TEXT), task = ?, created_at = ?, "
-    "updated_at = ?, turn = ?, stopped_by = ?, finished = ?, unlisted = ? WHERE id = ?"
+    "UPDATE states SET next_seq = ?, snapshot = CAST(? AS TEXT), task = ?, created_at = ?, updated_at = ?, "
+    "turn = ?, stopped_by = ?, finished = ?, status = ?, agent = ?, parent = ?, expires_at = ?, labels = ?, "
+    "forked_from = ?, unlisted = ? WHERE namespace = ? AND id = ?"
 )
-UPDATE_NEXT_SEQ = "UPDATE states SET next_seq = ? WHERE id = ?"
+UPDATE_NEXT_SEQ = "UPDATE states SET next_seq = ? WHERE namespace = ? AND id = ?"
+# A fork's entries, copied from its source inside the database (seq < the count).
+COPY_ENTRIES = (
+    "INSERT INTO entries (namespace, state_id, seq, data) "
+    "SELECT ?, ?, seq, data FROM entries WHERE namespace = ? AND state_id = ? AND seq < ?"
+)
+# gc: the expired States of a namespace, a bounded chunk at a time (index states_expiry).
+EXPIRED = "SELECT id FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?"
 
 # -- reads -----------------------------------------------------------------------------------
 
-READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB) FROM states WHERE id = ?"
-READ_ENTRIES = "SELECT CAST(data AS BLOB) FROM entries WHERE state_id = ? ORDER BY seq"
-LIST = (
-    "SELECT id, task, created_at, updated_at, turn, stopped_by, finished FROM states "
-    "WHERE updated_at IS NOT NULL ORDER BY updated_at DESC, id"
+READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ?"
+READ_ENTRIES = "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? ORDER BY seq"
+#: What a listing row is built from (``_rows.saved_state``), prefixed ``s.``.
+ROW_COLUMNS = (
+    "s.id, s.task, s.created_at, s.updated_at, s.turn, s.stopped_by, s.finished, s.agent, s.parent, "
+    "s.labels, s.expires_at, s.forked_from"
 )
-UNLISTED = "SELECT id, unlisted FROM states WHERE unlisted IS NOT NULL ORDER BY id"
+UNLISTED = "SELECT id, unlisted FROM states WHERE namespace = ? AND unlisted IS NOT NULL ORDER BY id"

@@ -9,22 +9,32 @@ import sqlite3
 import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
-from ..._backend import Backend
+from ..._backend import Backend, Clock
 from ..._batching import GroupCommit, WouldBlock
-from ..._bridge import owner
+from ..._bridge import owner, run_async
 from ..._errors import CorruptStateError
-from ..._records import Record, SavedState, decode_snapshot, left_out
-from ..._writes import PreparedWrite
+from ..._labels import DEFAULT_NAMESPACE, iso
+from ..._query import ListQuery, Page
+from ..._records import Record, SavedState, decode_snapshot
+from ..._writes import PreparedWrite, prepare_write
 from . import _sql as sql
-from ._batch import Op, commit_batch
-from ._connections import BUSY_TIMEOUT_SECONDS, Connections, connect, connections_slot, is_busy
-from ._rows import decode_entry, saved_state
-from ._schema import check_version, open_schema
+from ._batch import Fork, Op, commit_batch, gc_chunk
+from ._connections import (
+    BUSY_TIMEOUT_SECONDS,
+    Connections,
+    connect,
+    connections_slot,
+    is_busy,
+)
+from ._listing import read_page, read_page_now
+from ._rows import decode_entry
+from ._schema import open_schema, read_transaction
 
 T = TypeVar("T")
 
@@ -34,6 +44,10 @@ BUSY_PATIENCE_SECONDS = 120.0
 
 # Writes of one transaction at most; more wait for the next one (bounds a batch's latency).
 _MAX_BATCH = 512
+# States gc removes per transaction (bounds how long it holds the write lock).
+_GC_CHUNK = 256
+# Listing pages of at most this many rows are read on the owner loop itself.
+_LOOP_PAGE = 100
 
 
 class SQLiteStore(Backend):
@@ -70,23 +84,65 @@ class SQLiteStore(Backend):
 
     Close the store to release its connections; they are also closed when the
     interpreter exits, or (with a ResourceWarning) when the store is dropped unclosed.
+
+    ``namespace`` (default ``"default"``): States of other namespaces in the same file are
+    invisible to this store (reads, listings, gc, agent memory); a database from before
+    namespaces is the default namespace. ``retention``: a State saved without an explicit
+    expiry expires that long after its last write. Expiry is judged by ``clock`` (default:
+    this machine's UTC time; a test may pass its own) when each read, listing, write, fork
+    or gc runs, inside its transaction: an expired State is absent, and a ``create=True``
+    write of its id replaces it.
+
+    ``list()`` answers every filter from an index, in listing order, a page at a time: the
+    time for a page does not grow with the number of States (``id_prefix`` alone reads
+    every State with that prefix).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        namespace: str = DEFAULT_NAMESPACE,
+        retention: timedelta | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._lifecycle(namespace, retention, clock)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
         self._key = os.path.realpath(self.path)
+        self._root = self
         self._batches: GroupCommit[Op] = GroupCommit(
             lambda ops: self._commit(ops), max_batch=_MAX_BATCH, commit_now=lambda ops: self._commit_now(ops)
         )
         # This process's connections; a forked child makes its own.
         self._slot = connections_slot(self)
 
+    def _sibling(self, namespace: str) -> SQLiteStore:
+        """The same file in another namespace, on this store's connections and batches
+        (closing this store closes it too)."""
+        sibling = object.__new__(SQLiteStore)
+        sibling._lifecycle(namespace, None, self._clock, internal=True)
+        sibling.path, sibling.create, sibling._key = self.path, self.create, self._key
+        sibling._root = self._root  # keeps the owner of the connections alive
+        sibling._batches, sibling._slot = self._batches, self._slot
+        return sibling
+
     def __repr__(self) -> str:
-        return f"SQLiteStore({str(self.path)!r})"
+        extra = "" if self.namespace == DEFAULT_NAMESPACE else f", namespace={self.namespace!r}"
+        return f"SQLiteStore({str(self.path)!r}{extra})"
 
     def _storage_key(self) -> Hashable:
-        return ("sqlite", self._key)
+        return ("sqlite", self._key, self.namespace)
+
+    def _check_open(self, value: Any) -> Any:
+        if self._root._closed:
+            self._closed = True
+        return super()._check_open(value)
+
+    def _now_text(self) -> str:
+        """The store's clock as the fixed-width UTC text expiry columns hold."""
+        return iso(self._now())
 
     @property
     def _conns(self) -> Connections | None:
@@ -96,20 +152,48 @@ class SQLiteStore(Backend):
     # -- the four operations --------------------------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
-        await self._submit(("write", write))
+        await self._submit(("write", self.namespace, write))
 
     async def _delete(self, state_id: str) -> None:
-        await self._submit(("delete", state_id))
+        await self._submit(("delete", self.namespace, state_id))
 
     async def _read(self, state_id: str) -> Record | None:
         conns = self._slot.get()  # made here, on the owner loop, never by two threads at once
         return await owner().io.run(self._retry_busy, self._read_once, conns, state_id)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
+        page, skipped = await self._select(ListQuery())
+        return list(page), skipped
+
+    async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         conns = self._slot.get()
-        return await owner().io.run(self._retry_busy, self._list_once, conns)
+        if conns.schema_ok and query.limit is not None and query.limit <= _LOOP_PAGE:
+            try:
+                return read_page_now(self.path, conns, self.namespace, query, self._now_text())
+            except WouldBlock:
+                pass
+        return await owner().io.run(self._retry_busy, self._select_once, conns, query)
+
+    async def _gc(self, limit: int | None) -> int:
+        conns = self._slot.get()
+        return await owner().io.run(self._gc_all, conns, limit)
+
+    async def _afork_write(
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
+    ) -> None:
+        # The entries are copied inside the database (INSERT ... SELECT), in the transaction
+        # that creates the fork, which first checks the source still holds them.
+        write = prepare_write(new_id, [], self._stamp(snapshot), True)
+        op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries)))
+        await run_async(self._locked_submit(new_id, op), direct=True)
+
+    async def _locked_submit(self, state_id: str, op: Op) -> None:
+        async with owner().lock((self._storage_key(), state_id)):
+            await self._submit(op)
 
     async def _close(self) -> None:
+        if self._root is not self:
+            return  # the connections are the root store's
         await self._batches.drain()  # let queued writes commit first
         conns = self._slot.current()
         if conns is not None:
@@ -136,7 +220,7 @@ class SQLiteStore(Backend):
         self._ensure_schema(conns)
         conn = conns.take_writer(self._connect)
         try:
-            return self._retry_busy(commit_batch, self.path, conn, ops)
+            return self._retry_busy(lambda: commit_batch(self.path, conn, ops, self._now_text()))
         finally:
             conns.give_writer(conn)
 
@@ -151,7 +235,7 @@ class SQLiteStore(Backend):
         try:
             conn.execute("PRAGMA busy_timeout = 0")
             try:
-                return commit_batch(self.path, conn, ops)
+                return commit_batch(self.path, conn, ops, self._now_text())
             except sqlite3.OperationalError as exc:
                 if is_busy(exc):
                     raise WouldBlock from None  # nothing committed, no transaction open
@@ -167,10 +251,10 @@ class SQLiteStore(Backend):
         if self._absent(conns):
             return None
         with self._reading(conns) as conn:
-            row = conn.execute(sql.READ_STATE, (sid,)).fetchone()
+            row = conn.execute(sql.READ_STATE, (self.namespace, sid)).fetchone()
             if row is None:
                 return None
-            data = conn.execute(sql.READ_ENTRIES, (sid,)).fetchall()
+            data = conn.execute(sql.READ_ENTRIES, (self.namespace, sid)).fetchall()
         next_seq, snap = row
         if len(data) != next_seq:
             raise CorruptStateError(
@@ -183,26 +267,36 @@ class SQLiteStore(Backend):
             entries = [decode_entry(self.path, sid, seq, d) for seq, (d,) in enumerate(data)]
         return Record(entries, decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}"))
 
-    def _list_once(self, conns: Connections) -> tuple[list[SavedState], list[str]]:
+    def _select_once(self, conns: Connections, query: ListQuery) -> tuple[Page, list[str]]:
         if self._absent(conns):
-            return [], []
+            return Page(), []
         with self._reading(conns) as conn:
-            rows = conn.execute(sql.LIST).fetchall()
-            unlisted = conn.execute(sql.UNLISTED).fetchall()
-        # SavedState is immutable, so a row unchanged since the last listing reuses its
-        # SavedState: building one (two datetimes, a frozen dataclass) costs more than the
-        # query. The cache holds the rows of the last listing only.
-        seen, cache = conns.listed, {}
-        skipped = [left_out(sid, why) for sid, why in unlisted]
-        for row in rows:
-            item = seen.get(row)
+            return read_page(conn, self.namespace, query, self._now_text())
+
+    def _gc_all(self, conns: Connections, limit: int | None) -> int:
+        """Remove expired States, a chunk per transaction, each chunk found and removed
+        under the write lock: a State a write extended meanwhile is no longer found."""
+        if self._absent(conns):
+            return 0
+        self._ensure_schema(conns)
+        removed = 0
+        while limit is None or removed < limit:
+            chunk = _GC_CHUNK if limit is None else min(_GC_CHUNK, limit - removed)
+            # A reader connection, not the writer (which the batch flusher uses meanwhile):
+            # SQLite's write lock serialises gc with every writer, in any process.
+            conn = conns.take_reader() or self._connect()
+            healthy = False
             try:
-                cache[row] = saved_state(row) if item is None else item
-            except ValueError as exc:  # columns edited by hand: leave the State out, as elsewhere
-                skipped.append(left_out(row[0], exc))
-        conns.listed = cache
-        listing = list(cache.values())
-        return listing, skipped
+                done = self._retry_busy(
+                    lambda c=conn, n=chunk: gc_chunk(self.path, c, self.namespace, self._now_text(), n)
+                )
+                healthy = True
+            finally:
+                conns.give_reader(conn, reuse=healthy)
+            removed += done
+            if done < chunk:
+                break
+        return removed
 
     def _absent(self, conns: Connections) -> bool:
         """No database file yet: reads find nothing, and create nothing."""
@@ -215,18 +309,10 @@ class SQLiteStore(Backend):
         conn = conns.take_reader() or self._connect()
         healthy = False
         try:
-            conn.execute(sql.BEGIN)
-            check_version(self.path, conn)  # another process may have upgraded the file meanwhile
-            yield conn
-            conn.execute(sql.COMMIT)
+            with read_transaction(self.path, conn):
+                yield conn
             healthy = True
         finally:
-            if not healthy and conn.in_transaction:
-                try:
-                    conn.execute(sql.ROLLBACK)
-                    healthy = True
-                except sqlite3.Error:
-                    pass
             conns.give_reader(conn, reuse=healthy)
 
     # -- connections, schema, locks -------------------------------------------------
