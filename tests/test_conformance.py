@@ -106,7 +106,6 @@ class TestFileStore(BuiltinContract):
 
 
 class TestSQLiteStore(BuiltinContract):
-    pending = lifecycle("SQLiteStore", "i10-sqlite") | listing_columns("SQLiteStore", "i10-sqlite")
     machine = SQLiteMachine
     model_examples, model_steps = 50, 30
 

@@ -113,17 +113,7 @@ FACTORIES: dict[str, Callable[[Path], Store]] = {
     "sqlite": lambda path: SQLiteStore(path / "store.db"),
     "file": lambda path: FileStore(path / "store"),
 }
-KINDS = [
-    "memory",
-    "file",
-    pytest.param(
-        "sqlite",
-        marks=pytest.mark.xfail(
-            reason="waits for SQLiteStore listing rows with agent, parent and labels (i10-sqlite)",
-            strict=True,
-        ),
-    ),
-]
+KINDS = ["memory", "file", "sqlite"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -21,21 +21,9 @@ def test_readme_has_examples() -> None:
     assert len(KITS) == 1  # "Write your own store"
 
 
-def _pending(code: str) -> list[pytest.MarkDecorator]:
-    """The examples that need SQLiteStore(namespace=, retention=) and memory(): i10-sqlite adds
-    them (the lead removes this at merge)."""
-    if "SQLiteStore(" in code and any(part in code for part in ("retention=", "namespace=", ".memory(")):
-        return [
-            pytest.mark.xfail(
-                reason="waits for SQLiteStore namespaces and retention (i10-sqlite)", strict=True
-            )
-        ]
-    return []
-
-
 @pytest.mark.parametrize(
     "code",
-    [pytest.param(code, id=f"example-{i}", marks=_pending(code)) for i, code in enumerate(EXAMPLES)],
+    [pytest.param(code, id=f"example-{i}") for i, code in enumerate(EXAMPLES)],
 )
 def test_readme_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

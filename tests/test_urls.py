@@ -261,7 +261,6 @@ PENDING_NAMESPACES = {
     "memory": "MemoryStore(namespace=, retention=) (i10-file)",
     "file": "FileStore(namespace=, retention=) (i10-file)",
     "file-url": "FileStore(namespace=, retention=) (i10-file)",
-    "sqlite": "SQLiteStore(namespace=, retention=) (i10-sqlite)",
 }
 LIFECYCLE_KINDS = [
     pytest.param(
