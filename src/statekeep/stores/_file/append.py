@@ -12,6 +12,7 @@ import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -24,8 +25,9 @@ from ..._records import decode_snapshot
 from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
 from .budget import BUDGET
 from .copies import Copies
+from .expiry import encoded_expiry, log_expiry
 from .folder import StoreFolder, still_named
-from .handles import Handles, close_pair
+from .handles import SpaceHandles, close_pair
 from .locking import hold, release
 from .recovery import Tail, read_tail, scan_whole
 from .trust import LOG, SNAPSHOT
@@ -44,6 +46,7 @@ class _Append:
     snapshot_at: int | None = None  # where the current snapshot record is once it is in
     snapshot: bytes | None = None  # the snapshot this write records, if any
     framed: bool = True  # the log holds a format 2 write once this one is in
+    expires_at: datetime | None = None  # the current snapshot's expiry once this write is in
     new: bytes = b""
     sync_log: bool = False  # the log holds bytes not known durable: fsync it
     sync_root: bool = False  # a State this process never wrote: fsync the store's folder
@@ -68,8 +71,16 @@ class _Doubt:
 class Appender:
     """Appends to the States of one store; shares ``tails`` (the tail cache) with it."""
 
-    def __init__(self, store: StoreFolder, tails: dict[str, Tail], handles: Handles, copies: Copies) -> None:
+    def __init__(
+        self,
+        store: StoreFolder,
+        tails: dict[str, Tail],
+        handles: SpaceHandles,
+        copies: Copies,
+        now: Callable[[], datetime],
+    ) -> None:
         self._store = store
+        self._now = now  # the store's clock, which judges expiry
         self._io = store.io
         self._tails = tails
         self._handles = handles
@@ -173,6 +184,11 @@ class Appender:
         if self._rewrite_suspect(item.folder, item.log, sid, item.size):
             durable, item.durable = False, 0
         item.framed = found.framed
+        # An expired State is absent: judged here, under its lock, from the log itself.
+        expires = found.expiry[0] if found.expiry else log_expiry(item.log, found.snapshot_at, item.size)
+        if expires is not None and expires <= self._now():
+            raise missing_error(sid)
+        item.expires_at = expires if write.snapshot is None else encoded_expiry(write.snapshot)
         skip = plan_append(write, found.next_seq)
         item.next_seq = found.next_seq + len(write.lines) - skip
         if skip:
@@ -252,7 +268,9 @@ class Appender:
             self._tails.pop(sid, None)  # re-read from disk next time
             return
         try:
-            tail = Tail.of(item.log, item.next_seq, item.snapshot_at, framed=item.framed)
+            tail = Tail.of(
+                item.log, item.next_seq, item.snapshot_at, framed=item.framed, expiry=(item.expires_at,)
+            )
         except OSError:
             self._tails.pop(sid, None)  # the write is durable; its log is read again next time
             return

@@ -2,7 +2,11 @@
 
 Layout under the store's folder::
 
-    .statekeep-store        the store marker: a JSON object, {"format": 2}
+    .statekeep-store        the store marker: a JSON object, {"format": 2}, naming the
+                            namespaces once there are any: {"format": 2, "namespaces": [...]}
+    .ns.{namespace}/        the States of a namespace other than the default (and of agent
+                            memory, internal namespaces such as "default.memory.notes"),
+                            laid out as the default namespace's below
     {id}/log.jsonl          the State: entry lines, each write closed by a record carrying
                             its snapshot (format: statekeep._logframe), appended and fsync'd
     {id}/snapshot.json      a copy of the current snapshot for listings (.copies), lazily
@@ -26,16 +30,19 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Hashable
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ..._backend import Backend
+from ..._backend import Backend, Clock
 from ..._batching import GroupCommit
 from ..._bridge import owner
 from ..._errors import CorruptStateError
 from ..._ids import validate_id
+from ..._labels import DEFAULT_NAMESPACE
 from ..._logframe import scan_log
 from ..._logtail import decode_copy
+from ..._query import ListQuery, Page, select
 from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from ..._writes import PreparedWrite
 from .._fsio import OsIO
@@ -110,22 +117,36 @@ class FileStore(Backend):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, io: OsIO | None = None, read_only: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        retention: timedelta | None = None,
+        clock: Clock | None = None,
+        io: OsIO | None = None,
+        read_only: bool = False,
     ) -> None:
         if not os.fspath(path):
             raise ValueError(
                 "a FileStore needs a folder path, got an empty one; use '.' for the current folder"
             )
+        self._lifecycle(namespace, retention, clock)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
+        self._setup(io or OsIO(), read_only, Handles())
+
+    def _setup(self, io: OsIO, read_only: bool, handles: Handles) -> None:
+        space = None if self.namespace == DEFAULT_NAMESPACE else self.namespace
+        self._io, self._read_only, self._shared = io, read_only, handles
         self._folder = StoreFolder(
-            self.path, io or OsIO(), read_only=read_only, label=repr(self), probe_case=self._probe_case
+            self.path, io, read_only=read_only, label=repr(self), probe_case=self._probe_case, namespace=space
         )
         self._tails: dict[str, Tail] = {}  # the tail cache, shared by appends, creates, deletes
-        self._handles = Handles()  # descriptors kept open between writes
+        self._handles = handles.space(self.namespace)  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
         self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
-        self._appender = Appender(self._folder, self._tails, self._handles, self._copies)
+        self._appender = Appender(self._folder, self._tails, self._handles, self._copies, self._now)
+        self._siblings: dict[str, FileStore] = {}  # agent memory's namespaces, closed with this one
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
             lambda writes: self._commit(writes),
@@ -134,7 +155,9 @@ class FileStore(Backend):
         )
 
     def __repr__(self) -> str:
-        return f"FileStore({str(self.path)!r})"
+        if self.namespace == DEFAULT_NAMESPACE:
+            return f"FileStore({str(self.path)!r})"
+        return f"FileStore({str(self.path)!r}, namespace={self.namespace!r})"
 
     @property
     def case_insensitive(self) -> bool:
@@ -142,7 +165,18 @@ class FileStore(Backend):
         return self._folder.case_insensitive
 
     def _storage_key(self) -> Hashable:
-        return ("file", self._key)
+        return ("file", self._key, self.namespace)
+
+    def _sibling(self, namespace: str) -> FileStore:
+        """The store of ``namespace`` in the same folder, sharing the kept descriptors."""
+        sibling = self._siblings.get(namespace)
+        if sibling is None or sibling._closed:
+            sibling = cast(FileStore, FileStore.__new__(FileStore))
+            sibling._lifecycle(namespace, None, self._clock, internal=True)
+            sibling.path, sibling._key = self.path, self._key
+            sibling._setup(self._io, self._read_only, self._shared)
+            self._siblings[namespace] = sibling
+        return sibling
 
     def _probe_case(self, root: int) -> bool:
         """Is the opened folder ``root`` case-insensitive? (A test overrides this.)"""
@@ -152,7 +186,11 @@ class FileStore(Backend):
 
     async def _write(self, write: PreparedWrite) -> None:
         if write.create:
-            await owner().io.run(create, self._folder, self._tails, write)
+            sid = write.state_id
+            if sid in self._tails:  # it may replace an expired State this process wrote
+                self._handles.drop(sid)
+                self._copies.forget(sid)
+            await owner().io.run(create, self._folder, self._tails, write, self._expired)
             return
         # Group commit: appends waiting at the same moment, to any State of this store,
         # are written together and share their flushes; each caller still gets its own
@@ -177,6 +215,10 @@ class FileStore(Backend):
         return self._appender.commit_now(writes)
 
     async def _close(self) -> None:
+        for sibling in list(self._siblings.values()):
+            if not sibling._closed:
+                sibling._closed = True
+                await sibling._close()
         await self._batches.drain()  # writes already queued still complete
         if self._refresh is not None and self._refresh[0] == os.getpid():
             self._refresh[1].cancel()
@@ -190,10 +232,34 @@ class FileStore(Backend):
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         return await owner().io.run(self._list_sync)
 
+    async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
+        # A scan: every State of the namespace (of an id prefix's only), then filtered here.
+        rows, skipped = await owner().io.run(self._list_sync, query.id_prefix or "")
+        now = self._now()
+        return select([r for r in rows if r.expires_at is None or r.expires_at > now], query), skipped
+
     async def _delete(self, state_id: str) -> None:
         self._handles.drop(state_id)
         self._copies.forget(state_id)
         await owner().io.run(delete, self._folder, self._tails, state_id)
+
+    async def _gc(self, limit: int | None) -> int:
+        rows, _ = await self._list()
+        now = self._now()
+        removed = 0
+        for row in rows:
+            if limit is not None and removed >= limit:
+                break
+            if row.expires_at is None or row.expires_at > now:
+                continue
+            # Decided again from the log under the State's flock: a write in another process
+            # may have extended it since the listing.
+            async with owner().lock((self._storage_key(), row.id)):
+                self._handles.drop(row.id)
+                self._copies.forget(row.id)
+                if await owner().io.run(delete, self._folder, self._tails, row.id, self._expired):
+                    removed += 1
+        return removed
 
     # -- read, list -----------------------------------------------------------------
 
@@ -263,7 +329,7 @@ class FileStore(Backend):
         finally:
             os.close(folder)
 
-    def _list_sync(self) -> tuple[list[SavedState], list[str]]:
+    def _list_sync(self, prefix: str = "") -> tuple[list[SavedState], list[str]]:
         store = self._folder
         root = store.open_root(create=False)
         if root is None:
@@ -272,7 +338,11 @@ class FileStore(Backend):
         skipped: list[str] = []
         try:
             with os.scandir(root) as it:
-                names = [(e.name, e.is_symlink()) for e in it if not e.name.startswith(".")]
+                names = [
+                    (e.name, e.is_symlink())
+                    for e in it
+                    if not e.name.startswith(".") and e.name.startswith(prefix)
+                ]
             for name, is_link in names:
                 try:
                     validate_id(name)
