@@ -71,20 +71,21 @@ def _create(
             if write.snapshot is not None:
                 write_copy(store, folder, staging, tail.size, write.end_seq, write.snapshot)
             io.fsync(folder)
-            try:
-                io.rename(staging, sid, dir_fd=root)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-                trash = _take_expired(store, tails, root, sid, lapsed)
-                if trash is None:
-                    raise _exists_error(store, root, sid) from None
-                try:  # the second rename: a crash before it leaves the id with no State
+            for attempt in range(3):
+                try:
                     io.rename(staging, sid, dir_fd=root)
-                except OSError as exc2:
-                    if exc2.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                        raise _exists_error(store, root, sid) from None  # made again meanwhile
-                    raise
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+                if attempt < 2 and not _exists(root, sid):
+                    continue  # deleted meanwhile
+                # Taken: by an expired State (renamed away here, then the rename is tried
+                # again: a crash in between leaves the id with no State), else it exists.
+                if trash is not None or (trash := _take_expired(store, tails, root, sid, lapsed)) is None:
+                    raise _exists_error(store, root, sid) from None
+            else:
+                raise _exists_error(store, root, sid)
         except BaseException:
             quietly(lambda: remove_tree(io, root, staging))
             raise
@@ -123,7 +124,7 @@ def _take_expired(
     folder (still locked: the lock tells a sweep it is being removed) and new name."""
     folder = store.open_state(root, sid)
     if folder is None:
-        return None
+        return None  # gone meanwhile; whatever took the name now is not ours to replace
     lock(folder)
     try:
         if (
