@@ -101,6 +101,23 @@ class FileStore(Backend):
     ``delete`` removes your files. ``delete`` also refuses a State folder that holds
     anything but a State's own files (CorruptStateError).
 
+    ``namespace`` (default ``"default"``): States of different namespaces never see each
+    other (reads, listings, agent memory, gc). The default namespace's States are in the
+    folder itself, as in stores of earlier versions; another's are in ``.ns.{namespace}``
+    in it, made on its first write and named in the marker (a statekeep that predates
+    namespaces still reads the default namespace and never enters those folders).
+
+    ``list()``/``alist`` scans: it reads the snapshot copy of every State of the namespace
+    (10,000 States take under a second), then filters and pages them; there are no indexes.
+    Use SQLiteStore or a server store when listings must not grow with the store.
+
+    Expiry (``retention``, ``state.expire_at``) is judged by ``clock`` (default: the system
+    clock, UTC), so processes sharing a folder must share a clock. An expired State is
+    absent to reads, listings and forks; a ``create=False`` write to it raises
+    StateNotFoundError and a create replaces it. ``gc`` removes expired States; it decides
+    each from the State's log with the State's flock held, as writes hold it, so it is safe
+    from several processes and never removes a State another process's write just extended.
+
     The store folder, the State folders and files must be owned by you and not writable
     by group or others, or :class:`~statekeep.UnsafeStoreError` (a PermissionError) names
     the path and the fix; ``list`` leaves such a State out with a warning.
