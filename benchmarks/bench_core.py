@@ -2,7 +2,7 @@
 
 Run from the repository::
 
-    .venv/bin/python benchmarks/bench_core.py            # the full run (about a minute)
+    .venv/bin/python benchmarks/bench_core.py            # the full run (a few minutes: it lists 10,000 States)
     .venv/bin/python benchmarks/bench_core.py --quick    # a small run, for the smoke test
     .venv/bin/python benchmarks/bench_core.py --json out.json
 
@@ -59,7 +59,7 @@ FULL = Config(
     turns=50,
     reps=5,
     load_entries=10_000,
-    list_states=1_000,
+    list_states=10_000,
     read_reps=9,
     calls=2_000,
     hop_calls=2_000,
@@ -354,11 +354,13 @@ def raw_list_parse(root: Path) -> list[dict[str, Any]]:
 
 def raw_list_rows(root: Path) -> list[ListedRow]:
     """As :func:`raw_list_parse`, each snapshot made into a row with SavedState's fields
-    (times parsed), in listing order: what FileStore.list returns, built by hand."""
+    (times parsed; the optional ones with their defaults), in listing order: what
+    FileStore.list returns, built by hand."""
     loads, when = orjson.loads, datetime.fromisoformat
     rows = []
     for name, raw in _snapshots(root):
         s = loads(raw)["sk.snapshot"]
+        expires = s.get("expires_at")
         rows.append(
             ListedRow(
                 name,
@@ -368,23 +370,65 @@ def raw_list_rows(root: Path) -> list[ListedRow]:
                 s["turn"],
                 s["stopped_by"],
                 s["finished"],
+                s.get("agent"),
+                s.get("parent"),
+                dict(s.get("labels") or {}),
+                None if expires is None else when(expires),
+                s.get("forked_from"),
             )
         )
     return common.newest_first(rows)
 
 
+def raw_list_page(root: Path, agent: str, user: str, limit: int) -> list[ListedRow]:
+    """:func:`raw_list_rows` filtered by agent and a label, first ``limit`` rows."""
+    rows = raw_list_rows(root)
+    return [r for r in rows if r.agent == agent and r.labels.get("user") == user][:limit]
+
+
+def listed_snapshot(i: int) -> dict[str, Any]:
+    """A listed State's snapshot with the fields issue 10 added (an agent, labels, an
+    expiry far ahead), so a listing reads and filters them."""
+    return {
+        **common.make_snapshot(i, i % 97),
+        "agent": f"agent-{i % 4}",
+        "labels": {"user": f"u{i % 50}", "env": "prod"},
+        "expires_at": "2099-01-01T00:00:00+00:00",
+    }
+
+
+def fill_listed(store: FileStore, count: int) -> FileStore:
+    """Create ``count`` States of one entry each, 64 at a time."""
+
+    async def create(i: int, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            await store.awrite(state_id(i), [common.make_entry(0)], listed_snapshot(i), create=True)
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(64)
+        await asyncio.gather(*(create(i, gate) for i in range(count)))
+
+    asyncio.run(main())
+    return store
+
+
 def measure_list(scratch: Scratch, cfg: Config, samples: dict[str, list[float]]) -> None:
     """(6): FileStore.list of ``cfg.list_states`` States against the raw reads, parses and
-    rows, alternating."""
-    many = common.fill_many_states(FileStore(scratch.new("list")), cfg.list_states)
+    rows, alternating; and a first page of 50 filtered by agent and label (a scan too)."""
+    many = fill_listed(FileStore(scratch.new("list")), cfg.list_states)
+    page = {"limit": 50, "agent": "agent-3", "labels": {"user": "u7"}}
     try:
         assert common.same_rows(many.list(), raw_list_rows(many.path))
+        assert common.same_rows(many.list(**page), raw_list_page(many.path, "agent-3", "u7", 50))
         assert len(raw_list_parse(many.path)) == cfg.list_states
         for _ in range(cfg.read_reps):
             samples.setdefault("list_raw_read", []).append(timed(lambda: raw_list_read(many.path)) * 1e3)
             samples.setdefault("list_raw_parse", []).append(timed(lambda: raw_list_parse(many.path)) * 1e3)
             samples.setdefault("list_raw_rows", []).append(timed(lambda: raw_list_rows(many.path)) * 1e3)
             samples.setdefault("list_filestore", []).append(timed(many.list) * 1e3)
+            raw_page = timed(lambda: raw_list_page(many.path, "agent-3", "u7", 50)) * 1e3
+            samples.setdefault("list_raw_page", []).append(raw_page)
+            samples.setdefault("list_filestore_page", []).append(timed(lambda: many.list(**page)) * 1e3)
     finally:
         many.close()
 
@@ -519,6 +563,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio_row(listing, "list_filestore", "ms", "list_raw_parse", "raw read+orjson.loads"),
         ratio_row(listing, "list_filestore", "ms", "list_raw_read", "raw open+fstat+read+close"),
     ]
+    rows.append(
+        ratio_row(
+            f"(6) FileStore.list(limit=50, agent, label), {cfg.list_states:,}",
+            "list_filestore_page",
+            "ms",
+            "list_raw_page",
+            "raw rows+filter",
+        )
+    )
     rows[8].extra = {
         "minor_faults_median": statistics.median(samples["load_filestore_faults"]),
         "baseline_minor_faults_median": statistics.median(samples["load_raw_faults"]),

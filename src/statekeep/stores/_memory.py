@@ -3,40 +3,104 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from datetime import datetime, timedelta
+from typing import cast
 
 import orjson
 
-from .._backend import Backend
+from .._backend import Backend, Clock
+from .._labels import DEFAULT_NAMESPACE, check_period, iso
 from .._records import Record, SavedState, left_out, listing_order
 from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from ._file.expiry import encoded_expiry
+
+
+class _Space:
+    """One namespace's States: entry lines, encoded snapshot and expiry, by id."""
+
+    __slots__ = ("expires", "lines", "snapshots")
+
+    def __init__(self) -> None:
+        self.lines: dict[str, list[bytes]] = {}
+        self.snapshots: dict[str, bytes | None] = {}
+        self.expires: dict[str, datetime] = {}  # only States that expire
+
+    def drop(self, sid: str) -> None:
+        self.lines.pop(sid, None)
+        self.snapshots.pop(sid, None)
+        self.expires.pop(sid, None)
 
 
 class MemoryStore(Backend):
     """Keeps States in this process's memory, for tests and short-lived runs.
 
     Same contract as every store; nothing is durable: when ``write`` returns the data is
-    in this process's memory only, and everything is gone when the process ends. Data is kept encoded, so readers always get fresh copies and the same values a
-    file or database store would give back (tuples come back as lists).
+    in this process's memory only, and everything is gone when the process ends. Data is
+    kept encoded, so readers always get fresh copies and the same values a file or
+    database store would give back (tuples come back as lists).
+
+    ``namespace`` (default ``"default"``): each namespace of one MemoryStore is a separate
+    set of States (its agent memory too); a new MemoryStore shares nothing with another.
+    ``retention``: a State without an explicit ``expires_at`` expires that long after its
+    last write. ``ttl`` is retention that slides: a ``read``/``load`` of a State also moves
+    its expiry to ``ttl`` from then (listings do not); give one of the two. Expiry is judged
+    by ``clock`` (default: the system clock, UTC): an expired State is absent to reads,
+    listings, forks and writes, and ``gc`` removes it.
     """
 
-    def __init__(self) -> None:
-        self._lines: dict[str, list[bytes]] = {}
-        self._snapshots: dict[str, bytes | None] = {}
+    def __init__(
+        self,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        retention: timedelta | None = None,
+        clock: Clock | None = None,
+        ttl: timedelta | None = None,
+    ) -> None:
+        if ttl is not None:
+            if retention is not None:
+                raise ValueError("give MemoryStore either retention or ttl (retention that slides), not both")
+            retention = check_period(ttl, "ttl")
+        self._lifecycle(namespace, retention, clock)
+        self._sliding = ttl is not None
+        self._spaces: dict[str, _Space] = {}  # shared with the siblings (agent memory)
+        self._space = self._spaces.setdefault(self.namespace, _Space())
 
     def __repr__(self) -> str:
-        return f"MemoryStore(<{len(self._lines)} States>)"
+        where = "" if self.namespace == DEFAULT_NAMESPACE else f"namespace={self.namespace!r}, "
+        return f"MemoryStore({where}<{len(self._space.lines)} States>)"
+
+    @property
+    def _snapshots(self) -> dict[str, bytes | None]:
+        """This namespace's encoded snapshots (tests plant hand-made ones here)."""
+        return self._space.snapshots
 
     def _storage_key(self) -> Hashable:
-        return ("memory", id(self))
+        return ("memory", id(self._spaces), self.namespace)
+
+    def _sibling(self, namespace: str) -> MemoryStore:
+        sibling = cast(MemoryStore, MemoryStore.__new__(MemoryStore))
+        sibling._lifecycle(namespace, None, self._clock, internal=True)
+        sibling._sliding = False
+        sibling._spaces = self._spaces
+        sibling._space = self._spaces.setdefault(namespace, _Space())
+        return sibling
+
+    def _gone(self, sid: str) -> bool:
+        """Is the State expired (then it is absent, and a create may replace it)?"""
+        when = self._space.expires.get(sid)
+        return when is not None and when <= self._now()
 
     async def _write(self, write: PreparedWrite) -> None:
-        sid = write.state_id
-        lines = self._lines.get(sid)
+        sid, space = write.state_id, self._space
+        lines = space.lines.get(sid)
+        if lines is not None and self._gone(sid):
+            space.drop(sid)  # expired: absent, so a create replaces it
+            lines = None
         if write.create:
             if lines is not None:
                 raise exists_error(sid)
-            self._lines[sid] = list(write.lines)
-            self._snapshots[sid] = write.snapshot
+            space.lines[sid] = list(write.lines)
+            self._keep_snapshot(sid, write.snapshot)
             return
         if lines is None:
             raise missing_error(sid)
@@ -44,18 +108,33 @@ class MemoryStore(Backend):
         check_overlap(write, [orjson.loads(b) for b in lines[write.first_seq : write.first_seq + skip]])
         lines.extend(write.lines[skip:])
         if write.snapshot is not None:
-            self._snapshots[sid] = write.snapshot
+            self._keep_snapshot(sid, write.snapshot)
+
+    def _keep_snapshot(self, sid: str, snapshot: bytes | None) -> None:
+        space = self._space
+        space.snapshots[sid] = snapshot
+        when = encoded_expiry(snapshot)
+        if when is None:
+            space.expires.pop(sid, None)
+        else:
+            space.expires[sid] = when
 
     async def _read(self, state_id: str) -> Record | None:
-        lines = self._lines.get(state_id)
-        if lines is None:
+        space = self._space
+        lines = space.lines.get(state_id)
+        if lines is None or self._gone(state_id):
             return None
-        snapshot = self._snapshots[state_id]
-        return Record([orjson.loads(b) for b in lines], None if snapshot is None else orjson.loads(snapshot))
+        raw = space.snapshots[state_id]
+        snapshot = None if raw is None else orjson.loads(raw)
+        if self._sliding and state_id in space.expires and snapshot and snapshot.get("expiry") == "retention":
+            assert self.retention is not None
+            snapshot["expires_at"] = iso(self._now() + self.retention)  # a read slides it
+            self._keep_snapshot(state_id, orjson.dumps(snapshot))
+        return Record([orjson.loads(b) for b in lines], snapshot)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         rows, skipped = [], []
-        for sid, snapshot in self._snapshots.items():
+        for sid, snapshot in self._space.snapshots.items():
             if snapshot is None:
                 continue
             try:
@@ -65,5 +144,13 @@ class MemoryStore(Backend):
         return listing_order(rows), skipped
 
     async def _delete(self, state_id: str) -> None:
-        self._lines.pop(state_id, None)
-        self._snapshots.pop(state_id, None)
+        self._space.drop(state_id)
+
+    async def _gc(self, limit: int | None) -> int:
+        # Runs on the owner loop, as every write does: nothing can extend a State meanwhile.
+        now = self._now()
+        space = self._space
+        expired = [sid for sid, when in space.expires.items() if when <= now]
+        for sid in expired[:limit]:
+            space.drop(sid)
+        return len(expired[:limit])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -24,57 +24,33 @@ from ..._records import decode_snapshot
 from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
 from .budget import BUDGET
 from .copies import Copies
+from .expiry import encoded_expiry, log_expiry
 from .folder import StoreFolder, still_named
-from .handles import Handles, close_pair
-from .locking import hold, release
+from .handles import SpaceHandles, close_pair
+from .locking import hold
 from .recovery import Tail, read_tail, scan_whole
+from .staged import Append, Doubt
 from .trust import LOG, SNAPSHOT
-
-
-@dataclass(slots=True)
-class _Append:
-    """One write of a group commit, with what it opened and how far it got."""
-
-    write: PreparedWrite
-    folder: int = -1
-    log: int = -1
-    locked: bool = False
-    size: int = 0  # the log's size before this write
-    next_seq: int = 0  # the seq after the log's last entry once this write is in
-    snapshot_at: int | None = None  # where the current snapshot record is once it is in
-    snapshot: bytes | None = None  # the snapshot this write records, if any
-    framed: bool = True  # the log holds a format 2 write once this one is in
-    new: bytes = b""
-    sync_log: bool = False  # the log holds bytes not known durable: fsync it
-    sync_root: bool = False  # a State this process never wrote: fsync the store's folder
-    durable: int = 0  # how much of the log is known durable (its start) before this write
-    appended: bool = False
-    error: BaseException | None = None
-
-    def unlock(self) -> None:
-        if self.locked:
-            self.locked = False
-            release(self.folder)
-
-
-@dataclass(frozen=True, slots=True)
-class _Doubt:
-    """A log whose undo failed: it may hold bytes of a failed append past ``cut_to``."""
-
-    left: Tail  # the log as the failed write left it
-    cut_to: int  # the log's size before that append
 
 
 class Appender:
     """Appends to the States of one store; shares ``tails`` (the tail cache) with it."""
 
-    def __init__(self, store: StoreFolder, tails: dict[str, Tail], handles: Handles, copies: Copies) -> None:
+    def __init__(
+        self,
+        store: StoreFolder,
+        tails: dict[str, Tail],
+        handles: SpaceHandles,
+        copies: Copies,
+        now: Callable[[], datetime],
+    ) -> None:
         self._store = store
+        self._now = now  # the store's clock, which judges expiry
         self._io = store.io
         self._tails = tails
         self._handles = handles
         self._copies = copies
-        self._doubts: dict[str, _Doubt] = {}
+        self._doubts: dict[str, Doubt] = {}
         # Logs whose fsync failed: (dev, ino, from) -- bytes past ``from`` may be clean in
         # the page cache yet not on disk (fsyncgate), so they are written again first.
         self._suspects: dict[str, tuple[int, int, int]] = {}
@@ -108,7 +84,7 @@ class Appender:
         return errors
 
     def _commit(self, writes: list[PreparedWrite], *, wait: bool = True) -> list[BaseException | None]:
-        items = [_Append(w) for w in writes]
+        items = [Append(w) for w in writes]
         # Folder locks are taken in id order, the same in every process: no deadlock.
         ordered = sorted(items, key=lambda a: a.write.state_id)
         root = self._store.open_root(create=False, writing=True)
@@ -134,7 +110,7 @@ class Appender:
                 os.close(root)
         return [a.error for a in items]
 
-    def _sync_root(self, root: int | None, live: list[_Append]) -> list[_Append]:
+    def _sync_root(self, root: int | None, live: list[Append]) -> list[Append]:
         """Fsync the store's folder once if a write is to a State this process never
         wrote: its create may have died after the rename into place, before that fsync.
         Returns the writes still live."""
@@ -150,7 +126,7 @@ class Appender:
             return [a for a in live if a.error is None]
         return live
 
-    def _attempt(self, item: _Append, step: Callable[..., object], *args: object) -> None:
+    def _attempt(self, item: Append, step: Callable[..., object], *args: object) -> None:
         if item.error is not None:
             return
         try:
@@ -159,7 +135,7 @@ class Appender:
             item.error = exc
             self._undo(item)
 
-    def _stage(self, item: _Append, root: int | None, wait: bool) -> None:
+    def _stage(self, item: Append, root: int | None, wait: bool) -> None:
         store, write = self._store, item.write
         sid = write.state_id
         if root is None:
@@ -173,6 +149,11 @@ class Appender:
         if self._rewrite_suspect(item.folder, item.log, sid, item.size):
             durable, item.durable = False, 0
         item.framed = found.framed
+        # An expired State is absent: judged here, under its lock, from the log itself.
+        expires = found.expiry[0] if found.expiry else log_expiry(item.log, found.snapshot_at, item.size)
+        if expires is not None and expires <= self._now():
+            raise missing_error(sid)
+        item.expires_at = expires if write.snapshot is None else encoded_expiry(write.snapshot)
         skip = plan_append(write, found.next_seq)
         item.next_seq = found.next_seq + len(write.lines) - skip
         if skip:
@@ -203,7 +184,7 @@ class Appender:
             item.appended = True
             self._io.write_all(item.log, item.new)
 
-    def _open(self, item: _Append, root: int, wait: bool) -> None:
+    def _open(self, item: Append, root: int, wait: bool) -> None:
         """Open the State's folder and log (or take them from the cache) and lock it."""
         store, sid = self._store, item.write.state_id
         for cached in (True, False):
@@ -234,7 +215,7 @@ class Appender:
                 raise missing_error(sid)  # deleted while we waited for the lock
         raise AssertionError("unreachable")
 
-    def _stored(self, item: _Append, next_seq: int, skip: int) -> list[dict[str, Any]]:
+    def _stored(self, item: Append, next_seq: int, skip: int) -> list[dict[str, Any]]:
         """The stored entries a write's first ``skip`` entries overlap, from the log's end."""
         first = item.write.first_seq
         log = item.log
@@ -243,7 +224,7 @@ class Appender:
             stored = scan_whole(self._store, log, item.write.state_id).entries[first : first + skip]
         return stored
 
-    def _done(self, item: _Append) -> None:
+    def _done(self, item: Append) -> None:
         """Remember a finished write's log (the tail cache) and its snapshot's copy."""
         sid = item.write.state_id
         if isinstance(item.error, WouldBlock):
@@ -252,7 +233,9 @@ class Appender:
             self._tails.pop(sid, None)  # re-read from disk next time
             return
         try:
-            tail = Tail.of(item.log, item.next_seq, item.snapshot_at, framed=item.framed)
+            tail = Tail.of(
+                item.log, item.next_seq, item.snapshot_at, framed=item.framed, expiry=(item.expires_at,)
+            )
         except OSError:
             self._tails.pop(sid, None)  # the write is durable; its log is read again next time
             return
@@ -260,7 +243,7 @@ class Appender:
         if item.snapshot is not None:  # a write that kept the snapshot leaves its copy current
             self._copies.written(item.folder, sid, tail, item.snapshot)
 
-    def _put_back(self, item: _Append) -> None:
+    def _put_back(self, item: Append) -> None:
         """Unlock the State; keep its descriptors open for the next write if all went well."""
         if item.folder < 0:
             return
@@ -271,7 +254,7 @@ class Appender:
             close_pair(item.folder, item.log)
         item.folder = item.log = -1
 
-    def _fsync_log(self, item: _Append) -> None:
+    def _fsync_log(self, item: Append) -> None:
         """Fsync the log. If that fails, what it held past the part known durable is
         suspect until written again (see :meth:`_rewrite_suspect`). A write that made
         bytes durable without writing any (a re-sent write) also touches the log's mtime, so
@@ -310,12 +293,12 @@ class Appender:
             os.close(fd)
         return True
 
-    def _undo(self, item: _Append) -> None:
+    def _undo(self, item: Append) -> None:
         """Take back what a failed write did, so the State is as it was before it."""
         if item.appended:
             self._undo_append(item)
 
-    def _undo_append(self, item: _Append) -> None:
+    def _undo_append(self, item: Append) -> None:
         """Cut the log back to its size before a failed append; the original error follows.
 
         If that fails too, the log may keep (part of) the write, never made durable, and
@@ -330,7 +313,7 @@ class Appender:
             if item.error is not None:
                 item.error.add_note(f"statekeep: undoing this append failed too: {exc}")
             try:
-                self._doubts[item.write.state_id] = _Doubt(Tail.of(item.log, 0, None), item.size)
+                self._doubts[item.write.state_id] = Doubt(Tail.of(item.log, 0, None), item.size)
             except OSError:
                 pass  # the next write then reads the log again and fsyncs it
 

@@ -3,6 +3,12 @@ or adoptable, see :mod:`.trust`), made and marked on the first write, swept of t
 leftovers of crashed creates and deletes, and the State folders in it opened safely:
 never through a link, and spelled exactly as the id on a case-insensitive file system.
 
+A namespace other than the default keeps its States in a folder of its own in the store's
+folder, ``.ns.{name}`` (a State id cannot start with a dot, so it is never a State's), made
+on its first write and named in the store's marker first (see :mod:`.trust`). Everything
+else below then works on that folder as on the store's: its States, its staging and
+trash folders, its sweep.
+
 Reads and listings never write anything: no folder, marker or clean-up of leftovers.
 """
 
@@ -23,6 +29,7 @@ from .trust import (
     DELETING,
     DIR,
     MARKER_FORMAT,
+    NAMESPACE_DIR,
     check_adoptable,
     check_owner,
     read_marker,
@@ -36,10 +43,19 @@ class StoreFolder:
     """One FileStore's folder, and what it learnt about it (once per instance)."""
 
     def __init__(
-        self, path: Path, io: OsIO, *, read_only: bool, label: str, probe_case: Callable[[int], bool]
+        self,
+        path: Path,
+        io: OsIO,
+        *,
+        read_only: bool,
+        label: str,
+        probe_case: Callable[[int], bool],
+        namespace: str | None = None,
     ) -> None:
-        self.path = path
-        self._text = str(path)
+        self.path = path  # the store's folder
+        self.namespace = namespace  # None: the default, whose States are in the store's folder
+        self.space = None if namespace is None else NAMESPACE_DIR + namespace
+        self._text = str(path if self.space is None else path / self.space)  # where the States are
         self.io = io
         self.case_insensitive = False  # known once opened
         self._read_only = read_only
@@ -56,10 +72,10 @@ class StoreFolder:
         return self._checked and self._marked and self._swept
 
     def open_root(self, *, create: bool, writing: bool = False) -> int | None:
-        """Open the store's folder, checked; None if absent.
+        """Open the folder of this namespace's States, checked; None if absent.
 
         ``create``: make the folder (0700, durably) if it is missing. ``create`` or
-        ``writing``: mark the folder as a store if it is not yet.
+        ``writing``: mark the store's folder as a store if it is not yet.
         """
         writing = writing or create
         if writing and self._read_only:
@@ -76,16 +92,71 @@ class StoreFolder:
             if not self._checked:
                 self._check_root(root)
             if writing and not self._marked:
-                write_marker(self.io, root)
+                self._mark(root, None)
                 self._marked = True
                 self.case_insensitive = self._probe_case(root)
         except BaseException:
             os.close(root)
             raise
+        if self.space is not None:
+            try:
+                space = self._open_space(root, create)
+            finally:
+                os.close(root)
+            if space is None:
+                return None
+            root = space
         if writing and not self._swept:  # reads never write, not even to clean up
             self._swept = True
             quietly(lambda: self._sweep(root))
         return root
+
+    def _open_space(self, base: int, create: bool) -> int | None:
+        """The namespace's folder in the store's folder ``base`` (made if ``create``)."""
+        assert self.space is not None
+        where = self._text
+        for attempt in (1, 2):
+            try:
+                fd = self.io.open(self.space, DIR, dir_fd=base)
+            except FileNotFoundError:
+                if not create or attempt == 2:
+                    return None
+                self._add_space(base)
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise CorruptStateError(f"{where} is a symbolic link or a file; not followed") from None
+                raise
+            try:
+                check_owner(fd, where)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        raise AssertionError("unreachable")
+
+    def _add_space(self, base: int) -> None:
+        """Name the namespace in the marker, then make its folder, both durably."""
+        assert self.namespace is not None and self.space is not None
+        self._mark(base, self.namespace)
+        try:
+            self.io.mkdir(self.space, dir_fd=base)
+        except FileExistsError:
+            pass
+        self.io.fsync(base)
+
+    def _mark(self, base: int, namespace: str | None) -> None:
+        """Write the marker in this format, naming the namespaces it names now (read again
+        under the store folder's lock, so that two processes never lose one) and
+        ``namespace``."""
+        hold(base, fcntl.LOCK_EX)
+        try:
+            marker = read_marker(self.io, base, str(self.path))
+            named = [] if marker is None else list(marker.get("namespaces", []))
+            if marker is None or marker["format"] != MARKER_FORMAT or namespace not in (None, *named):
+                write_marker(self.io, base, named if namespace is None else sorted({*named, namespace}))
+        finally:
+            release(base)
 
     def _check_root(self, root: int) -> None:
         """Once per instance: the marker is ours, or the folder holds only States."""

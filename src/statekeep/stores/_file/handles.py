@@ -15,6 +15,7 @@ import resource
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Hashable
 
 from .locking import unlock
 
@@ -28,19 +29,24 @@ def cache_cap() -> int:
 
 
 class Handles:
-    """Open ``(folder, log)`` descriptors by State id, for one store."""
+    """Open ``(folder, log)`` descriptors by key (a State id), for one store's folder; each
+    namespace uses a :meth:`space` of it, so they share one bound."""
 
     def __init__(self) -> None:
-        self._open: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._open: OrderedDict[Hashable, tuple[int, int]] = OrderedDict()
         self._lock = threading.Lock()
         _all.add(self)
 
-    def take(self, sid: str) -> tuple[int, int] | None:
+    def space(self, namespace: str) -> SpaceHandles:
+        """The handles of one namespace's States."""
+        return SpaceHandles(self, namespace)
+
+    def take(self, sid: Hashable) -> tuple[int, int] | None:
         """The State's pair, now the caller's alone; None if none is kept."""
         with self._lock:
             return self._open.pop(sid, None)
 
-    def give(self, sid: str, folder: int, log: int) -> None:
+    def give(self, sid: Hashable, folder: int, log: int) -> None:
         """Keep the pair (the caller no longer uses it); closes the oldest beyond the cap."""
         with self._lock:
             old = self._open.pop(sid, None)
@@ -51,16 +57,21 @@ class Handles:
         for pair in extra:
             close_pair(*pair)
 
-    def drop(self, sid: str) -> None:
+    def drop(self, sid: Hashable) -> None:
         """Close the State's pair, if kept (it was deleted)."""
         with self._lock:
             pair = self._open.pop(sid, None)
         if pair is not None:
             close_pair(*pair)
 
-    def close(self) -> None:
+    def close(self, namespace: str | None = None) -> None:
+        """Close every pair (of ``namespace`` only, if given)."""
         with self._lock:
-            pairs, self._open = list(self._open.values()), OrderedDict()
+            if namespace is None:
+                pairs, self._open = list(self._open.values()), OrderedDict()
+            else:
+                keys = [k for k in self._open if type(k) is tuple and k[0] == namespace]
+                pairs = [self._open.pop(k) for k in keys]
         for pair in pairs:
             close_pair(*pair)
 
@@ -73,6 +84,26 @@ class Handles:
                     os.close(fd)
                 except OSError:
                     pass  # closed already by locking.py's own at-fork hook (it was locked)
+
+
+class SpaceHandles:
+    """The :class:`Handles` of one namespace: the same calls, by State id."""
+
+    def __init__(self, shared: Handles, namespace: str) -> None:
+        self._shared = shared
+        self._namespace = namespace
+
+    def take(self, sid: str) -> tuple[int, int] | None:
+        return self._shared.take((self._namespace, sid))
+
+    def give(self, sid: str, folder: int, log: int) -> None:
+        self._shared.give((self._namespace, sid), folder, log)
+
+    def drop(self, sid: str) -> None:
+        self._shared.drop((self._namespace, sid))
+
+    def close(self) -> None:
+        self._shared.close(self._namespace)
 
 
 def close_pair(folder: int, log: int) -> None:

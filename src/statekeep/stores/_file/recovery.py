@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime
 
 from ..._errors import CorruptStateError
 from ..._logframe import LogScan, scan_log
@@ -37,12 +38,36 @@ class Tail:
     check: bytes  # the log's last bytes before ``size``
     snapshot_at: int | None = None  # the offset of the current snapshot record, if any
     framed: bool = True  # the log holds a format 2 write (else the snapshot is in snapshot.json)
+    expiry_known: bool = False  # the current snapshot's expires_at is known: ``expires_at``
+    expires_at: datetime | None = None
 
     @classmethod
-    def of(cls, log: int, next_seq: int, snapshot_at: int | None, *, framed: bool = True) -> Tail:
+    def of(
+        cls,
+        log: int,
+        next_seq: int,
+        snapshot_at: int | None,
+        *,
+        framed: bool = True,
+        expiry: tuple[datetime | None] | None = None,
+    ) -> Tail:
+        """``expiry``: ``(expires_at,)`` of the current snapshot, if known."""
         st = os.fstat(log)
         check = _last_bytes(log, st.st_size)
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, next_seq, check, snapshot_at, framed)
+        known = expiry is not None
+        when = None if expiry is None else expiry[0]
+        return cls(
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            next_seq,
+            check,
+            snapshot_at,
+            framed,
+            known,
+            when,
+        )
 
     def holds_in(self, log: int, st: os.stat_result) -> bool:
         """Does ``log`` still start with what this describes (maybe with more after it)?"""
@@ -67,6 +92,7 @@ class Found:
     durable: bool
     snapshot_at: int | None
     framed: bool
+    expiry: tuple[datetime | None] | None = None  # (expires_at,) of the current snapshot, if known
 
 
 def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid: str) -> Found:
@@ -77,7 +103,8 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
     if known is not None and not known.holds_in(log, st):
         known = None  # replaced or cut by someone else: read it again
     if known is not None and st.st_size == known.size:
-        return Found(known.size, known.next_seq, True, known.snapshot_at, known.framed)
+        expiry = (known.expires_at,) if known.expiry_known else None
+        return Found(known.size, known.next_seq, True, known.snapshot_at, known.framed, expiry)
     if known is not None:
         # Another process appended: read only what it added.
         data = os.pread(log, st.st_size - known.size, known.size)

@@ -2,7 +2,11 @@
 
 Layout under the store's folder::
 
-    .statekeep-store        the store marker: a JSON object, {"format": 2}
+    .statekeep-store        the store marker: a JSON object, {"format": 2}, naming the
+                            namespaces once there are any: {"format": 2, "namespaces": [...]}
+    .ns.{namespace}/        the States of a namespace other than the default (and of agent
+                            memory, internal namespaces such as "default.memory.notes"),
+                            laid out as the default namespace's below
     {id}/log.jsonl          the State: entry lines, each write closed by a record carrying
                             its snapshot (format: statekeep._logframe), appended and fsync'd
     {id}/snapshot.json      a copy of the current snapshot for listings (.copies), lazily
@@ -26,27 +30,27 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Hashable
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import cast
 
-from ..._backend import Backend
+from ..._backend import Backend, Clock
 from ..._batching import GroupCommit
 from ..._bridge import owner
-from ..._errors import CorruptStateError
-from ..._ids import validate_id
-from ..._logframe import scan_log
-from ..._logtail import decode_copy
-from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
+from ..._labels import DEFAULT_NAMESPACE
+from ..._query import ListQuery, Page, select
+from ..._records import Record, SavedState
 from ..._writes import PreparedWrite
 from .._fsio import OsIO
 from .append import Appender
 from .budget import batch_cap
-from .copies import INTERVAL, Copies, current_snapshot, listed_snapshot
+from .copies import INTERVAL, Copies
 from .create import create, delete
-from .folder import StoreFolder, still_named
+from .folder import StoreFolder
 from .handles import Handles
-from .recovery import Tail, check_copy
-from .trust import DIR, LOG, SNAPSHOT, probe_case
+from .reads import list_states, read_state
+from .recovery import Tail
+from .trust import probe_case
 
 
 class FileStore(Backend):
@@ -94,6 +98,23 @@ class FileStore(Backend):
     ``delete`` removes your files. ``delete`` also refuses a State folder that holds
     anything but a State's own files (CorruptStateError).
 
+    ``namespace`` (default ``"default"``): States of different namespaces never see each
+    other (reads, listings, agent memory, gc). The default namespace's States are in the
+    folder itself, as in stores of earlier versions; another's are in ``.ns.{namespace}``
+    in it, made on its first write and named in the marker (a statekeep that predates
+    namespaces still reads the default namespace and never enters those folders).
+
+    ``list()``/``alist`` scans: it reads the snapshot copy of every State of the namespace
+    (10,000 States take under a second), then filters and pages them; there are no indexes.
+    Use SQLiteStore or a server store when listings must not grow with the store.
+
+    Expiry (``retention``, ``state.expire_at``) is judged by ``clock`` (default: the system
+    clock, UTC), so processes sharing a folder must share a clock. An expired State is
+    absent to reads, listings and forks; a ``create=False`` write to it raises
+    StateNotFoundError and a create replaces it. ``gc`` removes expired States; it decides
+    each from the State's log with the State's flock held, as writes hold it, so it is safe
+    from several processes and never removes a State another process's write just extended.
+
     The store folder, the State folders and files must be owned by you and not writable
     by group or others, or :class:`~statekeep.UnsafeStoreError` (a PermissionError) names
     the path and the fix; ``list`` leaves such a State out with a warning.
@@ -110,22 +131,36 @@ class FileStore(Backend):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, io: OsIO | None = None, read_only: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        retention: timedelta | None = None,
+        clock: Clock | None = None,
+        io: OsIO | None = None,
+        read_only: bool = False,
     ) -> None:
         if not os.fspath(path):
             raise ValueError(
                 "a FileStore needs a folder path, got an empty one; use '.' for the current folder"
             )
+        self._lifecycle(namespace, retention, clock)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
+        self._setup(io or OsIO(), read_only, Handles())
+
+    def _setup(self, io: OsIO, read_only: bool, handles: Handles) -> None:
+        space = None if self.namespace == DEFAULT_NAMESPACE else self.namespace
+        self._io, self._read_only, self._shared = io, read_only, handles
         self._folder = StoreFolder(
-            self.path, io or OsIO(), read_only=read_only, label=repr(self), probe_case=self._probe_case
+            self.path, io, read_only=read_only, label=repr(self), probe_case=self._probe_case, namespace=space
         )
         self._tails: dict[str, Tail] = {}  # the tail cache, shared by appends, creates, deletes
-        self._handles = Handles()  # descriptors kept open between writes
+        self._handles = handles.space(self.namespace)  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
         self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
-        self._appender = Appender(self._folder, self._tails, self._handles, self._copies)
+        self._appender = Appender(self._folder, self._tails, self._handles, self._copies, self._now)
+        self._siblings: dict[str, FileStore] = {}  # agent memory's namespaces, closed with this one
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
             lambda writes: self._commit(writes),
@@ -134,7 +169,9 @@ class FileStore(Backend):
         )
 
     def __repr__(self) -> str:
-        return f"FileStore({str(self.path)!r})"
+        if self.namespace == DEFAULT_NAMESPACE:
+            return f"FileStore({str(self.path)!r})"
+        return f"FileStore({str(self.path)!r}, namespace={self.namespace!r})"
 
     @property
     def case_insensitive(self) -> bool:
@@ -142,7 +179,18 @@ class FileStore(Backend):
         return self._folder.case_insensitive
 
     def _storage_key(self) -> Hashable:
-        return ("file", self._key)
+        return ("file", self._key, self.namespace)
+
+    def _sibling(self, namespace: str) -> FileStore:
+        """The store of ``namespace`` in the same folder, sharing the kept descriptors."""
+        sibling = self._siblings.get(namespace)
+        if sibling is None or sibling._closed:
+            sibling = cast(FileStore, FileStore.__new__(FileStore))
+            sibling._lifecycle(namespace, None, self._clock, internal=True)
+            sibling.path, sibling._key = self.path, self._key
+            sibling._setup(self._io, self._read_only, self._shared)
+            self._siblings[namespace] = sibling
+        return sibling
 
     def _probe_case(self, root: int) -> bool:
         """Is the opened folder ``root`` case-insensitive? (A test overrides this.)"""
@@ -152,7 +200,11 @@ class FileStore(Backend):
 
     async def _write(self, write: PreparedWrite) -> None:
         if write.create:
-            await owner().io.run(create, self._folder, self._tails, write)
+            sid = write.state_id
+            if sid in self._tails:  # it may replace an expired State this process wrote
+                self._handles.drop(sid)
+                self._copies.forget(sid)
+            await owner().io.run(create, self._folder, self._tails, write, self._expired)
             return
         # Group commit: appends waiting at the same moment, to any State of this store,
         # are written together and share their flushes; each caller still gets its own
@@ -177,6 +229,10 @@ class FileStore(Backend):
         return self._appender.commit_now(writes)
 
     async def _close(self) -> None:
+        for sibling in list(self._siblings.values()):
+            if not sibling._closed:
+                sibling._closed = True
+                await sibling._close()
         await self._batches.drain()  # writes already queued still complete
         if self._refresh is not None and self._refresh[0] == os.getpid():
             self._refresh[1].cancel()
@@ -185,112 +241,36 @@ class FileStore(Backend):
         self._handles.close()
 
     async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
-        return await owner().io.run(self._read_sync, state_id)
+        return await owner().io.run(read_state, self._folder, state_id)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
-        return await owner().io.run(self._list_sync)
+        return await owner().io.run(list_states, self._folder)
+
+    async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
+        # A scan: every State of the namespace (of an id prefix's only), then filtered here.
+        rows, skipped = await owner().io.run(list_states, self._folder, query.id_prefix or "")
+        now = self._now()
+        return select([r for r in rows if r.expires_at is None or r.expires_at > now], query), skipped
 
     async def _delete(self, state_id: str) -> None:
         self._handles.drop(state_id)
         self._copies.forget(state_id)
         await owner().io.run(delete, self._folder, self._tails, state_id)
 
-    # -- read, list -----------------------------------------------------------------
-
-    def _read_sync(self, sid: str) -> Callable[[], Record] | None:
-        """Read the files; the returned function parses them, in the caller's thread
-        (parsing where the bytes were read costs far more in memory faults)."""
-        store = self._folder
-        root = store.open_root(create=False)
-        if root is None:
-            return None
-        try:
-            folder = store.open_state(root, sid)
-            if folder is None:
-                return None
-            try:
-                # The copy first: it is written after the log is durable up to the length
-                # it records, so a log shorter than that lost acknowledged writes.
-                copy = store.read_file(folder, sid, SNAPSHOT)
-                log = store.read_file(folder, sid, LOG)
-                if log is None and not still_named(root, sid, folder):
-                    return None  # deleted meanwhile: renamed away, then its files removed
-            finally:
-                os.close(folder)
-        finally:
-            os.close(root)
-        if log is None:
-            raise CorruptStateError(f"{store.where(sid, LOG)} is missing")
-        return lambda: self._parse(sid, log, copy)
-
-    def _parse(self, sid: str, log: bytes, raw_copy: bytes | None) -> Record:
-        store = self._folder
-        scan = scan_log(log, name=store.where(sid, LOG))
-        copy = decode_copy(raw_copy) if raw_copy else None
-        check_copy(store, sid, copy, scan.end)
-        if scan.framed:
-            if scan.snapshot_at is not None and scan.snapshot is None:
-                raise CorruptStateError(
-                    f"{store.where(sid, LOG)}: its last write keeps the snapshot recorded at byte "
-                    f"{scan.snapshot_at}, but no snapshot record is there. Move the State's folder aside"
-                )
-            return Record(scan.entries, scan.snapshot)
-        # A log of format 1 only: its snapshot.json is the snapshot.
-        snapshot = decode_snapshot(raw_copy, store.where(sid, SNAPSHOT))
-        cut = "" if not scan.torn else f" (its last line, from byte {scan.end}, is cut short)"
-        check_covered(
-            snapshot,
-            scan.next_seq,
-            snapshot_name=f"State {sid!r} is damaged: {store.where(sid, SNAPSHOT)}",
-            history_name=f"{store.where(sid, LOG)}{cut}",
-            advice="restore the log from a backup, or move the State's folder aside",
-        )
-        return Record(scan.entries, snapshot)
-
-    def _snapshot_from_log(self, root: int, name: str) -> dict[str, Any] | None:
-        """A listed State's snapshot when its copy is not current: read from its log."""
-        store = self._folder
-        try:  # named as scandir found it: spelled as stored
-            folder = store.open_in(root, name, name, DIR)
-        except FileNotFoundError:
-            return None  # deleted meanwhile
-        try:
-            return current_snapshot(store, folder, name)
-        except FileNotFoundError:
-            if still_named(root, name, folder):
-                raise
-            return None  # deleted meanwhile
-        finally:
-            os.close(folder)
-
-    def _list_sync(self) -> tuple[list[SavedState], list[str]]:
-        store = self._folder
-        root = store.open_root(create=False)
-        if root is None:
-            return [], []
-        rows: list[SavedState] = []
-        skipped: list[str] = []
-        try:
-            with os.scandir(root) as it:
-                names = [(e.name, e.is_symlink()) for e in it if not e.name.startswith(".")]
-            for name, is_link in names:
-                try:
-                    validate_id(name)
-                except ValueError:
-                    continue  # not ours
-                try:
-                    if is_link:
-                        raise CorruptStateError(f"{store.where(name)} is a symbolic link; not followed")
-                    try:
-                        current, snapshot = listed_snapshot(store, root, name)
-                    except FileNotFoundError:
-                        continue  # deleted meanwhile
-                    if not current:
-                        snapshot = self._snapshot_from_log(root, name)
-                    if snapshot is not None:
-                        rows.append(SavedState.from_snapshot(name, snapshot))
-                except (OSError, ValueError) as exc:
-                    skipped.append(left_out(name, exc))
-        finally:
-            os.close(root)
-        return listing_order(rows), skipped
+    async def _gc(self, limit: int | None) -> int:
+        rows, _ = await self._list()
+        now = self._now()
+        removed = 0
+        for row in rows:
+            if limit is not None and removed >= limit:
+                break
+            if row.expires_at is None or row.expires_at > now:
+                continue
+            # Decided again from the log under the State's flock: a write in another process
+            # may have extended it since the listing.
+            async with owner().lock((self._storage_key(), row.id)):
+                self._handles.drop(row.id)
+                self._copies.forget(row.id)
+                if await owner().io.run(delete, self._folder, self._tails, row.id, self._expired):
+                    removed += 1
+        return removed

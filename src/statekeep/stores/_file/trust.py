@@ -2,7 +2,12 @@
 
 A store folder holds ``.statekeep-store``, a small JSON object statekeep writes when it
 creates the store (or on the first write to a folder of States made before the marker
-existed). A folder without one is used only if everything in it is a State or a
+existed): ``{"format": 2}``, with ``"namespaces": [...]`` once a namespace other than the
+default has a folder (``.ns.{name}``) in it. The format stays 2 with namespaces: a
+statekeep that predates them reads the store folder as the default namespace, exactly as
+this one does, and never enters a dot-folder (its listings skip them and its clean-up
+touches only its own ``.creating-``/``.deleting-`` leftovers), so it sees the default
+namespace's States and nothing of the others. A folder without a marker is used only if everything in it is a State or a
 leftover of statekeep's own, so a mistyped path never turns a project folder into a
 store whose ``delete`` removes the user's files.
 """
@@ -28,6 +33,7 @@ LOG = "log.jsonl"  # a State's files: its entry lines and each write's closing r
 SNAPSHOT = "snapshot.json"  # a copy of the current snapshot for listings, refreshed lazily
 SNAPSHOT_TMP = "snapshot.json.tmp"  # the next copy while it is being written
 STATE_FILES = frozenset({LOG, SNAPSHOT, SNAPSHOT_TMP})
+NAMESPACE_DIR = ".ns."  # + a namespace's name: the folder of its States (not the default's)
 CREATING = ".creating-"
 DELETING = ".deleting-"
 
@@ -88,6 +94,9 @@ def read_marker(io: OsIO, root: int, path: str) -> dict[str, Any] | None:
         raise CorruptStateError(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(value, dict) or not isinstance(value.get("format"), int):
         raise CorruptStateError(f"{where} is not a JSON object with a 'format' number")
+    spaces = value.get("namespaces", [])
+    if not isinstance(spaces, list) or not all(isinstance(n, str) for n in spaces):
+        raise CorruptStateError(f"{where} has a 'namespaces' that is not a list of names")
     if value["format"] > MARKER_FORMAT:
         raise UnsupportedFormatError(
             f"{path} was written by a newer statekeep (store format {value['format']}; this one "
@@ -96,11 +105,15 @@ def read_marker(io: OsIO, root: int, path: str) -> dict[str, Any] | None:
     return value
 
 
-def write_marker(io: OsIO, root: int) -> None:
-    """Write the marker durably: a temporary file (0600) fsync'd, renamed, folder fsync'd."""
+def write_marker(io: OsIO, root: int, namespaces: list[str] | None = None) -> None:
+    """Write the marker durably: a temporary file (0600) fsync'd, renamed, folder fsync'd.
+    ``namespaces``: those with a folder in the store (named in the marker when any)."""
     tmp = f"{MARKER_TMP}{secrets.token_hex(6)}"
+    marker: dict[str, Any] = {"format": MARKER_FORMAT}
+    if namespaces:
+        marker["namespaces"] = sorted(namespaces)
     try:
-        write_file(io, root, tmp, orjson.dumps({"format": MARKER_FORMAT}), exclusive=True)
+        write_file(io, root, tmp, orjson.dumps(marker), exclusive=True)
         io.rename(tmp, MARKER, dir_fd=root)
     except BaseException:
         try:

@@ -1,0 +1,120 @@
+"""FileStore's reads and listings: they never write anything (no folder, marker or
+clean-up of leftovers), and parse what they read in the caller's thread where they can."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..._errors import CorruptStateError
+from ..._ids import validate_id
+from ..._logframe import scan_log
+from ..._logtail import decode_copy
+from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
+from .copies import current_snapshot, listed_snapshot
+from .folder import StoreFolder, still_named
+from .recovery import check_copy
+from .trust import DIR, LOG, SNAPSHOT
+
+
+def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
+    """Read the files; the returned function parses them, in the caller's thread
+    (parsing where the bytes were read costs far more in memory faults)."""
+    root = store.open_root(create=False)
+    if root is None:
+        return None
+    try:
+        folder = store.open_state(root, sid)
+        if folder is None:
+            return None
+        try:
+            # The copy first: it is written after the log is durable up to the length
+            # it records, so a log shorter than that lost acknowledged writes.
+            copy = store.read_file(folder, sid, SNAPSHOT)
+            log = store.read_file(folder, sid, LOG)
+            if log is None and not still_named(root, sid, folder):
+                return None  # deleted meanwhile: renamed away, then its files removed
+        finally:
+            os.close(folder)
+    finally:
+        os.close(root)
+    if log is None:
+        raise CorruptStateError(f"{store.where(sid, LOG)} is missing")
+    return lambda: _parse(store, sid, log, copy)
+
+
+def _parse(store: StoreFolder, sid: str, log: bytes, raw_copy: bytes | None) -> Record:
+    scan = scan_log(log, name=store.where(sid, LOG))
+    copy = decode_copy(raw_copy) if raw_copy else None
+    check_copy(store, sid, copy, scan.end)
+    if scan.framed:
+        if scan.snapshot_at is not None and scan.snapshot is None:
+            raise CorruptStateError(
+                f"{store.where(sid, LOG)}: its last write keeps the snapshot recorded at byte "
+                f"{scan.snapshot_at}, but no snapshot record is there. Move the State's folder aside"
+            )
+        return Record(scan.entries, scan.snapshot)
+    # A log of format 1 only: its snapshot.json is the snapshot.
+    snapshot = decode_snapshot(raw_copy, store.where(sid, SNAPSHOT))
+    cut = "" if not scan.torn else f" (its last line, from byte {scan.end}, is cut short)"
+    check_covered(
+        snapshot,
+        scan.next_seq,
+        snapshot_name=f"State {sid!r} is damaged: {store.where(sid, SNAPSHOT)}",
+        history_name=f"{store.where(sid, LOG)}{cut}",
+        advice="restore the log from a backup, or move the State's folder aside",
+    )
+    return Record(scan.entries, snapshot)
+
+
+def _snapshot_from_log(store: StoreFolder, root: int, name: str) -> dict[str, Any] | None:
+    """A listed State's snapshot when its copy is not current: read from its log."""
+    try:  # named as scandir found it: spelled as stored
+        folder = store.open_in(root, name, name, DIR)
+    except FileNotFoundError:
+        return None  # deleted meanwhile
+    try:
+        return current_snapshot(store, folder, name)
+    except FileNotFoundError:
+        if still_named(root, name, folder):
+            raise
+        return None  # deleted meanwhile
+    finally:
+        os.close(folder)
+
+
+def list_states(store: StoreFolder, prefix: str = "") -> tuple[list[SavedState], list[str]]:
+    root = store.open_root(create=False)
+    if root is None:
+        return [], []
+    rows: list[SavedState] = []
+    skipped: list[str] = []
+    try:
+        with os.scandir(root) as it:
+            names = [
+                (e.name, e.is_symlink())
+                for e in it
+                if not e.name.startswith(".") and e.name.startswith(prefix)
+            ]
+        for name, is_link in names:
+            try:
+                validate_id(name)
+            except ValueError:
+                continue  # not ours
+            try:
+                if is_link:
+                    raise CorruptStateError(f"{store.where(name)} is a symbolic link; not followed")
+                try:
+                    current, snapshot = listed_snapshot(store, root, name)
+                except FileNotFoundError:
+                    continue  # deleted meanwhile
+                if not current:
+                    snapshot = _snapshot_from_log(store, root, name)
+                if snapshot is not None:
+                    rows.append(SavedState.from_snapshot(name, snapshot))
+            except (OSError, ValueError) as exc:
+                skipped.append(left_out(name, exc))
+    finally:
+        os.close(root)
+    return listing_order(rows), skipped
