@@ -256,21 +256,7 @@ def lifecycle_url(kind: str, tmp_path: Path) -> str:
     }[kind]
 
 
-# Each store takes namespace= and retention= once its helper's branch lands (the lead removes these).
-PENDING_NAMESPACES = {
-    "memory": "MemoryStore(namespace=, retention=) (i10-file)",
-    "file": "FileStore(namespace=, retention=) (i10-file)",
-    "file-url": "FileStore(namespace=, retention=) (i10-file)",
-}
-LIFECYCLE_KINDS = [
-    pytest.param(
-        kind,
-        marks=[pytest.mark.xfail(reason=f"waits for {PENDING_NAMESPACES[kind]}", strict=True)]
-        if kind in PENDING_NAMESPACES
-        else [],
-    )
-    for kind in ("memory", "file", "file-url", "sqlite", "postgres", "redis")
-]
+LIFECYCLE_KINDS = ["memory", "file", "file-url", "sqlite", "postgres", "redis"]
 
 
 @pytest.mark.parametrize("kind", LIFECYCLE_KINDS)
@@ -289,7 +275,6 @@ def test_every_store_kind_takes_namespace_and_retention(kind: str, tmp_path: Pat
                 assert again.load("spaced").task == "in a namespace"
 
 
-@pytest.mark.xfail(reason="waits for FileStore(namespace=) (i10-file)", strict=True)
 def test_the_cli_lists_one_namespace(tmp_path: Path) -> None:
     url = f"{tmp_path}/runs?namespace=team-a"
     with open_store(url) as store:
