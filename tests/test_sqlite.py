@@ -447,6 +447,19 @@ def test_newer_schema_is_refused(db: Path) -> None:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
 
 
+@pytest.mark.parametrize("agent", [None, "nobody"], ids=["rows", "no-rows"])
+def test_a_page_read_after_another_process_upgraded_the_file_is_refused(db: Path, agent: str | None) -> None:
+    # A small page is read on the owner loop in one statement that also reads the version.
+    store = SQLiteStore(db)
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    assert [row.id for row in store.list(limit=5)] == ["a"]
+    with raw(db) as conn:
+        conn.execute("UPDATE schema_version SET version = 3")
+    with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
+        store.list(limit=5, agent=agent)
+    store.close()
+
+
 def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
     # A database in rollback-journal mode, of a newer schema: refusing it must not even
     # switch it to WAL.

@@ -26,17 +26,28 @@ from ..._records import left_out, trusted_row, utc_time
 from . import _sql as sql
 from ._connections import Connections, connect, is_busy
 from ._rows import saved_state
-from ._schema import read_transaction
+from ._schema import check_version, refuse_newer
 
 
-def read_page(conn: sqlite3.Connection, namespace: str, query: ListQuery, now: str) -> tuple[Page, list[str]]:
-    """One page of ``query`` (in a read transaction on ``conn``), and a message for each
-    State left out: unlisted ones (every page says so, as :meth:`Store.list` does) and
-    rows whose columns were edited into something a listing cannot hold."""
-    text, params = listing_sql(namespace, query, now)
+def read_page(
+    conn: sqlite3.Connection, namespace: str, query: ListQuery, now: str, *, check: Path | None = None
+) -> tuple[Page, list[str]]:
+    """One page of ``query`` (in a read transaction on ``conn``, or with ``check``, the
+    database's path, in one statement that also reads the schema version, which is checked
+    here), and a message for each State left out: unlisted ones (on a walk's first page)
+    and rows whose columns were edited into something a listing cannot hold."""
+    text, params = listing_sql(namespace, query, now, with_version=check is not None)
     rows = conn.execute(text, params).fetchall()
-    unlisted = conn.execute(sql.UNLISTED, (namespace,)).fetchall()
-    skipped = [left_out(sid, why) for sid, why in unlisted]
+    if check is not None:
+        # The statement read the version with the rows, so the rows were read under a schema
+        # this statekeep knows; with no rows, the version is read on its own.
+        if rows:
+            refuse_newer(check, rows[0][-1] or 0)
+        else:
+            check_version(check, conn)
+    skipped = []
+    if query.after is None:
+        skipped = [left_out(sid, why) for sid, why in conn.execute(sql.UNLISTED, (namespace,))]
     page = Page()
     limit = len(rows) if query.limit is None else query.limit
     for row in rows[:limit]:
@@ -59,9 +70,8 @@ def read_page_now(
     if conn is None:
         conn = conns.loop_reader = connect(path)
         conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
-    try:
-        with read_transaction(path, conn):
-            return read_page(conn, namespace, query, now)
+    try:  # one statement, so no explicit transaction: the page is one consistent read
+        return read_page(conn, namespace, query, now, check=path)
     except sqlite3.OperationalError as exc:
         if is_busy(exc):
             raise WouldBlock from None
@@ -77,9 +87,12 @@ def _cursor_after(row: tuple[Any, ...]) -> str:
     return encode_cursor(trusted_row(row[0], "", at, at, 0, None, False))
 
 
-def listing_sql(namespace: str, query: ListQuery, now: str) -> tuple[str, list[Any]]:
+def listing_sql(
+    namespace: str, query: ListQuery, now: str, *, with_version: bool = False
+) -> tuple[str, list[Any]]:
     """The SELECT for one page of ``query`` (limit + 1 rows, to know whether more follow),
-    and its parameters; rows as ``_sql.ROW_COLUMNS``."""
+    and its parameters; rows as ``_sql.ROW_COLUMNS``, then with ``with_version`` the
+    schema version (an uncorrelated subquery: SQLite reads it once)."""
     labels = list(query.labels.items())
     where: list[str] = []
     params: list[Any] = []
@@ -130,7 +143,8 @@ def listing_sql(namespace: str, query: ListQuery, now: str) -> tuple[str, list[A
     where.append("(s.expires_at IS NULL OR s.expires_at > ?)")
     params.append(now)
     order = at.lstrip("+")
-    text = f"SELECT {sql.ROW_COLUMNS} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order} DESC, {sid}"
+    columns = sql.ROW_COLUMNS + (", (SELECT max(version) FROM schema_version)" if with_version else "")
+    text = f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order} DESC, {sid}"
     if query.limit is not None:
         text += " LIMIT ?"
         params.append(query.limit + 1)

@@ -67,7 +67,7 @@ def expiry_column(snapshot: object) -> str | None:
 def saved_state(row: tuple[Any, ...]) -> SavedState:
     """A listing row, as read by the listing query (``_sql.ROW_COLUMNS``); ValueError if a
     column was edited into something a listing cannot hold."""
-    sid, task, created, updated, turn, stopped_by, finished, agent, parent, labels, expires, forked = row
+    sid, task, created, updated, turn, stopped_by, finished, agent, parent, labels, expires, forked = row[:12]
     # The columns were checked when written (listing_columns): times in UTC, so they parse
     # straight to UTC datetimes, and the row is built without checking again. A column
     # edited by hand falls through to the checks below.
@@ -94,7 +94,7 @@ def saved_state(row: tuple[Any, ...]) -> SavedState:
 
 
 def _checked_row(row: tuple[Any, ...]) -> SavedState:
-    sid, task, created, updated, turn, stopped_by, finished, agent, parent, labels, expires, forked = row
+    sid, task, created, updated, turn, stopped_by, finished, agent, parent, labels, expires, forked = row[:12]
     times = []
     for key, raw in (("created_at", created), ("updated_at", updated), ("expires_at", expires)):
         try:

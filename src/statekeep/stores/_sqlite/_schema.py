@@ -122,14 +122,14 @@ def read_version(path: Path, conn: sqlite3.Connection) -> int:
     version = 0
     if found:
         version = conn.execute(sql.VERSION).fetchone()[0] or 0
-    _refuse_newer(path, version)
+    refuse_newer(path, version)
     return version
 
 
 def check_version(path: Path, conn: sqlite3.Connection) -> None:
     """In a transaction: refuse the file if another process upgraded it meanwhile."""
     row = conn.execute(sql.VERSION).fetchone()
-    _refuse_newer(path, row[0] or 0)
+    refuse_newer(path, row[0] or 0)
 
 
 @contextmanager
@@ -143,7 +143,7 @@ def read_transaction(path: Path, conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute(sql.COMMIT)
 
 
-def _refuse_newer(path: Path, version: int) -> None:
+def refuse_newer(path: Path, version: int) -> None:
     if version > SCHEMA_VERSION:
         raise UnsupportedFormatError(
             f"{path} was written by a newer statekeep (database schema version {version}; "
