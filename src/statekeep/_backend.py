@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -106,10 +106,43 @@ class Backend(Store):
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         """One page of the listing: by default :meth:`_list` filtered and paged here
         (expired States left out); stores with indexes answer from them."""
-        rows, skipped = await self._list()
-        now = self._now()
-        live = [row for row in rows if row.expires_at is None or row.expires_at > now]
-        return select(live, query), skipped
+        rows, skipped = await self._list_all(query.include_expired)
+        if not query.include_expired:
+            now = self._now()
+            rows = [row for row in rows if row.expires_at is None or row.expires_at > now]
+        return select(rows, query), skipped
+
+    async def _list_all(self, include_expired: bool) -> tuple[list[SavedState], list[str]]:
+        """Every listing row for the generic :meth:`_select` (``include_expired``: expired
+        ones too, which the generic path filters itself, so ``_list`` serves both)."""
+        return await self._list()
+
+    async def _server_now(self) -> datetime:
+        """The time of the clock that judges expiry (server stores ask their server)."""
+        return self._now()
+
+    async def _count_expired(self) -> int:
+        """How many States gc would remove now (a dry run)."""
+        page, _ = await self._select(ListQuery(include_expired=True))
+        now = await self._server_now()
+        return sum(1 for row in page if row.expires_at is not None and row.expires_at <= now)
+
+    async def _child_ids(self, state_id: str) -> list[str]:
+        """The ids of ``state_id``'s children, expired ones too (a tree delete must reach
+        the live States below an expired one)."""
+        return [row.id for row in (await self._select(ListQuery(parent=state_id, include_expired=True)))[0]]
+
+    async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
+        """A State's snapshot alone (None if absent or expired); stores that can read it
+        without the history override this (agent memory reads only snapshots)."""
+        record = _built(await self._read(state_id))
+        if record is None or self._expired(record.snapshot):
+            return None
+        return record.snapshot
+
+    async def aread_snapshot(self, state_id: str) -> dict[str, Any] | None:
+        """Internal: :meth:`_read_snapshot` on the owner loop, for agent memory."""
+        return await run_async(self._read_snapshot(self._check_open(validate_id(state_id))))
 
     async def _gc(self, limit: int | None) -> int:
         """Remove expired States; by default each one found by :meth:`_list` is read again
@@ -185,23 +218,25 @@ class Backend(Store):
             return
         run_sync(self._locked_delete(self._check_open(validate_id(state_id))), "adelete", direct=True)
 
-    async def agc(self, *, limit: int | None = None) -> int:
+    async def agc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
         """Remove expired States (at most ``limit``) and return how many were removed.
 
         Safe to run from several processes at once: a State is removed only if it is still
-        expired when its delete runs, so one a write just extended stays.
+        expired when its delete runs, so one a write just extended stays. Each removal is
+        durable on return as the store's ``delete`` is. ``dry_run=True`` removes nothing and
+        returns how many States are expired now (by the clock that judges expiry).
         """
-        if limit is not None and (type(limit) is not int or limit < 1):
-            raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
-        self._check_open(None)
-        return await run_async(self._gc(limit))
+        return await run_async(self._gc_op(limit, dry_run))
 
-    def gc(self, *, limit: int | None = None) -> int:
+    def gc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
         """Sync :meth:`agc`."""
-        if limit is not None and (type(limit) is not int or limit < 1):
+        return run_sync(self._gc_op(limit, dry_run), "agc")
+
+    def _gc_op(self, limit: int | None, dry_run: bool) -> Coroutine[Any, Any, int]:
+        if limit is not None and (type(limit) is not int or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
         self._check_open(None)
-        return run_sync(self._gc(limit), "agc")
+        return self._count_expired() if dry_run else self._gc(limit)
 
     def memory(self, scope: str = "default") -> Memory:
         """Agent memory: a durable key/value store kept beside the States of this namespace,

@@ -54,12 +54,15 @@ class ListQuery:
     updated_after: datetime | None = None
     updated_before: datetime | None = None
     id_prefix: str | None = None
+    #: Internal (never from a user's arguments): list expired States too, as a tree delete
+    #: and a gc dry run need. Stores honour it in ``_select``.
+    include_expired: bool = False
 
     def with_after(self, cursor: tuple[datetime, str] | None) -> ListQuery:
         """The same query, for the page after ``cursor``."""
         return ListQuery(
             self.limit, cursor, self.agent, self.parent, self.finished, self.stopped_by, self.status,
-            self.labels, self.updated_after, self.updated_before, self.id_prefix,
+            self.labels, self.updated_after, self.updated_before, self.id_prefix, self.include_expired,
         )  # fmt: skip
 
     @property

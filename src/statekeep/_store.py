@@ -155,11 +155,15 @@ class Store(ABC):  # noqa: B024
         frontier = [root]
         while frontier:
             sid = frontier.pop()
-            async for row in self.aiter_states(parent=sid):
-                if row.id not in found:
-                    found[row.id] = sid
-                    frontier.append(row.id)
+            for child in await self._child_ids(sid):
+                if child not in found:
+                    found[child] = sid
+                    frontier.append(child)
         return tree_order(root, found)
+
+    async def _child_ids(self, state_id: str) -> list[str]:
+        """The ids of ``state_id``'s children (built-in stores include expired ones)."""
+        return [row.id async for row in self.aiter_states(parent=state_id)]
 
     async def afork(
         self,
@@ -191,8 +195,9 @@ class Store(ABC):  # noqa: B024
         """Create the fork: a store may copy the entries on its side instead of sending them."""
         await self.awrite(new_id, entries, snapshot, create=True)
 
-    async def agc(self, *, limit: int | None = None) -> int:
-        """Remove expired States (at most ``limit``); return how many were removed."""
+    async def agc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
+        """Remove expired States (at most ``limit``); return how many were removed
+        (``dry_run``: how many would be)."""
         raise NotImplementedError(f"{type(self).__name__} does not support gc()")
 
     # -- sync, derived --------------------------------------------------------------
@@ -242,9 +247,9 @@ class Store(ABC):  # noqa: B024
         """Sync :meth:`afork`."""
         return run_sync(self.afork(state_id, at_seq=at_seq, new_id=new_id, labels=labels), "afork")
 
-    def gc(self, *, limit: int | None = None) -> int:
+    def gc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
         """Sync :meth:`agc`."""
-        return run_sync(self.agc(limit=limit), "agc")
+        return run_sync(self.agc(limit=limit, dry_run=dry_run), "agc")
 
     # -- States -----------------------------------------------------------------------
 

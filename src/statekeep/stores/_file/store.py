@@ -249,8 +249,10 @@ class FileStore(Backend):
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         # A scan: every State of the namespace (of an id prefix's only), then filtered here.
         rows, skipped = await owner().io.run(list_states, self._folder, query.id_prefix or "")
-        now = self._now()
-        return select([r for r in rows if r.expires_at is None or r.expires_at > now], query), skipped
+        if not query.include_expired:
+            now = self._now()
+            rows = [r for r in rows if r.expires_at is None or r.expires_at > now]
+        return select(rows, query), skipped
 
     async def _delete(self, state_id: str) -> None:
         self._handles.drop(state_id)
