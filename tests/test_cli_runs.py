@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from statekeep import FileStore, State, agent_info
+from statekeep import FileStore, State, agent_info, open_store
 from statekeep.cli import main
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
@@ -209,9 +209,36 @@ def test_gc_with_yes_removes_the_expired_and_prints_the_count(expiring: Path) ->
 def test_gc_asks_on_a_terminal(expiring: Path, answer: str, code: int) -> None:
     status, out, err = on_terminal(answer, "gc", "--store", str(expiring))
     assert status == code, err
-    assert "Remove the 2 expired States? [y/N]" in err
+    assert "Remove the 2 expired States (and any that expire meanwhile)? [y/N]" in err
     assert stored(expiring) == (["young"] if code == 0 else ["old1", "old2", "young"])
     assert out == ("removed 2 expired States\n" if code == 0 else "")
+
+
+@pytest.fixture
+def expiring_sqlite(tmp_path: Path) -> str:
+    """The same States in a SQLite store, whose listings come from indexes."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url) as store:
+        for sid, when in (("old1", PAST), ("old2", PAST), ("young", FUTURE)):
+            state = State(sid, id=sid)
+            state.expire_at(when)
+            store.save(state)
+    return url
+
+
+def test_gc_dry_run_counts_on_an_indexed_store_too(expiring_sqlite: str) -> None:
+    for _ in range(2):  # the dry run removed nothing: the count stays
+        result = cli("gc", "--store", expiring_sqlite, "--dry-run")
+        assert (result.exit_code, result.stdout) == (0, "2 expired States would be removed\n")
+
+
+@pytest.mark.parametrize(("answer", "code"), [("n", 1), ("y", 0)])
+def test_gc_asks_on_an_indexed_store_too(expiring_sqlite: str, answer: str, code: int) -> None:
+    status, _, err = on_terminal(answer, "gc", "--store", expiring_sqlite)
+    assert status == code, err
+    assert "Remove the 2 expired States (and any that expire meanwhile)? [y/N]" in err
+    after = cli("gc", "--store", expiring_sqlite, "--dry-run")
+    assert after.stdout == ("0" if code == 0 else "2") + " expired States would be removed\n"
 
 
 def test_gc_of_a_missing_store_exits_1(tmp_path: Path) -> None:

@@ -119,3 +119,21 @@ def test_state_labels_expiry_and_lineage_reach_the_snapshot() -> None:
         child.expire_at(datetime(2030, 1, 1))
     with pytest.raises(ValueError, match="call_id"):
         State("x", call_id="c")
+
+
+def test_a_save_keeps_the_labels_dict_you_hold() -> None:
+    from statekeep import MemoryStore
+
+    store = MemoryStore()
+    state = State("t", id="s", labels={"env": "prod"})
+    held = state.labels
+    store.save(state)
+    held["team"] = "x"  # edits of the dict you hold reach the next save
+    store.save(state)
+    assert state.labels is held
+    assert store.list()[0].labels == {"env": "prod", "team": "x"}
+    loaded = store.load("s")
+    mine = loaded.labels
+    mine["more"] = "y"
+    store.save(loaded)
+    assert store.list()[0].labels == {"env": "prod", "team": "x", "more": "y"}

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Coroutine, Hashable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ._bridge import owner, run_async, run_sync
 from ._ids import validate_id
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
-from ._query import ListQuery, Page, make_query, query_args, select
+from ._query import ListQuery, Page, make_query, select
 from ._records import Entries, Record, SavedState, Snapshot
 from ._store import Store
 from ._writes import PreparedWrite, prepare_write
@@ -196,13 +196,65 @@ class Backend(Store):
     def _live(self, record: Record | None) -> Record | None:
         return None if record is None or self._expired(record.snapshot) else record
 
-    async def alist(self, **filters: Any) -> Page:
-        query = make_query(**query_args(filters))
+    async def alist(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+        finished: bool | None = None,
+        stopped_by: str | None = None,
+        status: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        id_prefix: str | None = None,
+    ) -> Page:
+        query = make_query(
+            limit=limit,
+            after=after,
+            agent=agent,
+            parent=parent,
+            finished=finished,
+            stopped_by=stopped_by,
+            status=status,
+            labels=labels,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            id_prefix=id_prefix,
+        )
         self._check_open(None)
         return _warn_skipped(await run_async(self._select(query)))
 
-    def list(self, **filters: Any) -> Page:
-        query = make_query(**query_args(filters))
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+        finished: bool | None = None,
+        stopped_by: str | None = None,
+        status: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        id_prefix: str | None = None,
+    ) -> Page:
+        query = make_query(
+            limit=limit,
+            after=after,
+            agent=agent,
+            parent=parent,
+            finished=finished,
+            stopped_by=stopped_by,
+            status=status,
+            labels=labels,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            id_prefix=id_prefix,
+        )
         self._check_open(None)
         return _warn_skipped(run_sync(self._select(query), "alist"))
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._bridge import run_sync
-from ._errors import StateConflictError, StateExistsError
+from ._errors import CorruptStateError, StateConflictError, StateExistsError, UnsupportedFormatError
 from ._history import now
 from ._query import Page
 from ._records import utc_time
@@ -78,8 +78,16 @@ class Memory:
     # -- async --------------------------------------------------------------------------
 
     async def aget(self, key: str) -> Item | None:
-        record = await self._store.aread(key_id(key))
-        return None if record is None else _item(key, record.snapshot, len(record.entries))
+        return _item(key, await self._snapshot(key_id(key)))
+
+    async def _snapshot(self, record_id: str) -> dict[str, Any] | None:
+        """The key's snapshot alone (its value and revision): never its history of changes."""
+        read_snapshot = getattr(self._store, "aread_snapshot", None)
+        if read_snapshot is not None:
+            snapshot: dict[str, Any] | None = await read_snapshot(record_id)
+            return snapshot
+        record = await self._store.aread(record_id)
+        return None if record is None else record.snapshot
 
     async def aput(self, key: str, value: Any, *, revision: int | None = None) -> Item:
         return await self._change(key, revision, value=value)  # type: ignore[return-value]
@@ -95,7 +103,7 @@ class Memory:
             filters["id_prefix"] = key_id(prefix, "prefix")
         rows = await self._store.alist(**filters)
         page = Page(next=getattr(rows, "next", None))
-        for row in rows:
+        for row in rows:  # one snapshot read per row: a listing row does not carry the value
             item = await self.aget(row.task)
             if item is not None:
                 page.append(item)  # type: ignore[arg-type]  # a Page of Items
@@ -109,9 +117,11 @@ class Memory:
             raise ValueError(f"revision must be an int >= 0 or None, got {revision!r}")
         op = uuid.uuid4().hex
         for _ in range(_RETRIES):
-            record = await self._store.aread(sid)
-            held = 0 if record is None else len(record.entries)
-            live = record is not None and not (record.snapshot or {}).get("finished", False)
+            snapshot = await self._snapshot(sid)
+            # A key's snapshot holds its revision, which is also its count of changes: the
+            # seq the next change takes.
+            held = 0 if snapshot is None else _revision(snapshot)
+            live = snapshot is not None and not snapshot.get("finished", False)
             current = held if live else 0  # a deleted key is at revision 0, as one never put
             if revision is not None and revision != current:
                 raise _stale(key, revision, current)
@@ -119,9 +129,9 @@ class Memory:
                 return None
             at = now()
             entry = {"seq": held, "kind": "delete" if deleted else "put", "at": at, "op": op}
-            snapshot = {
+            new = {
                 "task": key,
-                "created_at": at if record is None else (record.snapshot or {}).get("created_at", at),
+                "created_at": at if snapshot is None else snapshot.get("created_at", at),
                 "updated_at": at,
                 "turn": held + 1,
                 "stopped_by": None,
@@ -129,12 +139,12 @@ class Memory:
                 "value": None if deleted else value,
             }
             try:
-                await self._store.awrite(sid, [entry], snapshot, create=record is None)
-            except (StateConflictError, StateExistsError, LookupError) as exc:
-                if revision is not None:
-                    raise _stale(key, revision, None) from exc
-                continue  # another writer got ahead: take its revision and go again
-            except ValueError as exc:  # a gap: the revision is not the current one
+                await self._store.awrite(sid, [entry], new, create=snapshot is None)
+            except (CorruptStateError, UnsupportedFormatError):
+                raise
+            except (StateConflictError, StateExistsError, LookupError, ValueError) as exc:
+                # Another writer got ahead (a conflict at this seq, or a gap: it deleted and
+                # the key was made again): with a revision that is stale, else go again.
                 if revision is not None:
                     raise _stale(key, revision, None) from exc
                 continue
@@ -156,10 +166,19 @@ class Memory:
         return run_sync(self.aitems(prefix, limit, after), "aitems")
 
 
-def _item(key: str, snapshot: dict[str, Any] | None, revision: int) -> Item | None:
+def _item(key: str, snapshot: dict[str, Any] | None) -> Item | None:
     if not snapshot or snapshot.get("finished"):
         return None
-    return Item(key, snapshot.get("value"), revision, utc_time(snapshot["updated_at"]))
+    return Item(key, snapshot.get("value"), _revision(snapshot), utc_time(snapshot["updated_at"]))
+
+
+def _revision(snapshot: dict[str, Any]) -> int:
+    revision = snapshot.get("turn")
+    if type(revision) is not int or revision < 0:
+        raise CorruptStateError(
+            f"memory key {snapshot.get('task')!r} is damaged: its revision is {revision!r}"
+        )
+    return revision
 
 
 def _copy(value: Any) -> Any:

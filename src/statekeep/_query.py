@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -206,9 +206,6 @@ def select(rows: Iterable[SavedState], query: ListQuery) -> Page:
     return page
 
 
-def query_args(filters: Mapping[str, Any]) -> dict[str, Any]:
-    """``filters`` for :func:`make_query`: TypeError naming an unknown argument."""
-    unknown = set(filters) - set(make_query.__kwdefaults__ or ())
-    if unknown:
-        raise TypeError(f"unknown listing filter {sorted(unknown)[0]!r}")
-    return dict(filters)
+def given(**filters: Any) -> dict[str, Any]:
+    """The listing arguments a caller gave (not None), to pass on as keywords."""
+    return {name: value for name, value in filters.items() if value is not None}

@@ -189,7 +189,9 @@ class State:
         self._expires_at = None if when is None else aware_time(when, "expire_at(when)")
 
     def keep_for(self, period: timedelta) -> None:
-        """Expire the State ``period`` from now (see :meth:`expire_at`)."""
+        """Expire the State ``period`` from now (see :meth:`expire_at`): from this machine's
+        clock now, so the expiry is a fixed time, saved as such. (A store's ``retention``
+        instead counts from each write, by the clock of the store or its server.)"""
         self._expires_at = datetime.now(UTC) + check_period(period, "keep_for(period)")
 
     def child(
@@ -212,7 +214,7 @@ class State:
 
         ValueError naming the label if :attr:`labels` holds a bad one.
         """
-        self.labels = check_labels(self.labels, "state.labels")
+        labels = check_labels(self.labels, "state.labels")  # checked, never rebound: yours stays yours
         agent = self._replay.last_agent
         return {
             "v": FORMAT_VERSION,
@@ -225,7 +227,7 @@ class State:
             "seq": len(self.history) - 1,
             "agent": None if agent is None else agent["name"],
             "parent": self.parent,
-            "labels": dict(self.labels),
+            "labels": labels,
             "expires_at": None if self._expires_at is None else iso(self._expires_at),
             "forked_from": self.forked_from,
         }
@@ -237,9 +239,11 @@ class State:
             return
         labels = snapshot.get("labels")
         try:
-            self.labels = check_labels(labels if isinstance(labels, Mapping) else None)
+            saved = check_labels(labels if isinstance(labels, Mapping) else None)
         except ValueError:
-            self.labels = {}
+            saved = {}
+        self.labels.clear()
+        self.labels.update(saved)
         expiry = snapshot.get("expires_at")
         if isinstance(expiry, str) and snapshot.get("expiry") != "retention":
             try:

@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import functools
 from abc import ABC
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._bridge import in_thread, run_sync
 from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._lineage import fork_state, tree_order
-from ._query import query_args
+from ._query import given
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
 from ._state import State
 from ._writes import missing_error
+
+if TYPE_CHECKING:
+    from ._kv import Memory
 
 #: How many rows each page of :meth:`Store.iter_states` asks for.
 ITER_PAGE = 200
@@ -94,7 +98,21 @@ class Store(ABC):  # noqa: B024
         """Everything the store has for ``state_id``, or None if there is no such State."""
         return await asyncio.to_thread(self.read, state_id)
 
-    async def alist(self, **filters: Any) -> list[SavedState]:
+    async def alist(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+        finished: bool | None = None,
+        stopped_by: str | None = None,
+        status: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        id_prefix: str | None = None,
+    ) -> list[SavedState]:
         """States that have a snapshot, most recently updated first (ties by id), as a query.
 
         Keyword arguments (all optional; filters combine with AND):
@@ -114,7 +132,19 @@ class Store(ABC):  # noqa: B024
         """
         if type(self).list is Store.list:
             raise NotImplementedError(f"{type(self).__name__} does not support list()")
-        query_args(filters)
+        filters = given(
+            limit=limit,
+            after=after,
+            agent=agent,
+            parent=parent,
+            finished=finished,
+            stopped_by=stopped_by,
+            status=status,
+            labels=labels,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            id_prefix=id_prefix,
+        )
         return await asyncio.to_thread(functools.partial(self.list, **filters))
 
     async def aiter_states(self, **filters: Any) -> AsyncIterator[SavedState]:
@@ -195,6 +225,11 @@ class Store(ABC):  # noqa: B024
         """Create the fork: a store may copy the entries on its side instead of sending them."""
         await self.awrite(new_id, entries, snapshot, create=True)
 
+    def memory(self, scope: str = "default") -> Memory:
+        """Agent memory: a durable key/value store beside this store's States (see
+        :class:`~statekeep.Memory`). The built-in stores have it; a store of your own does not."""
+        raise NotImplementedError(f"{type(self).__name__} does not support memory()")
+
     async def agc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
         """Remove expired States (at most ``limit``); return how many were removed
         (``dry_run``: how many would be)."""
@@ -210,10 +245,37 @@ class Store(ABC):  # noqa: B024
         """Sync :meth:`aread`."""
         return run_sync(self.aread(state_id), "aread")
 
-    def list(self, **filters: Any) -> list[SavedState]:
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+        finished: bool | None = None,
+        stopped_by: str | None = None,
+        status: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        id_prefix: str | None = None,
+    ) -> list[SavedState]:
         """Sync :meth:`alist`."""
         if type(self).alist is Store.alist:
             raise NotImplementedError(f"{type(self).__name__} does not support list()")
+        filters = given(
+            limit=limit,
+            after=after,
+            agent=agent,
+            parent=parent,
+            finished=finished,
+            stopped_by=stopped_by,
+            status=status,
+            labels=labels,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            id_prefix=id_prefix,
+        )
         return run_sync(self.alist(**filters), "alist")
 
     def iter_states(self, **filters: Any) -> Iterator[SavedState]:

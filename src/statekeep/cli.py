@@ -19,7 +19,6 @@ from typing import NoReturn
 import click
 
 from ._agentcheck import ResumeWarning
-from ._backend import Backend
 from ._bridge import run_sync
 from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
 from ._ids import ID_RULE, validate_id
@@ -173,16 +172,16 @@ def list_states(
     as_json: bool,
 ) -> None:
     """List saved States, most recently updated first, filtered (filters combine with AND)."""
-    filters: dict[str, object] = {"agent": agent, "parent": parent, "labels": labels or None}
-    filters |= {"status": status, "limit": limit, "after": after}
     with _reporting(), _open(store_url) as store:
-        rows = store.list(**{k: v for k, v in filters.items() if v is not None})
+        rows = store.list(
+            agent=agent, parent=parent, labels=labels or None, status=status, limit=limit, after=after
+        )
     following = getattr(rows, "next", None)
     if as_json:
         for row in rows:
             click.echo(row_json(row))
     elif not rows:
-        _say("no saved States" if not any(filters.values()) else "no States match")
+        _say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
     else:
         for line in listing(rows):
             click.echo(line)
@@ -260,23 +259,14 @@ def gc(store_url: str, dry_run: bool, yes: bool) -> None:
     if not dry_run:
         _need_terminal("gc", yes)
     with _reporting(), _open(store_url) as store:
-        expired = _expired(store)
+        # Counted by the clock that judges expiry: the store's, or the server's.
+        expired = store.gc(dry_run=True)
         if dry_run:
             _say(f"{expired} expired States would be removed")
             return
-        if expired and not yes:
-            _confirm(f"Remove the {expired} expired States?", yes)
+        _confirm(f"Remove the {expired} expired States (and any that expire meanwhile)?", yes)
         removed = store.gc()
     _say(f"removed {removed} expired States")
-
-
-def _expired(store: Store) -> int:
-    """How many States of ``store`` are expired now (by this machine's clock)."""
-    if not isinstance(store, Backend):
-        raise ValueError(f"{type(store).__name__} has no expiry")
-    rows, _ = run_sync(store._list(), "alist")
-    now = store._now()
-    return sum(1 for row in rows if row.expires_at is not None and row.expires_at <= now)
 
 
 @main.command()

@@ -66,7 +66,7 @@ class SpacesContract:
 
     def memory_api(self, api: Api, scope: str = "default") -> MemoryApi:
         self.needs("supports_memory")
-        return MemoryApi(api.store.memory(scope), api.mode)  # type: ignore[attr-defined]
+        return MemoryApi(api.store.memory(scope), api.mode)
 
     # -- namespaces -----------------------------------------------------------------------
 
@@ -134,10 +134,11 @@ class SpacesContract:
         a = self.make_store_with(tmp_path, namespace="a")
         b = self.make_store_with(tmp_path, namespace="b")
         try:
-            a.memory().put("fact", "from a")  # type: ignore[attr-defined]
-            assert b.memory().get("fact") is None  # type: ignore[attr-defined]
-            assert a.memory("other").get("fact") is None  # type: ignore[attr-defined]
-            assert a.memory().get("fact").value == "from a"  # type: ignore[attr-defined]
+            a.memory().put("fact", "from a")
+            assert b.memory().get("fact") is None
+            assert a.memory("other").get("fact") is None
+            got = a.memory().get("fact")
+            assert got is not None and got.value == "from a"
             if self.supports_list:
                 assert a.list() == [] and b.list() == []
             assert a.read("fact") is None
@@ -242,4 +243,4 @@ class SpacesContract:
         if self.supports_list:
             assert await api.list() == []
         with pytest.raises(ValueError, match="namespace"):
-            api.store.memory("Not Valid")  # type: ignore[attr-defined]
+            api.store.memory("Not Valid")
