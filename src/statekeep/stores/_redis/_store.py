@@ -78,10 +78,13 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
 
     ``list()`` answers from indexes kept by the write script (by agent, parent, label,
-    status and stop reason, and one in listing order), never reading every State: a page
-    walks the smallest index the filters name and checks the others on each row it meets,
-    so its cost grows with the rows it skips, not with the store (``finished=False``,
-    ``id_prefix`` and ``updated_after``/``updated_before`` narrow the walk of that index).
+    status and stop reason, and one in listing order), never reading every State's
+    snapshot: a page walks the smallest index the filters name, from the cursor, and checks
+    the other filters on each member it meets, in script calls of at most 2,000 members.
+    So a page costs the members it passes over: ``updated_after``/``updated_before`` bound
+    the walk, but ``finished=False`` and ``id_prefix`` are checked member by member (with
+    no other filter, an ``id_prefix`` page walks the namespace's listing index until it has
+    its rows, so a rare prefix costs a walk of every State of the namespace).
 
     Expiry is judged by the server's clock (``TIME``, in the scripts): an expired State is
     absent for every operation at once. ``retention``: a State whose snapshot has no
