@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import State, StateConflictError, StateNotFoundError, agent_info
+from statekeep import CorruptStateError, State, StateConflictError, StateNotFoundError, agent_info
 from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name
 
@@ -261,6 +261,60 @@ def test_retention_is_stamped_by_the_server(postgres_server: PostgresServer) -> 
         assert store.list()[0].expires_at == explicit
     finally:
         store.close()
+
+
+def count_rows(server: PostgresServer, store: PostgresStore) -> int:
+    """The State rows of every namespace in ``store``'s tables, expired ones too."""
+    return raw(server, f"SELECT count(*) FROM {store._sql.states}")[0][0]  # type: ignore[no-any-return]
+
+
+def test_a_tree_delete_reaches_live_states_below_an_expired_one(
+    postgres_server: PostgresServer, pg: PostgresStore
+) -> None:
+    soon = server_now(postgres_server) + timedelta(milliseconds=300)
+    pg.write("root", entries(0, 1), snap(), create=True)
+    pg.write("mid", entries(0, 1), snap(parent="root", expires_at=soon.isoformat()), create=True)
+    pg.write("leaf", entries(0, 1), snap(parent="mid"), create=True)
+    wait_past(postgres_server, soon)
+    assert sorted(r.id for r in pg.list()) == ["leaf", "root"]  # the middle State is absent
+    pg.delete("root", children=True)
+    assert pg.list() == [] and pg.read("leaf") is None
+    assert count_rows(postgres_server, pg) == 0
+
+
+def test_gc_dry_run_counts_what_gc_removes_by_the_server_clock(
+    postgres_server: PostgresServer, pg: PostgresStore
+) -> None:
+    other = PostgresStore(postgres_server.dsn, schema=pg.schema, namespace="other")
+    try:
+        soon = server_now(postgres_server) + timedelta(milliseconds=300)
+        later = (server_now(postgres_server) + timedelta(hours=1)).isoformat()
+        for i in range(3):
+            pg.write(f"e{i}", entries(0, 1), snap(expires_at=soon.isoformat()), create=True)
+        pg.write("later", entries(0, 1), snap(expires_at=later), create=True)
+        pg.write("never", entries(0, 1), snap(), create=True)
+        other.write("e0", entries(0, 1), snap(expires_at=soon.isoformat()), create=True)
+        assert pg.gc(dry_run=True) == 0
+        wait_past(postgres_server, soon)
+        assert pg.gc(dry_run=True) == 3 and other.gc(dry_run=True) == 1
+        assert count_rows(postgres_server, pg) == 6  # a dry run removes nothing
+        assert pg.gc() == 3 and pg.gc(dry_run=True) == 0 and other.gc(dry_run=True) == 1
+    finally:
+        other.close()
+
+
+def test_a_snapshot_read_reads_no_entries(postgres_server: PostgresServer, pg: PostgresStore) -> None:
+    soon = server_now(postgres_server) + timedelta(milliseconds=300)
+    pg.write("a", entries(0, 3), snap("a"), create=True)
+    pg.write("gone", entries(0, 1), snap(expires_at=soon.isoformat()), create=True)
+    raw(postgres_server, f"DELETE FROM {pg._sql.entries} WHERE state_id = 'a'")
+    with pytest.raises(CorruptStateError):  # a whole read finds the entries missing
+        pg.read("a")
+    assert asyncio.run(pg.aread_snapshot("a")) == snap("a")  # the snapshot alone is read
+    assert asyncio.run(pg.aread_snapshot("missing")) is None
+    assert asyncio.run(pg.aread_snapshot("gone")) is not None
+    wait_past(postgres_server, soon)
+    assert asyncio.run(pg.aread_snapshot("gone")) is None
 
 
 # -- gc from several processes, racing writers ----------------------------------------------

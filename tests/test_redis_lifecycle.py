@@ -4,6 +4,7 @@ upgrade of layout 1 keys. Runs on throwaway servers (tests/servers.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import subprocess
 import sys
@@ -409,6 +410,62 @@ def test_gc_from_several_processes_racing_writers_removes_each_state_once(
     assert {r.id for r in rs.iter_states()} == extended
     assert all(rs.read(sid) is not None for sid in extended)
     assert set(client.hkeys(prefix + "ix:rows")) == {sid.encode() for sid in extended}
+
+
+@pytest.mark.parametrize("keys_gone", [False, True])
+def test_a_tree_delete_reaches_live_states_below_an_expired_one(
+    rs: RedisStore, client: Any, prefix: str, keys_gone: bool
+) -> None:
+    """Also when Redis's native expiry has taken the middle State's keys (it does so within
+    a millisecond of its expiry, once they are touched; ``keys_gone`` does it at once): the
+    parent index, kept until gc, leads on."""
+    at = server_now(client) + timedelta(milliseconds=300)
+    rs.write("root", entries(0, 1), snap("t", T0), create=True)
+    rs.write("mid", entries(0, 1), snap("t", T0, parent="root", expires_at=at.isoformat()), create=True)
+    rs.write("leaf", entries(0, 1), snap("t", T0, parent="mid"), create=True)
+    wait_until_past(client, at)
+    if keys_gone:
+        client.delete(prefix + "state:mid", prefix + "entries:mid")
+    assert [r.id for r in rs.list()] == ["leaf", "root"]  # the middle State is absent
+    rs.delete("root", children=True)
+    assert rs.list() == [] and rs.read("leaf") is None
+    assert ns_keys(client, prefix) == [prefix.encode() + b"layout"]
+
+
+def test_gc_dry_run_counts_what_gc_removes_by_the_server_clock(
+    redis_server: RedisServer, rs: RedisStore, client: Any, prefix: str
+) -> None:
+    other = RedisStore(redis_server.url, prefix=prefix, namespace="other")
+    try:
+        at = server_now(client) + timedelta(milliseconds=300)
+        later = (server_now(client) + timedelta(hours=1)).isoformat()
+        for i in range(3):
+            rs.write(f"e{i}", entries(0, 1), snap("t", T0, expires_at=at.isoformat()), create=True)
+        rs.write("later", entries(0, 1), snap("t", T0, expires_at=later), create=True)
+        rs.write("never", entries(0, 1), snap("t", T0), create=True)
+        other.write("e0", entries(0, 1), snap("t", T0, expires_at=at.isoformat()), create=True)
+        assert rs.gc(dry_run=True) == 0
+        wait_until_past(client, at)
+        client.delete(prefix + "state:e2", prefix + "entries:e2")  # as native expiry does
+        assert rs.gc(dry_run=True) == 3 and other.gc(dry_run=True) == 1
+        # a dry run removes nothing: the expired States are still in the indexes, for gc
+        assert len(client.hkeys(prefix + "ix:rows")) == 5 and client.zcard(prefix + "ix:expiry") == 4
+        assert rs.gc() == 3 and rs.gc(dry_run=True) == 0 and other.gc(dry_run=True) == 1
+    finally:
+        other.close()
+
+
+def test_a_snapshot_read_reads_no_entries(rs: RedisStore, client: Any, prefix: str) -> None:
+    at = server_now(client) + timedelta(milliseconds=300)
+    rs.write("a", entries(0, 3), snap("a", T0), create=True)
+    rs.write("gone", entries(0, 1), snap("t", T0, expires_at=at.isoformat()), create=True)
+    client.config_resetstat()
+    assert asyncio.run(rs.aread_snapshot("a")) == snap("a", T0)
+    assert "cmdstat_lrange" not in client.info("commandstats")  # the entries are not read
+    assert asyncio.run(rs.aread_snapshot("missing")) is None
+    assert asyncio.run(rs.aread_snapshot("gone")) is not None
+    wait_until_past(client, at)
+    assert asyncio.run(rs.aread_snapshot("gone")) is None
 
 
 # -- fork, on the server ------------------------------------------------------------------------

@@ -132,6 +132,10 @@ class Backend(Store):
         the live States below an expired one)."""
         return [row.id for row in (await self._select(ListQuery(parent=state_id, include_expired=True)))[0]]
 
+    async def _atree(self, root: str) -> list[str]:
+        # On the owner loop: the _child_ids hooks talk to the store's connections there.
+        return await run_async(super()._atree(root))
+
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         """A State's snapshot alone (None if absent or expired); stores that can read it
         without the history override this (agent memory reads only snapshots)."""

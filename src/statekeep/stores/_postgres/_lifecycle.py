@@ -9,13 +9,14 @@ the row (the snapshot is left as it was given), so every process and host agrees
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..._backend import Backend
 from ..._bridge import owner, run_async
 from ..._errors import StateConflictError
 from ..._query import ListQuery, Page
-from ..._records import SavedState, Snapshot
+from ..._records import SavedState, Snapshot, decode_snapshot
 from ..._writes import exists_error, missing_error, prepare_write
 from .. import _server as servercommon
 from ._listing import listing, page_query, page_rows
@@ -47,6 +48,19 @@ class Lifecycle(Backend):
         """Never here: the statements leave expired rows out, by the server's clock."""
         return False
 
+    async def _server_now(self) -> datetime:
+        """The server's ``now()``, the clock every statement judges expiry by."""
+        now: datetime = await self._query("read", "fetchval", "SELECT now()")
+        return now
+
+    async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
+        """The State's snapshot only (one indexed row, no entries); None if absent or
+        expired by the server's clock."""
+        text = await self._query("read", "fetchval", self._sql.read_snapshot, self.namespace, state_id)
+        if text is None:
+            return None
+        return decode_snapshot(text, f"the snapshot of State {state_id!r} in {self._sql.states}")
+
     # -- listings ----------------------------------------------------------------------
 
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
@@ -58,6 +72,12 @@ class Lifecycle(Backend):
         return await self._select(ListQuery())
 
     # -- gc ----------------------------------------------------------------------------
+
+    async def _count_expired(self) -> int:
+        """What gc would remove now: one count on the expiry index, by the server's clock
+        (gc deletes exactly the rows with ``expires_at <= now()``)."""
+        count: int = await self._query("gc", "fetchval", self._sql.count_expired, self.namespace)
+        return count
 
     async def _gc(self, limit: int | None) -> int:
         """Delete expired States in transactions of at most :data:`GC_BATCH`, each row

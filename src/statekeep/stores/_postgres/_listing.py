@@ -128,14 +128,15 @@ def page_query(sql: Sql, namespace: str, query: ListQuery) -> tuple[str, list[An
         p_at = arg(after_at)
         where.append(f"{at} <= {p_at} AND ({at} < {p_at} OR {sid} > {arg(after_id)})")
     limit = "" if query.limit is None else f" LIMIT {arg(query.limit + 1)}"
+    live = "TRUE" if query.include_expired else _LIVE  # a tree delete lists expired States too
     statement = f"""
         (SELECT {_COLUMNS}, NULL AS unlisted, NULL AS snapshot FROM {source}
-         WHERE {" AND ".join(where)} AND {_LIVE}
+         WHERE {" AND ".join(where)} AND {live}
          ORDER BY {at} DESC, {sid}{limit})
         UNION ALL
         (SELECT s.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.expires_at, NULL, s.unlisted,
                 CASE WHEN s.unlisted IS NULL THEN s.snapshot END
-         FROM {sql.states} s WHERE s.ns = $1 AND s.task IS NULL AND s.snapshot IS NOT NULL AND {_LIVE})"""
+         FROM {sql.states} s WHERE s.ns = $1 AND s.task IS NULL AND s.snapshot IS NOT NULL AND {live})"""
     return statement, args
 
 

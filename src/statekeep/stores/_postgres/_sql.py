@@ -67,6 +67,9 @@ class Sql:
         # entries into one JSON text on the server is slower than parsing them one by one.)
         # A row past its expiry (by the server's clock) reads as absent.
         live = "(expires_at IS NULL OR expires_at > now())"
+        # The snapshot alone (agent memory), and what gc would remove now (a dry run).
+        self.read_snapshot = f"SELECT snapshot FROM {states} WHERE ns = $1 AND id = $2 AND {live}"
+        self.count_expired = f"SELECT count(*) FROM {states} WHERE ns = $1 AND expires_at <= now()"
         self.read = f"""
             SELECT -1 AS seq, snapshot AS data, next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live}
             UNION ALL

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ... import _redaction as redaction
 from ..._bridge import _Owner
 from .._server import ServerLocal
-from ._lua import DELETE, FORK, GC, SELECT, WRITE
+from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT, WRITE
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -34,6 +34,7 @@ class ClientLocal(ServerLocal["Redis"]):
         self.delete_script: AsyncScript | None = None
         self.gc_script: AsyncScript | None = None
         self.fork_script: AsyncScript | None = None
+        self.count_expired_script: AsyncScript | None = None
 
     @property
     def client(self) -> Redis:
@@ -48,6 +49,7 @@ class ClientLocal(ServerLocal["Redis"]):
         self.delete_script = client.register_script(DELETE)
         self.gc_script = client.register_script(GC)
         self.fork_script = client.register_script(FORK)
+        self.count_expired_script = client.register_script(COUNT_EXPIRED)
 
 
 def make_client(aioredis: ModuleType, url: str) -> Redis:

@@ -57,7 +57,7 @@ async def select(local: ClientLocal, keys: Keys, query: ListQuery) -> tuple[Page
             keys=[keys.common[0], keys.common[2]],
             args=[
                 keys.state, start, end, asked, BUDGET, query.id_prefix or "",
-                len(must), *must, len(must_not), *must_not, warn,
+                len(must), *must, len(must_not), *must_not, warn, "1" if query.include_expired else "0",
             ],
         )  # fmt: skip
         done, last, unlisted = int(reply[0]), reply[1], reply[2]
@@ -88,6 +88,20 @@ async def gc(local: ClientLocal, keys: Keys, limit: int | None) -> int:
         if int(looked) < batch:
             break
     return removed
+
+
+async def child_ids(local: ClientLocal, keys: Keys, state_id: str) -> list[str]:
+    """The ids in the parent index of ``state_id`` (its members are time + id)."""
+    members = await local.client.zrange(keys.index("parent", state_id), 0, -1)
+    return [_text(m)[18:] for m in members]
+
+
+async def count_expired(local: ClientLocal, keys: Keys) -> int:
+    """What gc would remove now (a dry run): the expiry index counted up to the server's
+    TIME, in one script (see :data:`._lua.COUNT_EXPIRED`)."""
+    script = local.count_expired_script
+    assert script is not None
+    return int(await script(keys=[keys.common[3]]))
 
 
 def _bytes(value: Any) -> bytes:

@@ -269,12 +269,23 @@ return {removed, #ids}
 """
 )
 
+#: What gc would remove now: the expiry index up to the server's time. (Each script that
+#: sets a State's ``exp`` sets its score in the same step, so this is the States gc's own
+#: check of ``exp`` would remove, with those whose keys native expiry already took.)
+COUNT_EXPIRED = """
+-- KEYS: the expiry index
+local t = redis.call('TIME')
+return redis.call('ZCOUNT', KEYS[1], '-inf', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+"""
+
 #: One stretch of a listing: walk an index from a bound, keep the rows that pass.
 SELECT = """
 -- KEYS: the listing index, the unlisted States
 -- ARGV: state key prefix, start bound, end bound, rows wanted, members to look at (at most),
 --       id prefix ('' for none), n must, the must indexes, n must not, the must-not indexes,
---       how many unlisted States to return (id, snapshot, ...) to warn about
+--       how many unlisted States to return (id, snapshot, ...) to warn about,
+--       '1' to keep expired States too (native expiry takes their keys within a
+--       millisecond, so a tree walk reads the parent index instead: RedisStore._child_ids)
 -- Returns {done (1: the index ends here), the last member looked at, the unlisted States,
 --          then id, snapshot, ...}
 local t = redis.call('TIME')
@@ -294,6 +305,7 @@ for i = 8, 7 + nmust do
 end
 local out = {0, '', {}}
 local warn = tonumber(ARGV[9 + nmust + nnot])
+local expired_too = ARGV[10 + nmust + nnot] == '1'
 if warn > 0 then
   for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, warn - 1)) do
     local snapshot = redis.call('HGET', ARGV[1] .. id, 'snapshot')
@@ -324,7 +336,7 @@ while found < want and looked < budget do
     if ok and prefix ~= '' and string.sub(id, 1, #prefix) ~= prefix then ok = false end
     if ok then
       local h = redis.call('HMGET', ARGV[1] .. id, 'snapshot', 'exp')
-      if h[1] and not (h[2] and tonumber(h[2]) <= now) then
+      if h[1] and (expired_too or not (h[2] and tonumber(h[2]) <= now)) then
         out[#out + 1] = id
         out[#out + 1] = h[1]
         found = found + 1

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Hashable
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
-
-import orjson
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from ... import _redaction as redaction
 from ..._backend import Backend
@@ -16,11 +14,11 @@ from ..._bridge import owner, run_async
 from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE
 from ..._query import ListQuery, Page
-from ..._records import Record, SavedState, Snapshot, decode_snapshot
+from ..._records import Record, SavedState, Snapshot
 from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
-from . import _client, _listing
+from . import _client, _listing, _reads
 from ._args import fork_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
@@ -80,10 +78,13 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
 
     ``list()`` answers from indexes kept by the write script (by agent, parent, label,
-    status and stop reason, and one in listing order), never reading every State: a page
-    walks the smallest index the filters name and checks the others on each row it meets,
-    so its cost grows with the rows it skips, not with the store (``finished=False``,
-    ``id_prefix`` and ``updated_after``/``updated_before`` narrow the walk of that index).
+    status and stop reason, and one in listing order), never reading every State's
+    snapshot: a page walks the smallest index the filters name, from the cursor, and checks
+    the other filters on each member it meets, in script calls of at most 2,000 members.
+    So a page costs the members it passes over: ``updated_after``/``updated_before`` bound
+    the walk, but ``finished=False`` and ``id_prefix`` are checked member by member (with
+    no other filter, an ``id_prefix`` page walks the namespace's listing index until it has
+    its rows, so a rare prefix costs a walk of every State of the namespace).
 
     Expiry is judged by the server's clock (``TIME``, in the scripts): an expired State is
     absent for every operation at once. ``retention``: a State whose snapshot has no
@@ -195,21 +196,26 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         raise servercommon.kept_changing(sid)
 
     async def _read(self, state_id: str) -> Record | None:
-        state_key, entries_key = self._keys_of.state_keys(state_id)
-        async with self._using("read") as local, local.client.pipeline(transaction=True) as pipe:
-            pipe.hmget(state_key, "next", "snapshot", "exp")
-            pipe.lrange(entries_key, 0, -1)
-            pipe.time()
-            (next_seq, snapshot_bytes, exp), items, (secs, micros) = await pipe.execute()
-        if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
-            return None  # none, or expired by the server's clock
-        where = f"State {state_id!r} in Redis at {_client.where(self._server)}"
-        if len(items) != int(next_seq):
-            raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {len(items)}")
-        entries = _decode_entries(items, where)
-        return Record(
-            entries, decode_snapshot(snapshot_bytes, f"the snapshot of State {state_id!r} in Redis")
-        )
+        async with self._using("read") as local:
+            return await _reads.read(local, self._keys_of, state_id, _client.where(self._server))
+
+    async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
+        async with self._using("read") as local:
+            return await _reads.read_snapshot(local, self._keys_of, state_id)
+
+    async def _server_now(self) -> datetime:
+        async with self._using("read") as local:
+            return await _reads.server_now(local)
+
+    async def _child_ids(self, state_id: str) -> list[str]:
+        """Every member of the parent index of ``state_id``: expired children too, even
+        those whose keys native expiry took (their index entries stay until gc)."""
+        async with self._using("list") as local:
+            return await _listing.child_ids(local, self._keys_of, state_id)
+
+    async def _count_expired(self) -> int:
+        async with self._using("gc") as local:
+            return await _listing.count_expired(local, self._keys_of)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         page, skipped = await self._select(ListQuery())
@@ -326,20 +332,3 @@ def _copy(exc: Exception) -> Exception:
 
 def _as_bytes(value: object) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
-
-
-def _decode_entries(items: list[bytes], where: str) -> list[dict[str, Any]]:
-    """The entries (JSON objects, by seq), or CorruptStateError naming the first bad one."""
-    if not items:
-        return []
-    try:
-        joined = b",".join(items)
-    except TypeError:  # a client that decodes responses gives str
-        joined = b",".join(_as_bytes(i) for i in items)
-    try:
-        entries = orjson.loads(b"[" + joined + b"]")
-    except orjson.JSONDecodeError:
-        entries = None
-    if entries is None or len(entries) != len(items) or not all(isinstance(e, dict) for e in entries):
-        servercommon.raise_bad_entry(items, lambda seq: f"{where}: the entry at seq {seq}")
-    return cast(list[dict[str, Any]], entries)

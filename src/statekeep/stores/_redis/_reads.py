@@ -1,0 +1,74 @@
+"""RedisStore's reads, each judged by the server's clock (``TIME``, in the same
+transaction): a State whole, its snapshot alone (what agent memory reads), and the time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import orjson
+
+from ..._errors import CorruptStateError
+from ..._records import Record, decode_snapshot
+from .. import _server as servercommon
+from ._client import ClientLocal
+from ._keys import Keys
+
+
+async def read(local: ClientLocal, keys: Keys, state_id: str, server: str) -> Record | None:
+    """State ``state_id``'s entries and snapshot; None if absent or expired (``server``
+    names where it is in errors)."""
+    state_key, entries_key = keys.state_keys(state_id)
+    async with local.client.pipeline(transaction=True) as pipe:
+        pipe.hmget(state_key, "next", "snapshot", "exp")
+        pipe.lrange(entries_key, 0, -1)
+        pipe.time()
+        (next_seq, snapshot, exp), items, (secs, micros) = await pipe.execute()
+    if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
+        return None  # none, or expired by the server's clock
+    where = f"State {state_id!r} in Redis at {server}"
+    if len(items) != int(next_seq):
+        raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {len(items)}")
+    return Record(
+        _decode_entries(items, where),
+        decode_snapshot(snapshot, f"the snapshot of State {state_id!r} in Redis"),
+    )
+
+
+async def read_snapshot(local: ClientLocal, keys: Keys, state_id: str) -> dict[str, Any] | None:
+    """The snapshot of ``state_id`` (fields of its hash only, never its entries); None if
+    the State is absent or expired."""
+    async with local.client.pipeline(transaction=True) as pipe:
+        pipe.hmget(keys.state_keys(state_id)[0], "next", "snapshot", "exp")
+        pipe.time()
+        (next_seq, snapshot, exp), (secs, micros) = await pipe.execute()
+    if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
+        return None
+    return decode_snapshot(snapshot, f"the snapshot of State {state_id!r} in Redis")
+
+
+async def server_now(local: ClientLocal) -> datetime:
+    """The server's TIME, the clock the scripts judge expiry by."""
+    secs, micros = await local.client.time()
+    return datetime.fromtimestamp(secs, UTC) + timedelta(microseconds=micros)
+
+
+def _as_bytes(value: object) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _decode_entries(items: list[bytes], where: str) -> list[dict[str, Any]]:
+    """The entries (JSON objects, by seq), or CorruptStateError naming the first bad one."""
+    if not items:
+        return []
+    try:
+        joined = b",".join(items)
+    except TypeError:  # a client that decodes responses gives str
+        joined = b",".join(_as_bytes(i) for i in items)
+    try:
+        entries = orjson.loads(b"[" + joined + b"]")
+    except orjson.JSONDecodeError:
+        entries = None
+    if entries is None or len(entries) != len(items) or not all(isinstance(e, dict) for e in entries):
+        servercommon.raise_bad_entry(items, lambda seq: f"{where}: the entry at seq {seq}")
+    return cast(list[dict[str, Any]], entries)
