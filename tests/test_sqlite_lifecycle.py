@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from statekeep import Record, SQLiteStore, StateExistsError, StateNotFoundError
+from statekeep import Record, SQLiteStore, StateConflictError, StateExistsError, StateNotFoundError
+from statekeep._lineage import fork_state
 from statekeep._query import make_query
 from statekeep.stores._sqlite import _schema, _sql
 from statekeep.stores._sqlite._listing import listing_sql
@@ -521,3 +522,26 @@ def test_a_snapshot_read_reads_the_states_row_alone(store: SQLiteStore, db: Path
     assert asyncio.run(SQLiteStore(db, namespace="other").aread_snapshot("k")) is None
     clock.now = T0 + timedelta(hours=1)
     assert asyncio.run(store.aread_snapshot("k")) is None  # expired: absent
+
+
+def test_a_fork_of_a_source_deleted_and_written_again_meanwhile_creates_nothing(store: SQLiteStore) -> None:
+    store.write("src", hist(3), snap(), create=True)
+    record = store.read("src")
+    assert record is not None
+    _, forked, fork_snapshot = fork_state("src", record, None, "f", None)
+    store.delete("src")  # between the fork's read and its write: another history, as long
+    store.write("src", [{**e, "text": "other"} for e in hist(3)], snap(), create=True)
+    with pytest.raises(StateConflictError, match="src"):
+        asyncio.run(store._afork_write("src", forked, fork_snapshot, "f"))
+    assert store.read("f") is None and ids(store.list()) == ["src"]
+
+
+def test_a_fork_compares_entries_by_value_not_by_their_stored_spelling(store: SQLiteStore, db: Path) -> None:
+    store.write("src", hist(2), snap(), create=True)
+    spaced = orjson.dumps(hist(2)[1], option=orjson.OPT_INDENT_2).decode()
+    with raw(db) as conn:  # the same entry, written by another encoder
+        conn.execute("UPDATE entries SET data = ? WHERE state_id = 'src' AND seq = 1", (spaced,))
+    conn.close()
+    store.fork("src", new_id="f")
+    fork = store.read("f")
+    assert fork is not None and fork.entries == hist(2)

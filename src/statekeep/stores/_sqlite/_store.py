@@ -193,8 +193,11 @@ class SQLiteStore(Backend):
     ) -> None:
         # The entries are copied inside the database (INSERT ... SELECT), in the transaction
         # that creates the fork, which first checks the source still holds them.
+        # The entries are encoded (not sent): the transaction compares them with the
+        # source's, which may have been deleted and written again since they were read.
+        lines = prepare_write(source_id, entries, None, False).lines
         write = prepare_write(new_id, [], self._stamp(snapshot), True)
-        op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries)))
+        op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
         await run_async(self._locked_submit(new_id, op), direct=True)
 
     async def _locked_submit(self, state_id: str, op: Op) -> None:
