@@ -192,9 +192,9 @@ class SQLiteStore(Backend):
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
     ) -> None:
         # The entries are copied inside the database (INSERT ... SELECT), in the transaction
-        # that creates the fork, which first checks the source still holds them.
-        # The entries are encoded (not sent): the transaction compares them with the
-        # source's, which may have been deleted and written again since they were read.
+        # that creates the fork, which first checks the source still holds them: they are
+        # encoded here (not sent) to compare with the source's, which may have been deleted
+        # and written again since they were read.
         lines = prepare_write(source_id, entries, None, False).lines
         write = prepare_write(new_id, [], self._stamp(snapshot), True)
         op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
