@@ -5,6 +5,7 @@ replaces an expired State; and MemoryStore's namespaces and sliding ttl."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import signal
@@ -374,3 +375,79 @@ def test_memorystore_expired_state_is_replaced_by_a_create_and_refuses_appends()
     record = store.read("a")
     assert record is not None and len(record.entries) == 1 and record.snapshot is not None
     assert record.snapshot["task"] == "new"
+
+
+# -- review fixes: tree deletes and gc dry runs see expired States; snapshot reads --------
+
+
+def _store(kind: str, tmp_path: Path, clock: Clock) -> FileStore | MemoryStore:
+    return FileStore(tmp_path, clock=clock) if kind == "file" else MemoryStore(clock=clock)
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_a_tree_delete_reaches_live_states_under_an_expired_one(tmp_path: Path, kind: str) -> None:
+    clock = Clock()
+    store = _store(kind, tmp_path, clock)
+    store.write("root", [], snapshot(), create=True)
+    store.write("mid", [], expiring(T0 + timedelta(hours=1), parent="root"), create=True)
+    store.write("leaf", [], {**snapshot(), "parent": "mid"}, create=True)
+    clock.at = T0 + timedelta(hours=1)  # mid is expired, so no listing shows it
+    store.delete("root", children=True)
+    assert store.read("leaf") is None and store.list() == []
+    clock.at = T0  # mid was removed too, not just hidden by its expiry
+    assert store.read("mid") is None
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_gc_dry_run_counts_what_gc_removes_and_removes_nothing(tmp_path: Path, kind: str) -> None:
+    clock = Clock()
+    store = _store(kind, tmp_path, clock)
+    hour = T0 + timedelta(hours=1)
+    store.write("a", entries(0, 2), expiring(hour), create=True)
+    store.write("b", [], expiring(hour), create=True)
+    store.write("later", [], expiring(T0 + timedelta(days=1)), create=True)
+    store.write("keep", [], snapshot(), create=True)
+    assert store.gc(dry_run=True) == 0
+    clock.at = hour
+    assert store.gc(dry_run=True) == 2
+    clock.at = T0
+    assert store.read("a") is not None and store.read("b") is not None  # nothing removed
+    clock.at = hour
+    assert store.gc() == 2 and store.gc(dry_run=True) == 0
+
+
+def test_a_filestore_snapshot_read_never_reads_the_history(tmp_path: Path) -> None:
+    clock = Clock()
+    store = FileStore(tmp_path, clock=clock)
+    store.write("k", entries(0, 2), expiring(T0 + timedelta(hours=1), "one"), create=True)
+    store.write("k", entries(2, 1), expiring(T0 + timedelta(hours=1), "two"))  # after the copy
+    store.close()  # the copy now holds "two"
+    log = tmp_path / "k" / "log.jsonl"
+    damaged = b"X" + log.read_bytes()[1:]  # the same length: the copy is still current
+    log.write_bytes(damaged)
+    store = FileStore(tmp_path, clock=clock)
+    with pytest.raises(CorruptStateError):
+        store.read("k")
+    assert asyncio.run(store.aread_snapshot("k")) == expiring(T0 + timedelta(hours=1), "two")
+    assert asyncio.run(store.aread_snapshot("missing")) is None
+    clock.at = T0 + timedelta(hours=1)
+    assert asyncio.run(store.aread_snapshot("k")) is None  # expired: absent
+    store.close()
+
+
+def test_a_filestore_snapshot_read_takes_writes_after_the_copy_from_the_log(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("k", entries(0, 1), snapshot("one"), create=True)
+    store.write("k", entries(1, 1), snapshot("two"))  # its copy is refreshed later
+    assert asyncio.run(store.aread_snapshot("k")) == snapshot("two")
+    store.close()
+
+
+def test_a_memorystore_snapshot_read_never_reads_the_history() -> None:
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    store.write("k", entries(0, 2), expiring(T0 + timedelta(hours=1)), create=True)
+    store._space.lines["k"] = [b"not json"]  # a history read would fail now
+    assert asyncio.run(store.aread_snapshot("k")) == expiring(T0 + timedelta(hours=1))
+    clock.at = T0 + timedelta(hours=1)
+    assert asyncio.run(store.aread_snapshot("k")) is None

@@ -5,6 +5,7 @@ namespaces sharing one file."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from statekeep import Record, SQLiteStore, StateExistsError, StateNotFoundError
+from statekeep import Record, SQLiteStore, StateConflictError, StateExistsError, StateNotFoundError
+from statekeep._lineage import fork_state
 from statekeep._query import make_query
 from statekeep.stores._sqlite import _schema, _sql
 from statekeep.stores._sqlite._listing import listing_sql
@@ -474,3 +476,72 @@ def test_a_page_read_on_the_loop_goes_to_a_worker_when_busy(store: SQLiteStore) 
     assert ids(store.list(limit=10)) == ["a"] and workers == [True]  # no longer busy: on the loop
     assert ids(store.list(limit=1000)) == ["a"] and workers == [True, True]  # a large page: a worker
     conns.loop_reader = real
+
+
+# -- review fixes: tree deletes and gc dry runs see expired States; snapshot reads; fork race ------
+
+
+def test_a_tree_delete_reaches_live_states_under_an_expired_one(store: SQLiteStore, clock: Clock) -> None:
+    store.write("root", [], snap(), create=True)
+    store.write("mid", [], snap(parent="root", expires_at="2026-01-01T01:00:00+00:00"), create=True)
+    store.write("leaf", [], snap(parent="mid"), create=True)
+    clock.now = T0 + timedelta(hours=1)  # mid is expired, so no listing shows it
+    store.delete("root", children=True)
+    assert store.read("leaf") is None and store.list() == []
+    clock.now = T0  # mid was removed too, not just hidden by its expiry
+    assert store.read("mid") is None
+
+
+def test_gc_dry_run_counts_what_gc_removes_and_removes_nothing(
+    store: SQLiteStore, db: Path, clock: Clock
+) -> None:
+    hour = "2026-01-01T01:00:00+00:00"
+    store.write("a", entries(0, 2), snap(expires_at=hour), create=True)
+    store.write("unlisted", [], {"expires_at": hour}, create=True)  # no listing row: gc removes it too
+    store.write("later", [], snap(expires_at="2026-01-02T00:00:00+00:00"), create=True)
+    store.write("keep", [], snap(), create=True)
+    other = SQLiteStore(db, namespace="other", clock=clock)
+    other.write("b", [], snap(expires_at=hour), create=True)
+    assert store.gc(dry_run=True) == 0
+    clock.now = T0 + timedelta(hours=1)
+    assert store.gc(dry_run=True) == 2 and other.gc(dry_run=True) == 1
+    clock.now = T0
+    assert store.read("a") is not None and store.read("unlisted") is not None  # nothing removed
+    clock.now = T0 + timedelta(hours=1)
+    assert store.gc() == 2 and store.gc(dry_run=True) == 0
+    other.close()
+
+
+def test_a_snapshot_read_reads_the_states_row_alone(store: SQLiteStore, db: Path, clock: Clock) -> None:
+    store.write("k", entries(0, 3), snap(expires_at="2026-01-01T01:00:00+00:00"), create=True)
+    with raw(db) as conn:
+        conn.execute("DELETE FROM entries WHERE state_id = 'k'")  # a history read would now fail
+    conn.close()
+    assert asyncio.run(store.aread_snapshot("k")) == snap(expires_at="2026-01-01T01:00:00+00:00")
+    assert asyncio.run(store.aread_snapshot("missing")) is None
+    assert asyncio.run(SQLiteStore(db, namespace="other").aread_snapshot("k")) is None
+    clock.now = T0 + timedelta(hours=1)
+    assert asyncio.run(store.aread_snapshot("k")) is None  # expired: absent
+
+
+def test_a_fork_of_a_source_deleted_and_written_again_meanwhile_creates_nothing(store: SQLiteStore) -> None:
+    store.write("src", hist(3), snap(), create=True)
+    record = store.read("src")
+    assert record is not None
+    _, forked, fork_snapshot = fork_state("src", record, None, "f", None)
+    store.delete("src")  # between the fork's read and its write: another history, as long
+    store.write("src", [{**e, "text": "other"} for e in hist(3)], snap(), create=True)
+    with pytest.raises(StateConflictError, match="src"):
+        asyncio.run(store._afork_write("src", forked, fork_snapshot, "f"))
+    assert store.read("f") is None and ids(store.list()) == ["src"]
+
+
+def test_a_fork_compares_entries_by_value_not_by_their_stored_spelling(store: SQLiteStore, db: Path) -> None:
+    store.write("src", hist(2), snap(), create=True)
+    spaced = orjson.dumps(hist(2)[1], option=orjson.OPT_INDENT_2).decode()
+    with raw(db) as conn:  # the same entry, written by another encoder
+        conn.execute("UPDATE entries SET data = ? WHERE state_id = 'src' AND seq = 1", (spaced,))
+    conn.close()
+    store.fork("src", new_id="f")
+    fork = store.read("f")
+    assert fork is not None and fork.entries == hist(2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 import orjson
 
@@ -131,6 +131,12 @@ class MemoryStore(Backend):
             snapshot["expires_at"] = iso(self._now() + self.retention)  # a read slides it
             self._keep_snapshot(state_id, orjson.dumps(snapshot))
         return Record([orjson.loads(b) for b in lines], snapshot)
+
+    async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
+        if self._sliding:
+            return await super()._read_snapshot(state_id)  # a read slides the expiry
+        raw = self._space.snapshots.get(state_id)
+        return None if raw is None or self._gone(state_id) else cast(dict[str, Any], orjson.loads(raw))
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         rows, skipped = [], []

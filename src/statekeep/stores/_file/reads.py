@@ -44,6 +44,28 @@ def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
     return lambda: _parse(store, sid, log, copy)
 
 
+def read_snapshot(store: StoreFolder, sid: str) -> dict[str, Any] | None:
+    """The State's snapshot without its history (None if there is none): the copy when it
+    is current, else the log's writes after it, as listings read it."""
+    root = store.open_root(create=False)
+    if root is None:
+        return None
+    try:
+        folder = store.open_state(root, sid)
+        if folder is None:
+            return None
+        try:
+            return current_snapshot(store, folder, sid)
+        except FileNotFoundError:
+            if still_named(root, sid, folder):
+                raise
+            return None  # deleted meanwhile
+        finally:
+            os.close(folder)
+    finally:
+        os.close(root)
+
+
 def _parse(store: StoreFolder, sid: str, log: bytes, raw_copy: bytes | None) -> Record:
     scan = scan_log(log, name=store.where(sid, LOG))
     copy = decode_copy(raw_copy) if raw_copy else None

@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Hashable
 from datetime import timedelta
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from ..._backend import Backend, Clock
 from ..._batching import GroupCommit
@@ -48,7 +48,7 @@ from .copies import INTERVAL, Copies
 from .create import create, delete
 from .folder import StoreFolder
 from .handles import Handles
-from .reads import list_states, read_state
+from .reads import list_states, read_snapshot, read_state
 from .recovery import Tail
 from .trust import probe_case
 
@@ -245,6 +245,11 @@ class FileStore(Backend):
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         return await owner().io.run(list_states, self._folder)
+
+    async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
+        # The copy and the log's tail after it, never the whole log (agent memory).
+        snapshot = await owner().io.run(read_snapshot, self._folder, state_id)
+        return None if snapshot is None or self._expired(snapshot) else snapshot
 
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         # A scan: every State of the namespace (of an id prefix's only), then filtered here.

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..._errors import CorruptStateError
+import orjson
+
+from ..._errors import CorruptStateError, StateConflictError
 from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 from . import _sql as sql
 from ._connections import is_busy, rolled_back_on_error
@@ -26,11 +28,13 @@ from ._schema import check_version
 @dataclass(frozen=True, slots=True)
 class Fork:
     """A fork's create: ``write`` holds its snapshot (no entries); its first ``count``
-    entries are copied from State ``source`` of the same namespace inside the database."""
+    entries are copied from State ``source`` of the same namespace inside the database.
+    ``lines``: those entries as the fork read them (encoded), which the source must still hold."""
 
     write: PreparedWrite
     source: str
     count: int
+    lines: tuple[bytes, ...]
 
 
 #: ``(kind, namespace, value)``: ``("write", ns, PreparedWrite)``, ``("delete", ns, State id)``
@@ -254,10 +258,17 @@ class _Batch:
             changes.add_entries(ns, sid, write.first_seq + skip, new)
 
     def _check_source(self, ns: str, fork: Fork) -> None:
-        """A fork's source must still be there, live, holding the entries to copy."""
+        """A fork's source must still be there, live, holding the entries the fork read
+        (it may have been deleted and written again since: then nothing is written)."""
         row = self.conn.execute(sql.SOURCE, (ns, fork.source)).fetchone()
         if row is None or self._expired(row[1]) or row[0] < fork.count:
             raise missing_error(fork.source)
+        stored = self.conn.execute(sql.STORED_ENTRIES, (ns, fork.source, 0, fork.count))
+        if not all(_same_entry(data, line) for (data,), line in zip(stored, fork.lines, strict=False)):
+            raise StateConflictError(
+                f"State {fork.source!r} was deleted and written again while it was forked; nothing "
+                "was written. Fork it again"
+            )
 
     def _check_stored(self, ns: str, write: PreparedWrite, next_seq: int, skip: int) -> None:
         """The first ``skip`` entries of ``write`` are stored already: they must be the same."""
@@ -269,6 +280,17 @@ class _Batch:
                 f"seqs {first}-{first + skip - 1} in its entries"
             )
         check_overlap(write, [decode_entry(self.path, sid, first + i, d) for i, (d,) in enumerate(stored)])
+
+
+def _same_entry(stored: bytes, line: bytes) -> bool:
+    """Whether a stored entry is the one a fork read (``line``, encoded, with its newline):
+    the same bytes, or (written by another encoder) the same value."""
+    if stored == line[:-1]:
+        return True
+    try:
+        return bool(orjson.loads(stored) == orjson.loads(line))
+    except orjson.JSONDecodeError:
+        return False
 
 
 def _op_id(op: Op) -> tuple[str, str]:

@@ -6,7 +6,7 @@ so a page is one range of that index, read until the page is full; the other fil
 checked on the rows found. A label filter reads the labels table's index (which holds the
 State's ``updated_at``); each further label is one primary-key lookup per row. ``id_prefix``
 alone reads the primary key's range of that prefix and sorts it. Expired States (by the
-store's clock) are left out as they are met.
+store's clock) are left out as they are met, unless the (internal) query includes them.
 
 The cursor condition ``updated_at <= at AND (updated_at < at OR id > cursor id)`` is the
 keyset order of :mod:`statekeep._query`, written so that its first part bounds the range.
@@ -140,8 +140,9 @@ def listing_sql(
         where.append(f"{at} <= ? AND ({at} < ? OR {sid} > ?)")
         stamp = iso(cursor_at)
         params += [stamp, stamp, cursor_id]
-    where.append("(s.expires_at IS NULL OR s.expires_at > ?)")
-    params.append(now)
+    if not query.include_expired:  # a tree delete and a gc dry run see expired States too
+        where.append("(s.expires_at IS NULL OR s.expires_at > ?)")
+        params.append(now)
     order = at.lstrip("+")
     columns = sql.ROW_COLUMNS + (", (SELECT max(version) FROM schema_version)" if with_version else "")
     text = f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order} DESC, {sid}"

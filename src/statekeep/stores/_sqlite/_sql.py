@@ -177,10 +177,19 @@ COPY_ENTRIES = (
 )
 # gc: the expired States of a namespace, a bounded chunk at a time (index states_expiry).
 EXPIRED = "SELECT id FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?"
+# gc(dry_run=True): how many States gc would remove (the same condition, counted).
+COUNT_EXPIRED = (
+    "SELECT count(*) FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?"
+)
 
 # -- reads -----------------------------------------------------------------------------------
 
 READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ?"
+# A live State's snapshot alone (expired: no row), for agent memory.
+READ_SNAPSHOT = (
+    "SELECT CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ? "
+    "AND (expires_at IS NULL OR expires_at > ?)"
+)
 READ_ENTRIES = "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? ORDER BY seq"
 #: What a listing row is built from (``_rows.saved_state``), prefixed ``s.``.
 ROW_COLUMNS = (

@@ -178,13 +178,26 @@ class SQLiteStore(Backend):
         conns = self._slot.get()
         return await owner().io.run(self._gc_all, conns, limit)
 
+    async def _count_expired(self) -> int:
+        # gc's own condition, counted (index states_expiry): unlisted States count too.
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._count_expired_once, conns)
+
+    async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
+        # The states row alone: agent memory reads a key without its history.
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._read_snapshot_once, conns, state_id)
+
     async def _afork_write(
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
     ) -> None:
         # The entries are copied inside the database (INSERT ... SELECT), in the transaction
-        # that creates the fork, which first checks the source still holds them.
+        # that creates the fork, which first checks the source still holds them: they are
+        # encoded here (not sent) to compare with the source's, which may have been deleted
+        # and written again since they were read.
+        lines = prepare_write(source_id, entries, None, False).lines
         write = prepare_write(new_id, [], self._stamp(snapshot), True)
-        op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries)))
+        op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
         await run_async(self._locked_submit(new_id, op), direct=True)
 
     async def _locked_submit(self, state_id: str, op: Op) -> None:
@@ -266,6 +279,20 @@ class SQLiteStore(Backend):
         except orjson.JSONDecodeError:  # names the bad one
             entries = [decode_entry(self.path, sid, seq, d) for seq, (d,) in enumerate(data)]
         return Record(entries, decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}"))
+
+    def _read_snapshot_once(self, conns: Connections, sid: str) -> dict[str, Any] | None:
+        if self._absent(conns):
+            return None
+        with self._reading(conns) as conn:
+            row = conn.execute(sql.READ_SNAPSHOT, (self.namespace, sid, self._now_text())).fetchone()
+        return None if row is None else decode_snapshot(row[0], f"{self.path}: the snapshot of State {sid!r}")
+
+    def _count_expired_once(self, conns: Connections) -> int:
+        if self._absent(conns):
+            return 0
+        with self._reading(conns) as conn:
+            count: int = conn.execute(sql.COUNT_EXPIRED, (self.namespace, self._now_text())).fetchone()[0]
+        return count
 
     def _select_once(self, conns: Connections, query: ListQuery) -> tuple[Page, list[str]]:
         if self._absent(conns):
