@@ -130,8 +130,7 @@ class Backend(Store):
     async def _child_ids(self, state_id: str) -> list[str]:
         """The ids of ``state_id``'s children, expired ones too (a tree delete must reach
         the live States below an expired one)."""
-        # On the owner loop: a tree delete walks from the caller's loop (adelete).
-        page, _ = await run_async(self._select(ListQuery(parent=state_id, include_expired=True)))
+        page, _ = await self._select(ListQuery(parent=state_id, include_expired=True))
         return [row.id for row in page]
 
     async def _atree(self, root: str) -> list[str]:

@@ -211,7 +211,8 @@ class Store(ABC):  # noqa: B024
         ``unknown`` result, written by its next save). :class:`StateNotFoundError` for an
         unknown (or expired) source, ValueError for an ``at_seq`` it does not hold,
         :class:`StateExistsError` if ``new_id`` is taken. Durable as the store's ``awrite``.
-        The fork keeps its history's times, so it lists by the time of its last entry until
+        :class:`StateConflictError` if the source was deleted and written again between
+        the fork's read and its write (nothing is written). The fork keeps its history's times, so it lists by the time of its last entry until
         its next save; it keeps the source's ``parent`` too (a fork of a subagent's run is
         another child of the same parent, and goes with that parent's tree delete).
         """
