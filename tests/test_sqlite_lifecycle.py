@@ -545,3 +545,16 @@ def test_a_fork_compares_entries_by_value_not_by_their_stored_spelling(store: SQ
     store.fork("src", new_id="f")
     fork = store.read("f")
     assert fork is not None and fork.entries == hist(2)
+
+
+def test_agent_memory_reads_a_keys_snapshot_not_its_history(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    store = SQLiteStore(path)
+    notes = store.memory("notes")
+    for value in range(3):
+        notes.put("k", value)
+    with sqlite3.connect(path) as conn:  # the key's change history gone: get must not need it
+        assert conn.execute("DELETE FROM entries WHERE namespace = 'default.memory.notes'").rowcount == 3
+    item = notes.get("k")
+    assert item is not None and (item.value, item.revision) == (2, 3)
+    store.close()
