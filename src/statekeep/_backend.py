@@ -106,16 +106,11 @@ class Backend(Store):
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         """One page of the listing: by default :meth:`_list` filtered and paged here
         (expired States left out); stores with indexes answer from them."""
-        rows, skipped = await self._list_all(query.include_expired)
+        rows, skipped = await self._list()
         if not query.include_expired:
             now = self._now()
             rows = [row for row in rows if row.expires_at is None or row.expires_at > now]
         return select(rows, query), skipped
-
-    async def _list_all(self, include_expired: bool) -> tuple[list[SavedState], list[str]]:
-        """Every listing row for the generic :meth:`_select` (``include_expired``: expired
-        ones too, which the generic path filters itself, so ``_list`` serves both)."""
-        return await self._list()
 
     async def _server_now(self) -> datetime:
         """The time of the clock that judges expiry (server stores ask their server)."""
