@@ -398,14 +398,12 @@ def test_delete_without_a_terminal_needs_yes(folder: Path) -> None:
     assert FileStore(folder).read("limited") is not None
 
 
-@pytest.mark.parametrize(
-    ("answer", "code"), [("n", 1), ("", 1), ("\x04", 1), ("y", 0)], ids=["n", "enter", "ctrl-d", "y"]
-)
-def test_delete_asks_on_a_terminal(folder: Path, answer: str, code: int) -> None:
+def on_terminal(answer: str, *args: str) -> tuple[int, str, str]:
+    """Run the command in a subprocess whose stdin is a terminal, answering its question."""
     leader, follower = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "statekeep", "delete", "limited", "--store", str(folder)],
+            [sys.executable, "-m", "statekeep", *args],
             stdin=follower,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -416,7 +414,15 @@ def test_delete_asks_on_a_terminal(folder: Path, answer: str, code: int) -> None
     finally:
         os.close(leader)
         os.close(follower)
-    assert proc.returncode == code, err
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize(
+    ("answer", "code"), [("n", 1), ("", 1), ("\x04", 1), ("y", 0)], ids=["n", "enter", "ctrl-d", "y"]
+)
+def test_delete_asks_on_a_terminal(folder: Path, answer: str, code: int) -> None:
+    returncode, out, err = on_terminal(answer, "delete", "limited", "--store", str(folder))
+    assert returncode == code, err
     assert "State limited: " in err and "Delete it? [y/N]" in err
     assert (FileStore(folder).read("limited") is None) == (code == 0)
     assert out == ("deleted limited\n" if code == 0 else "")

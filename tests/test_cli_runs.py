@@ -5,10 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, State, agent_info, open_store
 from statekeep.cli import main
+from tests.test_cli import on_terminal
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -28,25 +25,6 @@ def cli(*args: str) -> Result:
 
 def ids(output: str) -> list[str]:
     return [line.split()[0] for line in output.splitlines()[1:]]
-
-
-def on_terminal(answer: str, *args: str) -> tuple[int, str, str]:
-    """Run the command in a subprocess whose stdin is a terminal, answering its question."""
-    leader, follower = pty.openpty()
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "statekeep", *args],
-            stdin=follower,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        os.write(leader, f"{answer}\n".encode())
-        out, err = proc.communicate(timeout=60)
-    finally:
-        os.close(leader)
-        os.close(follower)
-    return proc.returncode, out, err
 
 
 def save(store: FileStore, state: State, agent: str | None = None) -> None:
