@@ -1,0 +1,11 @@
+"""statekeep behind other agent frameworks, one module each, each behind an extra:
+
+- :mod:`statekeep.adapters.langgraph`: ``StatekeepSaver``, a LangGraph checkpointer
+  (``pip install 'statekeep[langgraph]'``);
+- :mod:`statekeep.adapters.openai_agents`: ``StatekeepSession``, an OpenAI Agents session
+  (``pip install 'statekeep[openai-agents]'``);
+- :mod:`statekeep.adapters.alpineagents`: ``StatekeepStore``, an alpineagents store
+  (``pip install 'statekeep[alpineagents]'``).
+
+Importing this package imports no framework; each module imports its own.
+"""
