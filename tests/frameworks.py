@@ -14,9 +14,13 @@ import os
 import subprocess
 import sys
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def under_ci() -> bool:
@@ -88,3 +92,101 @@ def framework_source(dist: str, version: str) -> Path:
         (root / top).rename(unpacked)
     done.touch()
     return unpacked
+
+
+# -- a framework's own pytest files, run in a child pytest against one statekeep backend --
+
+BACKENDS = ("memory", "file", "sqlite", "postgres", "redis")
+
+
+def backend_url(backend: str, tmp_path: Path) -> str:
+    """A store URL for a fresh, empty store of ``backend`` that a child process can open
+    (``memory://`` opens a MemoryStore of the child's own). Server stores get a namespace
+    of their own on the shared throwaway server (tests/servers.py)."""
+    from tests import servers
+
+    if backend == "memory":
+        return "memory://"
+    if backend == "file":
+        return str(tmp_path / "filestore")
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    space = servers.unique_name("fw").replace("_", "-")
+    if backend == "postgres":
+        return f"{servers.shared_postgres().dsn}{'&' if '?' in servers.shared_postgres().dsn else '?'}namespace={space}"
+    if backend == "redis":
+        return f"{servers.shared_redis().url}{'&' if '?' in servers.shared_redis().url else '?'}namespace={space}"
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+@dataclass
+class SuiteResult:
+    """What a child pytest run reported, test by test (from its JUnit XML)."""
+
+    passed: list[str]
+    failed: dict[str, str]  # name -> the failure's message
+    skipped: dict[str, str]
+    output: str
+
+    def explain(self) -> str:
+        shown = "\n".join(f"  {name}: {why[:300]}" for name, why in sorted(self.failed.items()))
+        return f"{len(self.failed)} failed of {len(self.passed) + len(self.failed)}:\n{shown}\n{self.output[-3000:]}"
+
+
+def run_suite(
+    files: list[Path],
+    plugin: str,
+    *,
+    env: dict[str, str],
+    deselect: list[str],
+    cwd: Path,
+    timeout: float = 900,
+) -> SuiteResult:
+    """Run ``files`` (a framework's own test files) in a child pytest with ``plugin`` (a
+    module name importable from this repository) loaded, ``env`` added to the environment
+    and each of ``deselect`` (pytest node ids relative to ``cwd``) deselected."""
+    report = cwd / ".statekeep-junit.xml"
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        plugin,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        f"--junitxml={report}",
+        "--rootdir",
+        str(cwd),
+        "-o",
+        "addopts=",
+        "-W",
+        "ignore::DeprecationWarning",
+    ]
+    args += [f"--deselect={node}" for node in deselect]
+    args += [str(path) for path in files]
+    child_env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **env
+    )
+    done = subprocess.run(args, cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout)
+    output = done.stdout + done.stderr
+    if not report.exists():
+        raise AssertionError(f"the framework's tests did not run (exit {done.returncode}):\n{output[-5000:]}")
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        skip = case.find("skipped")
+        if problem is not None:
+            failed[name] = (problem.get("message") or "") + "\n" + (problem.text or "")[-1500:]
+        elif skip is not None:
+            skipped[name] = skip.get("message") or ""
+        else:
+            passed.append(name)
+    return SuiteResult(passed, failed, skipped, output)
