@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from statekeep import CorruptStateError, FileStore, Record
+from statekeep.stores._file.reads import read_range
 from tests.conftest import entries, snapshot
 from tests.test_logformat import format_1_store
 
@@ -64,3 +65,22 @@ def test_a_range_read_keeps_a_snapshot_an_earlier_write_set(tmp_path: Path) -> N
     store.write("a", entries(2, 2), None)
     store.write("a", entries(4, 2), None)
     assert FileStore(tmp_path / "s").read("a", since=5) == Record(entries(5, 1), snapshot(turn=1))
+
+
+def test_reading_back_and_reading_whole_give_the_same_records_from_every_seq(tmp_path: Path) -> None:
+    # FileStore reads back from the log's end only when since is near it (reads.BACKWARDS_SHARE);
+    # either way a range read is the whole history cut at since.
+    store = FileStore(tmp_path / "s")
+    store.write("a", entries(0, 3), snapshot(turn=1), create=True)
+    store.write("a", entries(3, 4), None)  # the snapshot stays the one at turn 1
+    store.write("a", entries(7, 2), snapshot(turn=3))
+    store.write("a", entries(9, 1), None)
+    whole = store.read("a")
+    assert whole is not None and len(whole.entries) == 10
+    for since in range(12):
+        want = Record(whole.entries[since:], snapshot(turn=3))
+        for share in (0.0, 1.0):  # always whole and cut, always backwards
+            got = read_range(store._folder, "a", since, share=share)
+            assert got is not None
+            assert (got() if callable(got) else got) == want, (since, share)
+        assert store.read("a", since=since) == want, since

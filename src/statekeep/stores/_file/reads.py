@@ -18,6 +18,11 @@ from .folder import StoreFolder, still_named
 from .recovery import check_copy
 from .trust import DIR, LOG, SNAPSHOT
 
+#: A range read goes back from the log's end while it returns at most this share of the
+#: history; past it, scanning the log whole and cutting is faster (measured by
+#: benchmarks/bench_ranges.py).
+BACKWARDS_SHARE = 1.0
+
 
 def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
     """Read the files; the returned function parses them, in the caller's thread
@@ -45,11 +50,14 @@ def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
     return lambda: _parse(store, sid, log, copy)
 
 
-def read_range(store: StoreFolder, sid: str, since: int) -> Record | Callable[[], Record] | None:
+def read_range(
+    store: StoreFolder, sid: str, since: int, share: float = BACKWARDS_SHARE
+) -> Record | Callable[[], Record] | None:
     """The State's entries of seq >= ``since`` and its snapshot, read back from the log's
     end (its last complete write, then line by line to ``since``), so reading a history's
-    end costs what it returns. Falls back to :func:`read_state` (whole, then cut) for a
-    log that cannot be read from its end: one of format 1 only, or damaged there."""
+    end costs what it returns. Falls back to :func:`read_state` (whole, then cut) when
+    that returns more than ``share`` of the history, and for a log that cannot be read
+    from its end: one of format 1 only, or damaged there."""
     root = store.open_root(create=False)
     if root is None:
         return None
@@ -66,7 +74,7 @@ def read_range(store: StoreFolder, sid: str, since: int) -> Record | Callable[[]
                     raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
                 return None  # deleted meanwhile
             try:
-                found = _read_back(store, sid, log, copy, since)
+                found = _read_back(store, sid, log, copy, since, share)
             finally:
                 os.close(log)
         finally:
@@ -79,11 +87,15 @@ def read_range(store: StoreFolder, sid: str, since: int) -> Record | Callable[[]
     return None if whole is None else lambda: cut(whole(), since)
 
 
-def _read_back(store: StoreFolder, sid: str, log: int, raw_copy: bytes | None, since: int) -> Record | None:
+def _read_back(
+    store: StoreFolder, sid: str, log: int, raw_copy: bytes | None, since: int, share: float
+) -> Record | None:
     read_at = reader(log)
     last = last_write(read_at, os.fstat(log).st_size)
     if last is None:
         return None  # format 1 only, or no complete write: scan it whole
+    if last.next_seq - since > share * last.next_seq:
+        return None  # most of the history: the whole scan is faster
     check_copy(store, sid, decode_copy(raw_copy) if raw_copy else None, last.end)
     entries = entries_back(read_at, last.end, since, last.next_seq)
     if entries is None:
