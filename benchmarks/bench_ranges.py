@@ -11,7 +11,8 @@ tests/servers.py, skipped with a note when their binaries are missing) one State
 100,000 entries (text fields of 150, 450 and 700 B: entries of about 200 to 800 bytes), and
 one, "small", of 100, both filled through the store's own ``write``: in batches of 1,000
 entries, then the last 30 in 10 writes of 3 as an agent's turns write them (so both States
-end alike). Measured side by side in each repetition (a range read: the median of 25 calls):
+end alike). Measured side by side in each repetition (a range read: the median of 25 calls, the two range
+reads called in turn):
 
 - (a) ``read("big", since=99_990)``: its last 10 entries;
 - (b) ``read("big")``: all of it. Target: (a) at most 0.01 x (b)'s time;
@@ -64,7 +65,7 @@ class Config:
     calls: int  # calls a range-read sample is the median of (one is well under a millisecond)
 
 
-FULL = Config(entries=100_000, small=100, reps=7, calls=25)
+FULL = Config(entries=100_000, small=100, reps=5, calls=25)
 QUICK = Config(entries=2_000, small=100, reps=2, calls=3)
 
 
@@ -91,11 +92,17 @@ def fill(store: Store, sid: str, count: int) -> None:
         store.write(sid, batch, make_snapshot(0, first // 3), create=first == 0)
 
 
-def per_call(fn: Callable[[], object], calls: int) -> float:
-    """Milliseconds one call of ``fn`` takes: the median of ``calls`` calls, after one
-    untimed call (a read right after a whole read of 100,000 entries pays for freeing them)."""
-    fn()
-    return statistics.median(common.timed(fn) for _ in range(calls)) * 1e3
+def per_call(fns: Sequence[Callable[[], object]], calls: int) -> list[float]:
+    """Milliseconds one call of each of ``fns`` takes: the median of ``calls`` calls, the
+    functions called in turn (so that their ratio is taken under the same load), after one
+    untimed call each (a read right after a whole read of 100,000 entries pays for freeing them)."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(calls):
+        for fn, got in zip(fns, times, strict=True):
+            got.append(common.timed(fn))
+    return [statistics.median(got) * 1e3 for got in times]
 
 
 def ratio_row(
@@ -166,12 +173,12 @@ def measure_store(name: str, store: Store, cfg: Config, samples: dict[str, list[
     del whole
     for _ in range(cfg.reps):
         samples.setdefault(f"{name}_whole", []).append(common.timed(lambda: store.read("big")) * 1e3)
-        samples.setdefault(f"{name}_tail", []).append(
-            per_call(lambda: store.read("big", since=since), cfg.calls)
+        tail, small = per_call(
+            [lambda: store.read("big", since=since), lambda: store.read("small", since=cfg.small - TAIL)],
+            cfg.calls,
         )
-        samples.setdefault(f"{name}_small", []).append(
-            per_call(lambda: store.read("small", since=cfg.small - TAIL), cfg.calls)
-        )
+        samples.setdefault(f"{name}_tail", []).append(tail)
+        samples.setdefault(f"{name}_small", []).append(small)
     print(f"  {name}: filled {n:,} + {cfg.small} entries in {filled:.1f} s, measured", flush=True)
 
 
