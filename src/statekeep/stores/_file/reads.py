@@ -19,9 +19,10 @@ from .recovery import check_copy
 from .trust import DIR, LOG, SNAPSHOT
 
 #: A range read goes back from the log's end while it returns at most this share of the
-#: history, else it scans the log whole and cuts. Reading back costs about 1.25 x the
-#: whole scan per entry (benchmarks/bench_ranges.py, 100,000 entries: 0.1 x the whole
-#: scan's time for the last 10 %, 0.6-0.7 x for half, 1.0-1.1 x for 70 %, 1.3 x for 90 %).
+#: history, else it scans the log whole and cuts. Reading back costs about 1.2 x the
+#: whole scan per entry (benchmarks/bench_ranges.py, 100,000 entries, 3 runs: 0.09-0.11 x
+#: the whole scan's time for the last 10 %, 0.57-0.70 x for half, 0.92-1.20 x for 70 %,
+#: 1.04-1.34 x for 90 %).
 BACKWARDS_SHARE = 0.5
 
 
