@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
+from .._codec import check
 from .._errors import StateConflictError, StateExistsError, StateNotFoundError
 from .._store import Store
 from ._ids import state_id_for
@@ -43,7 +44,7 @@ _SNAPSHOT_ONLY = 2**62
 class StatekeepSession:
     """An OpenAI Agents ``Session`` whose history is one statekeep State.
 
-    ``session_id`` is any non-empty string; the State id is
+    ``session_id`` is any non-empty string (valid Unicode: no lone surrogates); the State id is
     :func:`statekeep.adapters._ids.state_id_for` of it, and the State's ``task`` (what
     ``statekeep list`` shows) is ``session_id`` itself. ``session_settings`` (a
     ``SessionSettings`` or a dict of its fields) gives the default ``limit`` of
@@ -67,9 +68,10 @@ class StatekeepSession:
         *,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
-        self.session_id = session_id
         #: The id of the State holding this session in ``store``.
         self.state_id = state_id_for(session_id)
+        check(session_id, "session_id")  # kept in the snapshot: a lone surrogate cannot be
+        self.session_id = session_id
         self.store = store
         self.session_settings = (
             SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
