@@ -88,8 +88,8 @@ class Counting(Store):
         self.inner = MemoryStore()
         self.reads: list[int] = []
 
-    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:  # type: ignore[override]
-        record = await self.inner.aread(state_id, since=since)  # type: ignore[call-arg]
+    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
+        record = await self.inner.aread(state_id, since=since)
         self.reads.append(0 if record is None else len(record.entries))
         return record
 

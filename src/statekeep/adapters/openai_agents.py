@@ -134,7 +134,7 @@ class StatekeepSession:
         """The history from ``since`` on: its tail, the entries read and the seq they
         start at (None if there is no session). When ``since`` is past the snapshot's
         end, no entries are read: the tail is the snapshot's."""
-        record = await self.store.aread(self.state_id, since=since)  # type: ignore[call-arg]
+        record = await self.store.aread(self.state_id, since=since)
         if record is None:
             self._seen = None
             return None
