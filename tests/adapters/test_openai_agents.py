@@ -229,3 +229,44 @@ async def test_a_closed_session_refuses_calls_and_leaves_the_store_open(store: S
     with pytest.raises(RuntimeError, match="closed"):
         await session.get_items()
     assert await StatekeepSession("s", store).get_items() == [msg("a")]
+
+
+async def test_clear_writes_nothing_on_an_empty_session_and_sees_what_others_added(store: Store) -> None:
+    mine, theirs = StatekeepSession("c", store), StatekeepSession("c", store)
+    await mine.add_items([msg("a")])
+    assert await mine.pop_item() == msg("a")
+    await mine.clear_session()  # nothing to clear
+    record = await store.aread(mine.state_id)
+    assert record is not None and [e["kind"] for e in record.entries] == ["session", "item", "pop"]
+    await theirs.add_items([msg("b")])  # mine last saw no items
+    await mine.clear_session()
+    assert await theirs.get_items() == []
+
+
+class Gated(Store):
+    """A MemoryStore whose writes wait until the test lets them through."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.writing = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
+        return await self.inner.aread(state_id, since=since)
+
+    async def awrite(self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False) -> None:
+        self.writing.set()
+        await self.go.wait()
+        await self.inner.awrite(state_id, entries, snapshot, create=create)
+
+
+async def test_a_cancelled_call_finishes_its_write_before_raising() -> None:
+    store = Gated()
+    session = StatekeepSession("s", store)
+    call = asyncio.create_task(session.add_items([msg("once")]))
+    await store.writing.wait()
+    call.cancel()
+    store.go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert await session.get_items() == [msg("once")]  # the outcome is known: written once

@@ -193,7 +193,7 @@ class StatekeepSession:
                 await self._write(tail, entries, after)
                 return
             except (StateConflictError, StateExistsError, StateNotFoundError):
-                tail = await self._reread(tail)
+                tail = await self._current(tail)
 
     async def _pop(self) -> TResponseInputItem | None:
         token = uuid.uuid4().hex
@@ -212,19 +212,22 @@ class StatekeepSession:
 
     async def _clear(self) -> None:
         token = uuid.uuid4().hex
-        tail = await self._tail()
-        while tail is not None:
+        tail = await self._current(self._seen)
+        while tail is not None and tail.items:
             marker = {"seq": tail.end, "kind": CLEAR, "w": token}
             try:
                 await self._write(tail, [marker], Tail(tail.end + 1, tail.end + 1, 0, tail.created_at))
                 return
             except (StateConflictError, StateNotFoundError):
-                tail = await self._reread(tail)
+                tail = await self._current(tail)
 
-    async def _reread(self, tail: Tail | None) -> Tail | None:
-        """The tail after a write from ``tail`` lost a race (or the State was created,
-        or deleted, meanwhile)."""
-        got = await self._read(_SNAPSHOT_ONLY if tail is None else tail.end)
+    async def _current(self, seen: Tail | None) -> Tail | None:
+        """The history's tail as it is now, read from ``seen`` on (after a write from it
+        lost a race, or the State was created or deleted meanwhile); None if there is no
+        session."""
+        got = await self._read(_SNAPSHOT_ONLY if seen is None else seen.end)
+        if got is not None and got[2] > got[0].end:  # the snapshot's tail: read what follows it
+            got = await self._read(got[0].end)
         return None if got is None else got[0]
 
     def _check_open(self) -> None:
