@@ -89,7 +89,12 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
     # -- write ----------------------------------------------------------------------
 
     def write(
-        self, state_id: str, entries: Sequence[dict[str, Any]], info: Mapping[str, Any], *, create: bool = False
+        self,
+        state_id: str,
+        entries: Sequence[dict[str, Any]],
+        info: Mapping[str, Any],
+        *,
+        create: bool = False,
     ) -> None:
         """Append the entries the store lacks and replace the info (alpineagents' contract).
 
@@ -105,7 +110,12 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
             raise self._advice(state_id, exc) from None
 
     async def awrite(
-        self, state_id: str, entries: Sequence[dict[str, Any]], info: Mapping[str, Any], *, create: bool = False
+        self,
+        state_id: str,
+        entries: Sequence[dict[str, Any]],
+        info: Mapping[str, Any],
+        *,
+        create: bool = False,
     ) -> None:
         """Async :meth:`write`, same contract and durability."""
         sid, batch, snapshot = self._prepare(state_id, entries, info, "awrite")
@@ -138,7 +148,9 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
     def read(self, state_id: str) -> Record | None:
         """Every entry and the info saved for ``state_id``, or None if there is none.
         ValueError if a State of that id exists but was not written by this adapter."""
-        return self._record(state_id, self._store.read(state_id_for(check_id(state_id, "StatekeepStore.read()"))))
+        return self._record(
+            state_id, self._store.read(state_id_for(check_id(state_id, "StatekeepStore.read()")))
+        )
 
     async def aread(self, state_id: str) -> Record | None:
         """Async :meth:`read`."""
@@ -163,7 +175,7 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
         order: States with no history last). Reads one snapshot per State, no history."""
         found = []
         for row in self._store.iter_states(labels=LABELS):
-            record = self._store.read(row.id, since=_PAST_END)  # type: ignore[call-arg]
+            record = self._store.read(row.id, since=_PAST_END)
             found.append(_info_row(row, None if record is None else record.snapshot))
         return _ordered(found)
 
@@ -173,10 +185,11 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
         found: builtins.list[StateInfo | None] = []
         for start in range(0, len(rows), _READS_AT_ONCE):
             chunk = rows[start : start + _READS_AT_ONCE]
-            records = await asyncio.gather(
-                *(self._store.aread(row.id, since=_PAST_END) for row in chunk)  # type: ignore[call-arg]
-            )
-            found += [_info_row(row, None if rec is None else rec.snapshot) for row, rec in zip(chunk, records)]
+            records = await asyncio.gather(*(self._store.aread(row.id, since=_PAST_END) for row in chunk))
+            found += [
+                _info_row(row, None if rec is None else rec.snapshot)
+                for row, rec in zip(chunk, records, strict=True)
+            ]
         return _ordered(found)
 
     # -- delete ---------------------------------------------------------------------
