@@ -34,6 +34,7 @@ from alpineagents.state import check_id  # type: ignore[import-untyped]
 from alpineagents.store import Record, StateInfo, Store  # type: ignore[import-untyped]
 
 from .._errors import StateExistsError, StateNotFoundError
+from .._records import Record as StatekeepRecord
 from .._records import SavedState
 from .._store import Store as StatekeepBase
 from ._alpine_snapshot import LABELS, alpine_id_of, check_text, info_of, snapshot_for
@@ -157,7 +158,7 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
         sid = state_id_for(check_id(state_id, "StatekeepStore.aread()"))
         return self._record(state_id, await self._store.aread(sid))
 
-    def _record(self, state_id: str, found: Any) -> Record | None:
+    def _record(self, state_id: str, found: StatekeepRecord | None) -> Record | None:
         if found is None:
             return None
         info = info_of(state_id, found.snapshot)
