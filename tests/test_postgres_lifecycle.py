@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import CorruptStateError, State, StateConflictError, StateNotFoundError, agent_info
+from statekeep import CorruptStateError, Record, State, StateConflictError, StateNotFoundError, agent_info
 from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name
 
@@ -519,3 +519,23 @@ def test_memory_shares_the_pool_and_closes_with_its_store(postgres_server: Postg
 
 if __name__ == "__main__":
     worker(sys.argv[1:])
+
+
+def test_a_range_read_scans_only_the_entries_it_returns(
+    postgres_server: PostgresServer, pg: PostgresStore
+) -> None:
+    # read(id, since=N): an index range from seq N, never the history before it.
+    pg.write("a", entries(0, 5), snap(), create=True)
+    assert pg.read("a", since=3) == Record(entries(3, 2), snap())
+
+    async def explain() -> str:
+        conn = await asyncpg.connect(postgres_server.dsn)
+        try:
+            await conn.execute("SET enable_seqscan = off")
+            rows = await conn.fetch("EXPLAIN " + pg._sql.read, pg.namespace, "a", 3)
+            return "\n".join(r[0] for r in rows)
+        finally:
+            await conn.close()
+
+    text = asyncio.run(explain())
+    assert "Index" in text and "seq >= 3" in text.replace("'3'::bigint", "3").replace("$3", "3"), text

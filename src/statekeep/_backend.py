@@ -18,6 +18,7 @@ from ._bridge import owner, run_async, run_sync
 from ._ids import validate_id
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
 from ._query import ListQuery, Page, make_query, select
+from ._ranges import check_since
 from ._records import Entries, Record, SavedState, Snapshot
 from ._store import Store
 from ._writes import PreparedWrite, prepare_write
@@ -86,8 +87,10 @@ class Backend(Store):
         raise NotImplementedError
 
     @abstractmethod
-    async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
-        """The Record, or a function that builds it (called in the caller's thread)."""
+    async def _read(self, state_id: str, since: int = 0) -> Record | Callable[[], Record] | None:
+        """The Record with the entries of seq >= ``since`` (checked: an int >= 0), or a
+        function that builds it (called in the caller's thread). Its cost should grow with
+        what it returns, not with the history."""
         raise NotImplementedError
 
     @abstractmethod
@@ -187,11 +190,13 @@ class Backend(Store):
         write = prepare_write(state_id, entries, self._stamp(snapshot), create)
         run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
 
-    async def aread(self, state_id: str) -> Record | None:
-        return self._live(_built(await run_async(self._read(self._check_open(validate_id(state_id))))))
+    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
+        read = self._read(self._check_open(validate_id(state_id)), check_since(since))
+        return self._live(_built(await run_async(read)))
 
-    def read(self, state_id: str) -> Record | None:
-        return self._live(_built(run_sync(self._read(self._check_open(validate_id(state_id))), "aread")))
+    def read(self, state_id: str, *, since: int = 0) -> Record | None:
+        read = self._read(self._check_open(validate_id(state_id)), check_since(since))
+        return self._live(_built(run_sync(read, "aread")))
 
     def _live(self, record: Record | None) -> Record | None:
         return None if record is None or self._expired(record.snapshot) else record

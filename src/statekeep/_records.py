@@ -24,9 +24,9 @@ LISTING_TIMES = ("created_at", "updated_at")
 class Record:
     """Everything a store has for one State id.
 
-    ``entries`` are the history entries in seq order from 0; ``snapshot`` is the dict the
-    last write stored, or None if no write gave one. Both are fresh copies: changing them
-    never changes the store.
+    ``entries`` are the history entries in seq order: from seq 0, or from the ``since`` a
+    range read asked for; ``snapshot`` is the dict the last write stored, or None if no
+    write gave one. Both are fresh copies: changing them never changes the store.
     """
 
     entries: list[dict[str, Any]] = field(default_factory=list)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from abc import ABC
 from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime
@@ -14,6 +15,7 @@ from ._bridge import in_thread, run_sync
 from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._lineage import fork_state, tree_order
 from ._query import given
+from ._ranges import with_since
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
 from ._state import State
@@ -55,6 +57,14 @@ class Store(ABC):  # noqa: B024
     its advice.
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A store written before range reads: its read/aread gain ``since`` (read whole, cut).
+        for name in ("read", "aread"):
+            method = cls.__dict__.get(name)
+            if method is not None and "since" not in inspect.signature(method).parameters:
+                setattr(cls, name, with_since(method))
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
         missing = [
             f"{name}() or a{name}()"
@@ -94,9 +104,17 @@ class Store(ABC):  # noqa: B024
         """
         await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create))
 
-    async def aread(self, state_id: str) -> Record | None:
-        """Everything the store has for ``state_id``, or None if there is no such State."""
-        return await asyncio.to_thread(self.read, state_id)
+    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
+        """What the store has for ``state_id``: the history entries with seq >= ``since``
+        (all of them by default; none when ``since`` is past the end) and the snapshot, or
+        None if there is no such State. ``since`` is an int >= 0, else ValueError.
+
+        A range read costs what it returns on the built-in database stores (SQLite,
+        PostgreSQL, Redis); the FileStore reads backwards from the log's end while
+        ``since`` is near it. A store of your own whose ``read``/``aread`` takes no
+        ``since`` gets it for free: the whole history is read and cut.
+        """
+        return await asyncio.to_thread(functools.partial(self.read, state_id, since=since))
 
     async def alist(
         self,
@@ -245,9 +263,9 @@ class Store(ABC):  # noqa: B024
         """Sync :meth:`awrite`, same contract and durability."""
         run_sync(self.awrite(state_id, entries, snapshot, create=create), "awrite")
 
-    def read(self, state_id: str) -> Record | None:
+    def read(self, state_id: str, *, since: int = 0) -> Record | None:
         """Sync :meth:`aread`."""
-        return run_sync(self.aread(state_id), "aread")
+        return run_sync(self.aread(state_id, since=since), "aread")
 
     def list(
         self,

@@ -119,7 +119,7 @@ class MemoryStore(Backend):
         else:
             space.expires[sid] = when
 
-    async def _read(self, state_id: str) -> Record | None:
+    async def _read(self, state_id: str, since: int = 0) -> Record | None:
         space = self._space
         lines = space.lines.get(state_id)
         if lines is None or self._gone(state_id):
@@ -130,7 +130,7 @@ class MemoryStore(Backend):
             assert self.retention is not None
             snapshot["expires_at"] = iso(self._now() + self.retention)  # a read slides it
             self._keep_snapshot(state_id, orjson.dumps(snapshot))
-        return Record([orjson.loads(b) for b in lines], snapshot)
+        return Record([orjson.loads(b) for b in lines[since:]], snapshot)
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         if self._sliding:

@@ -17,6 +17,7 @@ from .._store import Store
 from ._cancel import CancellationContract
 from ._family import ErrorFamilyContract
 from ._helpers import Api, entries, snapshot
+from ._ranges import RangeContract
 from ._runs import RunsContract
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ BAD_IDS = ["", ".", "..", "a/b", "a\\b", "nul\x00", "é", "a" * 129, "sp ace", "
 asyncio_test = pytest.mark.asyncio
 
 
-class StoreContract(RunsContract, ErrorFamilyContract, CancellationContract):
+class StoreContract(RunsContract, RangeContract, ErrorFamilyContract, CancellationContract):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 
     Capability flags (class attributes) say what the store cannot offer; the tests that need

@@ -51,8 +51,13 @@ class Api:
         else:
             self.store.write(state_id, ents, snap, create=create)
 
-    async def read(self, state_id: str) -> Record | None:
-        return await self.store.aread(state_id) if self.mode == "async" else self.store.read(state_id)
+    async def read(self, state_id: str, *, since: int | None = None) -> Record | None:
+        # Without since, the plain call: the oldest stores of one's own take no keyword.
+        if since is None:
+            return await self.store.aread(state_id) if self.mode == "async" else self.store.read(state_id)
+        if self.mode == "async":
+            return await self.store.aread(state_id, since=since)
+        return self.store.read(state_id, since=since)
 
     async def list(self, **filters: Any) -> list[SavedState]:
         return await self.store.alist(**filters) if self.mode == "async" else self.store.list(**filters)

@@ -267,6 +267,19 @@ class StoreMachine(RuleBasedStateMachine):
     def read(self, sid: str) -> None:
         self.check_state(sid)
 
+    @rule(sid=st.sampled_from([*IDS, "never-used"]), back=st.integers(min_value=-2, max_value=6))
+    def read_range(self, sid: str, back: int) -> None:
+        """A range read from ``back`` entries before the end (past it when negative)."""
+        stored, snap = self.model.get(sid, ([], None))
+        since = max(0, len(stored) - back)
+        record = self.store.read(sid, since=since)
+        if sid not in self.model:
+            assert record is None, (sid, record)
+            return
+        assert record is not None, sid
+        assert same(record.entries, stored[since:]), (sid, since, record.entries, stored)
+        assert same(record.snapshot, snap), (sid, record.snapshot, snap)
+
     @_can("supports_list")
     @rule()
     def list_states(self) -> None:

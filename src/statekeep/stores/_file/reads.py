@@ -10,7 +10,8 @@ from typing import Any
 from ..._errors import CorruptStateError
 from ..._ids import validate_id
 from ..._logframe import scan_log
-from ..._logtail import decode_copy
+from ..._logtail import decode_copy, entries_back, last_write, reader, snapshot_record
+from ..._ranges import cut
 from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from .copies import current_snapshot, listed_snapshot
 from .folder import StoreFolder, still_named
@@ -42,6 +43,58 @@ def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
     if log is None:
         raise CorruptStateError(f"{store.where(sid, LOG)} is missing")
     return lambda: _parse(store, sid, log, copy)
+
+
+def read_range(store: StoreFolder, sid: str, since: int) -> Record | Callable[[], Record] | None:
+    """The State's entries of seq >= ``since`` and its snapshot, read back from the log's
+    end (its last complete write, then line by line to ``since``), so reading a history's
+    end costs what it returns. Falls back to :func:`read_state` (whole, then cut) for a
+    log that cannot be read from its end: one of format 1 only, or damaged there."""
+    root = store.open_root(create=False)
+    if root is None:
+        return None
+    try:
+        folder = store.open_state(root, sid)
+        if folder is None:
+            return None
+        try:
+            copy = store.read_file(folder, sid, SNAPSHOT)
+            try:
+                log = store.open_in(folder, sid, LOG, os.O_RDONLY)
+            except FileNotFoundError:
+                if still_named(root, sid, folder):
+                    raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
+                return None  # deleted meanwhile
+            try:
+                found = _read_back(store, sid, log, copy, since)
+            finally:
+                os.close(log)
+        finally:
+            os.close(folder)
+    finally:
+        os.close(root)
+    if found is not None:
+        return found
+    whole = read_state(store, sid)
+    return None if whole is None else lambda: cut(whole(), since)
+
+
+def _read_back(store: StoreFolder, sid: str, log: int, raw_copy: bytes | None, since: int) -> Record | None:
+    read_at = reader(log)
+    last = last_write(read_at, os.fstat(log).st_size)
+    if last is None:
+        return None  # format 1 only, or no complete write: scan it whole
+    check_copy(store, sid, decode_copy(raw_copy) if raw_copy else None, last.end)
+    entries = entries_back(read_at, last.end, since, last.next_seq)
+    if entries is None:
+        return None  # not readable from the end: the whole scan names the damage
+    encoded = last.snapshot
+    if encoded is None and last.snapshot_at is not None:
+        encoded = snapshot_record(read_at, last.snapshot_at, last.end)
+        if encoded is None:
+            return None
+    snapshot = None if encoded is None else decode_snapshot(encoded, store.where(sid, LOG))
+    return Record(entries, snapshot)
 
 
 def read_snapshot(store: StoreFolder, sid: str) -> dict[str, Any] | None:

@@ -48,7 +48,7 @@ from .copies import INTERVAL, Copies
 from .create import create, delete
 from .folder import StoreFolder
 from .handles import Handles
-from .reads import list_states, read_snapshot, read_state
+from .reads import list_states, read_range, read_snapshot, read_state
 from .recovery import Tail
 from .trust import probe_case
 
@@ -240,8 +240,10 @@ class FileStore(Backend):
         await owner().io.run(self._copies.flush)
         self._handles.close()
 
-    async def _read(self, state_id: str) -> Record | Callable[[], Record] | None:
-        return await owner().io.run(read_state, self._folder, state_id)
+    async def _read(self, state_id: str, since: int = 0) -> Record | Callable[[], Record] | None:
+        if since == 0:
+            return await owner().io.run(read_state, self._folder, state_id)
+        return await owner().io.run(read_range, self._folder, state_id, since)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         return await owner().io.run(list_states, self._folder)

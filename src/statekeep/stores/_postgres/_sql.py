@@ -63,7 +63,8 @@ class Sql:
         self.fork = f"SELECT {self.fork_fn}({_params(19)})"
         self.gc = f"SELECT {self.gc_fn}($1, $2)"
         # One statement, so one consistent view of the row and its entries: the row first
-        # (seq -1: its snapshot and next_seq), then the entries in seq order. (Joining the
+        # (seq -1: its snapshot and next_seq), then the entries from seq $3 on, in seq order
+        # (a range scan of the primary key: it costs what it returns). (Joining the
         # entries into one JSON text on the server is slower than parsing them one by one.)
         # A row past its expiry (by the server's clock) reads as absent.
         live = "(expires_at IS NULL OR expires_at > now())"
@@ -74,7 +75,7 @@ class Sql:
             SELECT -1 AS seq, snapshot AS data, next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live}
             UNION ALL
             SELECT e.seq, e.data, NULL FROM {entries} e
-            WHERE e.ns = $1 AND e.state_id = $2 AND e.seq >= 0
+            WHERE e.ns = $1 AND e.state_id = $2 AND e.seq >= $3
               AND e.seq < (SELECT next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live})
             ORDER BY seq"""
 

@@ -180,25 +180,26 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
             approved = stored
         raise servercommon.kept_changing(sid)
 
-    async def _read(self, state_id: str) -> Record | None:
-        rows = await self._query("read", "fetch", self._sql.read, self.namespace, state_id)
+    async def _read(self, state_id: str, since: int = 0) -> Record | None:
+        rows = await self._query("read", "fetch", self._sql.read, self.namespace, state_id, since)
         if not rows:
             return None
         _, snapshot_text, next_seq = rows[0]
-        if len(rows) - 1 != next_seq:
+        expected = max(0, next_seq - since)
+        if len(rows) - 1 != expected:
             raise CorruptStateError(
                 f"State {state_id!r} in {self._sql.states} expects {next_seq} entries but "
-                f"{self._sql.entries} holds {len(rows) - 1} of seq 0 to {next_seq - 1}"
+                f"{self._sql.entries} holds {len(rows) - 1} of seq {since} to {next_seq - 1}"
             )
         loads = orjson.loads
         try:
             entries = [loads(row[1]) for row in islice(rows, 1, None)]
         except orjson.JSONDecodeError:
             entries = []
-        if len(entries) != next_seq or not all(type(entry) is dict for entry in entries):
+        if len(entries) != expected or not all(type(entry) is dict for entry in entries):
             servercommon.raise_bad_entry(
                 [row[1] for row in islice(rows, 1, None)],
-                lambda seq: f"State {state_id!r}: the entry at seq {seq} in {self._sql.entries}",
+                lambda i: f"State {state_id!r}: the entry at seq {since + i} in {self._sql.entries}",
             )
         return Record(
             entries,

@@ -15,22 +15,24 @@ from ._client import ClientLocal
 from ._keys import Keys
 
 
-async def read(local: ClientLocal, keys: Keys, state_id: str, server: str) -> Record | None:
-    """State ``state_id``'s entries and snapshot; None if absent or expired (``server``
-    names where it is in errors)."""
+async def read(local: ClientLocal, keys: Keys, state_id: str, server: str, since: int = 0) -> Record | None:
+    """State ``state_id``'s entries of seq >= ``since`` and snapshot; None if absent or
+    expired (``server`` names where it is in errors). LRANGE walks from the list's nearer
+    end, so reading the end of a long history costs what it returns."""
     state_key, entries_key = keys.state_keys(state_id)
     async with local.client.pipeline(transaction=True) as pipe:
         pipe.hmget(state_key, "next", "snapshot", "exp")
-        pipe.lrange(entries_key, 0, -1)
+        pipe.llen(entries_key)
+        pipe.lrange(entries_key, since, -1)
         pipe.time()
-        (next_seq, snapshot, exp), items, (secs, micros) = await pipe.execute()
+        (next_seq, snapshot, exp), size, items, (secs, micros) = await pipe.execute()
     if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
         return None  # none, or expired by the server's clock
     where = f"State {state_id!r} in Redis at {server}"
-    if len(items) != int(next_seq):
-        raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {len(items)}")
+    if size != int(next_seq):
+        raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {size}")
     return Record(
-        _decode_entries(items, where),
+        _decode_entries(items, where, since),
         decode_snapshot(snapshot, f"the snapshot of State {state_id!r} in Redis"),
     )
 
@@ -57,7 +59,7 @@ def _as_bytes(value: object) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
-def _decode_entries(items: list[bytes], where: str) -> list[dict[str, Any]]:
+def _decode_entries(items: list[bytes], where: str, first: int = 0) -> list[dict[str, Any]]:
     """The entries (JSON objects, by seq), or CorruptStateError naming the first bad one."""
     if not items:
         return []
@@ -70,5 +72,5 @@ def _decode_entries(items: list[bytes], where: str) -> list[dict[str, Any]]:
     except orjson.JSONDecodeError:
         entries = None
     if entries is None or len(entries) != len(items) or not all(isinstance(e, dict) for e in entries):
-        servercommon.raise_bad_entry(items, lambda seq: f"{where}: the entry at seq {seq}")
+        servercommon.raise_bad_entry(items, lambda i: f"{where}: the entry at seq {first + i}")
     return cast(list[dict[str, Any]], entries)

@@ -195,9 +195,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             approved = stored
         raise servercommon.kept_changing(sid)
 
-    async def _read(self, state_id: str) -> Record | None:
+    async def _read(self, state_id: str, since: int = 0) -> Record | None:
         async with self._using("read") as local:
-            return await _reads.read(local, self._keys_of, state_id, _client.where(self._server))
+            return await _reads.read(local, self._keys_of, state_id, _client.where(self._server), since)
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         async with self._using("read") as local:

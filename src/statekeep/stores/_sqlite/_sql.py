@@ -190,7 +190,10 @@ READ_SNAPSHOT = (
     "SELECT CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ? "
     "AND (expires_at IS NULL OR expires_at > ?)"
 )
-READ_ENTRIES = "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? ORDER BY seq"
+# From a seq on: a range of the primary key, so reading a history's end costs what it returns.
+READ_ENTRIES = (
+    "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? AND seq >= ? ORDER BY seq"
+)
 #: What a listing row is built from (``_rows.saved_state``), prefixed ``s.``.
 ROW_COLUMNS = (
     "s.id, s.task, s.created_at, s.updated_at, s.turn, s.stopped_by, s.finished, s.agent, s.parent, "

@@ -157,9 +157,9 @@ class SQLiteStore(Backend):
     async def _delete(self, state_id: str) -> None:
         await self._submit(("delete", self.namespace, state_id))
 
-    async def _read(self, state_id: str) -> Record | None:
+    async def _read(self, state_id: str, since: int = 0) -> Record | None:
         conns = self._slot.get()  # made here, on the owner loop, never by two threads at once
-        return await owner().io.run(self._retry_busy, self._read_once, conns, state_id)
+        return await owner().io.run(self._retry_busy, self._read_once, conns, state_id, since)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         page, skipped = await self._select(ListQuery())
@@ -260,24 +260,25 @@ class SQLiteStore(Backend):
 
     # -- read, list -----------------------------------------------------------------
 
-    def _read_once(self, conns: Connections, sid: str) -> Record | None:
+    def _read_once(self, conns: Connections, sid: str, since: int) -> Record | None:
         if self._absent(conns):
             return None
         with self._reading(conns) as conn:
             row = conn.execute(sql.READ_STATE, (self.namespace, sid)).fetchone()
             if row is None:
                 return None
-            data = conn.execute(sql.READ_ENTRIES, (self.namespace, sid)).fetchall()
+            data = conn.execute(sql.READ_ENTRIES, (self.namespace, sid, since)).fetchall()
         next_seq, snap = row
-        if len(data) != next_seq:
+        if len(data) != max(0, next_seq - since):
             raise CorruptStateError(
-                f"{self.path}: State {sid!r} records next seq {next_seq} but has {len(data)} entries"
+                f"{self.path}: State {sid!r} records next seq {next_seq} but has {len(data)} entries "
+                f"from seq {since}"
             )
         loads = orjson.loads
         try:
             entries = [loads(d) for (d,) in data]
         except orjson.JSONDecodeError:  # names the bad one
-            entries = [decode_entry(self.path, sid, seq, d) for seq, (d,) in enumerate(data)]
+            entries = [decode_entry(self.path, sid, since + i, d) for i, (d,) in enumerate(data)]
         return Record(entries, decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}"))
 
     def _read_snapshot_once(self, conns: Connections, sid: str) -> dict[str, Any] | None:
