@@ -25,7 +25,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .._records import Record
 from .._store import Store
 from . import _langgraph_flows as flows
 from ._ids import state_id_for
@@ -305,7 +304,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     def _call(self, call: flows.Call) -> Any:
         store = self.store
         if isinstance(call, flows.Read):
-            return _since(store.read(call.state_id), call.since)
+            return store.read(call.state_id, since=call.since)
         if isinstance(call, flows.Write):
             return store.write(call.state_id, call.entries, call.snapshot, create=call.create)
         if isinstance(call, flows.Delete):
@@ -315,7 +314,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     async def _acall(self, call: flows.Call) -> Any:
         store = self.store
         if isinstance(call, flows.Read):
-            return _since(await store.aread(call.state_id), call.since)
+            return await store.aread(call.state_id, since=call.since)
         if isinstance(call, flows.Write):
             return await store.awrite(call.state_id, call.entries, call.snapshot, create=call.create)
         if isinstance(call, flows.Delete):
@@ -335,10 +334,3 @@ def _drive(flow: flows.Flow, call_store: Any) -> Any:
                 call = flow.send(result)
     except StopIteration as stop:
         return stop.value
-
-
-def _since(record: Record | None, since: int) -> Record | None:
-    # Until the store's range read lands: the entries from ``since`` on, out of a whole read.
-    if record is None or since == 0:
-        return record
-    return Record([entry for entry in record.entries if entry["seq"] >= since], record.snapshot)
