@@ -2,20 +2,24 @@
 
 Each flow is a generator that yields the store calls it needs (:class:`Read`, :class:`Write`,
 :class:`Delete`, :class:`Threads`) and gets their results back (or their exceptions thrown
-in); ``langgraph.py`` drives it with the sync store methods or awaits the async ones.
+in); :func:`drive` runs it with the store's sync methods, :func:`adrive` awaits its
+native coroutines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import StateConflictError, StateExistsError, StateNotFoundError, UnsupportedFormatError
 from .._records import Record
+from .._store import Store
 from ._ids import state_id_for
 from ._langgraph_history import (
     FORMAT,
+    LABELS,
     MARK,
     Thread,
     advance_heads,
@@ -60,6 +64,60 @@ Call = Read | Write | Delete | Threads
 Flow = Generator[Call, Any, Any]
 
 
+def drive(store: Store, flow: Flow | Call) -> Any:
+    """Run ``flow`` (or one call) with the store's sync methods; its result."""
+    if isinstance(flow, Call):
+        return _call(store, flow)
+    try:
+        call = next(flow)
+        while True:
+            try:
+                result = _call(store, call)
+            except Exception as exc:  # the flow decides: retry, or let it go up
+                call = flow.throw(exc)
+            else:
+                call = flow.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def adrive(store: Store, flow: Flow | Call) -> Any:
+    """Run ``flow`` (or one call) awaiting the store's native coroutines; its result."""
+    if isinstance(flow, Call):
+        return await _acall(store, flow)
+    try:
+        call = next(flow)
+        while True:
+            try:
+                result = await _acall(store, call)
+            except Exception as exc:
+                call = flow.throw(exc)
+            else:
+                call = flow.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _call(store: Store, call: Call) -> Any:
+    if isinstance(call, Read):
+        return store.read(call.state_id, since=call.since)
+    if isinstance(call, Write):
+        return store.write(call.state_id, call.entries, call.snapshot, create=call.create)
+    if isinstance(call, Delete):
+        return store.delete(call.state_id)
+    return [row.task for row in store.iter_states(labels=LABELS)]
+
+
+async def _acall(store: Store, call: Call) -> Any:
+    if isinstance(call, Read):
+        return await store.aread(call.state_id, since=call.since)
+    if isinstance(call, Write):
+        return await store.awrite(call.state_id, call.entries, call.snapshot, create=call.create)
+    if isinstance(call, Delete):
+        return await store.adelete(call.state_id)
+    return [row.task async for row in store.aiter_states(labels=LABELS)]
+
+
 class Heads:
     """The last snapshot seen per State (a hint: a stale one costs a retry, never a wrong write,
     since a write at a taken seq conflicts). Bounded; safe to share between threads."""
@@ -68,17 +126,20 @@ class Heads:
 
     def __init__(self) -> None:
         self._seen: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()  # LangGraph's sync API writes from worker threads
 
     def get(self, state_id: str) -> dict[str, Any] | None:
         return self._seen.get(state_id)
 
     def remember(self, state_id: str, snapshot: dict[str, Any]) -> None:
-        if len(self._seen) >= self.SIZE:
-            self._seen.pop(next(iter(self._seen)), None)
-        self._seen[state_id] = snapshot
+        with self._lock:
+            if len(self._seen) >= self.SIZE and state_id not in self._seen:
+                del self._seen[next(iter(self._seen))]
+            self._seen[state_id] = snapshot
 
     def forget(self, state_id: str) -> None:
-        self._seen.pop(state_id, None)
+        with self._lock:
+            self._seen.pop(state_id, None)
 
 
 def checked(record: Record | None, state_id: str, thread_id: str) -> Record | None:
@@ -235,7 +296,3 @@ def copy(heads: Heads, source: str, target: str) -> Flow:
     bodies = thread.materialized()
     if bodies:
         yield from append(heads, target, bodies)
-
-
-def metadata_matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
-    return not wanted or all(metadata.get(key) == value for key, value in wanted.items())

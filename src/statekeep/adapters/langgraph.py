@@ -28,7 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._store import Store
 from . import _langgraph_flows as flows
 from ._ids import state_id_for
-from ._langgraph_history import LABELS, Thread
+from ._langgraph_history import Thread
 from ._langgraph_tuples import (
     config_of,
     delta_history,
@@ -279,58 +279,10 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         thread = await self._arun(flows.whole(self._heads, str(config["configurable"]["thread_id"])))
         return delta_history(self.serde, thread or Thread(), config, channels)
 
-    # -- driving a flow ---------------------------------------------------------------
+    # -- driving a flow: with the store's sync methods, or awaiting its coroutines ---------
 
     def _run(self, flow: flows.Flow | flows.Call) -> Any:
-        if not isinstance(flow, flows.Call):
-            return _drive(flow, self._call)
-        return self._call(flow)
+        return flows.drive(self.store, flow)
 
     async def _arun(self, flow: flows.Flow | flows.Call) -> Any:
-        if isinstance(flow, flows.Call):
-            return await self._acall(flow)
-        try:
-            call = next(flow)
-            while True:
-                try:
-                    result = await self._acall(call)
-                except Exception as exc:  # the flow decides: retry, or let it go up
-                    call = flow.throw(exc)
-                else:
-                    call = flow.send(result)
-        except StopIteration as stop:
-            return stop.value
-
-    def _call(self, call: flows.Call) -> Any:
-        store = self.store
-        if isinstance(call, flows.Read):
-            return store.read(call.state_id, since=call.since)
-        if isinstance(call, flows.Write):
-            return store.write(call.state_id, call.entries, call.snapshot, create=call.create)
-        if isinstance(call, flows.Delete):
-            return store.delete(call.state_id)
-        return [row.task for row in store.iter_states(labels=LABELS)]
-
-    async def _acall(self, call: flows.Call) -> Any:
-        store = self.store
-        if isinstance(call, flows.Read):
-            return await store.aread(call.state_id, since=call.since)
-        if isinstance(call, flows.Write):
-            return await store.awrite(call.state_id, call.entries, call.snapshot, create=call.create)
-        if isinstance(call, flows.Delete):
-            return await store.adelete(call.state_id)
-        return [row.task async for row in store.aiter_states(labels=LABELS)]
-
-
-def _drive(flow: flows.Flow, call_store: Any) -> Any:
-    try:
-        call = next(flow)
-        while True:
-            try:
-                result = call_store(call)
-            except Exception as exc:  # the flow decides: retry, or let it go up
-                call = flow.throw(exc)
-            else:
-                call = flow.send(result)
-    except StopIteration as stop:
-        return stop.value
+        return await flows.adrive(self.store, flow)
