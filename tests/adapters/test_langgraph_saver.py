@@ -274,3 +274,25 @@ def test_a_state_that_is_not_a_thread_is_refused_untouched(store: Store) -> None
         saver.get_tuple({"configurable": {"thread_id": "run-1"}})
     assert store.read("run-1") == Record([{"seq": 0, "kind": "task", "text": "mine"}], snapshot)
     assert list(saver.list(None)) == []  # other States are not threads
+
+
+@pytest.mark.parametrize("ns", ["", "sub:1"])
+def test_writes_stored_before_their_checkpoint_come_back_with_it(store: Store, ns: str) -> None:
+    """LangGraph saves a step's writes and its checkpoint in the background, so the writes
+    may land first: reading the newest checkpoint from where it starts must still see them."""
+    saver = StatekeepSaver(store)
+    first = put(saver, "early", ns=ns, cid="1", a=1)
+    ahead = {"configurable": {"thread_id": "early", "checkpoint_ns": ns, "checkpoint_id": "2"}}
+    saver.put_writes(ahead, [("a", 2)], "task-1")
+    saver.put_writes(ahead, [("c", 0)], "task-0")
+    put(saver, "early", first, ns=ns, cid="2", a=2)
+    saver.put_writes(ahead, [("b", 3)], "task-2")
+    saver.put_writes(first, [("late", 1)], "task-9")  # a write for an older checkpoint
+    want = [("task-0", "c", 0), ("task-1", "a", 2), ("task-2", "b", 3)]
+    for reader in (saver, StatekeepSaver(store)):  # the cached end, and a fresh read
+        newest = reader.get_tuple({"configurable": {"thread_id": "early", "checkpoint_ns": ns}})
+        assert newest is not None and newest.checkpoint["id"] == "2"
+        assert newest.pending_writes == want
+    saver.prune(["early"])  # the heads computed from the whole history agree
+    newest = StatekeepSaver(store).get_tuple({"configurable": {"thread_id": "early", "checkpoint_ns": ns}})
+    assert newest is not None and newest.pending_writes == want

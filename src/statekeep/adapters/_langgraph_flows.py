@@ -22,11 +22,12 @@ from ._langgraph_history import (
     LABELS,
     MARK,
     Thread,
-    advance_heads,
+    advance,
     is_thread,
     not_a_thread,
     now_iso,
     snapshot_for,
+    thread_early,
     thread_heads,
 )
 
@@ -170,8 +171,10 @@ def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
             old = None if record is None else record.snapshot
         first = 0 if old is None else old["seq"] + 1
         entries = [dict(body, seq=first + i) for i, body in enumerate(bodies)]
-        moved = advance_heads(thread_heads(old) if old else {}, bodies, first)
-        snapshot = snapshot_for(thread_id, old, first + len(bodies) - 1, moved, added)
+        moved, early = advance(
+            thread_heads(old) if old else {}, thread_early(old) if old else {}, bodies, first
+        )
+        snapshot = snapshot_for(thread_id, old, first + len(bodies) - 1, moved, early, added)
         try:
             yield Write(sid, entries, snapshot, old is None)
         except (StateConflictError, StateExistsError, StateNotFoundError):
@@ -204,7 +207,7 @@ def rewrite(heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, A
             return
         seq = record.snapshot["seq"] + 1
         thread.apply(dict(body, seq=seq))
-        snapshot = snapshot_for(thread_id, record.snapshot, seq, thread.heads(), 0)
+        snapshot = snapshot_for(thread_id, record.snapshot, seq, thread.heads(), thread.early(), 0)
         try:
             yield Write(sid, [dict(body, seq=seq)], snapshot, False)
         except StateConflictError:

@@ -14,8 +14,12 @@ The history holds four kinds of entries, each with ``kind``, ``at`` (ISO 8601, U
 
 Values are the serializer's typed bytes, kept losslessly as ``[type, base64]``.
 The snapshot holds the listing keys and, under ``langgraph``, ``heads``: per namespace,
-``[seq, id]`` of the newest checkpoint (``seq`` of its first entry), so the newest
-checkpoint and its writes are read from that seq on, not from the start.
+``[seq, id]`` of the newest checkpoint, so the newest checkpoint and its writes are read
+from that seq on, not from the start. ``seq`` is that of its first entry or of its first
+writes, whichever comes first: LangGraph may store a step's writes before the checkpoint
+they belong to (its writes and checkpoints are saved in the background, concurrently), so
+``early`` keeps, per namespace, where the writes of a checkpoint newer than the newest
+one start.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ Blob = tuple[str, bytes]
 #: (task_id, idx) -> (task_id, channel, value, task_path), as InMemorySaver keeps them.
 Writes = dict[tuple[str, int], tuple[str, str, Blob, str]]
 Heads = dict[str, list[Any]]  # ns -> [seq, checkpoint id]
+Early = dict[str, dict[str, int]]  # ns -> id of a checkpoint not stored yet -> seq of its first writes
 
 
 def now_iso() -> str:
@@ -108,6 +113,7 @@ class Thread:
 
     checkpoints: dict[str, dict[str, Stored]] = field(default_factory=dict)  # ns -> id -> Stored
     writes: dict[tuple[str, str], Writes] = field(default_factory=dict)  # (ns, id) -> Writes
+    writes_from: dict[tuple[str, str], int] = field(default_factory=dict)  # (ns, id) -> first writes' seq
 
     @classmethod
     def fold(cls, entries: Iterable[Mapping[str, Any]]) -> Thread:
@@ -130,6 +136,7 @@ class Thread:
                 for ns, cid in entry["drop"]:
                     self.checkpoints.get(ns, {}).pop(cid, None)
                     self.writes.pop((ns, cid), None)
+                    self.writes_from.pop((ns, cid), None)
             elif kind == "lg.prune":
                 keep = {(ns, cid) for ns, cid in entry["keep"]}
                 for ns, held in self.checkpoints.items():
@@ -137,6 +144,7 @@ class Thread:
                         del held[cid]
                 for key in [key for key in self.writes if key not in keep]:
                     del self.writes[key]
+                    self.writes_from.pop(key, None)
             # Other kinds are not the adapter's: a LangGraph thread never holds them.
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptStateError(f"seq {entry.get('seq')}: a damaged {kind} entry ({exc!r})") from None
@@ -145,7 +153,9 @@ class Thread:
         # InMemorySaver's upsert: a regular write (idx >= 0) never replaces one already held
         # for its (task_id, idx); a special channel's (negative idx) always does.
         task, path = entry["task"], entry["path"]
-        held = self.writes.setdefault((entry["ns"], entry["checkpoint"]), {})
+        key = (entry["ns"], entry["checkpoint"])
+        self.writes_from.setdefault(key, entry["seq"])
+        held = self.writes.setdefault(key, {})
         for idx, channel, value in entry["writes"]:
             key = (task, idx)
             if idx >= 0 and key in held:
@@ -163,12 +173,24 @@ class Thread:
 
     def heads(self) -> Heads:
         """Per namespace, ``[seq, id]`` of the newest checkpoint (the greatest id, as
-        LangGraph's ids sort by time)."""
+        LangGraph's ids sort by time): the seq of its first entry or first writes."""
         out: Heads = {}
         for ns, held in self.checkpoints.items():
             if held:
                 newest = max(held)
-                out[ns] = [held[newest].seq, newest]
+                out[ns] = [
+                    min(held[newest].seq, self.writes_from.get((ns, newest), held[newest].seq)),
+                    newest,
+                ]
+        return out
+
+    def early(self) -> Early:
+        """Where the writes of each checkpoint not stored yet, and newer than the newest, start."""
+        heads = self.heads()
+        out: Early = {}
+        for (ns, cid), seq in self.writes_from.items():
+            if cid not in self.checkpoints.get(ns, {}) and (ns not in heads or cid > heads[ns][1]):
+                out.setdefault(ns, {})[cid] = seq
         return out
 
     def newest_first(self, ns: str) -> list[Stored]:
@@ -190,21 +212,34 @@ class Thread:
         return out
 
 
-def advance_heads(heads: Heads, bodies: Sequence[Mapping[str, Any]], first_seq: int) -> Heads:
-    """``heads`` after appending ``bodies`` from ``first_seq`` (only checkpoints move them)."""
-    out = {ns: list(head) for ns, head in heads.items()}
-    for offset, body in enumerate(bodies):
-        if body["kind"] != "lg.checkpoint":
-            continue
-        ns, cid = body["ns"], body["id"]
-        head = out.get(ns)
-        if head is None or cid > head[1]:
-            out[ns] = [first_seq + offset, cid]
-    return out
+def advance(
+    heads: Heads, early: Early, bodies: Sequence[Mapping[str, Any]], first_seq: int
+) -> tuple[Heads, Early]:
+    """``heads`` and ``early`` after appending ``bodies`` from ``first_seq`` (what
+    :meth:`Thread.heads` and :meth:`Thread.early` give, without reading the history)."""
+    heads = {ns: list(head) for ns, head in heads.items()}
+    early = {ns: dict(starts) for ns, starts in early.items()}
+    for seq, body in enumerate(bodies, first_seq):
+        ns = body["ns"]
+        head = heads.get(ns)
+        if body["kind"] == "lg.writes":
+            if head is None or body["checkpoint"] > head[1]:
+                early.setdefault(ns, {}).setdefault(body["checkpoint"], seq)
+        elif body["kind"] == "lg.checkpoint" and (head is None or body["id"] > head[1]):
+            cid = body["id"]
+            starts = early.pop(ns, {})
+            heads[ns] = [min(seq, starts.get(cid, seq)), cid]
+            if later := {other: at for other, at in starts.items() if other > cid}:
+                early[ns] = later
+    return heads, early
 
 
 def thread_heads(snapshot: Mapping[str, Any]) -> Heads:
     return dict(snapshot[MARK]["heads"])
+
+
+def thread_early(snapshot: Mapping[str, Any]) -> Early:
+    return dict(snapshot[MARK].get("early") or {})
 
 
 def is_thread(snapshot: Mapping[str, Any] | None) -> bool:
@@ -212,7 +247,7 @@ def is_thread(snapshot: Mapping[str, Any] | None) -> bool:
 
 
 def snapshot_for(
-    thread_id: str, old: Mapping[str, Any] | None, last_seq: int, heads: Heads, added: int
+    thread_id: str, old: Mapping[str, Any] | None, last_seq: int, heads: Heads, early: Early, added: int
 ) -> dict[str, Any]:
     """The snapshot after a write: the listing keys (``task`` is the thread id, ``turn``
     counts the checkpoints written) and the heads."""
@@ -228,7 +263,7 @@ def snapshot_for(
         "finished": False,
         "seq": last_seq,
         "labels": labels,
-        MARK: {"format": FORMAT, "heads": heads},
+        MARK: {"format": FORMAT, "heads": heads, "early": early},
     }
 
 
