@@ -296,3 +296,9 @@ def test_writes_stored_before_their_checkpoint_come_back_with_it(store: Store, n
     saver.prune(["early"])  # the heads computed from the whole history agree
     newest = StatekeepSaver(store).get_tuple({"configurable": {"thread_id": "early", "checkpoint_ns": ns}})
     assert newest is not None and newest.pending_writes == want
+    third = {"configurable": {"thread_id": "early", "checkpoint_ns": ns, "checkpoint_id": "3"}}
+    saver.put_writes(third, [("d", 4)], "task-3")  # a run under way: its checkpoint still to come
+    saver.prune(["early"])
+    put(saver, "early", ahead, ns=ns, cid="3", a=3)
+    newest = StatekeepSaver(store).get_tuple({"configurable": {"thread_id": "early", "checkpoint_ns": ns}})
+    assert newest is not None and newest.pending_writes == [("task-3", "d", 4)]

@@ -13,7 +13,13 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import StateConflictError, StateExistsError, StateNotFoundError, UnsupportedFormatError
+from .._errors import (
+    CorruptStateError,
+    StateConflictError,
+    StateExistsError,
+    StateNotFoundError,
+    UnsupportedFormatError,
+)
 from .._records import Record
 from .._store import Store
 from ._ids import state_id_for
@@ -259,8 +265,9 @@ def newest(heads: Heads, thread_id: str, ns: str, checkpoint_id: str | None) -> 
             thread = Thread.fold(entry for entry in record.entries if entry["seq"] >= head[0])
             stored = thread.get(ns, head[1])
             if stored is None:
-                raise ValueError(
-                    f"thread {thread_id!r}: its snapshot names checkpoint {head[1]!r} at seq {head[0]}, which its history lacks"
+                raise CorruptStateError(
+                    f"thread {thread_id!r}: its snapshot names checkpoint {head[1]!r} at seq "
+                    f"{head[0]}, which its history lacks"
                 )
             return thread, stored
         since = head[0]
@@ -284,6 +291,8 @@ def drop_runs(run_ids: Sequence[str]) -> Callable[[Thread], dict[str, Any] | Non
 
 def keep_newest(thread: Thread) -> dict[str, Any] | None:
     keep = [[ns, head[1]] for ns, head in thread.heads().items()]
+    # Writes already stored for a checkpoint still to come (a run under way) stay too.
+    keep += [[ns, cid] for ns, ids in thread.early().items() for cid in ids]
     kept = {(ns, cid) for ns, cid in keep}
     held = {(ns, cid) for ns, ids in thread.checkpoints.items() for cid in ids}
     if held <= kept and set(thread.writes) <= kept:
