@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
@@ -143,16 +144,22 @@ def run_suite(
     timeout: float = 900,
 ) -> SuiteResult:
     """Run ``files`` (a framework's own test files) in a child pytest with ``plugin`` (a
-    module name importable from this repository) loaded, ``env`` added to the environment
+    module of this repository, e.g. ``tests.adapters._xyz_plugin``, imported in the child
+    by its last name from its folder) loaded, ``env`` added to the environment
     and each of ``deselect`` (pytest node ids relative to ``cwd``) deselected."""
-    report = cwd / ".statekeep-junit.xml"
+    # Not in cwd: the unpacked source is shared by every checkout (and run) on this machine.
+    report = Path(tempfile.mkdtemp(prefix="statekeep-junit-")) / "junit.xml"
+    # A framework's own tests are often a package named ``tests`` too, which shadows this
+    # repository's in the child: the plugin is loaded by its module name from its folder.
+    package, _, module = plugin.rpartition(".")
+    plugin_dir = REPO.joinpath(*package.split(".")) if package else REPO
     args = [
         sys.executable,
         "-m",
         "pytest",
         "-q",
         "-p",
-        plugin,
+        module,
         "-p",
         "no:cacheprovider",
         "-p",
@@ -168,7 +175,9 @@ def run_suite(
     args += [f"--deselect={node}" for node in deselect]
     args += [str(path) for path in files]
     child_env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **env
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(plugin_dir), str(REPO), os.environ.get("PYTHONPATH", "")]),
+        **env,
     )
     done = subprocess.run(args, cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr

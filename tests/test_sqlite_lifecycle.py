@@ -558,3 +558,17 @@ def test_agent_memory_reads_a_keys_snapshot_not_its_history(tmp_path: Path) -> N
     item = notes.get("k")
     assert item is not None and (item.value, item.revision) == (2, 3)
     store.close()
+
+
+def test_a_range_read_is_a_range_of_the_entries_key(store: SQLiteStore, db: Path) -> None:
+    # read(id, since=N) reads the primary key from (namespace, id, N): it costs what it returns.
+    store.write("a", entries(0, 5), snapshot(), create=True)
+    assert store.read("a", since=3) == Record(entries(3, 2), snapshot())
+    with raw(db) as conn:
+        plan = [
+            str(row[-1])
+            for row in conn.execute("EXPLAIN QUERY PLAN " + _sql.READ_ENTRIES, ("default", "a", 3))
+        ]
+    conn.close()
+    assert len(plan) == 1 and plan[0].startswith("SEARCH entries"), plan
+    assert "seq>?" in plan[0].replace(" ", ""), plan

@@ -72,9 +72,10 @@ def framework_id_for(state_id: str) -> str | None:
         raw += b"_" if code == "_" else bytes([int(code, 16)])
         pos = match.end()
     try:
-        return raw.decode("utf-8")
+        decoded = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    return decoded if state_id_for(decoded) == state_id else None  # only ids it makes ("_41" is not)
 
 
 def _hashed(framework_id: str) -> str:

@@ -1,0 +1,310 @@
+"""What each StatekeepSaver method does, written once for the sync and the async API.
+
+Each flow is a generator that yields the store calls it needs (:class:`Read`, :class:`Write`,
+:class:`Delete`, :class:`Threads`) and gets their results back (or their exceptions thrown
+in); :func:`drive` runs it with the store's sync methods, :func:`adrive` awaits its
+native coroutines.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import (
+    CorruptStateError,
+    StateConflictError,
+    StateExistsError,
+    StateNotFoundError,
+    UnsupportedFormatError,
+)
+from .._records import Record
+from .._store import Store
+from ._ids import state_id_for
+from ._langgraph_history import (
+    FORMAT,
+    LABELS,
+    MARK,
+    Thread,
+    advance,
+    is_thread,
+    not_a_thread,
+    now_iso,
+    snapshot_for,
+    thread_early,
+    thread_heads,
+)
+
+#: How many times a write is tried again after another writer got there first.
+MAX_TRIES = 100
+#: A seq past any history: a read from it returns the snapshot alone.
+END = 2**62
+
+
+@dataclass(frozen=True)
+class Read:
+    state_id: str
+    since: int
+
+
+@dataclass(frozen=True)
+class Write:
+    state_id: str
+    entries: list[dict[str, Any]]
+    snapshot: dict[str, Any]
+    create: bool
+
+
+@dataclass(frozen=True)
+class Delete:
+    state_id: str
+
+
+@dataclass(frozen=True)
+class Threads:
+    """The thread id of every LangGraph thread in the store."""
+
+
+Call = Read | Write | Delete | Threads
+Flow = Generator[Call, Any, Any]
+
+
+def drive(store: Store, flow: Flow | Call) -> Any:
+    """Run ``flow`` (or one call) with the store's sync methods; its result."""
+    if isinstance(flow, Call):
+        return _call(store, flow)
+    try:
+        call = next(flow)
+        while True:
+            try:
+                result = _call(store, call)
+            except Exception as exc:  # the flow decides: retry, or let it go up
+                call = flow.throw(exc)
+            else:
+                call = flow.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def adrive(store: Store, flow: Flow | Call) -> Any:
+    """Run ``flow`` (or one call) awaiting the store's native coroutines; its result."""
+    if isinstance(flow, Call):
+        return await _acall(store, flow)
+    try:
+        call = next(flow)
+        while True:
+            try:
+                result = await _acall(store, call)
+            except Exception as exc:
+                call = flow.throw(exc)
+            else:
+                call = flow.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _call(store: Store, call: Call) -> Any:
+    if isinstance(call, Read):
+        return store.read(call.state_id, since=call.since)
+    if isinstance(call, Write):
+        return store.write(call.state_id, call.entries, call.snapshot, create=call.create)
+    if isinstance(call, Delete):
+        return store.delete(call.state_id)
+    return [row.task for row in store.iter_states(labels=LABELS)]
+
+
+async def _acall(store: Store, call: Call) -> Any:
+    if isinstance(call, Read):
+        return await store.aread(call.state_id, since=call.since)
+    if isinstance(call, Write):
+        return await store.awrite(call.state_id, call.entries, call.snapshot, create=call.create)
+    if isinstance(call, Delete):
+        return await store.adelete(call.state_id)
+    return [row.task async for row in store.aiter_states(labels=LABELS)]
+
+
+class Heads:
+    """The last snapshot seen per State (a hint: a stale one costs a retry, never a wrong write,
+    since a write at a taken seq conflicts). Bounded; safe to share between threads."""
+
+    SIZE = 1024
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()  # LangGraph's sync API writes from worker threads
+
+    def get(self, state_id: str) -> dict[str, Any] | None:
+        return self._seen.get(state_id)
+
+    def remember(self, state_id: str, snapshot: dict[str, Any]) -> None:
+        with self._lock:
+            if len(self._seen) >= self.SIZE and state_id not in self._seen:
+                del self._seen[next(iter(self._seen))]
+            self._seen[state_id] = snapshot
+
+    def forget(self, state_id: str) -> None:
+        with self._lock:
+            self._seen.pop(state_id, None)
+
+
+def checked(record: Record | None, state_id: str, thread_id: str) -> Record | None:
+    """``record`` if it is a LangGraph thread's (or None); ValueError for another State."""
+    if record is None:
+        return None
+    if not is_thread(record.snapshot):
+        raise not_a_thread(state_id, thread_id)
+    assert record.snapshot is not None
+    if record.snapshot[MARK].get("format", FORMAT) > FORMAT:
+        raise UnsupportedFormatError(
+            f"thread {thread_id!r} was written by a newer statekeep (format "
+            f"{record.snapshot[MARK]['format']}): upgrade statekeep to read it"
+        )
+    return record
+
+
+def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
+    """Append ``bodies`` (entries without seqs) to the thread, creating it if need be; on a
+    conflict with another writer, read the thread's end again and retry."""
+    sid = state_id_for(thread_id)
+    added = sum(1 for body in bodies if body["kind"] == "lg.checkpoint")
+    for _ in range(MAX_TRIES):
+        old = heads.get(sid)
+        cached = old is not None
+        if old is None:
+            record = checked((yield Read(sid, END)), sid, thread_id)
+            old = None if record is None else record.snapshot
+        first = 0 if old is None else old["seq"] + 1
+        entries = [dict(body, seq=first + i) for i, body in enumerate(bodies)]
+        moved, early = advance(
+            thread_heads(old) if old else {}, thread_early(old) if old else {}, bodies, first
+        )
+        snapshot = snapshot_for(thread_id, old, first + len(bodies) - 1, moved, early, added)
+        try:
+            yield Write(sid, entries, snapshot, old is None)
+        except (StateConflictError, StateExistsError, StateNotFoundError):
+            heads.forget(sid)  # another writer appended, created or deleted it: read again
+            continue
+        except ValueError:
+            if not cached:
+                raise
+            heads.forget(sid)  # a gap: the thread was deleted and written again elsewhere
+            continue
+        heads.remember(sid, snapshot)
+        return
+    raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} writes in a row lost to other writers")
+
+
+def rewrite(heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, Any] | None]) -> Flow:
+    """Append the entry ``change`` makes from the whole thread (None: nothing to do), with
+    the snapshot's heads computed from the result; retried from a fresh read on a conflict."""
+    sid = state_id_for(thread_id)
+    for _ in range(MAX_TRIES):
+        record = checked((yield Read(sid, 0)), sid, thread_id)
+        if record is None:
+            heads.forget(sid)
+            return
+        assert record.snapshot is not None
+        thread = Thread.fold(record.entries)
+        body = change(thread)
+        if body is None:
+            heads.remember(sid, record.snapshot)
+            return
+        seq = record.snapshot["seq"] + 1
+        thread.apply(dict(body, seq=seq))
+        snapshot = snapshot_for(thread_id, record.snapshot, seq, thread.heads(), thread.early(), 0)
+        try:
+            yield Write(sid, [dict(body, seq=seq)], snapshot, False)
+        except StateConflictError:
+            heads.forget(sid)
+            continue
+        except StateNotFoundError:  # deleted meanwhile: nothing left to change
+            heads.forget(sid)
+            return
+        heads.remember(sid, snapshot)
+        return
+    raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} writes in a row lost to other writers")
+
+
+def whole(heads: Heads, thread_id: str) -> Flow:
+    """The thread folded from its whole history, or None if there is no such thread."""
+    sid = state_id_for(thread_id)
+    record = checked((yield Read(sid, 0)), sid, thread_id)
+    if record is None:
+        heads.forget(sid)
+        return None
+    assert record.snapshot is not None
+    heads.remember(sid, record.snapshot)
+    return Thread.fold(record.entries)
+
+
+def newest(heads: Heads, thread_id: str, ns: str, checkpoint_id: str | None) -> Flow:
+    """``(thread, stored)`` for the newest checkpoint of ``ns`` (or for ``checkpoint_id`` if
+    it is the newest), read from the seq where it starts; ``None`` if there is none; and
+    ``(None, None)`` when ``checkpoint_id`` is an older one (the caller reads it all)."""
+    sid = state_id_for(thread_id)
+    seen = heads.get(sid)
+    hint = thread_heads(seen).get(ns) if seen else None
+    if checkpoint_id is not None and (hint is None or hint[1] != checkpoint_id):
+        return None, None
+    since = hint[0] if hint else END
+    for _ in range(MAX_TRIES):
+        record = checked((yield Read(sid, since)), sid, thread_id)
+        if record is None:
+            heads.forget(sid)
+            return None
+        assert record.snapshot is not None
+        heads.remember(sid, record.snapshot)
+        head = thread_heads(record.snapshot).get(ns)
+        if checkpoint_id is not None and (head is None or head[1] != checkpoint_id):
+            return None, None
+        if head is None:
+            return None
+        if head[0] >= since:  # what was read starts at or before the newest checkpoint
+            thread = Thread.fold(entry for entry in record.entries if entry["seq"] >= head[0])
+            stored = thread.get(ns, head[1])
+            if stored is None:
+                raise CorruptStateError(
+                    f"thread {thread_id!r}: its snapshot names checkpoint {head[1]!r} at seq "
+                    f"{head[0]}, which its history lacks"
+                )
+            return thread, stored
+        since = head[0]
+    raise StateConflictError(f"thread {thread_id!r}: it kept changing while being read")
+
+
+def drop_runs(run_ids: Sequence[str]) -> Callable[[Thread], dict[str, Any] | None]:
+    wanted = set(run_ids)
+
+    def change(thread: Thread) -> dict[str, Any] | None:
+        drop = [
+            [ns, cid]
+            for ns, held in thread.checkpoints.items()
+            for cid, stored in held.items()
+            if stored.entry.get("run") in wanted
+        ]
+        return {"kind": "lg.drop", "at": now_iso(), "drop": drop} if drop else None
+
+    return change
+
+
+def keep_newest(thread: Thread) -> dict[str, Any] | None:
+    keep = [[ns, head[1]] for ns, head in thread.heads().items()]
+    # Writes already stored for a checkpoint still to come (a run under way) stay too.
+    keep += [[ns, cid] for ns, ids in thread.early().items() for cid in ids]
+    kept = {(ns, cid) for ns, cid in keep}
+    held = {(ns, cid) for ns, ids in thread.checkpoints.items() for cid in ids}
+    if held <= kept and set(thread.writes) <= kept:
+        return None  # nothing but the newest checkpoints: already pruned
+    return {"kind": "lg.prune", "at": now_iso(), "keep": keep}
+
+
+def copy(heads: Heads, source: str, target: str) -> Flow:
+    """Append the source thread's live checkpoints and writes to the target, in one write."""
+    thread = yield from whole(heads, source)
+    if thread is None:
+        return
+    bodies = thread.materialized()
+    if bodies:
+        yield from append(heads, target, bodies)

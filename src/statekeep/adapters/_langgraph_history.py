@@ -1,0 +1,274 @@
+"""How a LangGraph thread is kept as one statekeep State (pure: no I/O).
+
+The history holds four kinds of entries, each with ``kind``, ``at`` (ISO 8601, UTC) and
+``seq``:
+
+- ``lg.checkpoint``: ``ns``, ``id``, ``parent`` (id or None), ``run`` (the metadata's
+  ``run_id`` or None), ``checkpoint`` (the checkpoint without its channel values),
+  ``metadata`` and ``values`` (channel -> value): every value of the checkpoint, so that
+  reading one checkpoint needs no other entry;
+- ``lg.writes``: ``ns``, ``checkpoint`` (its id), ``task``, ``path`` and ``writes``, a list
+  of ``[idx, channel, value]``;
+- ``lg.drop``: ``drop``, a list of ``[ns, id]``: those checkpoints and their writes are gone;
+- ``lg.prune``: ``keep``, a list of ``[ns, id]``: every other checkpoint held so far is gone.
+
+Values are the serializer's typed bytes, kept losslessly as ``[type, base64]``.
+The snapshot holds the listing keys and, under ``langgraph``, ``heads``: per namespace,
+``[seq, id]`` of the newest checkpoint, so the newest checkpoint and its writes are read
+from that seq on, not from the start. ``seq`` is that of its first entry or of its first
+writes, whichever comes first: LangGraph may store a step's writes before the checkpoint
+they belong to (its writes and checkpoints are saved in the background, concurrently), so
+``early`` keeps, per namespace, where the writes of a checkpoint newer than the newest
+one start.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP, writes_sort_key
+
+from .._errors import CorruptStateError
+
+#: The snapshot key that marks a State as a LangGraph thread, and its format.
+MARK = "langgraph"
+FORMAT = 1
+#: The label every thread's State carries, so that listings can find the threads.
+LABELS = {"framework": "langgraph"}
+
+Blob = tuple[str, bytes]
+#: (task_id, idx) -> (task_id, channel, value, task_path), as InMemorySaver keeps them.
+Writes = dict[tuple[str, int], tuple[str, str, Blob, str]]
+Heads = dict[str, list[Any]]  # ns -> [seq, checkpoint id]
+Early = dict[str, dict[str, int]]  # ns -> id of a checkpoint not stored yet -> seq of its first writes
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def pack(blob: Blob) -> list[str]:
+    kind, data = blob
+    return [kind, base64.b64encode(data).decode("ascii")]
+
+
+def unpack(value: Any) -> Blob:
+    kind, data = value
+    return kind, base64.b64decode(data)
+
+
+def checkpoint_entry(
+    ns: str, checkpoint_id: str, parent: str | None, run: str | None, checkpoint: Blob, metadata: Blob,
+    values: Mapping[str, Blob],
+) -> dict[str, Any]:  # fmt: skip
+    return {
+        "kind": "lg.checkpoint",
+        "at": now_iso(),
+        "ns": ns,
+        "id": checkpoint_id,
+        "parent": parent,
+        "run": run,
+        "checkpoint": pack(checkpoint),
+        "metadata": pack(metadata),
+        "values": {channel: pack(blob) for channel, blob in values.items()},
+    }
+
+
+def writes_entry(
+    ns: str, checkpoint_id: str, task_id: str, task_path: str, writes: Iterable[tuple[int, str, Blob]]
+) -> dict[str, Any]:
+    return {
+        "kind": "lg.writes",
+        "at": now_iso(),
+        "ns": ns,
+        "checkpoint": checkpoint_id,
+        "task": task_id,
+        "path": task_path,
+        "writes": [[idx, channel, pack(blob)] for idx, channel, blob in writes],
+    }
+
+
+def write_indexes(writes: Sequence[tuple[str, Any]]) -> list[int]:
+    """LangGraph's index of each write: its position, or the special channel's negative index."""
+    return [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)]
+
+
+@dataclass
+class Stored:
+    """One checkpoint as the history holds it."""
+
+    ns: str
+    id: str
+    seq: int  # the seq of its first entry
+    entry: dict[str, Any]  # its last lg.checkpoint entry
+
+
+@dataclass
+class Thread:
+    """A thread's checkpoints and pending writes, folded from (part of) its history."""
+
+    checkpoints: dict[str, dict[str, Stored]] = field(default_factory=dict)  # ns -> id -> Stored
+    writes: dict[tuple[str, str], Writes] = field(default_factory=dict)  # (ns, id) -> Writes
+    writes_from: dict[tuple[str, str], int] = field(default_factory=dict)  # (ns, id) -> first writes' seq
+
+    @classmethod
+    def fold(cls, entries: Iterable[Mapping[str, Any]]) -> Thread:
+        thread = cls()
+        for entry in entries:
+            thread.apply(entry)
+        return thread
+
+    def apply(self, entry: Mapping[str, Any]) -> None:
+        kind = entry.get("kind")
+        try:
+            if kind == "lg.checkpoint":
+                ns, cid = entry["ns"], entry["id"]
+                held = self.checkpoints.setdefault(ns, {})
+                first = held[cid].seq if cid in held else entry["seq"]
+                held[cid] = Stored(ns, cid, first, dict(entry))
+            elif kind == "lg.writes":
+                self._put_writes(entry)
+            elif kind == "lg.drop":
+                for ns, cid in entry["drop"]:
+                    self.checkpoints.get(ns, {}).pop(cid, None)
+                    self.writes.pop((ns, cid), None)
+                    self.writes_from.pop((ns, cid), None)
+            elif kind == "lg.prune":
+                keep = {(ns, cid) for ns, cid in entry["keep"]}
+                for ns, held in self.checkpoints.items():
+                    for cid in [cid for cid in held if (ns, cid) not in keep]:
+                        del held[cid]
+                for key in [key for key in self.writes if key not in keep]:
+                    del self.writes[key]
+                    self.writes_from.pop(key, None)
+            # Other kinds are not the adapter's: a LangGraph thread never holds them.
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptStateError(f"seq {entry.get('seq')}: a damaged {kind} entry ({exc!r})") from None
+
+    def _put_writes(self, entry: Mapping[str, Any]) -> None:
+        # InMemorySaver's upsert: a regular write (idx >= 0) never replaces one already held
+        # for its (task_id, idx); a special channel's (negative idx) always does.
+        task, path = entry["task"], entry["path"]
+        key = (entry["ns"], entry["checkpoint"])
+        self.writes_from.setdefault(key, entry["seq"])
+        held = self.writes.setdefault(key, {})
+        for idx, channel, value in entry["writes"]:
+            key = (task, idx)
+            if idx >= 0 and key in held:
+                continue
+            held[key] = (task, channel, unpack(value), path)
+
+    def get(self, ns: str, checkpoint_id: str) -> Stored | None:
+        return self.checkpoints.get(ns, {}).get(checkpoint_id)
+
+    def pending(self, ns: str, checkpoint_id: str) -> list[tuple[str, str, Blob]]:
+        """The checkpoint's pending writes in LangGraph's order (``writes_sort_key``)."""
+        held = self.writes.get((ns, checkpoint_id), {})
+        order = sorted(held, key=lambda key: writes_sort_key(held[key][3], *key))
+        return [held[key][:3] for key in order]
+
+    def heads(self) -> Heads:
+        """Per namespace, ``[seq, id]`` of the newest checkpoint (the greatest id, as
+        LangGraph's ids sort by time): the seq of its first entry or first writes."""
+        out: Heads = {}
+        for ns, held in self.checkpoints.items():
+            if held:
+                newest = max(held)
+                out[ns] = [
+                    min(held[newest].seq, self.writes_from.get((ns, newest), held[newest].seq)),
+                    newest,
+                ]
+        return out
+
+    def early(self) -> Early:
+        """Where the writes of each checkpoint not stored yet, and newer than the newest, start."""
+        heads = self.heads()
+        out: Early = {}
+        for (ns, cid), seq in self.writes_from.items():
+            if cid not in self.checkpoints.get(ns, {}) and (ns not in heads or cid > heads[ns][1]):
+                out.setdefault(ns, {})[cid] = seq
+        return out
+
+    def newest_first(self, ns: str) -> list[Stored]:
+        return [self.checkpoints[ns][cid] for cid in sorted(self.checkpoints.get(ns, {}), reverse=True)]
+
+    def materialized(self) -> list[dict[str, Any]]:
+        """Entries (without seqs) that rebuild exactly the live checkpoints and writes:
+        a copy without what was dropped or pruned."""
+        out: list[dict[str, Any]] = []
+        for held in self.checkpoints.values():
+            for stored in sorted(held.values(), key=lambda s: s.seq):
+                out.append({k: v for k, v in stored.entry.items() if k != "seq"})
+        for (ns, cid), held_writes in self.writes.items():
+            groups: dict[tuple[str, str], list[tuple[int, str, Blob]]] = {}
+            for (task, idx), (_, channel, blob, path) in held_writes.items():
+                groups.setdefault((task, path), []).append((idx, channel, blob))
+            for (task, path), writes in groups.items():
+                out.append(writes_entry(ns, cid, task, path, writes))
+        return out
+
+
+def advance(
+    heads: Heads, early: Early, bodies: Sequence[Mapping[str, Any]], first_seq: int
+) -> tuple[Heads, Early]:
+    """``heads`` and ``early`` after appending ``bodies`` from ``first_seq`` (what
+    :meth:`Thread.heads` and :meth:`Thread.early` give, without reading the history)."""
+    heads = {ns: list(head) for ns, head in heads.items()}
+    early = {ns: dict(starts) for ns, starts in early.items()}
+    for seq, body in enumerate(bodies, first_seq):
+        ns = body["ns"]
+        head = heads.get(ns)
+        if body["kind"] == "lg.writes":
+            if head is None or body["checkpoint"] > head[1]:
+                early.setdefault(ns, {}).setdefault(body["checkpoint"], seq)
+        elif body["kind"] == "lg.checkpoint" and (head is None or body["id"] > head[1]):
+            cid = body["id"]
+            starts = early.pop(ns, {})
+            heads[ns] = [min(seq, starts.get(cid, seq)), cid]
+            if later := {other: at for other, at in starts.items() if other > cid}:
+                early[ns] = later
+    return heads, early
+
+
+def thread_heads(snapshot: Mapping[str, Any]) -> Heads:
+    return dict(snapshot[MARK]["heads"])
+
+
+def thread_early(snapshot: Mapping[str, Any]) -> Early:
+    return dict(snapshot[MARK].get("early") or {})
+
+
+def is_thread(snapshot: Mapping[str, Any] | None) -> bool:
+    return isinstance(snapshot, Mapping) and isinstance(snapshot.get(MARK), Mapping)
+
+
+def snapshot_for(
+    thread_id: str, old: Mapping[str, Any] | None, last_seq: int, heads: Heads, early: Early, added: int
+) -> dict[str, Any]:
+    """The snapshot after a write: the listing keys (``task`` is the thread id, ``turn``
+    counts the checkpoints written) and the heads."""
+    now = now_iso()
+    labels = dict(old.get("labels") or {}) if old else {}
+    labels.update(LABELS)
+    return {
+        "task": thread_id,
+        "created_at": old["created_at"] if old else now,
+        "updated_at": now,
+        "turn": (old["turn"] if old else 0) + added,
+        "stopped_by": None,
+        "finished": False,
+        "seq": last_seq,
+        "labels": labels,
+        MARK: {"format": FORMAT, "heads": heads, "early": early},
+    }
+
+
+def not_a_thread(state_id: str, thread_id: str) -> ValueError:
+    return ValueError(
+        f"State {state_id!r} exists and is not a LangGraph thread, so thread {thread_id!r} "
+        "cannot be kept there; use another thread id or another store"
+    )

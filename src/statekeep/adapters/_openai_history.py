@@ -1,0 +1,134 @@
+"""How an OpenAI Agents session lives in a statekeep State (no I/O here).
+
+The history is append-only. Its entries:
+
+- seq 0, ``{"kind": "session", "session_id": ...}``: the framework's own id;
+- ``{"kind": "item", "item": {...}}``: one item ``add_items`` added;
+- ``{"kind": "pop", "of": seq}``: ``pop_item`` removed the item at ``seq`` (a tombstone);
+- ``{"kind": "clear"}``: ``clear_session``; the next generation starts after it.
+
+Every entry carries ``"w"``, a token of the call that wrote it: two writers adding the same
+item at the same seq write *different* entries, so the store refuses the second
+(StateConflictError, and it retries) instead of skipping it as a resend of the first.
+
+Live items form a stack: a tombstone always removes the newest live item. So reading
+backwards from the end, each tombstone hides the next item not already hidden, and the
+current generation ends at a ``clear`` (or the ``session`` entry).
+
+The snapshot carries the listing keys (``task`` is the session id, ``turn`` the number of
+items) and, under :data:`META`, ``next`` (the seq after the last entry it covers),
+``start`` (the first seq of the current generation) and ``items`` (live items), so the
+end of a long history can be read without replaying it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .._codec import check
+
+META = "openai_session"
+SESSION, ITEM, POP, CLEAR = "session", "item", "pop", "clear"
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """Where a session's history stands: enough to append to it."""
+
+    end: int  # the seq the next entry takes
+    start: int  # the first seq of the current generation
+    items: int  # live items in the current generation
+    created_at: str
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def tail_of(state_id: str, snapshot: dict[str, Any] | None) -> Tail:
+    """The :class:`Tail` a session's snapshot records; ValueError if the State is not a session."""
+    meta = None if snapshot is None else snapshot.get(META)
+    if not (
+        type(meta) is dict
+        and all(type(meta.get(key)) is int and meta[key] >= 0 for key in ("next", "start", "items"))
+        and snapshot is not None
+        and type(snapshot.get("created_at")) is str
+    ):
+        raise ValueError(
+            f"State {state_id!r} is not an OpenAI Agents session (its snapshot has no valid "
+            f"{META!r}): it was written by something else; use another session id"
+        )
+    return Tail(meta["next"], meta["start"], meta["items"], snapshot["created_at"])
+
+
+def fold(tail: Tail, entries: list[dict[str, Any]]) -> Tail:
+    """``tail`` moved past the entries from its ``end`` on (earlier ones are ignored)."""
+    end, start, items = tail.end, tail.start, tail.items
+    for entry in entries:
+        seq = entry["seq"]
+        if seq < end:
+            continue
+        kind = entry.get("kind")
+        if kind == ITEM:
+            items += 1
+        elif kind == POP:
+            items = max(items - 1, 0)
+        elif kind == CLEAR:
+            start, items = seq + 1, 0
+        end = seq + 1
+    return Tail(end, start, items, tail.created_at)
+
+
+def newest(entries: list[dict[str, Any]], want: int | None) -> tuple[list[dict[str, Any]], bool]:
+    """The newest live item entries among ``entries`` (a run of the history up to its end),
+    oldest first, at most ``want`` (None: all), and whether that is the whole answer (False:
+    older entries, not read, may hold more)."""
+    found: list[dict[str, Any]] = []
+    hidden = 0
+    for entry in reversed(entries):
+        kind = entry.get("kind")
+        if kind in (CLEAR, SESSION):
+            found.reverse()
+            return found, True
+        if kind == POP:
+            hidden += 1
+        elif kind == ITEM:
+            if hidden:
+                hidden -= 1
+                continue
+            found.append(entry)
+            if want is not None and len(found) >= want:
+                found.reverse()
+                return found, True
+    found.reverse()
+    return found, False
+
+
+def checked_items(items: object) -> list[dict[str, Any]]:
+    """``items`` as they will be stored; TypeError naming the first one statekeep's codec refuses."""
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"add_items takes a list of items (dicts), got {type(items).__name__}")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise TypeError(f"add_items: items[{index}] must be a dict, got {type(item).__name__}")
+        check(item, f"add_items: items[{index}]", 1)
+    return list(items)
+
+
+def header(session_id: str, token: str) -> dict[str, Any]:
+    return {"seq": 0, "kind": SESSION, "session_id": session_id, "w": token}
+
+
+def snapshot_for(session_id: str, tail: Tail) -> dict[str, Any]:
+    """The snapshot stored with a write that leaves the history at ``tail``."""
+    return {
+        "task": session_id,
+        "created_at": tail.created_at,
+        "updated_at": now(),
+        "turn": tail.items,
+        "stopped_by": None,
+        "finished": False,
+        META: {"next": tail.end, "start": tail.start, "items": tail.items},
+    }

@@ -1,0 +1,288 @@
+"""``StatekeepSaver``: a LangGraph checkpointer that keeps each thread in a statekeep store.
+
+Swap it in where a checkpointer goes::
+
+    graph = builder.compile(checkpointer=StatekeepSaver(FileStore("runs")))
+
+Needs ``pip install 'statekeep[langgraph]'``. Validated against langgraph 1.2.22 and
+langgraph-checkpoint 4.3.2 with the ``langgraph-checkpoint-conformance`` suite, on every
+built-in store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .._store import Store
+from . import _langgraph_flows as flows
+from ._ids import state_id_for
+from ._langgraph_history import Thread
+from ._langgraph_tuples import (
+    config_of,
+    delta_history,
+    put_entry,
+    put_writes_entry,
+    selected,
+    to_tuple,
+    where,
+)
+
+__all__ = ["StatekeepSaver"]
+
+
+class StatekeepSaver(BaseCheckpointSaver[int]):
+    """A LangGraph checkpointer on a statekeep ``store`` (any of them: File, SQLite,
+    Postgres, Redis, Memory, or your own).
+
+    One State per thread: its id is :func:`statekeep.adapters._ids.state_id_for` of the
+    thread id (reversible, or a hash for a very long id), and its ``task`` is the thread id,
+    which is what ``statekeep list`` shows. The State carries the label
+    ``framework=langgraph``. Its history is append-only: each checkpoint and each batch of
+    pending writes is one entry, holding the serializer's bytes losslessly (base64); a
+    checkpoint's entry holds every channel value of that checkpoint. Dropping checkpoints
+    (``delete_for_runs``, ``prune``) appends an entry that hides them; ``delete_thread``
+    removes the State.
+
+    Every write method is durable on return as the store's ``write`` is (FileStore, SQLite
+    and Postgres: on disk). Several savers, in one process or many, may write to one thread:
+    a write that finds the seq it meant to use taken reads the thread's end again and tries
+    again. The sync methods use the store's sync methods; the async ones await its native
+    coroutines. ``serde`` is LangGraph's serializer (its default ``JsonPlusSerializer`` if
+    None).
+    """
+
+    def __init__(self, store: Store, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self._heads = flows.Heads()
+
+    def __repr__(self) -> str:
+        return f"StatekeepSaver({self.store!r})"
+
+    # -- the sync API -------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``), or the newest of its
+        thread and namespace, with its pending writes in LangGraph's order; None if absent.
+        The newest is read from where it starts in the history, not from the beginning."""
+        thread_id, ns, checkpoint_id = where(config)
+        found = self._run(flows.newest(self._heads, str(thread_id), ns, checkpoint_id))
+        if found is None:
+            return None
+        thread, stored = found
+        if thread is None:  # an older checkpoint: read the thread whole
+            thread = self._run(flows.whole(self._heads, str(thread_id)))
+            stored = thread.get(ns, checkpoint_id) if thread is not None else None
+            if stored is None:
+                return None
+        return to_tuple(self.serde, thread_id, thread, stored)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of ``config``'s thread (and namespace and checkpoint id,
+        when it names them), or of every thread in the store when ``config`` is None; only
+        those whose metadata has every item of ``filter``, and whose id sorts before
+        ``before``'s; at most ``limit``."""
+        if limit is not None and limit <= 0:
+            return
+        threads = [config["configurable"]["thread_id"]] if config else self._run(flows.Threads())
+        for thread_id in threads:
+            thread = self._run(flows.whole(self._heads, str(thread_id)))
+            if thread is None:
+                continue
+            for item in selected(self.serde, thread_id, thread, config, filter, before):
+                yield item
+                if limit is not None:
+                    limit -= 1
+                    if limit <= 0:
+                        return
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Append a checkpoint to its thread (created by its first checkpoint); returns the
+        config that names it. Durable on return as the store's ``write``."""
+        thread_id, ns, _ = where(config)
+        self._run(
+            flows.append(self._heads, str(thread_id), [put_entry(self.serde, config, checkpoint, metadata)])
+        )
+        return config_of(thread_id, ns, checkpoint["id"])
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """Append a task's pending writes for the checkpoint ``config`` names. A write for a
+        ``(task_id, index)`` already held is ignored, except for the special channels
+        (errors, interrupts, ...), whose newest write wins. Durable on return as the
+        store's ``write``."""
+        if writes:
+            body = put_writes_entry(self.serde, config, writes, task_id, task_path)
+            self._run(flows.append(self._heads, str(config["configurable"]["thread_id"]), [body]))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Remove the thread's State whole (one delete: durable on return as the store's)."""
+        self._heads.forget(state_id_for(str(thread_id)))
+        self._run(flows.Delete(state_id_for(str(thread_id))))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy the source thread's checkpoints and pending writes (what it holds now: not
+        what was dropped) to the target thread, in one write: all or nothing. The target is
+        created if absent, else the copies are appended to it. Nothing happens for an
+        unknown source."""
+        self._run(flows.copy(self._heads, str(source_thread_id), str(target_thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Drop every checkpoint whose metadata ``run_id`` is one of ``run_ids``, and its
+        writes, in every thread of the store. Atomic per thread (one appended entry hides
+        them; the history keeps them, append-only), not across threads: statekeep has no
+        transaction over several States, so an interrupted call has dropped them from some
+        threads only; call it again to finish."""
+        if run_ids:
+            for thread_id in self._run(flows.Threads()):
+                self._run(flows.rewrite(self._heads, str(thread_id), flows.drop_runs(run_ids)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep only the newest checkpoint of each namespace (and its writes);
+        one appended entry hides the rest, so the history, append-only, keeps them and the
+        space is not reclaimed (``copy_thread`` to a new thread and ``delete_thread`` do).
+        ``delete``: remove the threads. Atomic per thread, not across threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+            else:
+                self._run(flows.rewrite(self._heads, str(thread_id), flows.keep_newest))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's parent-chain walk for delta channels, over one read of the thread."""
+        if not channels:
+            return {}
+        thread = self._run(flows.whole(self._heads, str(config["configurable"]["thread_id"])))
+        return delta_history(self.serde, thread or Thread(), config, channels)
+
+    # -- the async API: the same flows, awaiting the store's native coroutines ------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`get_tuple`."""
+        thread_id, ns, checkpoint_id = where(config)
+        found = await self._arun(flows.newest(self._heads, str(thread_id), ns, checkpoint_id))
+        if found is None:
+            return None
+        thread, stored = found
+        if thread is None:
+            thread = await self._arun(flows.whole(self._heads, str(thread_id)))
+            stored = thread.get(ns, checkpoint_id) if thread is not None else None
+            if stored is None:
+                return None
+        return to_tuple(self.serde, thread_id, thread, stored)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`list`."""
+        if limit is not None and limit <= 0:
+            return
+        threads = [config["configurable"]["thread_id"]] if config else await self._arun(flows.Threads())
+        for thread_id in threads:
+            thread = await self._arun(flows.whole(self._heads, str(thread_id)))
+            if thread is None:
+                continue
+            for item in selected(self.serde, thread_id, thread, config, filter, before):
+                yield item
+                if limit is not None:
+                    limit -= 1
+                    if limit <= 0:
+                        return
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async :meth:`put`; durable on return as the store's ``awrite``."""
+        thread_id, ns, _ = where(config)
+        body = put_entry(self.serde, config, checkpoint, metadata)
+        await self._arun(flows.append(self._heads, str(thread_id), [body]))
+        return config_of(thread_id, ns, checkpoint["id"])
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """Async :meth:`put_writes`; durable on return as the store's ``awrite``."""
+        if writes:
+            body = put_writes_entry(self.serde, config, writes, task_id, task_path)
+            await self._arun(flows.append(self._heads, str(config["configurable"]["thread_id"]), [body]))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async :meth:`delete_thread`."""
+        self._heads.forget(state_id_for(str(thread_id)))
+        await self._arun(flows.Delete(state_id_for(str(thread_id))))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async :meth:`copy_thread` (one write: all or nothing)."""
+        await self._arun(flows.copy(self._heads, str(source_thread_id), str(target_thread_id)))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async :meth:`delete_for_runs` (atomic per thread, not across threads)."""
+        if run_ids:
+            for thread_id in await self._arun(flows.Threads()):
+                await self._arun(flows.rewrite(self._heads, str(thread_id), flows.drop_runs(run_ids)))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async :meth:`prune` (atomic per thread, not across threads)."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self.adelete_thread(thread_id)
+            else:
+                await self._arun(flows.rewrite(self._heads, str(thread_id), flows.keep_newest))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Async :meth:`get_delta_channel_history`."""
+        if not channels:
+            return {}
+        thread = await self._arun(flows.whole(self._heads, str(config["configurable"]["thread_id"])))
+        return delta_history(self.serde, thread or Thread(), config, channels)
+
+    # -- driving a flow: with the store's sync methods, or awaiting its coroutines ---------
+
+    def _run(self, flow: flows.Flow | flows.Call) -> Any:
+        return flows.drive(self.store, flow)
+
+    async def _arun(self, flow: flows.Flow | flows.Call) -> Any:
+        return await flows.adrive(self.store, flow)

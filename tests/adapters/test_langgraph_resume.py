@@ -1,0 +1,73 @@
+"""A real LangGraph graph stops at an interrupt, its process exits, and a new process
+resumes it through a fresh StatekeepSaver on the same store (sync and async APIs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekeep import open_store
+from tests.frameworks import BACKENDS, REPO, backend_url, require_installed
+
+THREAD = "user:42/plan #1"  # ':' and '/' and a space: escaped into the State id, shown as is
+INTERRUPTED = {
+    "state": {"topic": "the report", "steps": ["draft the report"]},
+    "interrupts": [{"question": "approve the draft of the report?"}],
+    "next": ["approve"],
+}
+FINISHED = {
+    "state": {
+        "topic": "the report",
+        "steps": ["draft the report", "approved", "published after 'ship it'"],
+        "approval": "ship it",
+    },
+    "interrupts": [],
+    "next": [],
+}
+
+
+def in_child(url: str, phase: str, api: str) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.adapters.langgraph_child", url, THREAD, phase, api],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])
+def test_a_new_process_resumes_the_interrupted_graph(backend: str, api: str, tmp_path: Path) -> None:
+    require_installed("langgraph", "1.2.22")
+    url = backend_url(backend, tmp_path)
+    assert in_child(url, "start", api) == INTERRUPTED
+    assert in_child(url, "resume", api) == FINISHED
+    with open_store(url) as store:
+        (row,) = store.list()
+        assert row.task == THREAD and row.labels == {"framework": "langgraph"}
+        assert row.id == "user_3a42_2fplan_20_231"
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_memory_resumes_in_process_through_a_fresh_saver(api: str) -> None:
+    """A MemoryStore lives in one process only: the two phases run in this one, each
+    through a saver and graph of its own."""
+    require_installed("langgraph", "1.2.22")
+    from statekeep import MemoryStore
+    from tests.adapters import langgraph_child
+
+    with MemoryStore() as store:
+        assert langgraph_child.run(store, THREAD, "start", api) == INTERRUPTED
+        assert langgraph_child.run(store, THREAD, "resume", api) == FINISHED
