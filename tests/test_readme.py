@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,11 @@ def test_readme_has_examples() -> None:
 )
 def test_readme_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+    # As a module of its own, as a user's script runs it: classes it defines (a LangGraph state
+    # TypedDict) have their annotations resolved in it, and without this file's __future__ import.
+    module = types.ModuleType("__readme__")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(code, str(README), "exec", dont_inherit=True), module.__dict__)
     assert not any(p.name.startswith(".creating-") for p in tmp_path.rglob("*"))
 
 

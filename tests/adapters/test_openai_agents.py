@@ -180,7 +180,7 @@ async def test_session_ids_of_any_length_and_characters(store: Store, session_id
     assert session.state_id == state_id_for(session_id) != neighbour.state_id
     (row,) = [row for row in store.list() if row.id == session.state_id]
     assert row.task == session_id  # listed under its own id, hashed or not
-    assert row.turn == 1
+    assert row.turn == 1 and row.labels == {"framework": "openai-agents"}
     assert framework_id_for(row.id) in (session_id, None)
 
 

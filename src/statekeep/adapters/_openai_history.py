@@ -130,5 +130,6 @@ def snapshot_for(session_id: str, tail: Tail) -> dict[str, Any]:
         "turn": tail.items,
         "stopped_by": None,
         "finished": False,
+        "labels": {"framework": "openai-agents"},  # as every adapter marks its States
         META: {"next": tail.end, "start": tail.start, "items": tail.items},
     }
