@@ -302,3 +302,46 @@ def test_writes_stored_before_their_checkpoint_come_back_with_it(store: Store, n
     put(saver, "early", ahead, ns=ns, cid="3", a=3)
     newest = StatekeepSaver(store).get_tuple({"configurable": {"thread_id": "early", "checkpoint_ns": ns}})
     assert newest is not None and newest.pending_writes == [("task-3", "d", 4)]
+
+
+def test_a_newest_checkpoint_named_by_id_is_read_from_where_it_starts_by_a_fresh_saver() -> None:
+    store = CountingStore()
+    saver = StatekeepSaver(store)
+    parent = None
+    for i in range(30):
+        parent = put(saver, "named", parent, i=i)
+        saver.put_writes(parent, [("i", i)], "task")
+    first = saver.get_tuple({"configurable": {"thread_id": "named"}})
+    assert parent is not None and first is not None
+    fresh = StatekeepSaver(store)  # a new process: nothing cached, the id from elsewhere
+    store.reads.clear()
+    assert shape(fresh.get_tuple(parent)) == shape(first)
+    assert store.reads and 0 not in store.reads  # the snapshot, then from where it starts
+    older = {"configurable": {**parent["configurable"], "checkpoint_id": first.parent_config["configurable"]["checkpoint_id"]}}  # type: ignore[index]
+    found = StatekeepSaver(store).get_tuple(older)  # an older one: the whole thread is read
+    assert found is not None and found.checkpoint["channel_values"] == {"i": 28}
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_saver_that_saw_a_thread_deleted_and_rebuilt_to_the_same_length_writes_onto_the_new_one(
+    store: Store, api: str
+) -> None:
+    stale, other = StatekeepSaver(store), StatekeepSaver(store)
+    put(stale, "again", a=0)
+    put(stale, "again", ns="sub", a=0)  # stale now holds the thread's end and its heads
+    other.delete_thread("again")  # another worker deletes the thread ...
+    put(other, "again", a=1)  # ... and starts it again, as long as stale saw it
+    put(other, "again", a=2)
+    if api == "sync":
+        put(stale, "again", a=3)
+    else:
+        cp = checkpoint({"a": 3})
+        config = {"configurable": {"thread_id": "again", "checkpoint_ns": ""}}
+        asyncio.run(stale.aput(config, cp, {"step": 3}, cp["channel_versions"]))
+    fresh = StatekeepSaver(store)
+    assert fresh.get_tuple({"configurable": {"thread_id": "again", "checkpoint_ns": "sub"}}) is None
+    newest = fresh.get_tuple({"configurable": {"thread_id": "again"}})
+    assert newest is not None and newest.checkpoint["channel_values"] == {"a": 3}
+    values = [t.checkpoint["channel_values"]["a"] for t in fresh.list({"configurable": {"thread_id": "again"}})]
+    assert sorted(values) == [1, 2, 3]
+    assert [row.turn for row in store.list()] == [3]  # the checkpoints of the new thread
