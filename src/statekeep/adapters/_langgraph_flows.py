@@ -242,12 +242,13 @@ def whole(heads: Heads, thread_id: str) -> Flow:
 def newest(heads: Heads, thread_id: str, ns: str, checkpoint_id: str | None) -> Flow:
     """``(thread, stored)`` for the newest checkpoint of ``ns`` (or for ``checkpoint_id`` if
     it is the newest), read from the seq where it starts; ``None`` if there is none; and
-    ``(None, None)`` when ``checkpoint_id`` is an older one (the caller reads it all)."""
+    ``(None, None)`` when ``checkpoint_id`` is an older one (the caller reads it all).
+    With nothing cached, the snapshot alone is read first: it says where the newest starts."""
     sid = state_id_for(thread_id)
     seen = heads.get(sid)
     hint = thread_heads(seen).get(ns) if seen else None
-    if checkpoint_id is not None and (hint is None or hint[1] != checkpoint_id):
-        return None, None
+    if checkpoint_id is not None and hint is not None and hint[1] != checkpoint_id:
+        return None, None  # an older one, as far as this saver knows: no need to look
     since = hint[0] if hint else END
     for _ in range(MAX_TRIES):
         record = checked((yield Read(sid, since)), sid, thread_id)
