@@ -160,7 +160,7 @@ def test_values_the_serializer_handles_come_back_equal_including_bytes(store: St
     assert again.pending_writes == [("task", "raw", b"\xff" * 3), ("task", "when", values["when"])]
     record = store.read("blobs")
     assert record is not None  # JSON in the store: the blobs are base64 text
-    assert [e["kind"] for e in record.entries] == ["lg.checkpoint", "lg.writes"]
+    assert [e["kind"] for e in record.entries] == ["lg.checkpoint", "lg.tip", "lg.writes", "lg.tip"]
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
@@ -196,7 +196,8 @@ def test_two_savers_putting_to_one_thread_at_once_lose_nothing(store: Store, api
     assert values == {0} | {f"{who}-{i}" for who in (0, 1) for i in range(per_saver)}
     record = store.read("shared")
     assert record is not None
-    assert [e["seq"] for e in record.entries] == list(range(2 * per_saver + 1))
+    # Each put: its checkpoint and a tip; the first put's two, then each saver's.
+    assert [e["kind"] for e in record.entries] == ["lg.checkpoint", "lg.tip"] * (2 * per_saver + 1)
 
 
 class CountingStore(Store):
@@ -225,11 +226,11 @@ def test_the_newest_checkpoint_is_read_from_where_it_starts_not_from_the_beginni
     newest = saver.get_tuple({"configurable": {"thread_id": "long"}})
     assert newest is not None and newest.checkpoint["channel_values"] == {"i": 29}
     assert newest.pending_writes == [("task", "i", 29)]
-    assert store.reads == [58]  # the newest checkpoint's entry: 2 entries per step
+    assert store.reads == [116]  # the newest checkpoint's entry: 4 entries per step
     fresh = StatekeepSaver(store)  # a new process: the snapshot says where it starts
     store.reads.clear()
     assert shape(fresh.get_tuple({"configurable": {"thread_id": "long"}})) == shape(newest)
-    assert store.reads[-1] == 58 and 0 not in store.reads
+    assert store.reads[-1] == 116 and 0 not in store.reads
 
 
 def test_prune_and_delete_for_runs_hide_checkpoints_and_keep_the_history(store: Store) -> None:
@@ -248,9 +249,10 @@ def test_prune_and_delete_for_runs_hide_checkpoints_and_keep_the_history(store: 
     assert [t.config for t in saver.list({"configurable": {"thread_id": "h"}})] == [configs[1]]
     record = store.read("h")
     assert record is not None
-    assert [e["kind"] for e in record.entries] == ["lg.checkpoint"] * 3 + ["lg.drop", "lg.prune"]
+    kinds = ["lg.checkpoint"] * 3 + ["lg.drop", "lg.prune"]
+    assert [e["kind"] for e in record.entries] == [k for kind in kinds for k in (kind, "lg.tip")]
     saver.prune(["h"])  # nothing left to prune: nothing written
-    assert len(store.read("h").entries) == 5  # type: ignore[union-attr]
+    assert len(store.read("h").entries) == 10  # type: ignore[union-attr]
     saver.prune(["h"], strategy="delete")
     assert store.read("h") is None
     with pytest.raises(ValueError, match="strategy"):
@@ -317,7 +319,12 @@ def test_a_newest_checkpoint_named_by_id_is_read_from_where_it_starts_by_a_fresh
     store.reads.clear()
     assert shape(fresh.get_tuple(parent)) == shape(first)
     assert store.reads and 0 not in store.reads  # the snapshot, then from where it starts
-    older = {"configurable": {**parent["configurable"], "checkpoint_id": first.parent_config["configurable"]["checkpoint_id"]}}  # type: ignore[index]
+    older = {
+        "configurable": {
+            **parent["configurable"],
+            "checkpoint_id": first.parent_config["configurable"]["checkpoint_id"],
+        }
+    }  # type: ignore[index]
     found = StatekeepSaver(store).get_tuple(older)  # an older one: the whole thread is read
     assert found is not None and found.checkpoint["channel_values"] == {"i": 28}
 
@@ -342,6 +349,8 @@ def test_a_saver_that_saw_a_thread_deleted_and_rebuilt_to_the_same_length_writes
     assert fresh.get_tuple({"configurable": {"thread_id": "again", "checkpoint_ns": "sub"}}) is None
     newest = fresh.get_tuple({"configurable": {"thread_id": "again"}})
     assert newest is not None and newest.checkpoint["channel_values"] == {"a": 3}
-    values = [t.checkpoint["channel_values"]["a"] for t in fresh.list({"configurable": {"thread_id": "again"}})]
+    values = [
+        t.checkpoint["channel_values"]["a"] for t in fresh.list({"configurable": {"thread_id": "again"}})
+    ]
     assert sorted(values) == [1, 2, 3]
     assert [row.turn for row in store.list()] == [3]  # the checkpoints of the new thread

@@ -32,9 +32,11 @@ from ._langgraph_history import (
     is_thread,
     not_a_thread,
     now_iso,
+    proof,
     snapshot_for,
     thread_early,
     thread_heads,
+    tip_entry,
 )
 
 #: How many times a write is tried again after another writer got there first.
@@ -127,7 +129,8 @@ async def _acall(store: Store, call: Call) -> Any:
 
 class Heads:
     """The last snapshot seen per State (a hint: a stale one costs a retry, never a wrong write,
-    since a write at a taken seq conflicts). Bounded; safe to share between threads."""
+    since each write sends the snapshot's tip again first, which conflicts, or leaves a gap,
+    unless the history still ends with it). Bounded; safe to share between threads."""
 
     SIZE = 1024
 
@@ -180,9 +183,10 @@ def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
         moved, early = advance(
             thread_heads(old) if old else {}, thread_early(old) if old else {}, bodies, first
         )
-        snapshot = snapshot_for(thread_id, old, first + len(bodies) - 1, moved, early, added)
-        try:
-            yield Write(sid, entries, snapshot, old is None)
+        tip = tip_entry(first + len(bodies))
+        snapshot = snapshot_for(thread_id, old, tip, moved, early, added)
+        try:  # the old tip first: a stale ``old`` (another history at its seq) conflicts
+            yield Write(sid, [*proof(old), *entries, tip], snapshot, old is None)
         except (StateConflictError, StateExistsError, StateNotFoundError):
             heads.forget(sid)  # another writer appended, created or deleted it: read again
             continue
@@ -213,9 +217,10 @@ def rewrite(heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, A
             return
         seq = record.snapshot["seq"] + 1
         thread.apply(dict(body, seq=seq))
-        snapshot = snapshot_for(thread_id, record.snapshot, seq, thread.heads(), thread.early(), 0)
+        tip = tip_entry(seq + 1)
+        snapshot = snapshot_for(thread_id, record.snapshot, tip, thread.heads(), thread.early(), 0)
         try:
-            yield Write(sid, [dict(body, seq=seq)], snapshot, False)
+            yield Write(sid, [*proof(record.snapshot), dict(body, seq=seq), tip], snapshot, False)
         except StateConflictError:
             heads.forget(sid)
             continue

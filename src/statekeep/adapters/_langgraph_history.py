@@ -1,7 +1,7 @@
 """How a LangGraph thread is kept as one statekeep State (pure: no I/O).
 
-The history holds four kinds of entries, each with ``kind``, ``at`` (ISO 8601, UTC) and
-``seq``:
+The history holds five kinds of entries, each with ``kind`` and ``seq``, and all but the
+last with ``at`` (ISO 8601, UTC):
 
 - ``lg.checkpoint``: ``ns``, ``id``, ``parent`` (id or None), ``run`` (the metadata's
   ``run_id`` or None), ``checkpoint`` (the checkpoint without its channel values),
@@ -10,7 +10,13 @@ The history holds four kinds of entries, each with ``kind``, ``at`` (ISO 8601, U
 - ``lg.writes``: ``ns``, ``checkpoint`` (its id), ``task``, ``path`` and ``writes``, a list
   of ``[idx, channel, value]``;
 - ``lg.drop``: ``drop``, a list of ``[ns, id]``: those checkpoints and their writes are gone;
-- ``lg.prune``: ``keep``, a list of ``[ns, id]``: every other checkpoint held so far is gone.
+- ``lg.prune``: ``keep``, a list of ``[ns, id]``: every other checkpoint held so far is gone;
+- ``lg.tip``: ``tip``, a random token. Every write ends with one, and the snapshot keeps a
+  copy; the next write sends it again first, which proves that write extends the history
+  its snapshot was built from: the store skips it where it still is, and refuses the write
+  (a conflict, so the writer reads again) when another history took its place, as when the
+  thread was deleted and written again to the same length. A tip, not the last entry
+  itself, since that may be a big checkpoint.
 
 Values are the serializer's typed bytes, kept losslessly as ``[type, base64]``.
 The snapshot holds the listing keys and, under ``langgraph``, ``heads``: per namespace,
@@ -25,6 +31,7 @@ one start.
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -90,6 +97,19 @@ def writes_entry(
         "path": task_path,
         "writes": [[idx, channel, pack(blob)] for idx, channel, blob in writes],
     }
+
+
+def tip_entry(seq: int) -> dict[str, Any]:
+    return {"kind": "lg.tip", "seq": seq, "tip": uuid.uuid4().hex}
+
+
+def proof(snapshot: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """What a write after ``snapshot`` sends first: its tip, if it is the last entry (a
+    thread written without tips has none, and its writes prove nothing)."""
+    if snapshot is None:
+        return []
+    tip = snapshot[MARK].get("tip")
+    return [dict(tip)] if isinstance(tip, Mapping) and tip.get("seq") == snapshot["seq"] else []
 
 
 def write_indexes(writes: Sequence[tuple[str, Any]]) -> list[int]:
@@ -247,10 +267,10 @@ def is_thread(snapshot: Mapping[str, Any] | None) -> bool:
 
 
 def snapshot_for(
-    thread_id: str, old: Mapping[str, Any] | None, last_seq: int, heads: Heads, early: Early, added: int
+    thread_id: str, old: Mapping[str, Any] | None, tip: dict[str, Any], heads: Heads, early: Early, added: int
 ) -> dict[str, Any]:
-    """The snapshot after a write: the listing keys (``task`` is the thread id, ``turn``
-    counts the checkpoints written) and the heads."""
+    """The snapshot after a write that ends with ``tip``: the listing keys (``task`` is the
+    thread id, ``turn`` counts the checkpoints written), the heads and the tip."""
     now = now_iso()
     labels = dict(old.get("labels") or {}) if old else {}
     labels.update(LABELS)
@@ -261,9 +281,9 @@ def snapshot_for(
         "turn": (old["turn"] if old else 0) + added,
         "stopped_by": None,
         "finished": False,
-        "seq": last_seq,
+        "seq": tip["seq"],
         "labels": labels,
-        MARK: {"format": FORMAT, "heads": heads, "early": early},
+        MARK: {"format": FORMAT, "heads": heads, "early": early, "tip": tip},
     }
 
 

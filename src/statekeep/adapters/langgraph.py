@@ -58,7 +58,9 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     Every write method is durable on return as the store's ``write`` is (FileStore, SQLite
     and Postgres: on disk). Several savers, in one process or many, may write to one thread:
     a write that finds the seq it meant to use taken reads the thread's end again and tries
-    again. The sync methods use the store's sync methods; the async ones await its native
+    again. Each write ends with a small ``lg.tip`` entry (a random token) that the next one
+    sends again first, so a saver whose view is stale (the thread was deleted and written
+    again meanwhile, even to the same length) retries too, never writes over it. The sync methods use the store's sync methods; the async ones await its native
     coroutines. ``serde`` is LangGraph's serializer (its default ``JsonPlusSerializer`` if
     None).
     """
