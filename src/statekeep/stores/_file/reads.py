@@ -15,7 +15,7 @@ from ..._ranges import cut
 from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from .copies import current_snapshot, listed_snapshot
 from .folder import StoreFolder, still_named
-from .recovery import check_copy
+from .recovery import check_copy, scan_part
 from .trust import DIR, LOG, SNAPSHOT
 
 #: A range read goes back from the log's end while it returns at most this share of the
@@ -93,9 +93,12 @@ def _read_back(
     store: StoreFolder, sid: str, log: int, raw_copy: bytes | None, since: int, share: float
 ) -> Record | None:
     read_at = reader(log)
-    last = last_write(read_at, os.fstat(log).st_size)
+    size = os.fstat(log).st_size
+    last = last_write(read_at, size)
     if last is None:
         return None  # format 1 only, or no complete write: scan it whole
+    if last.end < size:  # an unfinished write may follow, nothing else: damage raises
+        scan_part(store, log, sid, read_at(last.end, size - last.end), last.next_seq, last.end)
     if last.next_seq - since > share * last.next_seq:
         return None  # most of the history: the whole scan is faster
     check_copy(store, sid, decode_copy(raw_copy) if raw_copy else None, last.end)
