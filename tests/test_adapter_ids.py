@@ -34,7 +34,8 @@ def test_two_framework_ids_never_share_a_state_id(one: str, other: str) -> None:
     [
         ("user:42", "user_3a42"),
         ("team/a:b", "team_2fa_3ab"),
-        ("plain-ID-7", "plain-ID-7"),
+        ("plain-id-7", "plain-id-7"),
+        ("Ann", "_41nn"),
         ("under_score", "under__score"),
         ("é", "_c3_a9"),
     ],
@@ -53,6 +54,13 @@ def test_a_hashed_id_never_meets_an_escaped_one() -> None:
     assert state_id_for("\ud800") != state_id_for("\ud801")  # lone surrogates: hashed, still apart
 
 
+@given(ANY_ID, ANY_ID)
+def test_ids_that_differ_only_in_case_differ_in_lowercase_too(one: str, other: str) -> None:
+    # A FileStore on a case-insensitive file system holds one of two ids that differ in case only.
+    if one != other:
+        assert state_id_for(one).lower() != state_id_for(other).lower()
+
+
 @pytest.mark.parametrize("bad", ["", 7, None])
 def test_an_empty_or_non_str_id_is_refused(bad: object) -> None:
     with pytest.raises((ValueError, TypeError), match="framework id"):
@@ -60,5 +68,5 @@ def test_an_empty_or_non_str_id_is_refused(bad: object) -> None:
 
 
 def test_ids_statekeep_never_makes_are_not_reversed() -> None:
-    for state_id in ("_zz", "a_", "_3", "_h00", "_41"):
+    for state_id in ("_zz", "a_", "_3", "_h00", "_61", "Ann"):  # "_61" is "a" spelled long
         assert framework_id_for(state_id) is None

@@ -84,3 +84,38 @@ def test_reading_back_and_reading_whole_give_the_same_records_from_every_seq(tmp
             assert got is not None
             assert (got() if callable(got) else got) == want, (since, share)
         assert store.read("a", since=since) == want, since
+
+
+def _history_of_small_writes(root: Path) -> Path:
+    store = FileStore(root)
+    store.write("a", entries(0, 10), snapshot(turn=1), create=True)
+    for first in range(10, 30, 2):
+        store.write("a", entries(first, 2), snapshot(turn=first))
+    store.close()
+    return root / "a" / "log.jsonl"
+
+
+def _flip(log: Path, marker: bytes, offset: int) -> None:
+    data = bytearray(log.read_bytes())
+    data[data.index(marker) + offset] ^= 1
+    log.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("since", [25, 29, 30])
+def test_damage_in_the_last_write_is_reported_not_read_around(tmp_path: Path, since: int) -> None:
+    # A flipped bit in the last acknowledged write: reading back must not fall back to the
+    # write before it, which would drop acknowledged entries without a word.
+    log = _history_of_small_writes(tmp_path / "s")
+    _flip(log, b'"entry 29"', 3)
+    for read in (lambda s: s.read("a"), lambda s: s.read("a", since=since)):
+        with pytest.raises(CorruptStateError, match="checksum"):
+            read(FileStore(tmp_path / "s"))
+
+
+def test_a_checked_line_whose_checksum_key_is_damaged_is_not_read_as_plain(tmp_path: Path) -> None:
+    log = _history_of_small_writes(tmp_path / "s")
+    _flip(log, b'"entry 26","sk.crc"', len(b'"entry 26","sk.cr'))  # "sk.crc" -> "sk.crb"
+    for read in (lambda s: s.read("a"), lambda s: s.read("a", since=25)):
+        with pytest.raises(CorruptStateError, match="line"):
+            read(FileStore(tmp_path / "s"))
+    assert FileStore(tmp_path / "s").read("a", since=28) == Record(entries(28, 2), snapshot(turn=28))

@@ -194,7 +194,11 @@ def test_every_filter_is_answered_from_an_index(postgres_server: PostgresServer,
             main = steps.split("Append")[-1]
             assert "Seq Scan" not in steps, (filters, steps)
             assert index in main, (filters, steps)
-            if "id_prefix" not in filters:
+            # A filter of one condition reads its index in order and stops when the page is
+            # full. With two, the planner may rightly join both matches and sort those few rows
+            # (labels n=17 and env=prod: 8 rows), whichever its statistics favour.
+            conditions = len(filters.get("labels", {})) + len(set(filters) - {"labels"})
+            if "id_prefix" not in filters and conditions <= 1:
                 assert "Sort" not in steps, (filters, steps)
         # And the listing is right: the pages of the filter are the filtered listing.
         walked = [r.id for r in pg.iter_states(**filters, limit=500)]

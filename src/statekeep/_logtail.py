@@ -88,9 +88,10 @@ def entries_back(read_at: ReadAt, end: int, first_seq: int, next_seq: int) -> li
     want = next_seq - 1
     if want < first_seq:
         return found
+    legacy = False  # format 1 (plain) lines come before every checked line, never after one
     for _, line in _lines_back(read_at, end):
         kind = _check(line, 0, len(line))
-        if kind == _DAMAGED:
+        if kind == _DAMAGED or (kind == _CHECKED and legacy):
             return None
         if kind == _CHECKED and line.startswith(_CLOSE):
             continue
@@ -102,6 +103,10 @@ def entries_back(read_at: ReadAt, end: int, first_seq: int, next_seq: int) -> li
             return None
         if kind == _CHECKED:
             del entry["sk.crc"]
+        elif any(key.startswith("sk.") for key in entry):
+            return None  # a checked line whose checksum key was damaged: not a plain line
+        else:
+            legacy = True
         found.append(entry)
         if want == first_seq:
             found.reverse()

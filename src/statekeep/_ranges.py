@@ -13,13 +13,19 @@ from ._records import Record
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: No seq is larger (seqs are 64-bit signed in the database stores): a larger ``since`` is
+#: past every end, and is read as this one, which the databases can take.
+MAX_SEQ = 2**63 - 1
+
+
 def check_since(since: object) -> int:
-    """``since`` if it is an int >= 0, else TypeError/ValueError saying so."""
+    """``since`` (at most :data:`MAX_SEQ`) if it is an int >= 0, else TypeError/ValueError
+    saying so."""
     if type(since) is not int:
         raise TypeError(f"since must be an int seq (>= 0), got {type(since).__name__}")
     if since < 0:
         raise ValueError(f"since must be a seq >= 0, got {since}: read the end with since=last_seq - n + 1")
-    return since
+    return min(since, MAX_SEQ)
 
 
 @overload

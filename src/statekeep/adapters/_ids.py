@@ -3,9 +3,11 @@
 A framework id is any string; a State id is 1 to 128 characters from ``A-Z a-z 0-9 _ -``.
 :func:`state_id_for` maps one to the other without collisions (pure, no I/O):
 
-- reversibly when it fits: ``A-Z a-z 0-9 -`` stay as they are, ``_`` becomes ``__`` and every
+- reversibly when it fits: ``a-z 0-9 -`` stay as they are, ``_`` becomes ``__`` and every
   other character becomes ``_`` and the two lowercase hex digits of each of its UTF-8 bytes
-  (``"user:42"`` is ``"user_3a42"``); :func:`framework_id_for` undoes it;
+  (``"user:42"`` is ``"user_3a42"``, ``"Ann"`` is ``"_41nn"``); :func:`framework_id_for` undoes
+  it. Capitals are escaped too: on a case-insensitive file system (macOS) a FileStore could
+  not hold both ``"Ann"`` and ``"ann"`` otherwise;
 - else (longer than 128 once escaped) by hash: ``"_h"`` and the SHA-256 of the id in hex. An
   escaped id never holds ``_h`` where an escape starts (after ``_`` comes ``_`` or a hex
   digit), so the two forms never meet. The adapters keep the original id in the snapshot
@@ -19,7 +21,7 @@ import re
 
 from .._ids import MAX_ID_LENGTH
 
-_PLAIN = re.compile(r"[A-Za-z0-9-]")
+_PLAIN = re.compile(r"[a-z0-9-]")
 _ESCAPE = re.compile(r"_(_|[0-9a-f]{2})")
 HASHED = "_h"
 

@@ -36,7 +36,7 @@ class RangeContract:
         assert await api.read("r1", since=0) == await api.read("r1")
 
     @asyncio_test
-    @pytest.mark.parametrize("since", [13, 1000])
+    @pytest.mark.parametrize("since", [13, 1000, 2**63, 2**70])
     async def test_read_past_the_end_has_no_entries_and_the_snapshot(self, api: Api, since: int) -> None:
         await self._history(api, 12)
         record = await api.read("r1", since=since)

@@ -210,6 +210,8 @@ def current_snapshot(store: StoreFolder, folder: int, sid: str) -> dict[str, Any
         last = last_write(read_at, size)
         if last is None:  # a log of format 1 only: its snapshot.json is the snapshot
             return decode_snapshot(raw, store.where(sid, SNAPSHOT))
+        if last.end < size:  # an unfinished write may follow, nothing else: damage raises
+            scan_part(store, log, sid, read_at(last.end, size - last.end), last.next_seq, last.end)
         encoded = last.snapshot
         if encoded is None and last.snapshot_at is not None:
             encoded = snapshot_record(read_at, last.snapshot_at, last.end)

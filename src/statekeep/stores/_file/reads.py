@@ -4,7 +4,8 @@ clean-up of leftovers), and parse what they read in the caller's thread where th
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..._errors import CorruptStateError
@@ -15,7 +16,7 @@ from ..._ranges import cut
 from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from .copies import current_snapshot, listed_snapshot
 from .folder import StoreFolder, still_named
-from .recovery import check_copy
+from .recovery import check_copy, scan_part
 from .trust import DIR, LOG, SNAPSHOT
 
 #: A range read goes back from the log's end while it returns at most this share of the
@@ -29,24 +30,16 @@ BACKWARDS_SHARE = 0.5
 def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
     """Read the files; the returned function parses them, in the caller's thread
     (parsing where the bytes were read costs far more in memory faults)."""
-    root = store.open_root(create=False)
-    if root is None:
-        return None
-    try:
-        folder = store.open_state(root, sid)
-        if folder is None:
+    with _state_folder(store, sid) as opened:
+        if opened is None:
             return None
-        try:
-            # The copy first: it is written after the log is durable up to the length
-            # it records, so a log shorter than that lost acknowledged writes.
-            copy = store.read_file(folder, sid, SNAPSHOT)
-            log = store.read_file(folder, sid, LOG)
-            if log is None and not still_named(root, sid, folder):
-                return None  # deleted meanwhile: renamed away, then its files removed
-        finally:
-            os.close(folder)
-    finally:
-        os.close(root)
+        root, folder = opened
+        # The copy first: it is written after the log is durable up to the length it
+        # records, so a log shorter than that lost acknowledged writes.
+        copy = store.read_file(folder, sid, SNAPSHOT)
+        log = store.read_file(folder, sid, LOG)
+        if log is None and not still_named(root, sid, folder):
+            return None  # deleted meanwhile: renamed away, then its files removed
     if log is None:
         raise CorruptStateError(f"{store.where(sid, LOG)} is missing")
     return lambda: _parse(store, sid, log, copy)
@@ -60,29 +53,21 @@ def read_range(
     end costs what it returns. Falls back to :func:`read_state` (whole, then cut) when
     that returns more than ``share`` of the history, and for a log that cannot be read
     from its end: one of format 1 only, or damaged there."""
-    root = store.open_root(create=False)
-    if root is None:
-        return None
-    try:
-        folder = store.open_state(root, sid)
-        if folder is None:
+    with _state_folder(store, sid) as opened:
+        if opened is None:
             return None
+        root, folder = opened
+        copy = store.read_file(folder, sid, SNAPSHOT)
         try:
-            copy = store.read_file(folder, sid, SNAPSHOT)
-            try:
-                log = store.open_in(folder, sid, LOG, os.O_RDONLY)
-            except FileNotFoundError:
-                if still_named(root, sid, folder):
-                    raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
-                return None  # deleted meanwhile
-            try:
-                found = _read_back(store, sid, log, copy, since, share)
-            finally:
-                os.close(log)
+            log = store.open_in(folder, sid, LOG, os.O_RDONLY)
+        except FileNotFoundError:
+            if still_named(root, sid, folder):
+                raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
+            return None  # deleted meanwhile
+        try:
+            found = _read_back(store, sid, log, copy, since, share)
         finally:
-            os.close(folder)
-    finally:
-        os.close(root)
+            os.close(log)
     if found is not None:
         return found
     whole = read_state(store, sid)
@@ -93,9 +78,12 @@ def _read_back(
     store: StoreFolder, sid: str, log: int, raw_copy: bytes | None, since: int, share: float
 ) -> Record | None:
     read_at = reader(log)
-    last = last_write(read_at, os.fstat(log).st_size)
+    size = os.fstat(log).st_size
+    last = last_write(read_at, size)
     if last is None:
         return None  # format 1 only, or no complete write: scan it whole
+    if last.end < size:  # an unfinished write may follow, nothing else: damage raises
+        scan_part(store, log, sid, read_at(last.end, size - last.end), last.next_seq, last.end)
     if last.next_seq - since > share * last.next_seq:
         return None  # most of the history: the whole scan is faster
     check_copy(store, sid, decode_copy(raw_copy) if raw_copy else None, last.end)
@@ -114,19 +102,33 @@ def _read_back(
 def read_snapshot(store: StoreFolder, sid: str) -> dict[str, Any] | None:
     """The State's snapshot without its history (None if there is none): the copy when it
     is current, else the log's writes after it, as listings read it."""
-    root = store.open_root(create=False)
-    if root is None:
-        return None
-    try:
-        folder = store.open_state(root, sid)
-        if folder is None:
+    with _state_folder(store, sid) as opened:
+        if opened is None:
             return None
+        root, folder = opened
         try:
             return current_snapshot(store, folder, sid)
         except FileNotFoundError:
             if still_named(root, sid, folder):
                 raise
             return None  # deleted meanwhile
+
+
+@contextmanager
+def _state_folder(store: StoreFolder, sid: str) -> Iterator[tuple[int, int] | None]:
+    """The store's folder and the State's, opened (and closed after), or None if either
+    is missing."""
+    root = store.open_root(create=False)
+    if root is None:
+        yield None
+        return
+    try:
+        folder = store.open_state(root, sid)
+        if folder is None:
+            yield None
+            return
+        try:
+            yield root, folder
         finally:
             os.close(folder)
     finally:
