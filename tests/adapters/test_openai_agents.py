@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from agents.memory import Session, SessionSettings
 
-from statekeep import MemoryStore, StateConflictError, Store
+from statekeep import CorruptStateError, MemoryStore, StateConflictError, Store
 from statekeep._records import Record
 from statekeep.adapters._ids import framework_id_for, state_id_for
 from statekeep.adapters.openai_agents import StatekeepSession
@@ -352,3 +352,13 @@ async def test_a_cancellation_takes_effect_after_a_lost_write() -> None:
     assert store.lost == 3  # no attempt after the cancellation
     items = texts(await session.get_items())
     assert "mine" not in items and items.count("theirs") == 3
+
+
+async def test_a_snapshot_ahead_of_the_history_is_a_clear_error(store: Store) -> None:
+    await StatekeepSession("s", store).add_items([msg("a")])
+    record = await store.aread(state_id_for("s"))
+    assert record is not None and record.snapshot is not None
+    meta = record.snapshot["openai_session"]
+    await store.awrite(state_id_for("s"), [], {**record.snapshot, "openai_session": {**meta, "next": 10}})
+    with pytest.raises(CorruptStateError, match="ends at seq 9"):
+        await StatekeepSession("s", store).add_items([msg("b")])

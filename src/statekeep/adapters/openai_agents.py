@@ -18,7 +18,7 @@ from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from .._codec import check
-from .._errors import StateConflictError, StateExistsError, StateNotFoundError
+from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
 from .._store import Store
 from ._ids import state_id_for
 from ._openai_history import (
@@ -164,6 +164,11 @@ class StatekeepSession:
             got = await self._read(since)
             if got is None or got[0].last is not None:
                 return None if got is None else got[0]
+            if since == got[0].end - 1:  # read from there, and no entry at the snapshot's end
+                raise CorruptStateError(
+                    f"State {self.state_id!r}: its snapshot says the history ends at seq "
+                    f"{since}, but the store has no entry there"
+                )
             since = got[0].end - 1  # the history is shorter than ``seen``, or not read yet
 
     async def _newest(self, want: int | None) -> tuple[Tail, list[dict[str, Any]]] | None:
