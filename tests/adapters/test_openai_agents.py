@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from agents.memory import Session, SessionSettings
 
-from statekeep import MemoryStore, Store
+from statekeep import CorruptStateError, MemoryStore, StateConflictError, Store
 from statekeep._records import Record
 from statekeep.adapters._ids import framework_id_for, state_id_for
 from statekeep.adapters.openai_agents import StatekeepSession
@@ -270,3 +270,95 @@ async def test_a_cancelled_call_finishes_its_write_before_raising() -> None:
     with pytest.raises(asyncio.CancelledError):
         await call
     assert await session.get_items() == [msg("once")]  # the outcome is known: written once
+
+
+async def test_a_writer_whose_session_was_deleted_and_restarted_shorter_writes_at_its_new_end(
+    store: Store,
+) -> None:
+    mine = StatekeepSession("u1", store)
+    await mine.add_items([msg(f"old{i}") for i in range(5)])
+    await store.adelete(mine.state_id)
+    await StatekeepSession("u1", store).add_items([msg("new")])  # another worker starts again
+    await mine.add_items([msg("y")])
+    await mine.add_items([msg("z")])
+    assert await mine.pop_item() == msg("z")
+    assert texts(await StatekeepSession("u1", store).get_items()) == ["new", "y"]
+    await mine.clear_session()
+    assert await StatekeepSession("u1", store).get_items() == []
+
+
+async def test_a_writer_whose_session_was_rebuilt_to_the_same_length_does_not_write_on_its_old_view(
+    store: Store,
+) -> None:
+    mine = StatekeepSession("u1", store)
+    await mine.add_items([msg("old1"), msg("old2")])
+    await mine.clear_session()  # mine last saw 4 entries, no items
+    await store.adelete(mine.state_id)
+    theirs = StatekeepSession("u1", store)
+    await theirs.add_items([msg("new1"), msg("new2"), msg("new3")])  # 4 entries again
+    await mine.add_items([msg("y")])
+    assert texts(await StatekeepSession("u1", store).get_items()) == ["new1", "new2", "new3", "y"]
+    assert texts(await theirs.get_items(2)) == ["new3", "y"]
+
+
+class Rival(Store):
+    """A MemoryStore where another writer adds an item right before each of the first
+    ``wins`` writes of "mine" items, so each of those writes loses the race."""
+
+    def __init__(self, wins: int) -> None:
+        self.inner = MemoryStore()
+        self.wins = wins
+        self.lost = 0  # writes of "mine" that lost
+        self.on_loss: Any = None  # called after each lost write
+        self.rival = StatekeepSession("s", self)
+
+    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
+        return await self.inner.aread(state_id, since=since)
+
+    async def awrite(self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False) -> None:
+        if self.wins and any(entry.get("item") == msg("mine") for entry in entries):
+            self.wins -= 1
+            await self.rival.add_items([msg("theirs")])
+            try:
+                await self.inner.awrite(state_id, entries, snapshot, create=create)
+            except BaseException:
+                self.lost += 1
+                if self.on_loss is not None:
+                    self.on_loss()
+                raise
+            return
+        await self.inner.awrite(state_id, entries, snapshot, create=create)
+
+
+async def test_a_writer_that_keeps_losing_gives_up_with_a_clear_error() -> None:
+    store = Rival(wins=1000)
+    session = StatekeepSession("s", store)
+    await session.add_items([msg("first")])
+    with pytest.raises(StateConflictError, match=r"'s'.*100 writes in a row"):
+        await session.add_items([msg("mine")])
+    assert store.lost == 100
+    record = await store.aread(session.state_id)
+    assert record is not None and msg("mine") not in [e.get("item") for e in record.entries]
+
+
+async def test_a_cancellation_takes_effect_after_a_lost_write() -> None:
+    store = Rival(wins=1000)
+    session = StatekeepSession("s", store)
+    await session.add_items([msg("first")])
+    call = asyncio.create_task(session.add_items([msg("mine")]))
+    store.on_loss = lambda: call.cancel() if store.lost == 3 else None
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert store.lost == 3  # no attempt after the cancellation
+    items = texts(await session.get_items())
+    assert "mine" not in items and items.count("theirs") == 3
+
+
+async def test_a_snapshot_ahead_of_the_history_is_a_clear_error(store: Store) -> None:
+    await StatekeepSession("s", store).add_items([msg("a")])
+    record = await store.aread(state_id_for("s"))
+    assert record is not None and record.snapshot is not None
+    meta = record.snapshot["openai_session"]
+    await store.awrite(state_id_for("s"), [], {**record.snapshot, "openai_session": {**meta, "next": 10}})
+    with pytest.raises(CorruptStateError, match="ends at seq 9"):
+        await StatekeepSession("s", store).add_items([msg("b")])

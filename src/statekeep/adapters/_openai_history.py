@@ -10,6 +10,10 @@ The history is append-only. Its entries:
 Every entry carries ``"w"``, a token of the call that wrote it: two writers adding the same
 item at the same seq write *different* entries, so the store refuses the second
 (StateConflictError, and it retries) instead of skipping it as a resend of the first.
+Every write to an existing session starts with the last entry its writer saw, sent again:
+the store skips it if the history still has it, and refuses the write if another entry
+took that seq (the session was deleted and started again meanwhile), so no write lands
+on a history its writer did not see.
 
 Live items form a stack: a tombstone always removes the newest live item. So reading
 backwards from the end, each tombstone hides the next item not already hidden, and the
@@ -41,6 +45,7 @@ class Tail:
     start: int  # the first seq of the current generation
     items: int  # live items in the current generation
     created_at: str
+    last: dict[str, Any] | None = None  # the entry at seq end - 1, when it was read
 
 
 def now() -> str:
@@ -78,7 +83,21 @@ def fold(tail: Tail, entries: list[dict[str, Any]]) -> Tail:
         elif kind == CLEAR:
             start, items = seq + 1, 0
         end = seq + 1
-    return Tail(end, start, items, tail.created_at)
+    return Tail(end, start, items, tail.created_at, tail.last)
+
+
+def window(tail: Tail, want: int | None, since: int | None) -> int:
+    """Where to read from next: enough for ``want`` items if nothing hides any, then
+    twice as far back each time (``since``: the last read's start)."""
+    if want is None or want >= tail.items:
+        return tail.start
+    if since is None or since > tail.end:
+        return max(tail.start, tail.end - want)
+    return max(tail.start, tail.end - 2 * max(tail.end - since, want))
+
+
+def item_entries(items: list[dict[str, Any]], seq: int, token: str) -> list[dict[str, Any]]:
+    return [{"seq": seq + i, "kind": ITEM, "item": item, "w": token} for i, item in enumerate(items)]
 
 
 def newest(entries: list[dict[str, Any]], want: int | None) -> tuple[list[dict[str, Any]], bool]:

@@ -8,15 +8,17 @@ against openai-agents 0.24.0 with its own session tests on every statekeep store
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from .._codec import check
-from .._errors import StateConflictError, StateExistsError, StateNotFoundError
+from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
 from .._store import Store
 from ._ids import state_id_for
 from ._openai_history import (
@@ -27,10 +29,12 @@ from ._openai_history import (
     checked_items,
     fold,
     header,
+    item_entries,
     newest,
     now,
     snapshot_for,
     tail_of,
+    window,
 )
 
 __all__ = ["StatekeepSession"]
@@ -39,6 +43,8 @@ T = TypeVar("T")
 
 #: A ``since`` past any history: the read returns the snapshot and no entries.
 _SNAPSHOT_ONLY = 2**62
+#: Writes one call makes before it gives up (each lost one to another writer), as LangGraph's.
+MAX_TRIES = 100
 
 
 class StatekeepSession:
@@ -54,9 +60,12 @@ class StatekeepSession:
     :meth:`clear_session` a marker that starts a new generation; nothing is ever removed
     (``store.delete(session.state_id)`` removes the whole session). Any number of tasks,
     session objects and processes may write one session: a write that loses a race
-    reads the history again and retries at its new end. Each write method is durable on
-    return as the store's ``awrite`` is, and, like ``SQLiteSession``'s, finishes before
-    a cancellation of its caller is raised, so the next read shows its outcome.
+    reads the history again and retries at its new end (:class:`StateConflictError` after
+    ``MAX_TRIES`` lost in a row: nothing of that call was written). Each write method is
+    durable on return as the store's ``awrite`` is, and, like ``SQLiteSession``'s, finishes
+    a write under way before a cancellation of its caller is raised, so the next read
+    shows its outcome (a cancellation stops a call between its attempts: after one that
+    lost, nothing of the call is written).
     """
 
     session_settings: SessionSettings | None
@@ -108,20 +117,20 @@ class StatekeepSession:
         self._check_open()
         values = checked_items(items)
         if values:
-            await _finish_despite_cancel(self._add(values))
+            await _finish_despite_cancel(lambda stop: self._add(values, stop))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it (None if the session has none), by
         appending a tombstone that hides it. Durable on return as the store's ``awrite``."""
         self._check_open()
-        return await _finish_despite_cancel(self._pop())
+        return await _finish_despite_cancel(self._pop)
 
     async def clear_session(self) -> None:
         """Remove every item: appends a marker after which a new, empty generation
         starts (the earlier items stay in the history). Durable on return as the store's
         ``awrite``; nothing is written if the session has no items."""
         self._check_open()
-        await _finish_despite_cancel(self._clear())
+        await _finish_despite_cancel(self._clear)
 
     def close(self) -> None:
         """Refuse further calls on this object (as ``SQLiteSession.close`` does). The
@@ -131,9 +140,9 @@ class StatekeepSession:
     # -- reading -------------------------------------------------------------------
 
     async def _read(self, since: int) -> tuple[Tail, list[dict[str, Any]], int] | None:
-        """The history from ``since`` on: its tail, the entries read and the seq they
-        start at (None if there is no session). When ``since`` is past the snapshot's
-        end, no entries are read: the tail is the snapshot's."""
+        """The history from ``since`` on: its tail (with its last entry if the read reached
+        it), the entries read and the seq they start at (None if there is no session). When
+        ``since`` is past the snapshot's end, no entries are read: the tail is the snapshot's."""
         record = await self.store.aread(self.state_id, since=since)
         if record is None:
             self._seen = None
@@ -141,23 +150,31 @@ class StatekeepSession:
         tail = tail_of(self.state_id, record.snapshot)
         if since > tail.end:
             return tail, [], since
-        tail = fold(tail, record.entries)
-        self._seen = tail
-        return tail, record.entries, since
+        entries = record.entries
+        tail = fold(tail, entries)
+        last = entries[-1] if entries and entries[-1]["seq"] == tail.end - 1 else None
+        tail = self._seen = dataclasses.replace(tail, last=last)
+        return tail, entries, since
 
-    async def _tail(self) -> Tail | None:
-        """The history's tail as this object last saw it, else as the snapshot says (a
-        write that starts from a stale tail fails with StateConflictError and retries)."""
-        seen = self._seen
-        if seen is not None:
-            return seen
-        got = await self._read(_SNAPSHOT_ONLY)
-        return None if got is None else got[0]
+    async def _current(self, seen: Tail | None) -> Tail | None:
+        """The history's tail as it is now, with its last entry, read from where ``seen``
+        ends on (after a write from it lost, or nothing was seen); None if there is no session."""
+        since = _SNAPSHOT_ONLY if seen is None else seen.end - 1
+        while True:
+            got = await self._read(since)
+            if got is None or got[0].last is not None:
+                return None if got is None else got[0]
+            if since == got[0].end - 1:  # read from there, and no entry at the snapshot's end
+                raise CorruptStateError(
+                    f"State {self.state_id!r}: its snapshot says the history ends at seq "
+                    f"{since}, but the store has no entry there"
+                )
+            since = got[0].end - 1  # the history is shorter than ``seen``, or not read yet
 
     async def _newest(self, want: int | None) -> tuple[Tail, list[dict[str, Any]]] | None:
         """The tail and the newest ``want`` live item entries (None: all), oldest first."""
         seen = self._seen
-        since = _SNAPSHOT_ONLY if seen is None else _window(seen, want, None)
+        since = _SNAPSHOT_ONLY if seen is None else window(seen, want, None)
         while True:
             got = await self._read(since)
             if got is None:
@@ -167,98 +184,113 @@ class StatekeepSession:
                 found, whole = newest(entries, want)
                 if whole or since <= tail.start:
                     return tail, found
-            since = _window(tail, want, since)
+            since = window(tail, want, since)
 
     # -- writing -------------------------------------------------------------------
 
-    async def _write(self, tail: Tail | None, entries: list[dict[str, Any]], after: Tail) -> None:
-        """One write of ``entries`` leaving the history at ``after``; ``tail`` None creates it."""
-        snapshot = snapshot_for(self.session_id, after)
-        await self.store.awrite(self.state_id, entries, snapshot, create=tail is None)
-        self._seen = after
+    async def _wrote(self, tail: Tail | None, entries: list[dict[str, Any]], after: Tail) -> bool:
+        """Write ``entries`` (``tail`` None: create the session), leaving the history at
+        ``after``; False if the write lost to another writer (nothing was written)."""
+        try:
+            await self.store.awrite(
+                self.state_id, entries, snapshot_for(self.session_id, after), create=tail is None
+            )
+        except (StateConflictError, StateExistsError, StateNotFoundError):
+            self._seen = None
+            return False
+        except ValueError:
+            current = await self._current(None)
+            if current is not None and current.end >= entries[0]["seq"]:
+                raise  # not a gap: the history was not shortened under this write
+            return False  # deleted and started again shorter than this writer saw it
+        # the last entry is re-sent by the next write: a copy, safe from changes to the items
+        self._seen = dataclasses.replace(after, last=copy.deepcopy(entries[-1]))
+        return True
 
-    async def _add(self, items: list[dict[str, Any]]) -> None:
+    async def _add(self, items: list[dict[str, Any]], stop: asyncio.Event) -> None:
         token = uuid.uuid4().hex
-        tail = await self._tail()
-        while True:
+        seen = self._seen
+        tail = seen if seen is not None and seen.last is not None else await self._current(seen)
+        for attempt in range(MAX_TRIES):
+            await _stop_if_cancelled(stop, attempt)
             if tail is None:
-                first = header(self.session_id, token)
                 base = Tail(1, 1, 0, now())
-                entries = [first, *_item_entries(items, 1, token)]
+                entries = [header(self.session_id, token), *item_entries(items, 1, token)]
             else:
+                assert tail.last is not None  # _current and _wrote keep it
                 base = tail
-                entries = _item_entries(items, tail.end, token)
+                entries = [tail.last, *item_entries(items, tail.end, token)]
             after = Tail(base.end + len(items), base.start, base.items + len(items), base.created_at)
-            try:
-                await self._write(tail, entries, after)
+            if await self._wrote(tail, entries, after):
                 return
-            except (StateConflictError, StateExistsError, StateNotFoundError):
-                tail = await self._current(tail)
+            tail = await self._current(tail)
+        raise self._gave_up()
 
-    async def _pop(self) -> TResponseInputItem | None:
+    async def _pop(self, stop: asyncio.Event) -> TResponseInputItem | None:
         token = uuid.uuid4().hex
-        while True:
+        for attempt in range(MAX_TRIES):
+            await _stop_if_cancelled(stop, attempt)
             got = await self._newest(1)
             if got is None or not got[1]:
                 return None
             tail, (entry,) = got
+            if tail.last is None:
+                continue  # the read did not reach the end: read again
             tombstone = {"seq": tail.end, "kind": POP, "of": entry["seq"], "w": token}
             after = Tail(tail.end + 1, tail.start, max(tail.items - 1, 0), tail.created_at)
-            try:
-                await self._write(tail, [tombstone], after)
-            except (StateConflictError, StateNotFoundError):
-                continue  # another writer got there first: look at the end again
-            return cast(TResponseInputItem, entry[ITEM])
+            if await self._wrote(tail, [tail.last, tombstone], after):
+                return cast(TResponseInputItem, entry[ITEM])
+        raise self._gave_up()
 
-    async def _clear(self) -> None:
+    async def _clear(self, stop: asyncio.Event) -> None:
         token = uuid.uuid4().hex
         tail = await self._current(self._seen)
-        while tail is not None and tail.items:
-            marker = {"seq": tail.end, "kind": CLEAR, "w": token}
-            try:
-                await self._write(tail, [marker], Tail(tail.end + 1, tail.end + 1, 0, tail.created_at))
+        for attempt in range(MAX_TRIES):
+            await _stop_if_cancelled(stop, attempt)
+            if tail is None or not tail.items:
                 return
-            except (StateConflictError, StateNotFoundError):
-                tail = await self._current(tail)
+            assert tail.last is not None  # _current and _wrote keep it
+            marker = {"seq": tail.end, "kind": CLEAR, "w": token}
+            after = Tail(tail.end + 1, tail.end + 1, 0, tail.created_at)
+            if await self._wrote(tail, [tail.last, marker], after):
+                return
+            tail = await self._current(tail)
+        raise self._gave_up()
 
-    async def _current(self, seen: Tail | None) -> Tail | None:
-        """The history's tail as it is now, read from ``seen`` on (after a write from it
-        lost a race, or the State was created or deleted meanwhile); None if there is no
-        session."""
-        got = await self._read(_SNAPSHOT_ONLY if seen is None else seen.end)
-        if got is not None and got[2] > got[0].end:  # the snapshot's tail: read what follows it
-            got = await self._read(got[0].end)
-        return None if got is None else got[0]
+    def _gave_up(self) -> StateConflictError:
+        return StateConflictError(
+            f"OpenAI Agents session {self.session_id!r}: {MAX_TRIES} writes in a row lost to "
+            "other writers; nothing of this call was written. Call it again, or have fewer "
+            "tasks or processes write this session at once"
+        )
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
 
 
-def _window(tail: Tail, want: int | None, since: int | None) -> int:
-    """Where to read from next: enough for ``want`` items if nothing hides any, then
-    twice as far back each time (``since``: the last read's start)."""
-    if want is None or want >= tail.items:
-        return tail.start
-    if since is None or since > tail.end:
-        return max(tail.start, tail.end - want)
-    return max(tail.start, tail.end - 2 * max(tail.end - since, want))
+async def _stop_if_cancelled(stop: asyncio.Event, attempt: int) -> None:
+    """Before a retry: raise CancelledError if the caller was cancelled meanwhile (the
+    attempt that lost wrote nothing, so the outcome is known: nothing)."""
+    if attempt:
+        await asyncio.sleep(0)  # let a cancellation of the caller, if one is pending, reach it
+    if stop.is_set():
+        raise asyncio.CancelledError
 
 
-def _item_entries(items: list[dict[str, Any]], seq: int, token: str) -> list[dict[str, Any]]:
-    return [{"seq": seq + i, "kind": ITEM, "item": item, "w": token} for i, item in enumerate(items)]
-
-
-async def _finish_despite_cancel(operation: Awaitable[T]) -> T:
+async def _finish_despite_cancel(operation: Callable[[asyncio.Event], Awaitable[T]]) -> T:
     """Run ``operation`` to its end even if the caller is cancelled meanwhile, then raise
-    the cancellation: the caller never leaves a write whose outcome it cannot know."""
-    task = asyncio.ensure_future(operation)
+    the cancellation: the caller never leaves a write whose outcome it cannot know. The
+    operation is told of the cancellation (its event is set) so it stops between attempts."""
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(operation(stop))
     cancelled: asyncio.CancelledError | None = None
     while not task.done():
         try:
             await asyncio.wait({task})
         except asyncio.CancelledError as exc:
             cancelled = cancelled or exc
+            stop.set()
     if cancelled is not None:
         if not task.cancelled():
             task.exception()  # retrieved: the loop must not report it as never retrieved
