@@ -16,6 +16,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: No seq is larger (seqs are 64-bit signed in the database stores): a larger ``since`` is
 #: past every end, and is read as this one, which the databases can take.
 MAX_SEQ = 2**63 - 1
+#: A ``since`` past every history: the read returns the snapshot alone (and None for no State).
+SNAPSHOT_ONLY = MAX_SEQ
 
 
 def check_since(since: object) -> int:

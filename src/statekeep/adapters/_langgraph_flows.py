@@ -20,6 +20,7 @@ from .._errors import (
     StateNotFoundError,
     UnsupportedFormatError,
 )
+from .._ranges import SNAPSHOT_ONLY
 from .._records import Record
 from .._store import Store
 from ._ids import state_id_for
@@ -41,8 +42,6 @@ from ._langgraph_history import (
 
 #: How many times a write is tried again after another writer got there first.
 MAX_TRIES = 100
-#: A seq past any history: a read from it returns the snapshot alone.
-END = 2**62
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,7 @@ def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
         old = heads.get(sid)
         cached = old is not None
         if old is None:
-            record = checked((yield Read(sid, END)), sid, thread_id)
+            record = checked((yield Read(sid, SNAPSHOT_ONLY)), sid, thread_id)
             old = None if record is None else record.snapshot
         first = 0 if old is None else old["seq"] + 1
         entries = [dict(body, seq=first + i) for i, body in enumerate(bodies)]
@@ -254,7 +253,7 @@ def newest(heads: Heads, thread_id: str, ns: str, checkpoint_id: str | None) -> 
     hint = thread_heads(seen).get(ns) if seen else None
     if checkpoint_id is not None and hint is not None and hint[1] != checkpoint_id:
         return None, None  # an older one, as far as this saver knows: no need to look
-    since = hint[0] if hint else END
+    since = hint[0] if hint else SNAPSHOT_ONLY
     for _ in range(MAX_TRIES):
         record = checked((yield Read(sid, since)), sid, thread_id)
         if record is None:

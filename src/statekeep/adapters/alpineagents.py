@@ -34,6 +34,7 @@ from alpineagents.state import check_id  # type: ignore[import-untyped]
 from alpineagents.store import Record, StateInfo, Store  # type: ignore[import-untyped]
 
 from .._errors import StateExistsError, StateNotFoundError
+from .._ranges import SNAPSHOT_ONLY
 from .._records import Record as StatekeepRecord
 from .._records import SavedState
 from .._store import Store as StatekeepBase
@@ -42,8 +43,6 @@ from ._ids import state_id_for
 
 __all__ = ["StatekeepStore"]
 
-#: A ``since`` past any history: a range read that returns the snapshot alone.
-_PAST_END = 1 << 62
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 #: How many snapshots ``alist`` reads at once.
 _READS_AT_ONCE = 16
@@ -176,7 +175,7 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
         order: States with no history last). Reads one snapshot per State, no history."""
         found = []
         for row in self._store.iter_states(labels=LABELS):
-            record = self._store.read(row.id, since=_PAST_END)
+            record = self._store.read(row.id, since=SNAPSHOT_ONLY)
             found.append(_info_row(row, None if record is None else record.snapshot))
         return _ordered(found)
 
@@ -186,7 +185,7 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
         found: builtins.list[StateInfo | None] = []
         for start in range(0, len(rows), _READS_AT_ONCE):
             chunk = rows[start : start + _READS_AT_ONCE]
-            records = await asyncio.gather(*(self._store.aread(row.id, since=_PAST_END) for row in chunk))
+            records = await asyncio.gather(*(self._store.aread(row.id, since=SNAPSHOT_ONLY) for row in chunk))
             found += [
                 _info_row(row, None if rec is None else rec.snapshot)
                 for row, rec in zip(chunk, records, strict=True)

@@ -19,6 +19,7 @@ from agents.memory.session_settings import SessionSettings, coerce_session_setti
 
 from .._codec import check
 from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from .._ranges import SNAPSHOT_ONLY
 from .._store import Store
 from ._ids import state_id_for
 from ._openai_history import (
@@ -41,8 +42,6 @@ __all__ = ["StatekeepSession"]
 
 T = TypeVar("T")
 
-#: A ``since`` past any history: the read returns the snapshot and no entries.
-_SNAPSHOT_ONLY = 2**62
 #: Writes one call makes before it gives up (each lost one to another writer), as LangGraph's.
 MAX_TRIES = 100
 
@@ -159,7 +158,7 @@ class StatekeepSession:
     async def _current(self, seen: Tail | None) -> Tail | None:
         """The history's tail as it is now, with its last entry, read from where ``seen``
         ends on (after a write from it lost, or nothing was seen); None if there is no session."""
-        since = _SNAPSHOT_ONLY if seen is None else seen.end - 1
+        since = SNAPSHOT_ONLY if seen is None else seen.end - 1
         while True:
             got = await self._read(since)
             if got is None or got[0].last is not None:
@@ -174,7 +173,7 @@ class StatekeepSession:
     async def _newest(self, want: int | None) -> tuple[Tail, list[dict[str, Any]]] | None:
         """The tail and the newest ``want`` live item entries (None: all), oldest first."""
         seen = self._seen
-        since = _SNAPSHOT_ONLY if seen is None else window(seen, want, None)
+        since = SNAPSHOT_ONLY if seen is None else window(seen, want, None)
         while True:
             got = await self._read(since)
             if got is None:
