@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -179,14 +180,20 @@ def run_suite(
         PYTHONPATH=os.pathsep.join([str(plugin_dir), str(REPO), os.environ.get("PYTHONPATH", "")]),
         **env,
     )
-    done = subprocess.run(args, cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout)
-    output = done.stdout + done.stderr
-    if not report.exists():
-        raise AssertionError(f"the framework's tests did not run (exit {done.returncode}):\n{output[-5000:]}")
+    try:
+        done = subprocess.run(args, cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout)
+        output = done.stdout + done.stderr
+        if not report.exists():
+            raise AssertionError(
+                f"the framework's tests did not run (exit {done.returncode}):\n{output[-5000:]}"
+            )
+        cases = list(ElementTree.parse(report).getroot().iter("testcase"))
+    finally:
+        shutil.rmtree(report.parent, ignore_errors=True)
     passed: list[str] = []
     failed: dict[str, str] = {}
     skipped: dict[str, str] = {}
-    for case in ElementTree.parse(report).getroot().iter("testcase"):
+    for case in cases:
         name = f"{case.get('classname')}::{case.get('name')}"
         problem = case.find("failure")
         if problem is None:
