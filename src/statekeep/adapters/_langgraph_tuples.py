@@ -160,3 +160,10 @@ def delta_history(
             item["seed"] = seeds[channel]
         result[channel] = item
     return result
+
+
+def within(items: list[CheckpointTuple], limit: int | None) -> tuple[list[CheckpointTuple], int | None]:
+    """The first ``limit`` of ``items`` (all of them when None), and what is left of ``limit``."""
+    if limit is None:
+        return items, None
+    return items[:limit], limit - min(limit, len(items))

@@ -37,6 +37,7 @@ from ._langgraph_tuples import (
     selected,
     to_tuple,
     where,
+    within,
 )
 
 __all__ = ["StatekeepSaver"]
@@ -110,12 +111,10 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
             thread = self._run(flows.whole(self._heads, str(thread_id)))
             if thread is None:
                 continue
-            for item in selected(self.serde, thread_id, thread, config, filter, before):
-                yield item
-                if limit is not None:
-                    limit -= 1
-                    if limit <= 0:
-                        return
+            items, limit = within(selected(self.serde, thread_id, thread, config, filter, before), limit)
+            yield from items
+            if limit == 0:
+                return
 
     def put(
         self,
@@ -219,12 +218,11 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
             thread = await self._arun(flows.whole(self._heads, str(thread_id)))
             if thread is None:
                 continue
-            for item in selected(self.serde, thread_id, thread, config, filter, before):
+            items, limit = within(selected(self.serde, thread_id, thread, config, filter, before), limit)
+            for item in items:
                 yield item
-                if limit is not None:
-                    limit -= 1
-                    if limit <= 0:
-                        return
+            if limit == 0:
+                return
 
     async def aput(
         self,
