@@ -11,7 +11,10 @@ from ._agent import Agent, Reply, ScriptedModel
 from ._agentcheck import ResumeWarning
 from ._errors import (
     CorruptStateError,
+    DecryptionError,
+    LeaseHeldError,
     NotAStoreError,
+    StaleLeaseError,
     StateConflictError,
     StateExistsError,
     StatekeepError,
@@ -23,8 +26,11 @@ from ._history import FORMAT_VERSION
 from ._ids import ID_RULE, validate_id
 from ._kv import Item, Memory
 from ._labels import LABEL_RULE, NAMESPACE_RULE
+from ._leases import Lease
 from ._query import Page
 from ._records import Record, SavedState
+from ._redactor import DEFAULT_KEYS, Redactor
+from ._sealing import Keyring
 from ._state import State, agent_info
 from ._store import Store
 from ._tools import Tool
@@ -35,26 +41,33 @@ if TYPE_CHECKING:  # loaded on first use by __getattr__ below
     from .stores import PostgresStore, RedisStore
 
 __all__ = [
+    "DEFAULT_KEYS",
     "FORMAT_VERSION",
     "ID_RULE",
     "LABEL_RULE",
     "NAMESPACE_RULE",
     "Agent",
     "CorruptStateError",
+    "DecryptionError",
     "FileStore",
     "Item",
+    "Keyring",
+    "Lease",
+    "LeaseHeldError",
     "Memory",
     "MemoryStore",
     "NotAStoreError",
     "Page",
     "PostgresStore",
     "Record",
+    "Redactor",
     "RedisStore",
     "Reply",
     "ResumeWarning",
     "SQLiteStore",
     "SavedState",
     "ScriptedModel",
+    "StaleLeaseError",
     "State",
     "StateConflictError",
     "StateExistsError",

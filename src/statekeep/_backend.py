@@ -8,23 +8,30 @@ fails before any storage is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Hashable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._bridge import owner, run_async, run_sync
 from ._ids import validate_id
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
+from ._leases import Lease, check_fence, check_lease
+from ._leasing import Leasing
+from ._protection import Protection
 from ._query import ListQuery, Page, make_query, select
 from ._ranges import check_since
 from ._records import Entries, Record, SavedState, Snapshot
 from ._store import Store
-from ._writes import PreparedWrite, prepare_write
+from ._writes import PreparedWrite
 
 if TYPE_CHECKING:
     from ._kv import Memory
+    from ._state import State
+
+T = TypeVar("T")
 
 #: A clock: returns the current time as an aware datetime.
 Clock = Callable[[], datetime]
@@ -34,7 +41,7 @@ def system_clock() -> datetime:
     return datetime.now(UTC)
 
 
-class Backend(Store):
+class Backend(Leasing, Store):
     """The base of the built-in stores; private (third-party stores subclass :class:`Store`).
 
     On top of :class:`Store` it gives: ids and data validated and encoded in the caller's
@@ -50,6 +57,7 @@ class Backend(Store):
     #: How long a State without an explicit ``expires_at`` lives after its last write.
     retention: timedelta | None = None
     _clock: Clock = staticmethod(system_clock)
+    _protection = Protection()
 
     def _lifecycle(
         self,
@@ -66,6 +74,15 @@ class Backend(Store):
             if not callable(clock):
                 raise TypeError(f"clock must be a function returning an aware datetime, got {clock!r}")
             self._clock = clock
+
+    def _protect(self, redact: object, encrypt: object, allow_plaintext: object) -> None:
+        """Take the constructor's ``redact``, ``encrypt`` and ``allow_plaintext`` (checked)."""
+        self._protection = Protection(redact, encrypt, allow_plaintext)
+
+    @property
+    def _keyring(self) -> object:
+        """The store's Keyring, or None: a store that copies on its side must not when set."""
+        return self._protection.keyring
 
     def _now(self) -> datetime:
         """The time expiry is judged by (the store's clock; server stores override)."""
@@ -99,8 +116,9 @@ class Backend(Store):
         raise NotImplementedError
 
     @abstractmethod
-    async def _delete(self, state_id: str) -> None:
-        """Remove a State whole, if there is one (the State's lock is held)."""
+    async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
+        """Remove a State whole, if there is one (the State's lock is held), applying the
+        fence (:func:`~statekeep._leases.check_fence`) atomically with the removal."""
         raise NotImplementedError
 
     async def _close(self) -> None:
@@ -145,7 +163,8 @@ class Backend(Store):
 
     async def aread_snapshot(self, state_id: str) -> dict[str, Any] | None:
         """Internal: :meth:`_read_snapshot` on the owner loop, for agent memory."""
-        return await run_async(self._read_snapshot(self._check_open(validate_id(state_id))))
+        snapshot = await run_async(self._read_snapshot(self._check_open(validate_id(state_id))))
+        return self._protection.snapshot(self.namespace, state_id, snapshot)
 
     async def _gc(self, limit: int | None) -> int:
         """Remove expired States; by default each one found by :meth:`_list` is read again
@@ -160,6 +179,8 @@ class Backend(Store):
             async with owner().lock((self._storage_key(), row.id)):
                 record = _built(await self._read(row.id))
                 if record is not None and self._expired(record.snapshot):
+                    if await self._current_lease(row.id) is not None:
+                        continue  # a live lease keeps an expired State: its worker is at it
                     await self._delete(row.id)
                     removed += 1
         return removed
@@ -181,22 +202,48 @@ class Backend(Store):
     # -- the public API -------------------------------------------------------------
 
     async def awrite(
-        self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False
+        self,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        *,
+        create: bool = False,
+        lease: Lease | None = None,
     ) -> None:
-        write = prepare_write(state_id, entries, self._stamp(snapshot), create)
+        write = self._prepared(state_id, entries, snapshot, create, lease)
         await run_async(self._locked_write(self._check_open(write)), direct=True)
 
-    def write(self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False) -> None:
-        write = prepare_write(state_id, entries, self._stamp(snapshot), create)
+    def write(
+        self,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        *,
+        create: bool = False,
+        lease: Lease | None = None,
+    ) -> None:
+        write = self._prepared(state_id, entries, snapshot, create, lease)
         run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
+
+    def _prepared(
+        self, state_id: str, entries: Entries, snapshot: Snapshot, create: bool, lease: Lease | None
+    ) -> PreparedWrite:
+        """A write redacted, checked, encoded and sealed, in the caller's thread."""
+        write = self._protection.write(self.namespace, state_id, entries, self._stamp(snapshot), create)
+        if lease is not None:
+            write = dataclasses.replace(write, lease=check_lease(lease, state_id))
+        return write
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))
-        return self._live(_built(await run_async(read)))
+        return self._opened(state_id, _built(await run_async(read)), since)
 
     def read(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))
-        return self._live(_built(run_sync(read, "aread")))
+        return self._opened(state_id, _built(run_sync(read, "aread")), since)
+
+    def _opened(self, state_id: str, record: Record | None, since: int) -> Record | None:
+        return self._protection.record(self.namespace, state_id, self._live(record), since)
 
     def _live(self, record: Record | None) -> Record | None:
         return None if record is None or self._expired(record.snapshot) else record
@@ -230,7 +277,7 @@ class Backend(Store):
             id_prefix=id_prefix,
         )
         self._check_open(None)
-        return _warn_skipped(await run_async(self._select(query)))
+        return self._protection.rows(self.namespace, _warn_skipped(await run_async(self._select(query))))
 
     def list(
         self,
@@ -261,19 +308,42 @@ class Backend(Store):
             id_prefix=id_prefix,
         )
         self._check_open(None)
-        return _warn_skipped(run_sync(self._select(query), "alist"))
+        return self._protection.rows(self.namespace, _warn_skipped(run_sync(self._select(query), "alist")))
 
-    async def adelete(self, state_id: str, *, children: bool = False) -> None:
+    async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
-            await super().adelete(state_id, children=True)
+            await super().adelete(state_id, children=True, lease=lease)
             return
-        await run_async(self._locked_delete(self._check_open(validate_id(state_id))), direct=True)
+        sid = self._check_open(validate_id(state_id))
+        await run_async(self._locked_delete(sid, check_lease(lease, sid)), direct=True)
 
-    def delete(self, state_id: str, *, children: bool = False) -> None:
+    def delete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
-            super().delete(state_id, children=True)
+            super().delete(state_id, children=True, lease=lease)
             return
-        run_sync(self._locked_delete(self._check_open(validate_id(state_id))), "adelete", direct=True)
+        sid = self._check_open(validate_id(state_id))
+        run_sync(self._locked_delete(sid, check_lease(lease, sid)), "adelete", direct=True)
+
+    async def afork(
+        self,
+        state_id: str,
+        *,
+        at_seq: int | None = None,
+        new_id: str | None = None,
+        labels: dict[str, str] | None = None,
+        lease: Lease | None = None,
+    ) -> State:
+        # The fork reads the source: refused while another worker holds it (not atomic
+        # with the read, which changes nothing).
+        sid = self._check_open(validate_id(state_id))
+        held = await self.acurrent_lease(sid)
+        check_fence(
+            sid, held, check_lease(lease, sid), await run_async(self._server_now()), "nothing was forked"
+        )
+        return await super().afork(state_id, at_seq=at_seq, new_id=new_id, labels=labels)
+
+    def _may_copy_on_server(self) -> bool:
+        return self._protection.keyring is None  # sealed records are re-sealed for their new place
 
     async def agc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
         """Remove expired States (at most ``limit``) and return how many were removed.
@@ -301,7 +371,9 @@ class Backend(Store):
         from ._kv import Memory
 
         self._check_open(None)
-        return Memory(self._sibling(memory_namespace(self.namespace, scope)), scope)
+        sibling = self._sibling(memory_namespace(self.namespace, scope))
+        sibling._protection = self._protection  # memory values are redacted and sealed too
+        return Memory(sibling, scope)
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -332,9 +404,13 @@ class Backend(Store):
         async with owner().lock((self._storage_key(), write.state_id)):
             await self._write(write)
 
-    async def _locked_delete(self, state_id: str) -> None:
+    async def _locked_delete(self, state_id: str, lease: Lease | None) -> None:
         async with owner().lock((self._storage_key(), state_id)):
-            await self._delete(state_id)
+            await self._delete(state_id, lease)
+
+    async def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> T:
+        async with owner().lock((self._storage_key(), state_id)):
+            return await work
 
 
 def _built(result: Record | Callable[[], Record] | None) -> Record | None:

@@ -66,3 +66,38 @@ class NotAStoreError(StatekeepError, ValueError):
     Raised before anything there is changed: the message says what was found and what to
     pass instead.
     """
+
+
+class LeaseHeldError(StatekeepError, RuntimeError):
+    """Another owner holds a live lease on the State, so this call was refused and nothing
+    was changed.
+
+    Raised by ``acquire`` while another lease is live, and by a write, delete or fork
+    without ``lease=`` while any lease is live. ``state_id``, ``owner`` (the holder) and
+    ``expires_at`` (an aware UTC datetime, by the store's clock) say whose it is and until
+    when: wait for it to expire or be released, or pass the holder's lease.
+    """
+
+    def __init__(self, message: str, state_id: str, owner: str, expires_at: object) -> None:
+        super().__init__(message)
+        self.state_id = state_id
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class StaleLeaseError(StateConflictError):
+    """The lease given is no longer the State's current one: it expired, was released, or
+    another owner took the State over since. Nothing was written.
+
+    The worker holding it must stop: another may be running the State now. Acquire a new
+    lease and load the State again before going on.
+    """
+
+
+class DecryptionError(StatekeepError, ValueError):
+    """A sealed record could not be opened: its key is not in the keyring, or it fails
+    authentication (changed, copied from another State or seq, or sealed with another key
+    of the same id); or a store opened with ``encrypt=`` found plaintext it may not read.
+
+    The message names the State, the record and the key id. Nothing is returned in part.
+    """

@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._bridge import in_thread, run_sync
-from ._errors import StateConflictError, StateExistsError, StateNotFoundError
+from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
 from ._lineage import fork_state, tree_order
 from ._query import given
 from ._ranges import with_since
@@ -23,6 +23,7 @@ from ._writes import missing_error
 
 if TYPE_CHECKING:
     from ._kv import Memory
+    from ._leases import Lease
 
 #: How many rows each page of :meth:`Store.iter_states` asks for.
 ITER_PAGE = 200
@@ -94,6 +95,12 @@ class Store(ABC):  # noqa: B024
         id is a :class:`StateNotFoundError` (a LookupError).
         Bad data (NaN, non-str keys, sets, ...) raises TypeError before anything is
         written. What is durable on return depends on the store; see its class.
+
+        ``lease=`` (built-in stores; see :meth:`acquire`): the write is accepted only while
+        that lease is the State's current, live one, checked atomically with the write, else
+        :class:`StaleLeaseError` and nothing is written. Without it, a live lease on the State
+        refuses the write with :class:`LeaseHeldError`. A store opened with ``redact=`` or
+        ``encrypt=`` masks and seals the entries and snapshot before they leave the process.
 
         Cancelled (``task.cancel()``, or ``asyncio.timeout``/``wait_for``, which turn it into
         TimeoutError), it raises only once the write is settled: written whole, or never
@@ -178,7 +185,7 @@ class Store(ABC):  # noqa: B024
                 return
             filters["after"] = after
 
-    async def adelete(self, state_id: str, *, children: bool = False) -> None:
+    async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         """Remove a State whole; nothing happens if there is none.
 
         ``children=True`` also removes every State spawned from it (:meth:`State.child`),
@@ -188,11 +195,17 @@ class Store(ABC):  # noqa: B024
 
         Cancelled, it raises only once the delete is settled, as :meth:`awrite` does: the
         next ``aread`` shows the State whole or gone.
+
+        ``lease=`` (built-in stores): the delete is refused with :class:`StaleLeaseError`
+        unless it is the State's current, live lease; without it, a live lease on the State
+        refuses it with :class:`LeaseHeldError`. With ``children=True`` the lease is the
+        root's (the children are deleted without one).
         """
         if children:
             for sid in await self._atree(state_id):
-                await self.adelete(sid)
+                await self.adelete(sid, **_leased(lease if sid == state_id else None))
             return
+        _no_leases(self, lease)
         if type(self).delete is Store.delete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         await in_thread(functools.partial(self.delete, state_id))
@@ -220,6 +233,7 @@ class Store(ABC):  # noqa: B024
         at_seq: int | None = None,
         new_id: str | None = None,
         labels: dict[str, str] | None = None,
+        lease: Lease | None = None,
     ) -> State:
         """A new State whose history is ``state_id``'s entries 0 to ``at_seq`` (default: all).
 
@@ -234,12 +248,21 @@ class Store(ABC):  # noqa: B024
         its next save; it keeps the source's ``parent`` too (a fork of a subagent's run is
         another child of the same parent, and goes with that parent's tree delete).
         """
+        _no_leases(self, lease)
         record = await self.aread(state_id)
         if record is None:
             raise missing_error(state_id)
         state, entries, snapshot = fork_state(state_id, record, at_seq, new_id, labels)
-        await self._afork_write(state_id, entries, snapshot, state.id)
+        if self._may_copy_on_server():
+            await self._afork_write(state_id, entries, snapshot, state.id)
+        else:
+            await Store._afork_write(self, state_id, entries, snapshot, state.id)
         return from_record(state.id, Record(entries, snapshot), self)
+
+    def _may_copy_on_server(self) -> bool:
+        """Whether a fork may copy the source's stored records as they are (not when
+        they are sealed for their place)."""
+        return True
 
     async def _afork_write(
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
@@ -311,11 +334,12 @@ class Store(ABC):  # noqa: B024
                 return
             filters["after"] = after
 
-    def delete(self, state_id: str, *, children: bool = False) -> None:
+    def delete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         """Sync :meth:`adelete`."""
         if children:
-            run_sync(self.adelete(state_id, children=True), "adelete")
+            run_sync(self.adelete(state_id, children=True, lease=lease), "adelete")
             return
+        _no_leases(self, lease)
         if type(self).adelete is Store.adelete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         run_sync(self.adelete(state_id), "adelete")
@@ -327,9 +351,11 @@ class Store(ABC):  # noqa: B024
         at_seq: int | None = None,
         new_id: str | None = None,
         labels: dict[str, str] | None = None,
+        lease: Lease | None = None,
     ) -> State:
         """Sync :meth:`afork`."""
-        return run_sync(self.afork(state_id, at_seq=at_seq, new_id=new_id, labels=labels), "afork")
+        fork = self.afork(state_id, at_seq=at_seq, new_id=new_id, labels=labels, lease=lease)
+        return run_sync(fork, "afork")
 
     def gc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
         """Sync :meth:`agc`."""
@@ -337,7 +363,7 @@ class Store(ABC):  # noqa: B024
 
     # -- States -----------------------------------------------------------------------
 
-    async def asave(self, state: State) -> None:
+    async def asave(self, state: State, *, lease: Lease | None = None) -> None:
         """Write what the store does not have of ``state`` yet, plus its snapshot.
 
         The first save creates the State: :class:`StateExistsError` (a ValueError) if the id
@@ -348,19 +374,26 @@ class Store(ABC):  # noqa: B024
         :class:`StateConflictError` says to load it again; :class:`StateNotFoundError` if it
         was deleted. Cancelled, it raises once the write is settled, as :meth:`awrite` does,
         and the State stays ready to save: the next save sends what the store lacks.
+
+        ``lease=`` (built-in stores) fences the write as :meth:`awrite` says:
+        :class:`StaleLeaseError` (nothing written) once the lease is no longer current, and
+        :class:`LeaseHeldError` for a save without it while another worker holds one.
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
+        leased = _leased(lease)
         try:
             if unsure:
                 # An earlier create failed after it may have been stored: append instead,
                 # which skips what is there already.
                 try:
-                    await self.awrite(state.id, entries, snapshot)
+                    await self.awrite(state.id, entries, snapshot, **leased)
                 except LookupError:
-                    await self.awrite(state.id, entries, snapshot, create=True)
+                    await self.awrite(state.id, entries, snapshot, create=True, **leased)
             else:
-                await self.awrite(state.id, entries, snapshot, create=create)
+                await self.awrite(state.id, entries, snapshot, create=create, **leased)
+        except (StaleLeaseError, LeaseHeldError):
+            raise  # nothing was written, and the advice is the lease's
         except StateConflictError as exc:
             raise conflict(state, exc) from None
         except StateExistsError:  # the raw write's advice (create=...) is not for save
@@ -385,9 +418,9 @@ class Store(ABC):  # noqa: B024
         """
         return from_record(state_id, await self.aread(state_id), self)
 
-    def save(self, state: State) -> None:
+    def save(self, state: State, *, lease: Lease | None = None) -> None:
         """Sync :meth:`asave`."""
-        run_sync(self.asave(state), "asave")
+        run_sync(self.asave(state, lease=lease), "asave")
 
     def load(self, state_id: str) -> State:
         """Sync :meth:`aload`."""
@@ -422,3 +455,13 @@ class Store(ABC):  # noqa: B024
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _leased(lease: Lease | None) -> dict[str, Any]:
+    """``lease=`` for a call, only when given (a store of one's own need not take it)."""
+    return {} if lease is None else {"lease": lease}
+
+
+def _no_leases(store: Store, lease: Lease | None) -> None:
+    if lease is not None and not hasattr(store, "aacquire"):
+        raise NotImplementedError(f"{type(store).__name__} does not support leases")

@@ -9,9 +9,9 @@ on with no gap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -20,6 +20,9 @@ from ._errors import StateConflictError, StateExistsError, StateNotFoundError
 from ._ids import validate_id
 from ._logframe import RESERVED
 from ._records import LISTING_TIMES, utc_time
+
+if TYPE_CHECKING:
+    from ._leases import Lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,13 @@ class PreparedWrite:
     lines: tuple[bytes, ...]
     snapshot: bytes | None
     create: bool
+    #: The lease the caller passed (None: none). The store checks the fence
+    #: (:func:`~statekeep._leases.check_fence`) atomically with the write.
+    lease: Lease | None = None
+    #: For a sealed write: the plaintext lines, and a function opening a stored entry
+    #: (seq, stored dict) so that an overlap is compared as plaintext.
+    plain: tuple[bytes, ...] | None = None
+    opener: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def end_seq(self) -> int:
@@ -119,8 +129,11 @@ def plan_append(write: PreparedWrite, next_seq: int) -> int:
 def check_overlap(write: PreparedWrite, stored: Sequence[dict[str, Any]]) -> None:
     """Raise StateConflictError unless ``stored`` (the store's entries for the overlapping
     seqs, in order) equals the first ``len(stored)`` entries of ``write``."""
+    opener, lines = write.opener, write.plain or write.lines
     for i, old in enumerate(stored):
-        if not same_json(old, orjson.loads(write.lines[i])):
+        if opener is not None:
+            old = opener(write.first_seq + i, old)
+        if not same_json(old, orjson.loads(lines[i])):
             seq = write.first_seq + i
             raise StateConflictError(
                 f"State {write.state_id!r} already has a different entry at seq {seq}: "

@@ -10,7 +10,10 @@ import orjson
 
 from .._backend import Backend, Clock
 from .._labels import DEFAULT_NAMESPACE, check_period, iso
+from .._leases import Lease, acquired, check_fence, is_live, released, renewed
 from .._records import Record, SavedState, left_out, listing_order
+from .._redactor import Redactor
+from .._sealing import Keyring
 from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 from ._file.expiry import encoded_expiry
 
@@ -18,12 +21,13 @@ from ._file.expiry import encoded_expiry
 class _Space:
     """One namespace's States: entry lines, encoded snapshot and expiry, by id."""
 
-    __slots__ = ("expires", "lines", "snapshots")
+    __slots__ = ("expires", "leases", "lines", "snapshots")
 
     def __init__(self) -> None:
         self.lines: dict[str, list[bytes]] = {}
         self.snapshots: dict[str, bytes | None] = {}
         self.expires: dict[str, datetime] = {}  # only States that expire
+        self.leases: dict[str, Lease] = {}  # each State's lease row; kept by drop()
 
     def drop(self, sid: str) -> None:
         self.lines.pop(sid, None)
@@ -45,7 +49,10 @@ class MemoryStore(Backend):
     last write. ``ttl`` is retention that slides: a ``read``/``load`` of a State also moves
     its expiry to ``ttl`` from then (listings do not); give one of the two. Expiry is judged
     by ``clock`` (default: the system clock, UTC): an expired State is absent to reads,
-    listings, forks and writes, and ``gc`` removes it.
+    listings, forks and writes, and ``gc`` removes it. Leases are judged by that clock too.
+
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
+    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     def __init__(
@@ -55,12 +62,16 @@ class MemoryStore(Backend):
         retention: timedelta | None = None,
         clock: Clock | None = None,
         ttl: timedelta | None = None,
+        redact: Redactor | None = None,
+        encrypt: Keyring | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         if ttl is not None:
             if retention is not None:
                 raise ValueError("give MemoryStore either retention or ttl (retention that slides), not both")
             retention = check_period(ttl, "ttl")
         self._lifecycle(namespace, retention, clock)
+        self._protect(redact, encrypt, allow_plaintext)
         self._sliding = ttl is not None
         self._spaces: dict[str, _Space] = {}  # shared with the siblings (agent memory)
         self._space = self._spaces.setdefault(self.namespace, _Space())
@@ -92,6 +103,7 @@ class MemoryStore(Backend):
 
     async def _write(self, write: PreparedWrite) -> None:
         sid, space = write.state_id, self._space
+        check_fence(sid, space.leases.get(sid), write.lease, self._now())
         lines = space.lines.get(sid)
         if lines is not None and self._gone(sid):
             space.drop(sid)  # expired: absent, so a create replaces it
@@ -149,14 +161,41 @@ class MemoryStore(Backend):
                 skipped.append(left_out(sid, exc))
         return listing_order(rows), skipped
 
-    async def _delete(self, state_id: str) -> None:
+    async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
+        check_fence(state_id, self._space.leases.get(state_id), lease, self._now(), "nothing was deleted")
         self._space.drop(state_id)
+
+    # Leases: the rows live in the namespace's space, judged by the store's clock.
+
+    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
+        leases = self._space.leases
+        lease = leases[state_id] = acquired(state_id, owner, ttl, leases.get(state_id), self._now())
+        return lease
+
+    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
+        leases = self._space.leases
+        new = leases[lease.state_id] = renewed(lease, leases.get(lease.state_id), ttl, self._now())
+        return new
+
+    async def _release(self, lease: Lease) -> None:
+        leases = self._space.leases
+        ended = released(lease, leases.get(lease.state_id), self._now())
+        if ended is not None:
+            leases[lease.state_id] = ended
+
+    async def _current_lease(self, state_id: str) -> Lease | None:
+        held = self._space.leases.get(state_id)
+        return held if is_live(held, self._now()) else None
 
     async def _gc(self, limit: int | None) -> int:
         # Runs on the owner loop, as every write does: nothing can extend a State meanwhile.
         now = self._now()
         space = self._space
-        expired = [sid for sid, when in space.expires.items() if when <= now]
+        expired = [
+            sid
+            for sid, when in space.expires.items()
+            if when <= now and not is_live(space.leases.get(sid), now)
+        ]
         for sid in expired[:limit]:
             space.drop(sid)
         return len(expired[:limit])

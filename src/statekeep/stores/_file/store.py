@@ -38,6 +38,7 @@ from ..._backend import Backend, Clock
 from ..._batching import GroupCommit
 from ..._bridge import owner
 from ..._labels import DEFAULT_NAMESPACE
+from ..._leases import Lease
 from ..._query import ListQuery, Page, select
 from ..._records import Record, SavedState
 from ..._writes import PreparedWrite
@@ -261,7 +262,7 @@ class FileStore(Backend):
             rows = [r for r in rows if r.expires_at is None or r.expires_at > now]
         return select(rows, query), skipped
 
-    async def _delete(self, state_id: str) -> None:
+    async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         self._handles.drop(state_id)
         self._copies.forget(state_id)
         await owner().io.run(delete, self._folder, self._tails, state_id)

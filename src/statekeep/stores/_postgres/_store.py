@@ -15,6 +15,7 @@ import orjson
 
 from ... import _redaction as redaction
 from ..._errors import CorruptStateError
+from ..._leases import Lease
 from ..._records import Record, decode_snapshot
 from ..._writes import PreparedWrite, check_overlap
 from .. import _server as servercommon
@@ -206,7 +207,7 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
             decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
         )
 
-    async def _delete(self, state_id: str) -> None:
+    async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         await self._query("delete", "execute", self._sql.delete, self.namespace, state_id)
 
     # -- writes: one at a time, or batched -----------------------------------------

@@ -13,6 +13,7 @@ from ..._backend import Backend
 from ..._bridge import owner, run_async
 from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE
+from ..._leases import Lease
 from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, Snapshot
 from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
@@ -229,7 +230,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         async with self._using("gc") as local:
             return await _listing.gc(local, self._keys_of, limit)
 
-    async def _delete(self, state_id: str) -> None:
+    async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         async with self._using("delete") as local:
             assert local.delete_script is not None
             await local.delete_script(

@@ -20,6 +20,7 @@ from ..._batching import GroupCommit, WouldBlock
 from ..._bridge import owner, run_async
 from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE, iso
+from ..._leases import Lease
 from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, decode_snapshot
 from ..._writes import PreparedWrite, prepare_write
@@ -154,7 +155,7 @@ class SQLiteStore(Backend):
     async def _write(self, write: PreparedWrite) -> None:
         await self._submit(("write", self.namespace, write))
 
-    async def _delete(self, state_id: str) -> None:
+    async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         await self._submit(("delete", self.namespace, state_id))
 
     async def _read(self, state_id: str, since: int = 0) -> Record | None:

@@ -1,0 +1,166 @@
+"""Fenced leases: who may write a State now, and the rule every store checks (pure, no I/O).
+
+A lease gives one owner the right to write a State until ``expires_at``. Its ``token``
+grows by one at every acquire of that State, and a store remembers the last token even
+after a release or a delete of the State, so a token is never handed out twice. A write
+carrying a lease is accepted only while that lease is the State's current one and live
+(:func:`check_fence`): a worker that stalled past its expiry, and was replaced, can never
+write again, whatever its own clock says.
+
+Each store keeps one lease row per State: ``(owner, token, expires_at)``. A release ends
+the lease by setting ``expires_at`` to the release time, keeping the token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ._errors import LeaseHeldError, StaleLeaseError
+from ._redaction import redact_text
+
+#: The longest lease: a worker that needs more renews.
+MAX_TTL = timedelta(days=7)
+MAX_OWNER = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to write one State until ``expires_at``.
+
+    ``token`` strictly increases for each State across takeovers, processes and hosts.
+    ``expires_at`` is an aware UTC datetime by the clock that judges expiry: the system
+    clock for Memory, File and SQLite stores (one host), the server's for PostgreSQL and
+    Redis. Pass the lease as ``lease=`` to ``write``/``save``/``delete``/``fork``, and to
+    ``renew``/``release``.
+    """
+
+    state_id: str
+    owner: str
+    token: int
+    expires_at: datetime
+    #: The period it was acquired for: what ``renew`` extends it by unless told otherwise.
+    ttl: timedelta = field(default=timedelta(seconds=30), compare=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"Lease(state_id={self.state_id!r}, owner={shown_owner(self.owner)!r}, "
+            f"token={self.token}, expires_at={self.expires_at.isoformat()!r})"
+        )
+
+
+def shown_owner(owner: str) -> str:
+    """An owner as errors and reprs show it: a URL's password in it is hidden."""
+    return redact_text(owner)
+
+
+def check_owner(owner: object) -> str:
+    """``owner`` if it is a usable lease owner, else TypeError/ValueError saying why."""
+    if not isinstance(owner, str):
+        raise TypeError(f"a lease owner must be a str naming the worker, got {type(owner).__name__}")
+    if not owner or len(owner) > MAX_OWNER or not owner.isprintable():
+        raise ValueError(
+            f"a lease owner must be 1 to {MAX_OWNER} printable characters (e.g. 'host-12/pid-345'), "
+            f"got {shown_owner(owner)[:MAX_OWNER]!r}; it is shown in errors, so never put a secret in it"
+        )
+    return owner
+
+
+def check_ttl(ttl: object, name: str = "ttl") -> timedelta:
+    """``ttl`` (seconds or a timedelta) as a timedelta, else TypeError/ValueError."""
+    if isinstance(ttl, timedelta):
+        period = ttl
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        if not math.isfinite(ttl):
+            raise ValueError(f"{name} must be a finite number of seconds, got {ttl!r}")
+        period = timedelta(seconds=ttl)
+    else:
+        raise TypeError(f"{name} must be seconds (int or float) or a timedelta, got {type(ttl).__name__}")
+    if not timedelta(0) < period <= MAX_TTL:
+        raise ValueError(f"{name} must be more than 0 and at most {MAX_TTL.days} days, got {period}")
+    return period
+
+
+def check_lease(lease: object, state_id: str | None = None) -> Lease | None:
+    """``lease`` if it is None or a Lease (for ``state_id`` when given), else TypeError/ValueError."""
+    if lease is None:
+        return None
+    if not isinstance(lease, Lease):
+        raise TypeError(f"lease= takes a Lease from store.acquire(), got {type(lease).__name__}")
+    if state_id is not None and lease.state_id != state_id:
+        raise ValueError(
+            f"the lease is for State {lease.state_id!r}, not {state_id!r}; nothing was written. "
+            "Acquire a lease on the State you write"
+        )
+    return lease
+
+
+def is_live(held: Lease | None, now: datetime) -> bool:
+    return held is not None and held.expires_at > now
+
+
+def held_error(held: Lease, doing: str) -> LeaseHeldError:
+    return LeaseHeldError(
+        f"State {held.state_id!r} is leased to {shown_owner(held.owner)!r} until "
+        f"{held.expires_at.isoformat()} (token {held.token}); {doing}. Wait for the lease to "
+        "expire or be released, or pass the holder's lease as lease=",
+        held.state_id,
+        held.owner,
+        held.expires_at,
+    )
+
+
+def check_fence(
+    state_id: str, held: Lease | None, lease: Lease | None, now: datetime, doing: str = "nothing was written"
+) -> None:
+    """The fence every store applies, atomically with the write or delete it guards.
+
+    ``held`` is the State's lease row (None if it never had one), ``lease`` the one the
+    caller passed, ``now`` the time by the store's judging clock. With a lease, it must be
+    the held one (same token and owner) and live, else :class:`StaleLeaseError`. Without
+    one, a live held lease is :class:`LeaseHeldError`.
+    """
+    if lease is None:
+        if held is not None and is_live(held, now):
+            raise held_error(held, doing)
+        return
+    if held is None or held.token != lease.token or held.owner != lease.owner:
+        now_held = (
+            "it has no lease now"
+            if held is None or not is_live(held, now)
+            else f"it is now leased to {shown_owner(held.owner)!r} (token {held.token})"
+        )
+        raise StaleLeaseError(
+            f"State {state_id!r}: the lease of {shown_owner(lease.owner)!r} (token {lease.token}) is no "
+            f"longer current: {now_held}; {doing}. Stop this worker: acquire a new lease and load the "
+            "State again before going on"
+        )
+    if not is_live(held, now):
+        raise StaleLeaseError(
+            f"State {state_id!r}: the lease of {shown_owner(lease.owner)!r} (token {lease.token}) "
+            f"ended at {held.expires_at.isoformat()}; {doing}. Stop this worker: acquire a new lease "
+            "and load the State again before going on"
+        )
+
+
+def acquired(state_id: str, owner: str, ttl: timedelta, held: Lease | None, now: datetime) -> Lease:
+    """The lease an acquire at ``now`` gets, given the State's lease row ``held``;
+    :class:`LeaseHeldError` while ``held`` is live (even for the same owner: renew it)."""
+    if held is not None and is_live(held, now):
+        raise held_error(held, "it was not acquired")
+    return Lease(state_id, owner, (0 if held is None else held.token) + 1, now + ttl, ttl)
+
+
+def renewed(lease: Lease, held: Lease | None, ttl: timedelta, now: datetime) -> Lease:
+    """``lease`` extended to ``now + ttl``; :class:`StaleLeaseError` unless it is current and live."""
+    check_fence(lease.state_id, held, lease, now, "it was not renewed")
+    return Lease(lease.state_id, lease.owner, lease.token, now + ttl, ttl)
+
+
+def released(lease: Lease, held: Lease | None, now: datetime) -> Lease | None:
+    """The lease row after releasing ``lease`` at ``now``: ended (``expires_at`` = now,
+    token kept) if it was current and live; None (nothing to change) otherwise."""
+    if held is None or held.token != lease.token or held.owner != lease.owner or not is_live(held, now):
+        return None
+    return Lease(held.state_id, held.owner, held.token, now, held.ttl)

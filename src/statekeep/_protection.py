@@ -1,0 +1,158 @@
+"""What a store does to records on their way out and back in: redaction and sealing.
+
+The built-in stores run every write through :meth:`Protection.write` in the caller's
+thread (redacted, validated, sealed) and every read through :meth:`Protection.record`, so a
+backend stores and returns what it is given and never sees a key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import DecryptionError
+from ._query import Page
+from ._records import Entries, Record, Snapshot
+from ._redactor import Redactor
+from ._sealing import (
+    SEALED,
+    TASK_MARK,
+    Keyring,
+    is_sealed,
+    open_entry,
+    open_snapshot,
+    open_task,
+    seal_entry,
+    seal_snapshot,
+)
+from ._writes import PreparedWrite, prepare_write
+
+
+class Protection:
+    """A store's ``redact=``, ``encrypt=`` and ``allow_plaintext=`` (checked)."""
+
+    __slots__ = ("allow_plaintext", "keyring", "redactor")
+
+    def __init__(
+        self, redact: object = None, encrypt: object = None, allow_plaintext: object = False
+    ) -> None:
+        if redact is not None and not isinstance(redact, Redactor):
+            raise TypeError(f"redact= takes a statekeep.Redactor, got {type(redact).__name__}")
+        if encrypt is not None and not isinstance(encrypt, Keyring):
+            raise TypeError(f"encrypt= takes a statekeep.Keyring, got {type(encrypt).__name__}")
+        if type(allow_plaintext) is not bool:
+            raise TypeError(f"allow_plaintext must be a bool, got {allow_plaintext!r}")
+        if allow_plaintext and encrypt is None:
+            raise ValueError("allow_plaintext=True only means something with encrypt=: give a Keyring too")
+        self.redactor: Redactor | None = redact
+        self.keyring: Keyring | None = encrypt
+        self.allow_plaintext: bool = allow_plaintext
+
+    @property
+    def active(self) -> bool:
+        return self.redactor is not None or self.keyring is not None
+
+    def write(
+        self, namespace: str, state_id: str, entries: Entries, snapshot: Snapshot, create: bool
+    ) -> PreparedWrite:
+        """A write redacted, validated (:func:`prepare_write`) and sealed."""
+        redactor = self.redactor
+        if redactor is not None:
+            if isinstance(entries, (list, tuple)):
+                entries = [redactor.entry(e) if type(e) is dict else e for e in entries]
+            if type(snapshot) is dict:
+                snapshot = redactor.snapshot(snapshot)
+        write = prepare_write(state_id, entries, snapshot, create)
+        ring = self.keyring
+        if ring is None:
+            return write
+        assert isinstance(entries, (list, tuple))  # prepare_write checked it
+        lines = tuple(
+            seal_entry(ring, line, entry, namespace, state_id)
+            for line, entry in zip(write.lines, entries, strict=True)
+        )
+        sealed = None if snapshot is None else seal_snapshot(ring, snapshot, namespace, state_id)
+        return dataclasses.replace(
+            write, lines=lines, snapshot=sealed, plain=write.lines, opener=self.opener(namespace, state_id)
+        )
+
+    def opener(self, namespace: str, state_id: str) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+        """Opens a stored entry of ``state_id`` for comparing with a write's plaintext."""
+
+        def open_stored(seq: int, stored: dict[str, Any]) -> dict[str, Any]:
+            return self.entry(namespace, state_id, seq, stored)
+
+        return open_stored
+
+    def entry(self, namespace: str, state_id: str, seq: int, stored: dict[str, Any]) -> dict[str, Any]:
+        ring = self.keyring
+        if ring is not None and is_sealed(stored):
+            return open_entry(ring, stored, namespace, state_id, seq)
+        if ring is not None and not self.allow_plaintext:
+            raise _plaintext(state_id, f"entry seq {seq}")
+        if ring is None and is_sealed(stored):
+            raise _no_ring(state_id, f"entry seq {seq}", stored[SEALED])
+        return stored
+
+    def record(self, namespace: str, state_id: str, record: Record | None, since: int) -> Record | None:
+        """A stored Record opened; :class:`DecryptionError` for what cannot be."""
+        if record is None:
+            return None
+        snapshot = self.snapshot(namespace, state_id, record.snapshot)
+        entries = record.entries
+        if self.keyring is None:
+            # A clear store checks the first entry only: a sealed State's snapshot or first
+            # entry is sealed, and checking every entry would tax every read.
+            if entries:
+                self.entry(namespace, state_id, since, entries[0])
+            return record if snapshot is record.snapshot else Record(entries, snapshot)
+        opened = [self.entry(namespace, state_id, since + i, e) for i, e in enumerate(entries)]
+        return Record(opened, snapshot)
+
+    def snapshot(
+        self, namespace: str, state_id: str, snapshot: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        if snapshot is None:
+            return None
+        ring = self.keyring
+        if ring is None:
+            if is_sealed(snapshot):
+                raise _no_ring(state_id, "snapshot", snapshot[SEALED])
+            return snapshot
+        if is_sealed(snapshot):
+            return open_snapshot(ring, snapshot, namespace, state_id)
+        if not self.allow_plaintext:
+            raise _plaintext(state_id, "snapshot")
+        return snapshot
+
+    def rows(self, namespace: str, page: Page) -> Page:
+        """A listing page with sealed tasks opened (with no keyring, shown as ``[sealed]``)."""
+        ring = self.keyring
+        if not any(row.task.startswith(TASK_MARK) for row in page):
+            return page
+        rows = [
+            row
+            if not row.task.startswith(TASK_MARK)
+            else dataclasses.replace(
+                row, task="[sealed]" if ring is None else open_task(ring, row.task, namespace, row.id)
+            )
+            for row in page
+        ]
+        return Page(rows, page.next)
+
+
+def _plaintext(state_id: str, what: str) -> DecryptionError:
+    return DecryptionError(
+        f"State {state_id!r} {what} is plaintext, and this store was opened with encrypt=, which "
+        "reads sealed records only: pass allow_plaintext=True to read it, or run "
+        "`statekeep rekey` to seal it"
+    )
+
+
+def _no_ring(state_id: str, what: str, sealed: object) -> DecryptionError:
+    kid = sealed.partition(":")[0] if isinstance(sealed, str) else "?"
+    return DecryptionError(
+        f"State {state_id!r} {what} is sealed with key {kid!r}, and this store has no keyring: "
+        "open it with encrypt=Keyring({...}) holding that key"
+    )

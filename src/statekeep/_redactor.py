@@ -1,0 +1,166 @@
+"""Redaction before persistence: secrets masked in what a store keeps (pure, no I/O)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+#: Names whose values are masked whole by default, at any depth. Matched without regard to
+#: case, ``-`` or ``_`` (``apiKey``, ``API-KEY`` and ``api_key`` are one name), and exactly:
+#: ``max_tokens`` is not ``token``.
+DEFAULT_KEYS: frozenset[str] = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "api_key",
+        "x_api_key",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth_token",
+        "bearer",
+        "secret",
+        "client_secret",
+        "secret_key",
+        "private_key",
+        "authorization",
+        "proxy_authorization",
+        "cookie",
+        "set_cookie",
+        "session_token",
+        "credentials",
+    }
+)
+
+#: Snapshot keys a listing reads, never rewritten (secrets do not belong in them).
+INDEX_KEYS = frozenset(
+    {
+        "v",
+        "seq",
+        "task",
+        "created_at",
+        "updated_at",
+        "turn",
+        "stopped_by",
+        "finished",
+        "agent",
+        "parent",
+        "labels",
+        "expires_at",
+        "expiry",
+        "forked_from",
+    }
+)
+#: An entry's own keys, never rewritten: its place and kind in the history.
+ENTRY_KEYS = frozenset({"seq", "kind", "at"})
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "")
+
+
+class Redactor:
+    """Masks secrets in every entry and snapshot before a store keeps them.
+
+    Pass it to any built-in store as ``redact=``. What the store keeps is masked; the State
+    in memory is not. It is deterministic, so sending a saved batch again is still skipped
+    as identical.
+
+    - ``keys``: the value of a dict key with one of these names is replaced whole by
+      ``mask``, at any depth (default :data:`DEFAULT_KEYS`; pass ``DEFAULT_KEYS | {"ssn"}``
+      to add to it). Names match without regard to case, ``-`` and ``_``.
+    - ``values``: literal secrets, masked inside any string (longest first, so a secret
+      that contains another is masked whole).
+    - ``patterns``: regular expressions (compiled or str); every match inside a string is
+      masked, e.g. ``re.compile(r"sk-[A-Za-z0-9]{20,}")`` for provider keys.
+
+    Never rewritten: State ids, an entry's ``seq``, ``kind`` and ``at``, and the snapshot's
+    listing fields (``task``, ``labels``, ``agent``, times, ...): keep secrets out of those.
+    Dict keys are not searched for ``values`` or ``patterns``, only their values.
+    Its repr shows counts, never a secret.
+    """
+
+    def __init__(
+        self,
+        *,
+        keys: Iterable[str] = DEFAULT_KEYS,
+        values: Iterable[str] = (),
+        patterns: Iterable[re.Pattern[str] | str] = (),
+        mask: str = "[REDACTED]",
+    ) -> None:
+        if isinstance(keys, str) or isinstance(values, str) or isinstance(patterns, (str, re.Pattern)):
+            raise TypeError("keys, values and patterns each take a list (or set) of them, not one str")
+        names = list(keys)
+        secrets = list(values)
+        if not all(isinstance(k, str) and k for k in names):
+            raise TypeError("keys must be non-empty str names")
+        if not all(isinstance(v, str) and v for v in secrets):
+            raise TypeError("values must be non-empty str secrets")
+        if not isinstance(mask, str):
+            raise TypeError(f"mask must be a str, got {type(mask).__name__}")
+        self._keys = frozenset(_norm(k) for k in names)
+        self._value_count = len(set(secrets))
+        compiled = [re.compile(p) if isinstance(p, str) else p for p in patterns]
+        if not all(isinstance(p, re.Pattern) and isinstance(p.pattern, str) for p in compiled):
+            raise TypeError("patterns must be str regular expressions or re.compile() of a str")
+        self._pattern_count = len(compiled)
+        parts = [re.escape(v) for v in sorted(set(secrets), key=len, reverse=True)]
+        parts += [f"(?:{p.pattern})" for p in compiled]
+        # One alternation: the secrets first, longest first, then the patterns (each
+        # keeping its own flags inline where it had any).
+        flags = [p.flags & ~re.UNICODE for p in compiled]
+        if any(flags):
+            parts[len(parts) - len(compiled) :] = [
+                f"(?{_inline(f)}:{p.pattern})" if f else f"(?:{p.pattern})"
+                for p, f in zip(compiled, flags, strict=True)
+            ]
+        self._search = re.compile("|".join(parts)) if parts else None
+        self.mask = mask
+
+    def __repr__(self) -> str:
+        return (
+            f"Redactor(keys={len(self._keys)} names, values={self._value_count} secrets, "
+            f"patterns={self._pattern_count}, mask={self.mask!r})"
+        )
+
+    def text(self, value: str) -> str:
+        """``value`` with every secret and pattern match masked."""
+        search = self._search
+        return value if search is None else search.sub(self.mask, value)
+
+    def value(self, value: Any) -> Any:
+        """A JSON value with secrets masked (a new value; ``value`` is not changed)."""
+        t = type(value)
+        if t is str:
+            return self.text(value)
+        if t is dict:
+            keys = self._keys
+            return {k: self.mask if _norm(k) in keys else self.value(v) for k, v in value.items()}
+        if t is list or t is tuple:
+            return [self.value(v) for v in value]
+        return value
+
+    def entry(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """An entry masked, its own keys (:data:`ENTRY_KEYS`) kept as they are."""
+        keys = self._keys
+        return {
+            k: v if k in ENTRY_KEYS else self.mask if _norm(k) in keys else self.value(v)
+            for k, v in entry.items()
+        }
+
+    def snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """A snapshot masked, its listing fields (:data:`INDEX_KEYS`) kept as they are."""
+        keys = self._keys
+        return {
+            k: v if k in INDEX_KEYS else self.mask if _norm(k) in keys else self.value(v)
+            for k, v in snapshot.items()
+        }
+
+
+def _inline(flags: int) -> str:
+    """A pattern's flags as inline letters (only the ones a scoped group may carry)."""
+    letters = {re.IGNORECASE: "i", re.MULTILINE: "m", re.DOTALL: "s", re.VERBOSE: "x"}
+    return "".join(letter for flag, letter in letters.items() if flags & flag)

@@ -1,0 +1,198 @@
+"""Encryption at rest: a :class:`Keyring` of AES-256-GCM keys, and records sealed with it.
+
+Each entry and each snapshot is sealed on its own, with a fresh 96-bit random nonce, under
+the ring's current key. The associated data binds it to ``(namespace, state id, seq)``
+(``"snapshot"`` or ``"task"`` for a snapshot's parts), so a record copied to another
+State, seq or namespace fails to open. A sealed record is stored as::
+
+    {"seq": 3, "at": "2026-...", "sk.sealed": "k2:<base64 of nonce + ciphertext + tag>"}
+
+and a sealed snapshot keeps the listing fields in clear (times, turn, status, agent,
+parent, labels, expiry, fork source; plus the keys the ring's ``clear`` names) and a sealed
+``task`` string, so listings work without the key. Opening checks the tag: a changed byte,
+a swapped record or a wrong key is a :class:`DecryptionError` naming the key id, never
+garbage. The ``cryptography`` package (the ``statekeep[crypto]`` extra) does the AES.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ._errors import DecryptionError
+from ._redactor import INDEX_KEYS
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+SEALED = "sk.sealed"
+#: A sealed task string (in a snapshot and in listing rows) starts with this.
+TASK_MARK = "sk.sealed:"
+KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+NONCE = 12
+#: The snapshot keys kept in clear: what listings and expiry read (the task is sealed).
+CLEAR_SNAPSHOT = INDEX_KEYS - {"task"}
+CLEAR_ENTRY = ("seq", "at")
+
+
+def _aesgcm() -> type[AESGCM]:
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise ImportError(
+            "encryption needs the cryptography package: pip install 'statekeep[crypto]'"
+        ) from None
+    return AESGCM
+
+
+class Keyring:
+    """AES-256-GCM keys by id, for a store's ``encrypt=``: seal with ``current``, open
+    with any key in the ring.
+
+    ``keys`` maps a key id (1 to 64 of ``A-Z a-z 0-9 _ -``; it is stored beside each
+    record) to 32 random bytes, e.g. from :meth:`generate_key`; keep them in a secret
+    manager. To rotate, add a new key and make it ``current``: new records are sealed with
+    it, old ones still open, and ``statekeep rekey`` re-seals them so the old key can go.
+    ``clear`` names extra snapshot keys to keep in clear (e.g. ``("task",)`` to let the
+    database see it). Its repr shows key ids only.
+    """
+
+    def __init__(self, keys: Mapping[str, bytes], current: str, *, clear: Iterable[str] = ()) -> None:
+        if not isinstance(keys, Mapping) or not keys:
+            raise TypeError("Keyring needs a dict of key id -> 32-byte key, with at least one key")
+        aesgcm = _aesgcm()
+        self._ciphers: dict[str, AESGCM] = {}
+        for kid, key in keys.items():
+            if not isinstance(kid, str) or not KEY_ID.fullmatch(kid):
+                raise ValueError(f"a key id must be 1 to 64 of A-Z a-z 0-9 _ -, got {kid!r}")
+            if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
+                size = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
+                raise ValueError(
+                    f"key {kid!r} must be 32 bytes (AES-256), got {size}; make one with Keyring.generate_key()"
+                )
+            self._ciphers[kid] = aesgcm(bytes(key))
+        if current not in self._ciphers:
+            raise ValueError(f"current={current!r} is not a key id of the ring ({', '.join(sorted(keys))})")
+        self.current = current
+        names = [clear] if isinstance(clear, str) else list(clear)
+        if not all(isinstance(name, str) for name in names):
+            raise TypeError("clear takes snapshot key names (str)")
+        self.clear = CLEAR_SNAPSHOT | frozenset(names)
+
+    @staticmethod
+    def generate_key() -> bytes:
+        """32 random bytes from the OS: a new AES-256 key."""
+        return os.urandom(32)
+
+    @property
+    def key_ids(self) -> list[str]:
+        return sorted(self._ciphers)
+
+    def __repr__(self) -> str:
+        return f"Keyring(keys={self.key_ids!r}, current={self.current!r})"
+
+    # -- sealing ------------------------------------------------------------------------
+
+    def seal(self, plain: bytes, aad: bytes) -> str:
+        """``plain`` sealed with the current key: ``"<key id>:<base64>"``."""
+        nonce = os.urandom(NONCE)
+        box = self._ciphers[self.current].encrypt(nonce, plain, aad)
+        return f"{self.current}:{base64.b64encode(nonce + box).decode()}"
+
+    def open(self, sealed: object, aad: bytes, what: str) -> bytes:
+        """The plaintext of ``sealed``; :class:`DecryptionError` naming ``what`` and the key id."""
+        if not isinstance(sealed, str) or ":" not in sealed:
+            raise DecryptionError(f"{what} is not a sealed record statekeep wrote")
+        kid, _, body = sealed.partition(":")
+        cipher = self._ciphers.get(kid)
+        if cipher is None:
+            raise DecryptionError(
+                f"{what} is sealed with key {kid!r}, which is not in the keyring "
+                f"({', '.join(self.key_ids)}): add that key to the Keyring to read it"
+            )
+        try:
+            raw = base64.b64decode(body, validate=True)
+            if len(raw) < NONCE + 16:
+                raise ValueError("too short")
+            return cipher.decrypt(raw[:NONCE], raw[NONCE:], aad)
+        except (binascii.Error, ValueError, _invalid_tag()):
+            raise DecryptionError(
+                f"{what} (key {kid!r}) fails authentication: it was changed, copied from another "
+                f"State or seq, or the key given as {kid!r} is not the one it was sealed with. "
+                "Nothing was returned"
+            ) from None
+
+    def rekeyed(self, sealed: object) -> bool:
+        """Whether a stored record is sealed with a key other than the current one."""
+        return isinstance(sealed, str) and not sealed.startswith(self.current + ":")
+
+
+def _invalid_tag() -> type[Exception]:
+    from cryptography.exceptions import InvalidTag
+
+    return InvalidTag
+
+
+def aad(namespace: str, state_id: str, place: int | str) -> bytes:
+    """The associated data that binds a record to its place."""
+    return orjson.dumps(["statekeep.seal.v1", namespace, state_id, place])
+
+
+def seal_entry(ring: Keyring, line: bytes, entry: Mapping[str, Any], namespace: str, state_id: str) -> bytes:
+    """The stored line (``\\n``-ended) of an entry whose plaintext line is ``line``."""
+    seq = entry["seq"]
+    clear: dict[str, Any] = {k: entry[k] for k in CLEAR_ENTRY if k in entry}
+    clear[SEALED] = ring.seal(line.rstrip(b"\n"), aad(namespace, state_id, seq))
+    return orjson.dumps(clear) + b"\n"
+
+
+def seal_snapshot(ring: Keyring, snapshot: Mapping[str, Any], namespace: str, state_id: str) -> bytes:
+    """The stored form of a snapshot: clear listing fields, a sealed task, the rest sealed."""
+    keep = ring.clear
+    clear = {k: v for k, v in snapshot.items() if k in keep}
+    rest = {k: v for k, v in snapshot.items() if k not in keep}
+    task = snapshot.get("task")
+    if "task" not in keep and isinstance(task, str):
+        clear["task"] = TASK_MARK + ring.seal(task.encode(), aad(namespace, state_id, "task"))
+    clear[SEALED] = ring.seal(orjson.dumps(rest), aad(namespace, state_id, "snapshot"))
+    return orjson.dumps(clear)
+
+
+def is_sealed(record: Mapping[str, Any]) -> bool:
+    return SEALED in record
+
+
+def open_entry(
+    ring: Keyring, stored: Mapping[str, Any], namespace: str, state_id: str, seq: int
+) -> dict[str, Any]:
+    """The entry a sealed stored one holds, checked to be the entry of ``seq``."""
+    what = f"State {state_id!r} entry seq {seq}"
+    entry = orjson.loads(ring.open(stored.get(SEALED), aad(namespace, state_id, seq), what))
+    if type(entry) is not dict or entry.get("seq") != seq or stored.get("seq") != seq:
+        raise DecryptionError(f"{what} opens to a record of another seq: the history was rearranged")
+    return entry
+
+
+def open_snapshot(ring: Keyring, stored: Mapping[str, Any], namespace: str, state_id: str) -> dict[str, Any]:
+    """The snapshot a sealed stored one holds (its clear fields as stored: expiry may have
+    been stamped or slid by the store)."""
+    what = f"State {state_id!r} snapshot"
+    rest = orjson.loads(ring.open(stored[SEALED], aad(namespace, state_id, "snapshot"), what))
+    snapshot = {k: v for k, v in stored.items() if k != SEALED}
+    task = snapshot.get("task")
+    if isinstance(task, str) and task.startswith(TASK_MARK):
+        snapshot["task"] = open_task(ring, task, namespace, state_id)
+    snapshot.update(rest)
+    return snapshot
+
+
+def open_task(ring: Keyring, task: str, namespace: str, state_id: str) -> str:
+    """A sealed task string opened (listing rows carry it sealed)."""
+    what = f"State {state_id!r} task"
+    return ring.open(task[len(TASK_MARK) :], aad(namespace, state_id, "task"), what).decode()
