@@ -30,10 +30,10 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from statekeep import Store, open_store
+from statekeep import Lease, Store, open_store
 
 
 def lease_to_json(lease: Any) -> dict[str, Any] | None:
@@ -44,19 +44,19 @@ def lease_to_json(lease: Any) -> dict[str, Any] | None:
         "owner": lease.owner,
         "token": lease.token,
         "expires_at": lease.expires_at.isoformat(),
+        "ttl": lease.ttl.total_seconds(),
     }
 
 
 def lease_from_json(data: dict[str, Any] | None) -> Any:
     if data is None:
         return None
-    from statekeep import Lease  # type: ignore[attr-defined,unused-ignore]
-
     return Lease(
         state_id=data["state_id"],
         owner=data["owner"],
         token=data["token"],
         expires_at=datetime.fromisoformat(data["expires_at"]),
+        ttl=timedelta(seconds=data["ttl"]),
     )
 
 

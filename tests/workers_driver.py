@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -52,7 +51,9 @@ class Worker:
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.sent: list[str] = []
         threading.Thread(target=self._read, name=f"worker-{name}", daemon=True).start()
-        self.pid = self.reply()["ready"]
+        # The worker runs as this very process (``ip netns exec`` execs it): signals go
+        # through Popen, which never signals a pid it has reaped.
+        assert self.reply()["ready"] == self.proc.pid
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -110,23 +111,21 @@ class Worker:
         return str(got["error"])
 
     def pause(self) -> None:
-        os.kill(self.pid, signal.SIGSTOP)
+        self.proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
+        self.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
-        """Kill the worker (resumed first, if paused) and reap it."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+        """Kill the worker (SIGKILL ends a paused one too) and reap it; again is a no-op."""
+        self.proc.kill()
         self.proc.wait()
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
-        self.stderr.close()
+        if not self.stderr.closed:
+            self.stderr.close()
 
 
 def wait_lease_gone(worker: Worker, state: str, timeout: float = REPLY_TIMEOUT) -> None:
