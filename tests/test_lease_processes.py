@@ -41,15 +41,18 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def start(url: str) -> Iterator[Callable[..., Worker]]:
-    """Start a worker with the store open (``api``: "sync" or "async"); all stop at the end."""
+def start(url: str) -> Iterator[Callable[..., list[Worker]]]:
+    """Start workers with the store open (``api``: "sync" or "async"); all stop at the end."""
     started: list[Worker] = []
 
-    def starter(name: str, api: str = "sync") -> Worker:
-        worker = Worker(name)
-        started.append(worker)
-        worker.call("open", url=url, api=api)
-        return worker
+    def starter(*names: str, api: str = "sync") -> list[Worker]:
+        workers = [Worker(name) for name in names]  # all start at once
+        started.extend(workers)
+        for worker in workers:
+            worker.send("open", url=url, api=api)
+        for worker in workers:
+            worker.result()
+        return workers
 
     yield starter
     for worker in started:
@@ -66,11 +69,11 @@ def lapse(worker: Worker, lease: dict[str, Any], poller: Worker) -> None:
     wait_lease_gone(poller, lease["state_id"])
 
 
-def test_racing_takeovers_have_one_winner(start: Callable[..., Worker]) -> None:
+def test_racing_takeovers_have_one_winner(start: Callable[..., list[Worker]]) -> None:
     """Three processes race for each lapsed lease, round after round: one wins, the others
     get LeaseHeldError naming it, and none of them can write, with their old lease or
     without; everything the winners wrote is there."""
-    racers = [start(name) for name in ("p0", "p1", "p2")]
+    racers = start("p0", "p1", "p2")
     first = racers[0].call("acquire", state="s", owner="p0", ttl=LONG)
     racers[0].call("append", state="s", items=[item("p0", 0)], lease=first)
     held: dict[str, dict[str, Any]] = {"p0": first}  # each process's latest lease
@@ -116,11 +119,11 @@ def test_racing_takeovers_have_one_winner(start: Callable[..., Worker]) -> None:
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
-def test_paused_worker_is_fenced_off(start: Callable[..., Worker], api: str) -> None:
+def test_paused_worker_is_fenced_off(start: Callable[..., list[Worker]], api: str) -> None:
     """A stops (SIGSTOP) right after deciding on a write, past its lease; B takes over and
     writes; A resumes (SIGCONT): that write and every later one of A's are refused, and
     B's entries are all there."""
-    a, b = start("a", api), start("b", api)
+    a, b = start("a", "b", api=api)
     lease_a = a.call("acquire", state="s", owner="worker-a", ttl=LONG)
     assert a.call("append", state="s", items=[item("a", n) for n in range(3)], lease=lease_a) == [0, 1, 2]
     lease_a = a.call("renew", lease=lease_a, ttl=SHORT)
@@ -152,10 +155,10 @@ def test_paused_worker_is_fenced_off(start: Callable[..., Worker], api: str) -> 
     assert (current["owner"], current["token"]) == ("worker-b", lease_b["token"])
 
 
-def test_token_increases_across_takeovers_and_processes(start: Callable[..., Worker]) -> None:
+def test_token_increases_across_takeovers_and_processes(start: Callable[..., list[Worker]]) -> None:
     """Released, lapsed, taken by another process, the State deleted, a new process: every
     lease on the State has a greater token than all before it."""
-    one, two = start("one"), start("two")
+    one, two = start("one", "two")
     tokens = []
     lease = one.call("acquire", state="s", owner="one", ttl=LONG)
     tokens.append(lease["token"])
@@ -174,7 +177,7 @@ def test_token_increases_across_takeovers_and_processes(start: Callable[..., Wor
     one.call("release", lease=lease)
     two.stop()
 
-    three = start("three")  # a new process, with a store of its own
+    (three,) = start("three")  # a new process, with a store of its own
     lease = three.call("acquire", state="s", owner="three", ttl=LONG)  # after the delete
     tokens.append(lease["token"])
     three.call("append", state="s", items=[item("three", 0)], lease=lease)

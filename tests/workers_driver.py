@@ -50,10 +50,8 @@ class Worker:
         )
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.sent: list[str] = []
+        self.started = False  # its first line, {"ready": PID}, read (by the first reply())
         threading.Thread(target=self._read, name=f"worker-{name}", daemon=True).start()
-        # The worker runs as this very process (``ip netns exec`` execs it): signals go
-        # through Popen, which never signals a pid it has reaped.
-        assert self.reply()["ready"] == self.proc.pid
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -74,6 +72,11 @@ class Worker:
 
     def reply(self, timeout: float = REPLY_TIMEOUT) -> dict[str, Any]:
         """The next reply, in the order the commands were sent."""
+        if not self.started:  # workers started together import statekeep in parallel
+            self.started = True
+            # The worker runs as this very process (``ip netns exec`` execs it): signals
+            # go through Popen, which never signals a pid it has reaped.
+            assert self.reply(timeout)["ready"] == self.proc.pid
         try:
             got = self.replies.get(timeout=timeout)
         except queue.Empty:
