@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests import servers
+from tests import netns, servers
 from tests.netns import SUBNET, Net, need_namespaces, start_postgres_in, start_redis_in
 from tests.servers import Server, ServerMissing, unique_name
 from tests.workers_driver import Worker, wait_lease_gone
@@ -98,6 +98,37 @@ def test_hosts_reach_each_other_and_nothing_else(hosts: Hosts) -> None:
     host = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
     assert f" {SUBNET}." not in host  # nothing of ours in the test's own namespace
     assert net.suffix not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def test_removing_the_hosts_leaves_nothing() -> None:
+    need_namespaces()
+    net = Net()
+    try:
+        net.add("x")
+        sleeper = subprocess.Popen([*net.prefix("x"), "sleep", "600"])
+        names = [net.switch, net.ns("x")]
+        assert set(names) <= set(
+            subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        )
+    finally:
+        net.remove()
+    assert sleeper.wait() == -9  # killed, not left running in a deleted namespace
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not [name for name in names if name in left.split()]
+
+
+def test_no_namespaces_skips_but_fails_under_ci_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netns.shutil, "which", lambda name: None)  # no ip command
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install iproute2"):
+        need_namespaces()
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    with pytest.raises(pytest.fail.Exception, match="must run: the ip command is missing"):
+        need_namespaces()
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    with pytest.raises(pytest.skip.Exception, match="needs root"):
+        need_namespaces()
 
 
 @pytest.mark.parametrize("kind", KINDS)
