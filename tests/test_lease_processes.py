@@ -74,18 +74,23 @@ def test_racing_takeovers_have_one_winner(start: Callable[..., list[Worker]]) ->
     get LeaseHeldError naming it, and none of them can write, with their old lease or
     without; everything the winners wrote is there."""
     racers = start("p0", "p1", "p2")
-    first = racers[0].call("acquire", state="s", owner="p0", ttl=LONG)
-    racers[0].call("append", state="s", items=[item("p0", 0)], lease=first)
-    held: dict[str, dict[str, Any]] = {"p0": first}  # each process's latest lease
-    written = [item("p0", 0)]
-    tokens = [first["token"]]
-    current = first
+    held: dict[str, dict[str, Any]] = {}  # each process's latest lease: all have one, stale
+    written: list[dict[str, Any]] = []
+    for worker in racers:
+        held[worker.name] = worker.call("acquire", state="s", owner=worker.name, ttl=LONG)
+        worker.call("append", state="s", items=[item(worker.name, -1)], lease=held[worker.name])
+        written.append(item(worker.name, -1))
+        if worker is not racers[-1]:
+            lapse(worker, held[worker.name], racers[-1])
+    tokens = [lease["token"] for lease in held.values()]
+    current = held["p2"]
     for round_ in range(3):
         holder = next(w for w in racers if w.name == current["owner"])
         lapse(holder, current, racers[(racers.index(holder) + 1) % 3])
-        for worker in racers:  # all three at once: each process acquires as soon as it reads this
+        order = racers[round_:] + racers[:round_]  # no process is always the first asked
+        for worker in order:  # all at once: each process acquires as soon as it reads this
             worker.send("acquire", state="s", owner=worker.name, ttl=LONG)
-        replies = {worker.name: worker.reply() for worker in racers}
+        replies = {worker.name: worker.reply() for worker in order}
         winners = [name for name, got in replies.items() if got["ok"]]
         assert len(winners) == 1, replies
         winner = winners[0]
@@ -102,12 +107,9 @@ def test_racing_takeovers_have_one_winner(start: Callable[..., list[Worker]]) ->
         for loser in racers:
             if loser.name == winner:
                 continue
-            if loser.name in held:
-                refused = loser.refused(
-                    "append", state="s", items=[item(loser.name, -1)], lease=held[loser.name]
-                )
-                assert refused == "StaleLeaseError"
-            assert loser.refused("append", state="s", items=[item(loser.name, -1)]) == "LeaseHeldError"
+            stale = held[loser.name]
+            assert loser.refused("append", state="s", items=[item("x", 0)], lease=stale) == "StaleLeaseError"
+            assert loser.refused("append", state="s", items=[item("x", 0)]) == "LeaseHeldError"
             assert loser.refused("delete", state="s") == "LeaseHeldError"
         by_winner.call("append", state="s", items=mine[1:], lease=current)
         written += mine
@@ -169,6 +171,8 @@ def test_token_increases_across_takeovers_and_processes(start: Callable[..., lis
     tokens.append(lease["token"])
     two.call("append", state="s", items=[item("two", 0)], lease=lease)
     lapse(two, lease, one)
+    # Lapsed, though nobody took over: refused all the same.
+    assert two.refused("append", state="s", items=[item("two", 1)], lease=lease) == "StaleLeaseError"
 
     lease = one.call("acquire", state="s", owner="one", ttl=LONG)  # after a lapse
     tokens.append(lease["token"])
