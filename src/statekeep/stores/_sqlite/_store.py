@@ -23,6 +23,8 @@ from ..._labels import DEFAULT_NAMESPACE, iso
 from ..._leases import Lease
 from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, decode_snapshot
+from ..._redactor import Redactor
+from ..._sealing import Keyring
 from ..._writes import PreparedWrite, prepare_write
 from . import _sql as sql
 from ._batch import Fork, Op, commit_batch, gc_chunk
@@ -97,6 +99,9 @@ class SQLiteStore(Backend):
     ``list()`` answers every filter from an index, in listing order, a page at a time: the
     time for a page does not grow with the number of States (``id_prefix`` alone reads
     every State with that prefix).
+
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
+    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     def __init__(
@@ -107,8 +112,12 @@ class SQLiteStore(Backend):
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | None = None,
         clock: Clock | None = None,
+        redact: Redactor | None = None,
+        encrypt: Keyring | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         self._lifecycle(namespace, retention, clock)
+        self._protect(redact, encrypt, allow_plaintext)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
         self._key = os.path.realpath(self.path)
