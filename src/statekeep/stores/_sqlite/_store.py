@@ -18,16 +18,16 @@ import orjson
 from ..._backend import Backend, Clock
 from ..._batching import GroupCommit, WouldBlock
 from ..._bridge import owner, run_async
-from ..._errors import CorruptStateError
+from ..._errors import CorruptStateError, StatekeepError
 from ..._labels import DEFAULT_NAMESPACE, iso
-from ..._leases import Lease
+from ..._leases import Lease, acquired, is_live, released, renewed
 from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, decode_snapshot
 from ..._redactor import Redactor
 from ..._sealing import Keyring
 from ..._writes import PreparedWrite, prepare_write
 from . import _sql as sql
-from ._batch import Fork, Op, commit_batch, gc_chunk
+from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._connections import (
     BUSY_TIMEOUT_SECONDS,
     Connections,
@@ -35,6 +35,7 @@ from ._connections import (
     connections_slot,
     is_busy,
 )
+from ._leases import Rule, change_lease, read_lease, reseal
 from ._listing import read_page, read_page_now
 from ._rows import decode_entry
 from ._schema import open_schema, read_transaction
@@ -99,6 +100,13 @@ class SQLiteStore(Backend):
     ``list()`` answers every filter from an index, in listing order, a page at a time: the
     time for a page does not grow with the number of States (``id_prefix`` alone reads
     every State with that prefix).
+
+    Leases (``acquire``, ``write(..., lease=)``): expiry is judged by the same ``clock``
+    (this host's system clock by default), read inside the transaction that checks or
+    changes the lease, once SQLite's write lock is held. The lease row and its check share
+    that transaction with the write, so leases hold across the processes of one host;
+    processes on other hosts (a network file system) are not supported by SQLite itself.
+    The row stays after a release or a delete: a State's token only grows.
 
     ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
     the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
@@ -165,7 +173,7 @@ class SQLiteStore(Backend):
         await self._submit(("write", self.namespace, write))
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
-        await self._submit(("delete", self.namespace, state_id))
+        await self._submit(("delete", self.namespace, Delete(state_id, lease)))
 
     async def _read(self, state_id: str, since: int = 0) -> Record | None:
         conns = self._slot.get()  # made here, on the owner loop, never by two threads at once
@@ -210,6 +218,62 @@ class SQLiteStore(Backend):
         op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
         await run_async(self._locked_submit(new_id, op), direct=True)
 
+    # -- leases, rekey (each change in one BEGIN IMMEDIATE transaction: see _leases) ---
+
+    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
+        lease = await self._change_lease(
+            state_id, lambda held, now: acquired(state_id, owner, ttl, held, now)
+        )
+        assert lease is not None
+        return lease
+
+    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
+        new = await self._change_lease(lease.state_id, lambda held, now: renewed(lease, held, ttl, now))
+        assert new is not None
+        return new
+
+    async def _release(self, lease: Lease) -> None:
+        await self._change_lease(lease.state_id, lambda held, now: released(lease, held, now))
+
+    async def _current_lease(self, state_id: str) -> Lease | None:
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._current_lease_once, conns, state_id)
+
+    async def _reseal(
+        self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None
+    ) -> int:
+        conns = self._slot.get()
+        args = (self.path, self.namespace, state_id, entries, snapshot)
+        return await owner().io.run(self._in_transaction, conns, reseal, *args)
+
+    async def _change_lease(self, state_id: str, rule: Rule) -> Lease | None:
+        conns = self._slot.get()
+        args = (self.path, self.namespace, state_id, self._now, rule)
+        return await owner().io.run(self._in_transaction, conns, change_lease, *args)
+
+    def _in_transaction(self, conns: Connections, fn: Callable[..., T], path: Path, *args: Any) -> T:
+        """``fn(path, conn, *args)`` on a connection of its own (the batch flusher uses the
+        writer meanwhile), retried while the database is locked; the file is made first."""
+        self._ensure_schema(conns)
+        conn = conns.take_reader() or self._connect()
+        healthy = False
+        try:
+            result = self._retry_busy(fn, path, conn, *args)
+            healthy = True
+            return result
+        except StatekeepError:  # a lease refused: the rule's error, the transaction rolled back
+            healthy = not conn.in_transaction
+            raise
+        finally:
+            conns.give_reader(conn, reuse=healthy)
+
+    def _current_lease_once(self, conns: Connections, sid: str) -> Lease | None:
+        if self._absent(conns):
+            return None
+        with self._reading(conns) as conn:
+            held = read_lease(conn, self.namespace, sid)
+        return held if is_live(held, self._now()) else None
+
     async def _locked_submit(self, state_id: str, op: Op) -> None:
         async with owner().lock((self._storage_key(), state_id)):
             await self._submit(op)
@@ -243,7 +307,7 @@ class SQLiteStore(Backend):
         self._ensure_schema(conns)
         conn = conns.take_writer(self._connect)
         try:
-            return self._retry_busy(lambda: commit_batch(self.path, conn, ops, self._now_text()))
+            return self._retry_busy(lambda: commit_batch(self.path, conn, ops, self._now))
         finally:
             conns.give_writer(conn)
 
@@ -258,7 +322,7 @@ class SQLiteStore(Backend):
         try:
             conn.execute("PRAGMA busy_timeout = 0")
             try:
-                return commit_batch(self.path, conn, ops, self._now_text())
+                return commit_batch(self.path, conn, ops, self._now)
             except sqlite3.OperationalError as exc:
                 if is_busy(exc):
                     raise WouldBlock from None  # nothing committed, no transaction open
