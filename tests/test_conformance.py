@@ -62,6 +62,7 @@ class TestFileStore(BuiltinContract):
 
 class TestSQLiteStore(BuiltinContract):
     machine = SQLiteMachine
+    supports_leases = supports_protection = True
     model_examples, model_steps = 50, 30
 
     def make_store(self, tmp_path: Path) -> Store:
