@@ -1,4 +1,4 @@
-"""SQLiteStore's lease rows and rekey's in-place replacement, each in one transaction.
+"""SQLiteStore's leases and rekey's in-place replacement, each in one transaction.
 
 A State's lease row ``(owner, token, expires_at, ttl_us)`` sits in ``leases`` under
 ``(namespace, state_id)``. Every change to it runs in ``BEGIN IMMEDIATE``: SQLite's write
@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from ..._errors import CorruptStateError
+from ..._bridge import owner
+from ..._errors import CorruptStateError, StatekeepError
 from ..._labels import iso
-from ..._leases import Lease
+from ..._leases import Lease, acquired, is_live, released, renewed
+from ..._slot import ProcessSlot
 from . import _sql as sql
-from ._connections import rolled_back_on_error
+from ._connections import Connections, rolled_back_on_error
 from ._rows import listing_columns
 from ._schema import check_version
+
+T = TypeVar("T")
 
 #: A lease rule: the State's lease row and the time -> the row to store (None: unchanged),
 #: or an error (LeaseHeldError, StaleLeaseError) with nothing changed.
@@ -98,6 +104,77 @@ def reseal(
                 replaced += 1
         conn.execute(sql.COMMIT)
     return replaced
+
+
+class LeaseRows:
+    """SQLiteStore's lease hooks and ``_reseal``, each change in a transaction of its own on
+    a connection of its own (the batch flusher uses the writer meanwhile)."""
+
+    if TYPE_CHECKING:
+        path: Path
+        namespace: str
+        _slot: ProcessSlot[Connections]
+
+        def _now(self) -> datetime: ...
+        def _retry_busy(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+        def _ensure_schema(self, conns: Connections) -> None: ...
+        def _connect(self) -> sqlite3.Connection: ...
+        def _absent(self, conns: Connections) -> bool: ...
+        def _reading(self, conns: Connections) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
+        lease = await self._change_lease(
+            state_id, lambda held, now: acquired(state_id, owner, ttl, held, now)
+        )
+        assert lease is not None
+        return lease
+
+    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
+        new = await self._change_lease(lease.state_id, lambda held, now: renewed(lease, held, ttl, now))
+        assert new is not None
+        return new
+
+    async def _release(self, lease: Lease) -> None:
+        await self._change_lease(lease.state_id, lambda held, now: released(lease, held, now))
+
+    async def _current_lease(self, state_id: str) -> Lease | None:
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._current_lease_once, conns, state_id)
+
+    async def _reseal(
+        self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None
+    ) -> int:
+        conns = self._slot.get()
+        args = (self.path, self.namespace, state_id, entries, snapshot)
+        return await owner().io.run(self._in_transaction, conns, reseal, *args)
+
+    async def _change_lease(self, state_id: str, rule: Rule) -> Lease | None:
+        conns = self._slot.get()
+        args = (self.path, self.namespace, state_id, self._now, rule)
+        return await owner().io.run(self._in_transaction, conns, change_lease, *args)
+
+    def _in_transaction(self, conns: Connections, fn: Callable[..., T], path: Path, *args: Any) -> T:
+        """``fn(path, conn, *args)`` on a connection of its own (the batch flusher uses the
+        writer meanwhile), retried while the database is locked; the file is made first."""
+        self._ensure_schema(conns)
+        conn = conns.take_reader() or self._connect()
+        healthy = False
+        try:
+            result = self._retry_busy(fn, path, conn, *args)
+            healthy = True
+            return result
+        except StatekeepError:  # a lease refused: the rule's error, the transaction rolled back
+            healthy = not conn.in_transaction
+            raise
+        finally:
+            conns.give_reader(conn, reuse=healthy)
+
+    def _current_lease_once(self, conns: Connections, sid: str) -> Lease | None:
+        if self._absent(conns):
+            return None
+        with self._reading(conns) as conn:
+            held = read_lease(conn, self.namespace, sid)
+        return held if is_live(held, self._now()) else None
 
 
 def _same(stored: bytes, old: bytes) -> bool:

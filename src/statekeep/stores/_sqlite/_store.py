@@ -18,9 +18,9 @@ import orjson
 from ..._backend import Backend, Clock
 from ..._batching import GroupCommit, WouldBlock
 from ..._bridge import owner, run_async
-from ..._errors import CorruptStateError, StatekeepError
+from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE, iso
-from ..._leases import Lease, acquired, is_live, released, renewed
+from ..._leases import Lease
 from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, decode_snapshot
 from ..._redactor import Redactor
@@ -35,7 +35,7 @@ from ._connections import (
     connections_slot,
     is_busy,
 )
-from ._leases import Rule, change_lease, read_lease, reseal
+from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
 from ._rows import decode_entry
 from ._schema import open_schema, read_transaction
@@ -54,7 +54,7 @@ _GC_CHUNK = 256
 _LOOP_PAGE = 100
 
 
-class SQLiteStore(Backend):
+class SQLiteStore(LeaseRows, Backend):
     """Saves every State in one SQLite database file at ``path``, shared by any number of
     processes.
 
@@ -217,62 +217,6 @@ class SQLiteStore(Backend):
         write = prepare_write(new_id, [], self._stamp(snapshot), True)
         op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
         await run_async(self._locked_submit(new_id, op), direct=True)
-
-    # -- leases, rekey (each change in one BEGIN IMMEDIATE transaction: see _leases) ---
-
-    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
-        lease = await self._change_lease(
-            state_id, lambda held, now: acquired(state_id, owner, ttl, held, now)
-        )
-        assert lease is not None
-        return lease
-
-    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
-        new = await self._change_lease(lease.state_id, lambda held, now: renewed(lease, held, ttl, now))
-        assert new is not None
-        return new
-
-    async def _release(self, lease: Lease) -> None:
-        await self._change_lease(lease.state_id, lambda held, now: released(lease, held, now))
-
-    async def _current_lease(self, state_id: str) -> Lease | None:
-        conns = self._slot.get()
-        return await owner().io.run(self._retry_busy, self._current_lease_once, conns, state_id)
-
-    async def _reseal(
-        self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None
-    ) -> int:
-        conns = self._slot.get()
-        args = (self.path, self.namespace, state_id, entries, snapshot)
-        return await owner().io.run(self._in_transaction, conns, reseal, *args)
-
-    async def _change_lease(self, state_id: str, rule: Rule) -> Lease | None:
-        conns = self._slot.get()
-        args = (self.path, self.namespace, state_id, self._now, rule)
-        return await owner().io.run(self._in_transaction, conns, change_lease, *args)
-
-    def _in_transaction(self, conns: Connections, fn: Callable[..., T], path: Path, *args: Any) -> T:
-        """``fn(path, conn, *args)`` on a connection of its own (the batch flusher uses the
-        writer meanwhile), retried while the database is locked; the file is made first."""
-        self._ensure_schema(conns)
-        conn = conns.take_reader() or self._connect()
-        healthy = False
-        try:
-            result = self._retry_busy(fn, path, conn, *args)
-            healthy = True
-            return result
-        except StatekeepError:  # a lease refused: the rule's error, the transaction rolled back
-            healthy = not conn.in_transaction
-            raise
-        finally:
-            conns.give_reader(conn, reuse=healthy)
-
-    def _current_lease_once(self, conns: Connections, sid: str) -> Lease | None:
-        if self._absent(conns):
-            return None
-        with self._reading(conns) as conn:
-            held = read_lease(conn, self.namespace, sid)
-        return held if is_live(held, self._now()) else None
 
     async def _locked_submit(self, state_id: str, op: Op) -> None:
         async with owner().lock((self._storage_key(), state_id)):
