@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,12 +39,15 @@ K1, K2 = Keyring.generate_key(), Keyring.generate_key()
 
 
 class Clock:
-    """A clock the test moves: what the stores judge lease and State expiry by."""
+    """A clock the test moves: what the stores judge lease and State expiry by. It notes
+    the threads that read it."""
 
     def __init__(self) -> None:
         self.now = datetime(2030, 1, 1, tzinfo=UTC)
+        self.readers: list[int] = []
 
     def __call__(self) -> datetime:
+        self.readers.append(threading.get_ident())
         return self.now
 
     def advance(self, seconds: float) -> None:
@@ -323,6 +327,29 @@ def test_a_takeover_while_a_write_waits_for_its_batch_refuses_it(db: Path) -> No
     assert isinstance(error, StaleLeaseError) and "now leased to 'worker-2' (token 2)" in str(error)
     assert store.read("a") == Record(entries(0, 1) + entries(1, 1, text="new owner"), snapshot("a"))
     store.close()
+
+
+async def test_a_lease_that_ends_while_its_write_waits_for_the_lock_is_refused(db: Path) -> None:
+    # The fence reads the clock once the transaction holds SQLite's write lock, not before
+    # it waits for it: here another connection (as another process would) holds the lock.
+    clock = Clock()
+    store = SQLiteStore(db, clock=clock)
+    await store.awrite("a", entries(0, 1), snapshot("a"), create=True)
+    lease = await store.aacquire("a", "w", 10)
+    store._commit_now = HeldCommits.in_a_worker  # type: ignore[method-assign]
+    blocker = raw(db)
+    blocker.execute("BEGIN IMMEDIATE")
+    clock.readers.clear()
+    write = asyncio.ensure_future(store.awrite("a", entries(1, 1), None, lease=lease))
+    here = threading.get_ident()
+    await wait_until(lambda: any(t != here for t in clock.readers), "the batch to read the clock")
+    clock.advance(11)  # the lease ends while the write waits for the lock
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    with pytest.raises(StaleLeaseError, match="ended at"):
+        await write
+    assert await store.aread("a") == Record(entries(0, 1), snapshot("a"))
+    await store.aclose()
 
 
 async def test_a_fenced_out_write_fails_alone_in_its_batch(db: Path) -> None:
