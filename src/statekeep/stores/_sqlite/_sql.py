@@ -198,7 +198,9 @@ EXPIRED = (
 )
 # gc(dry_run=True): how many States gc would remove (the same condition, counted).
 COUNT_EXPIRED = (
-    "SELECT count(*) FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?"
+    "SELECT count(*) FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ? "
+    "AND NOT EXISTS (SELECT 1 FROM leases WHERE leases.namespace = states.namespace "
+    "AND leases.state_id = states.id AND leases.expires_at > ?)"
 )
 
 # -- leases and rekey -----------------------------------------------------------------------

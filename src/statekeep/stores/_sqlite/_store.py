@@ -310,7 +310,8 @@ class SQLiteStore(LeaseRows, Backend):
         if self._absent(conns):
             return 0
         with self._reading(conns) as conn:
-            count: int = conn.execute(sql.COUNT_EXPIRED, (self.namespace, self._now_text())).fetchone()[0]
+            now = self._now_text()
+            count: int = conn.execute(sql.COUNT_EXPIRED, (self.namespace, now, now)).fetchone()[0]
         return count
 
     def _select_once(self, conns: Connections, query: ListQuery) -> tuple[Page, list[str]]:
