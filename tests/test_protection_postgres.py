@@ -275,6 +275,18 @@ def test_a_live_lease_refuses_writes_and_deletes_without_it(opened: Any) -> None
     assert store.read("a") is None
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["copied-on-the-server", "resealed"])
+def test_a_fork_onto_a_leased_id_is_refused(opened: Any, sealed: bool) -> None:
+    store = opened(encrypt=ring("k1")) if sealed else opened()
+    state = saved(store, "a", "x")
+    lease = store.acquire("b", "worker-1", 60)
+    with pytest.raises(LeaseHeldError, match="State 'b' is leased to 'worker-1'"):
+        store.fork("a", new_id="b")
+    assert store.read("b") is None
+    store.release(lease)
+    assert store.fork("a", new_id="b").history == state.history
+
+
 def test_tokens_only_grow_across_release_delete_and_reopening(opened: Any) -> None:
     store = opened()
     first = store.acquire("a", "w", 60)

@@ -92,8 +92,9 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
     past its expiry as absent in the same statement that finds it. ``gc()`` deletes expired
     States in transactions of up to 1,000, skipping rows a writer holds and checking each
     row's expiry again once it is locked, so it is safe from many processes and never
-    removes a State a concurrent write extended. ``fork()`` copies the entries on the
-    server (one ``INSERT ... SELECT``) in the transaction that creates the fork.
+    removes a State a concurrent write extended, nor one a live lease holds. ``fork()``
+    copies the entries on the server (one ``INSERT ... SELECT``) in the transaction that
+    creates the fork; with ``encrypt=`` they go through the client, re-sealed for the fork.
 
     Listings are answered from indexes, one page per statement (see
     :mod:`statekeep.stores._postgres._listing`), never by reading every State.
