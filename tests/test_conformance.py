@@ -76,6 +76,7 @@ class TestPostgresStore(BuiltinContract):
     model_examples, model_steps = 15, 20
 
     server_clock = True
+    supports_leases = supports_protection = True
 
     def make_store(self, tmp_path: Path) -> Store:
         return servers.postgres_store(schema=namespace(tmp_path))
