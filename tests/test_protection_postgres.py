@@ -22,6 +22,7 @@ import pytest
 import statekeep as sk
 from statekeep import DecryptionError, Keyring, LeaseHeldError, Redactor, StaleLeaseError, State
 from statekeep._bridge import run_sync
+from statekeep._leases import ENDED
 from statekeep._protection import Protection
 from tests import servers
 from tests.conftest import entries, snapshot
@@ -287,12 +288,16 @@ def test_a_fork_onto_a_leased_id_is_refused(opened: Any, sealed: bool) -> None:
     assert store.fork("a", new_id="b").history == state.history
 
 
-def test_tokens_only_grow_across_release_delete_and_reopening(opened: Any) -> None:
+def test_tokens_only_grow_across_release_delete_and_reopening(
+    postgres_server: PostgresServer, opened: Any
+) -> None:
     store = opened()
     first = store.acquire("a", "w", 60)
     store.write("a", entries(0, 1), snapshot(), create=True, lease=first)
     store.release(first)
     assert store.current_lease("a") is None
+    ended = raw(postgres_server, f"SELECT expires_at FROM {quote_identifier(store.schema)}.leases")
+    assert [r[0] for r in ended] == [ENDED]  # the epoch: no clock stepping back revives it
     second = store.acquire("a", "w", 60)
     store.delete("a", lease=second)
     with pytest.raises(StaleLeaseError):
@@ -312,6 +317,7 @@ def test_gc_skips_an_expired_state_while_its_lease_lives(
     lease = store.acquire("kept", "w", 60)
     store.write("kept", entries(0, 1), gone, create=True, lease=lease)
     store.write("other", entries(0, 1), gone, create=True)
+    assert store.gc(dry_run=True) == 1
     assert store.gc() == 1
     rows = raw(postgres_server, f"SELECT id FROM {quote_identifier(store.schema)}.states")
     assert [r[0] for r in rows] == ["kept"]

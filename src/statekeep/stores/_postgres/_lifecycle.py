@@ -77,7 +77,7 @@ class Lifecycle(Backend):
 
     async def _count_expired(self) -> int:
         """What gc would remove now: one count on the expiry index, by the server's clock
-        (gc deletes exactly the rows with ``expires_at <= now()``)."""
+        (gc deletes exactly the rows with ``expires_at <= now()`` that no live lease holds)."""
         count: int = await self._query("gc", "fetchval", self._sql.count_expired, self.namespace)
         return count
 

@@ -2,7 +2,7 @@
 write, delete and fork runs, and the acquire, renew, release and reseal functions.
 
 One row per (namespace, State): ``(owner, token, expires_at, ttl)``, kept after a release
-(``expires_at`` set to the release time) and after the State is deleted, so the token of a
+(``expires_at`` set to the Unix epoch) and after the State is deleted, so the token of a
 State only grows. Every judgment uses the server's clock at the moment it is made
 (``clock_timestamp()``), the rules of :mod:`statekeep._leases` spelled in PL/pgSQL; a
 refusal returns the lease row and that time, from which the client raises the same error
@@ -128,11 +128,13 @@ END
 
 
 def _release_body(sql: Sql) -> str:
-    """:func:`statekeep._leases.released`: a current, live lease ends now (token kept)."""
+    """:func:`statekeep._leases.released`: a current, live lease ends (token kept), its
+    ``expires_at`` set to :data:`~statekeep._leases.ENDED`, the Unix epoch, so no clock
+    stepping back can make it live again."""
     return f"""
 BEGIN
     {DURABLE}
-    UPDATE {sql.leases} SET expires_at = clock_timestamp()
+    UPDATE {sql.leases} SET expires_at = 'epoch'::timestamptz
         WHERE ns = p_ns AND state_id = p_id AND token = p_token AND owner = p_owner
           AND expires_at > clock_timestamp();
 END

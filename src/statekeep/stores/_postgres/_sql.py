@@ -89,7 +89,9 @@ class Sql:
         live = "(expires_at IS NULL OR expires_at > now())"
         # The snapshot alone (agent memory), and what gc would remove now (a dry run).
         self.read_snapshot = f"SELECT snapshot FROM {states} WHERE ns = $1 AND id = $2 AND {live}"
-        self.count_expired = f"SELECT count(*) FROM {states} WHERE ns = $1 AND expires_at <= now()"
+        self.count_expired = f"""SELECT count(*) FROM {states} s WHERE s.ns = $1 AND s.expires_at <= now()
+            AND NOT EXISTS (SELECT 1 FROM {self.leases} l
+                            WHERE l.ns = $1 AND l.state_id = s.id AND l.expires_at > clock_timestamp())"""
         self.read = f"""
             SELECT -1 AS seq, snapshot AS data, next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live}
             UNION ALL
