@@ -77,14 +77,18 @@ async def select(local: ClientLocal, keys: Keys, query: ListQuery) -> tuple[Page
 
 
 async def gc(local: ClientLocal, keys: Keys, limit: int | None) -> int:
-    """Remove expired States, at most ``limit``, ``GC_BATCH`` per script call."""
+    """Remove expired States, at most ``limit``, ``GC_BATCH`` per script call; those with
+    a live lease stay (see :data:`._lua.GC`)."""
     script = local.gc_script
     assert script is not None
-    removed = 0
+    removed = leased = 0
     while limit is None or removed < limit:
         batch = GC_BATCH if limit is None else min(GC_BATCH, limit - removed)
-        gone, looked = await script(keys=list(keys.common), args=[keys.state, keys.entries, batch])
+        # The States a live lease keeps stay first in the expiry index: pass over them.
+        args: list[bytes | int] = [keys.state, keys.entries, batch, keys.lease, leased]
+        gone, looked, kept = await script(keys=list(keys.common), args=args)
         removed += int(gone)
+        leased += int(kept)
         if int(looked) < batch:
             break
     return removed
