@@ -6,9 +6,11 @@ the same step as the change, by the server's clock."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ aioredis = pytest.importorskip("redis.asyncio")
 pytest.importorskip("cryptography")
 
 from statekeep.stores import RedisStore  # noqa: E402
-from statekeep.stores._redis import _listing  # noqa: E402
+from statekeep.stores._redis import _leases, _listing  # noqa: E402
 
 K1, K2 = Keyring.generate_key(), Keyring.generate_key()
 RING1 = Keyring({"k1": K1}, current="k1")
@@ -241,6 +243,27 @@ def test_reseal_replaces_only_records_still_as_read(server: RedisServer) -> None
         assert raw(server, "LINDEX", entries_key, 0) == after[0]
 
 
+def test_reseal_leaves_a_record_that_changes_after_it_was_compared(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with store(server, encrypt=RING1) as sealed:
+        save_marked(sealed, "c", "m")
+        key = f"{sealed.prefix}entries:c"
+        before = raw(server, "LINDEX", key, 1)
+        compare = _leases._same
+
+        def changed_meanwhile(stored: bytes | None, old: bytes) -> bool:
+            # Another writer replaces the record after this client compared it.
+            change = (server, "LSET", key, 1, before.replace(b'"seq":1', b'"seq":1 '))
+            with ThreadPoolExecutor(1) as pool:  # this runs on the store's loop: raw() has its own
+                pool.submit(raw, *change).result()
+            return compare(stored, old)
+
+        monkeypatch.setattr(_leases, "_same", changed_meanwhile)
+        assert run_sync(sealed._reseal("c", {1: (before, b'{"seq":1}')}, None), "areseal") == 0
+        assert raw(server, "LINDEX", key, 1) == before.replace(b'"seq":1', b'"seq":1 ')
+
+
 # -- leases -------------------------------------------------------------------------------
 
 
@@ -283,6 +306,8 @@ def test_a_stale_lease_is_refused_and_nothing_of_it_lands(two: tuple[RedisStore,
         )
         return [r if isinstance(r, BaseException) else None for r in results]
 
+    with pytest.raises(StaleLeaseError, match="no longer current"):  # its token, another owner
+        a.write("j", [], {"task": "forged"}, lease=dataclasses.replace(fresh, owner="worker-a"))
     refused, ok = asyncio.run(race())
     assert isinstance(refused, StaleLeaseError) and "now leased to 'worker-b'" in str(refused)
     assert ok is None
