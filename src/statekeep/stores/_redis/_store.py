@@ -97,6 +97,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     States in the indexes (Lua, in batches; safe from several processes, and a State a
     write just extended stays).
 
+    Leases (:meth:`acquire`) are judged by the server's clock too (``TIME`` in the lease
+    scripts; the fence runs in the write and delete scripts themselves), so they hold
+    across processes and hosts whatever their clocks say; a State's lease row
+    (``lease:{id}``) has no TTL and outlives the State, so its token only grows.
     ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
     the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
