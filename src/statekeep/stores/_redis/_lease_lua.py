@@ -7,7 +7,7 @@ last renewed for, in microseconds). It has no TTL, and no script removes it (del
 native expiry leave it), so a State's token only ever grows. Each script mirrors the pure
 rule of :mod:`statekeep._leases` it stands for; a refusal returns the lease row and the
 server's time, and the client raises the error by running that same rule on them
-(:mod:`._leasing`), so Redis and every other store say the same thing.
+(:mod:`._leases`), so Redis and every other store say the same thing.
 """
 
 from __future__ import annotations

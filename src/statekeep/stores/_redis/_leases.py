@@ -6,7 +6,7 @@ run on the lease row and server time the script returned. Also rekey's in-place 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 import orjson
@@ -29,7 +29,7 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _held(state_id: str, reply: Sequence[Any]) -> tuple[Lease | None, Any]:
+def _held(state_id: str, reply: Sequence[Any]) -> tuple[Lease | None, datetime]:
     """The lease row and the server's time a refusal carries."""
     owner, token, exp, ttl, now = (_text(part) for part in reply[1:6])
     held = None
