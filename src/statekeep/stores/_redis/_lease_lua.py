@@ -82,7 +82,8 @@ return {0, ARGV[2], exp}
 """
 )
 
-#: statekeep._leases.released: end it now (token kept) if it is current and live.
+#: statekeep._leases.released: end it (``exp`` 0, the epoch: no clock stepping back makes it
+#: live again; token kept) if it is current and live.
 RELEASE = (
     _NOW
     + FENCE
@@ -90,7 +91,7 @@ RELEASE = (
 -- KEYS: the lease row; ARGV: owner, token
 local h = lease_row(KEYS[1])
 if h[2] == ARGV[2] and h[1] == ARGV[1] and row_live(h) then
-  redis.call('HSET', KEYS[1], 'exp', fmt(now))
+  redis.call('HSET', KEYS[1], 'exp', '0')
   return 1
 end
 return 0

@@ -101,11 +101,19 @@ async def child_ids(local: ClientLocal, keys: Keys, state_id: str) -> list[str]:
 
 
 async def count_expired(local: ClientLocal, keys: Keys) -> int:
-    """What gc would remove now (a dry run): the expiry index counted up to the server's
-    TIME, in one script (see :data:`._lua.COUNT_EXPIRED`)."""
+    """What gc would remove now (a dry run): the States of the expiry index up to the
+    server's TIME without a live lease, ``GC_BATCH`` per script call (see
+    :data:`._lua.COUNT_EXPIRED`)."""
     script = local.count_expired_script
     assert script is not None
-    return int(await script(keys=[keys.common[3]]))
+    counted = looked = 0
+    while True:
+        args: list[bytes | int] = [keys.lease, looked, GC_BATCH]
+        found, seen = await script(keys=[keys.common[3]], args=args)
+        counted += int(found)
+        looked += int(seen)
+        if int(seen) < GC_BATCH:
+            return counted
 
 
 def _bytes(value: Any) -> bytes:

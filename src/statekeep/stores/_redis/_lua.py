@@ -289,13 +289,21 @@ return {removed, #ids, leased}
 """
 )
 
-#: What gc would remove now: the expiry index up to the server's time. (Each script that
-#: sets a State's ``exp`` sets its score in the same step, so this is the States gc's own
-#: check of ``exp`` would remove, with those whose keys native expiry already took.)
+#: What gc would remove now, one stretch of the expiry index up to the server's time: its
+#: States without a live lease. (Each script that sets a State's ``exp`` sets its score in
+#: the same step, so these are the States gc's own check of ``exp`` would remove, with those
+#: whose keys native expiry already took.) Returns {counted, looked at}.
 COUNT_EXPIRED = """
--- KEYS: the expiry index
+-- KEYS: the expiry index; ARGV: lease row prefix, offset, batch
 local t = redis.call('TIME')
-return redis.call('ZCOUNT', KEYS[1], '-inf', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', tonumber(ARGV[2]), tonumber(ARGV[3]))
+local counted = 0
+for _, id in ipairs(ids) do
+  local lease_exp = redis.call('HGET', ARGV[1] .. id, 'exp')
+  if not (lease_exp and tonumber(lease_exp) > now) then counted = counted + 1 end
+end
+return {counted, #ids}
 """
 
 #: One stretch of a listing: walk an index from a bound, keep the rows that pass.
