@@ -96,6 +96,7 @@ class TestPostgresStore(BuiltinContract):
 
 
 class TestRedisStore(BuiltinContract):
+    supports_leases = supports_protection = True
     model_examples, model_steps = 15, 20
 
     server_clock = True

@@ -13,12 +13,15 @@ start with ``N`` (``P`` for the default namespace, ``P ns:{name}:`` for another)
     N ix:rows        hash: id -> the indexes its member is in (to take it out again)
     N ix:bad         ids of States whose snapshot is no listing row (warned about by list())
     N ix:expiry      ids scored by their expiry: what gc looks at
+    N lease:{id}     hash: the State's lease row: owner, token, exp and ttl (microseconds);
+                     no TTL, and kept after a release and a delete, so tokens only grow
     P layout         the key layout's version; a newer one is refused, layout 1 upgraded
 
 Every write is one server-side Lua script, so it is atomic and serialised with every
 other write to the State, from any process or host: it checks the seq rules, appends the
 new entries, replaces the snapshot and updates the indexes and the keys' native expiry, or
-changes nothing. Expiry is judged by the server's clock (``TIME`` in the scripts).
+changes nothing. Expiry is judged by the server's clock (``TIME`` in the scripts). The
+same script checks the State's lease (the fence), so a write refused by it changes nothing.
 
 Skipping entries the store already has: the script compares each overlapping stored
 entry with the sent one byte for byte. statekeep's encoder gives the same bytes for the
@@ -40,7 +43,8 @@ characters, and a store never sees another prefix's States.
 The package: :mod:`._store` (the class and its operations), :mod:`._lua` (the scripts),
 :mod:`._args` (their arguments), :mod:`._keys` (key names, index members),
 :mod:`._listing` (pages and gc), :mod:`._client` (the client of each process),
-:mod:`._layout` (the checks on connect, the upgrade of layout 1).
+:mod:`._layout` (the checks on connect, the upgrade of layout 1), :mod:`._leases` and
+:mod:`._lease_lua` (leases: their calls and their scripts).
 """
 
 from ._layout import LAYOUT_VERSION

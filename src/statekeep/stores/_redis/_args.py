@@ -1,4 +1,4 @@
-"""The argument lists of RedisStore's write and fork scripts (pure; the scripts: :mod:`._lua`)."""
+"""The argument lists of RedisStore's write, delete and fork scripts (pure; the scripts: :mod:`._lua`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._codec import encode
+from ..._leases import Lease
 from ..._writes import PreparedWrite
 from ._keys import Keys, indexed
 
@@ -30,11 +31,17 @@ def write_args(
         "" if found is None else found.expiry,
         retention_us if found is not None and found.stamp else "",
         str(0 if found is None else len(found.indexes)),
-        "",
+        *lease_args(write.lease),
         *([] if found is None else found.indexes),
     ]
     lines = [line[:-1] for line in write.lines]
-    return (*keys.state_keys(sid), *keys.common, *head, *lines, *approved)
+    return (*keys.state_keys(sid), *keys.common, keys.lease_key(sid), *head, *lines, *approved)
+
+
+def lease_args(lease: Lease | None) -> tuple[str, str]:
+    """The lease a caller passed, as the fence in the scripts takes it: token and owner
+    (``""`` for none)."""
+    return ("", "") if lease is None else (str(lease.token), lease.owner)
 
 
 def fork_args(
@@ -45,7 +52,10 @@ def fork_args(
     assert write.snapshot is not None
     digest = hashlib.sha1(b"\n".join(encode(e, "entry") for e in entries)).hexdigest()
     found = indexed(keys, write.state_id, write.snapshot)
-    names = [*keys.state_keys(source_id), *keys.state_keys(write.state_id), *keys.common]
+    names = [
+        *keys.state_keys(source_id), *keys.state_keys(write.state_id), *keys.common,
+        keys.lease_key(write.state_id),
+    ]  # fmt: skip
     args = [
         write.state_id, str(len(entries) - 1), digest, write.snapshot, found.member, found.expiry,
         retention_us if found.stamp else "", str(len(found.indexes)), *found.indexes,

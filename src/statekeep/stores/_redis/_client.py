@@ -12,7 +12,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ... import _redaction as redaction
 from ..._bridge import _Owner
 from .._server import ServerLocal
-from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT, WRITE
+from ._lease_lua import ACQUIRE, RELEASE, RENEW, RESEAL
+from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT, WRITE, WRITE_KEYS
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 #: Where a Redis server is: (host or socket path, port or None, database).
 ServerKey = tuple[Any, ...]
-#: One call of the write script: its 6 keys, then its arguments.
+#: One call of the write script: its 7 keys, then its arguments.
 ScriptCall = tuple[bytes | str, ...]
 
 
@@ -35,6 +36,10 @@ class ClientLocal(ServerLocal["Redis"]):
         self.gc_script: AsyncScript | None = None
         self.fork_script: AsyncScript | None = None
         self.count_expired_script: AsyncScript | None = None
+        self.acquire_script: AsyncScript | None = None
+        self.renew_script: AsyncScript | None = None
+        self.release_script: AsyncScript | None = None
+        self.reseal_script: AsyncScript | None = None
 
     @property
     def client(self) -> Redis:
@@ -50,6 +55,10 @@ class ClientLocal(ServerLocal["Redis"]):
         self.gc_script = client.register_script(GC)
         self.fork_script = client.register_script(FORK)
         self.count_expired_script = client.register_script(COUNT_EXPIRED)
+        self.acquire_script = client.register_script(ACQUIRE)
+        self.renew_script = client.register_script(RENEW)
+        self.release_script = client.register_script(RELEASE)
+        self.reseal_script = client.register_script(RESEAL)
 
 
 def make_client(aioredis: ModuleType, url: str) -> Redis:
@@ -119,7 +128,7 @@ async def _evalsha(local: ClientLocal, calls: Sequence[ScriptCall]) -> list[Any]
     sha = local.write_script.sha
     async with local.client.pipeline(transaction=False) as pipe:
         for call in calls:
-            pipe.evalsha(sha, 6, *call)
+            pipe.evalsha(sha, WRITE_KEYS, *call)
         return list(await pipe.execute(raise_on_error=False))
 
 

@@ -48,6 +48,11 @@ def epoch_us(when: datetime) -> int:
     return (when - _EPOCH) // _US
 
 
+def from_us(us: int) -> datetime:
+    """Microseconds since 1970 (as the scripts count) as an aware UTC datetime."""
+    return _EPOCH + us * _US
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     """The keys of one namespace under a prefix."""
@@ -80,6 +85,14 @@ class Keys:
             self.base + b"ix:bad",
             self.base + b"ix:expiry",
         )
+
+    @property
+    def lease(self) -> bytes:
+        return self.base + b"lease:"
+
+    def lease_key(self, sid: str) -> bytes:
+        """The State's lease row (a hash with no TTL: delete, gc and native expiry leave it)."""
+        return self.lease + sid.encode()
 
     def state_keys(self, sid: str) -> tuple[bytes, bytes]:
         raw = sid.encode()

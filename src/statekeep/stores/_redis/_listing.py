@@ -77,14 +77,18 @@ async def select(local: ClientLocal, keys: Keys, query: ListQuery) -> tuple[Page
 
 
 async def gc(local: ClientLocal, keys: Keys, limit: int | None) -> int:
-    """Remove expired States, at most ``limit``, ``GC_BATCH`` per script call."""
+    """Remove expired States, at most ``limit``, ``GC_BATCH`` per script call; those with
+    a live lease stay (see :data:`._lua.GC`)."""
     script = local.gc_script
     assert script is not None
-    removed = 0
+    removed = leased = 0
     while limit is None or removed < limit:
         batch = GC_BATCH if limit is None else min(GC_BATCH, limit - removed)
-        gone, looked = await script(keys=list(keys.common), args=[keys.state, keys.entries, batch])
+        # The States a live lease keeps stay first in the expiry index: pass over them.
+        args: list[bytes | int] = [keys.state, keys.entries, batch, keys.lease, leased]
+        gone, looked, kept = await script(keys=list(keys.common), args=args)
         removed += int(gone)
+        leased += int(kept)
         if int(looked) < batch:
             break
     return removed
@@ -97,11 +101,19 @@ async def child_ids(local: ClientLocal, keys: Keys, state_id: str) -> list[str]:
 
 
 async def count_expired(local: ClientLocal, keys: Keys) -> int:
-    """What gc would remove now (a dry run): the expiry index counted up to the server's
-    TIME, in one script (see :data:`._lua.COUNT_EXPIRED`)."""
+    """What gc would remove now (a dry run): the States of the expiry index up to the
+    server's TIME without a live lease, ``GC_BATCH`` per script call (see
+    :data:`._lua.COUNT_EXPIRED`)."""
     script = local.count_expired_script
     assert script is not None
-    return int(await script(keys=[keys.common[3]]))
+    counted = looked = 0
+    while True:
+        args: list[bytes | int] = [keys.lease, looked, GC_BATCH]
+        found, seen = await script(keys=[keys.common[3]], args=args)
+        counted += int(found)
+        looked += int(seen)
+        if int(seen) < GC_BATCH:
+            return counted
 
 
 def _bytes(value: Any) -> bytes:

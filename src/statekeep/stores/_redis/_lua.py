@@ -9,18 +9,23 @@ the same time as native expiry (``PEXPIREAT``), set again by each write.
 The namespace keys every changing script takes, in this order (``NS``): the listing index,
 the rows hash (id -> the indexes it is in, as MessagePack: its member first), the unlisted
 States (a snapshot that is no listing row), the expiry index (score: ``exp``).
+
+The write, delete and fork scripts also take the State's lease row and apply the fence in
+the same step (see :mod:`._lease_lua`); gc leaves a State with a live lease alone.
 """
 
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
 from ._keys import STAMPED
+from ._lease_lua import FENCE
 
 # The write script's outcomes: those of every server store (OK, MISSING, ...), and its own:
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
-# ARGV slots of the write before the index keys.
-HEAD = 12
+# ARGV slots of the write before the index keys, and its keys.
+HEAD = 13
+WRITE_KEYS = 7
 
 # Helpers every changing script starts with. ``ns`` is the table of namespace keys.
 _COMMON = f"""
@@ -126,11 +131,12 @@ end
 #: The write, as one script: atomic, and serialised with every other write to the State.
 WRITE = (
     _COMMON
+    + FENCE
     + f"""
--- KEYS: state hash, entries list, then the namespace keys
+-- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
---       exp, retention, n index keys, (unused), then the index keys, the n entries,
---       then the approved stored entries
+--       exp, retention, n index keys, lease token ('' for none), lease owner, then the
+--       index keys, the n entries, then the approved stored entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -143,11 +149,13 @@ local ns = ns_keys(3)
 
 -- Every key's type before the first write: a key of another type (the prefix shared with
 -- something else) would fail half-way through, after some writes were made.
-local want = {{'hash', 'list', 'zset', 'hash', 'zset', 'zset'}}
-for i = 1, 6 do
+local want = {{'hash', 'list', 'zset', 'hash', 'zset', 'zset', 'hash'}}
+for i = 1, {WRITE_KEYS} do
   local t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= want[i] then return {{{WRONGTYPE}, KEYS[i], t, want[i]}} end
 end
+local refused = fence(KEYS[7], ARGV[12], ARGV[13])
+if refused then return refused end
 
 local function push(from, to)
   local i = from
@@ -209,12 +217,16 @@ return {{{OK}, math.max(nxt, first + n)}}
 #: A fork: the source's entries 0..at copied on the server, and the new State created.
 FORK = (
     _COMMON
+    + FENCE
     + f"""
--- KEYS: source state, source entries, new state, new entries, then the namespace keys
+-- KEYS: source state, source entries, new state, new entries, then the namespace keys,
+--       then the new State's lease row
 -- ARGV: new id, at seq, sha1 of the entries 0..at joined by newlines, snapshot, member,
 --       exp, retention, n index keys, then the index keys
 local ns = ns_keys(5)
 if not live(KEYS[1]) then return {{{MISSING}}} end
+local refused = fence(KEYS[9], '', '')
+if refused then return refused end
 local at = tonumber(ARGV[2])
 local copied = redis.call('LRANGE', KEYS[2], 0, at)
 if #copied ~= at + 1 or redis.sha1hex(table.concat(copied, '\\n')) ~= ARGV[3] then
@@ -238,44 +250,60 @@ return {{{OK}}}
 #: Delete one State: its keys and its index entries.
 DELETE = (
     _COMMON
+    + FENCE
     + """
--- KEYS: state, entries, then the namespace keys; ARGV: id
+-- KEYS: state, entries, then the namespace keys, then the lease row
+-- ARGV: id, lease token ('' for none), lease owner
+local refused = fence(KEYS[7], ARGV[2], ARGV[3])
+if refused then return refused end
 purge(ns_keys(3), ARGV[1], KEYS[1], KEYS[2])
-return 0
+return {0}
 """
 )
 
-#: Remove up to ARGV[3] expired States; returns {removed, looked at}.
+#: Remove up to ARGV[3] expired States; returns {removed, looked at, left for their lease}.
 GC = (
     _COMMON
     + """
--- KEYS: the namespace keys; ARGV: state key prefix, entries key prefix, batch
+-- KEYS: the namespace keys; ARGV: state key prefix, entries key prefix, batch, lease row
+-- prefix, how many expired States to pass over first (those earlier calls left: leased)
 local ns = ns_keys(1)
-local ids = redis.call('ZRANGEBYSCORE', ns.expiry, '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
-local removed = 0
+local ids = redis.call('ZRANGEBYSCORE', ns.expiry, '-inf', now, 'LIMIT', tonumber(ARGV[5]), tonumber(ARGV[3]))
+local removed, leased = 0, 0
 for _, id in ipairs(ids) do
   local state = ARGV[1] .. id
   local h = redis.call('HMGET', state, 'next', 'exp')
+  local lease_exp = redis.call('HGET', ARGV[4] .. id, 'exp')
   if h[1] and not h[2] then
     redis.call('ZREM', ns.expiry, id)  -- no expiry any more: the index catches up
   elseif h[1] and tonumber(h[2]) > now then
     redis.call('ZADD', ns.expiry, h[2], id)  -- extended: the index catches up
+  elseif lease_exp and tonumber(lease_exp) > now then
+    leased = leased + 1  -- a live lease keeps it: its worker is at it
   else
     purge(ns, id, state, ARGV[2] .. id)
     removed = removed + 1
   end
 end
-return {removed, #ids}
+return {removed, #ids, leased}
 """
 )
 
-#: What gc would remove now: the expiry index up to the server's time. (Each script that
-#: sets a State's ``exp`` sets its score in the same step, so this is the States gc's own
-#: check of ``exp`` would remove, with those whose keys native expiry already took.)
+#: What gc would remove now, one stretch of the expiry index up to the server's time: its
+#: States without a live lease. (Each script that sets a State's ``exp`` sets its score in
+#: the same step, so these are the States gc's own check of ``exp`` would remove, with those
+#: whose keys native expiry already took.) Returns {counted, looked at}.
 COUNT_EXPIRED = """
--- KEYS: the expiry index
+-- KEYS: the expiry index; ARGV: lease row prefix, offset, batch
 local t = redis.call('TIME')
-return redis.call('ZCOUNT', KEYS[1], '-inf', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', tonumber(ARGV[2]), tonumber(ARGV[3]))
+local counted = 0
+for _, id in ipairs(ids) do
+  local lease_exp = redis.call('HGET', ARGV[1] .. id, 'exp')
+  if not (lease_exp and tonumber(lease_exp) > now) then counted = counted + 1 end
+end
+return {counted, #ids}
 """
 
 #: One stretch of a listing: walk an index from a bound, keep the rows that pass.

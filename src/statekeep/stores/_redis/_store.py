@@ -16,11 +16,13 @@ from ..._labels import DEFAULT_NAMESPACE
 from ..._leases import Lease
 from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, Snapshot
+from ..._redactor import Redactor
+from ..._sealing import Keyring
 from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
-from . import _client, _listing, _reads
-from ._args import fork_args, write_args
+from . import _client, _leases, _listing, _reads
+from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
 from ._layout import check_server
@@ -94,6 +96,13 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     (``PEXPIREAT``), set again by each write; :meth:`gc` removes what is left of expired
     States in the indexes (Lua, in batches; safe from several processes, and a State a
     write just extended stays).
+
+    Leases (:meth:`acquire`) are judged by the server's clock too (``TIME`` in the lease
+    scripts; the fence runs in the write and delete scripts themselves), so they hold
+    across processes and hosts whatever their clocks say; a State's lease row
+    (``lease:{id}``) has no TTL and outlives the State, so its token only grows.
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
+    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     _local_type = ClientLocal
@@ -108,6 +117,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         create: bool = True,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | float | None = None,
+        redact: Redactor | None = None,
+        encrypt: Keyring | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
         import redis.exceptions
@@ -122,6 +134,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
                 raise ValueError(f"namespace {namespace!r} differs from the URL's namespace={in_url!r}")
             namespace = in_url
         self._lifecycle(namespace, retention)
+        self._protect(redact, encrypt, allow_plaintext)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         try:
@@ -183,6 +196,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             status = int(reply[0])
             if status == servercommon.OK:
                 return
+            if _leases.is_refusal(reply):
+                _leases.refuse(sid, reply, write.lease, "nothing was written")
             if status == WRONGTYPE:
                 key, held, wanted = (_as_bytes(part).decode("utf-8", "replace") for part in reply[1:4])
                 raise CorruptStateError(
@@ -231,11 +246,39 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             return await _listing.gc(local, self._keys_of, limit)
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
+        keys = self._keys_of
         async with self._using("delete") as local:
             assert local.delete_script is not None
-            await local.delete_script(
-                keys=[*self._keys_of.state_keys(state_id), *self._keys_of.common], args=[state_id]
+            reply = await local.delete_script(
+                keys=[*keys.state_keys(state_id), *keys.common, keys.lease_key(state_id)],
+                args=[state_id, *lease_args(lease)],
             )
+        if _leases.is_refusal(reply):
+            _leases.refuse(state_id, reply, lease, "nothing was deleted")
+
+    # -- leases: one script each, judged by the server's clock (see ._lease_lua) ----------
+
+    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
+        async with self._using("acquire") as local:
+            return await _leases.acquire(local, self._keys_of, state_id, owner, ttl)
+
+    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
+        async with self._using("renew") as local:
+            return await _leases.renew(local, self._keys_of, lease, ttl)
+
+    async def _release(self, lease: Lease) -> None:
+        async with self._using("release") as local:
+            await _leases.release(local, self._keys_of, lease)
+
+    async def _current_lease(self, state_id: str) -> Lease | None:
+        async with self._using("read") as local:
+            return await _leases.current(local, self._keys_of, state_id)
+
+    async def _reseal(
+        self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None
+    ) -> int:
+        async with self._using("rekey") as local:
+            return await _leases.reseal(local, self._keys_of, state_id, entries, snapshot)
 
     async def _afork_write(
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
@@ -245,22 +288,24 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         write = prepare_write(new_id, [], self._stamp(snapshot), True)
         self._check_open(None)
         keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
-        status = await run_async(self._fork(keys, args, new_id))
+        reply = await run_async(self._fork(keys, args, new_id))
+        if _leases.is_refusal(reply):
+            _leases.refuse(new_id, reply, None, "nothing was forked")
+        status = int(reply[0])
         if status == servercommon.MISSING:
             raise missing_error(source_id)
         if status == servercommon.EXISTS:
             raise exists_error(new_id)
 
-    async def _fork(self, keys: list[bytes], args: list[Any], new_id: str) -> int:
+    async def _fork(self, keys: list[bytes], args: list[Any], new_id: str) -> Any:
         async with owner().lock((self._storage_key(), new_id)), self._using("fork") as local:
             assert local.fork_script is not None
-            reply = await local.fork_script(keys=keys, args=args)
-        return int(reply[0])
+            return await local.fork_script(keys=keys, args=args)
 
     # -- writes: one at a time, or pipelined ----------------------------------------
 
     async def _send(self, args: ScriptCall) -> Any:
-        """Run the write script with ``args`` (its 6 keys, then its arguments); return its reply.
+        """Run the write script with ``args`` (its 7 keys, then its arguments); return its reply.
 
         Writes that wait at the same moment, to different States of this store, go to the
         server together in one pipeline (one round trip; the server fsyncs its log once for
