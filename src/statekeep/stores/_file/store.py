@@ -41,6 +41,8 @@ from ..._labels import DEFAULT_NAMESPACE
 from ..._leases import Lease
 from ..._query import ListQuery, Page, select
 from ..._records import Record, SavedState
+from ..._redactor import Redactor
+from ..._sealing import Keyring
 from ..._writes import PreparedWrite
 from .._fsio import OsIO
 from .append import Appender
@@ -129,6 +131,10 @@ class FileStore(Backend):
     those wait for the first write or delete). ``read_only=True`` also makes ``write`` and
     ``delete`` raise RuntimeError. An empty ``path`` is a ValueError
     (use ``"."`` for the current folder).
+
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
+    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
+    clear in the files: ids (folder names), seqs, times and the listing fields.
     """
 
     def __init__(
@@ -140,12 +146,16 @@ class FileStore(Backend):
         clock: Clock | None = None,
         io: OsIO | None = None,
         read_only: bool = False,
+        redact: Redactor | None = None,
+        encrypt: Keyring | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         if not os.fspath(path):
             raise ValueError(
                 "a FileStore needs a folder path, got an empty one; use '.' for the current folder"
             )
         self._lifecycle(namespace, retention, clock)
+        self._protect(redact, encrypt, allow_plaintext)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
         self._setup(io or OsIO(), read_only, Handles())
