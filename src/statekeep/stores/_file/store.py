@@ -30,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Hashable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,7 +39,7 @@ from ..._backend import Backend, Clock
 from ..._batching import GroupCommit
 from ..._bridge import owner
 from ..._labels import DEFAULT_NAMESPACE
-from ..._leases import Lease
+from ..._leases import Lease, acquired, check_fence, is_live, released, renewed
 from ..._query import ListQuery, Page, select
 from ..._records import Record, SavedState
 from ..._redactor import Redactor
@@ -51,6 +52,7 @@ from .copies import INTERVAL, Copies
 from .create import create, delete
 from .folder import StoreFolder
 from .handles import Handles
+from .leases import LeaseRows, row_lock
 from .reads import list_states, read_range, read_snapshot, read_state
 from .recovery import Tail
 from .trust import probe_case
@@ -170,7 +172,10 @@ class FileStore(Backend):
         self._handles = handles.space(self.namespace)  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
         self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
-        self._appender = Appender(self._folder, self._tails, self._handles, self._copies, self._now)
+        self._leases = LeaseRows(self._folder)  # .leases/: one row per leased State
+        self._appender = Appender(
+            self._folder, self._tails, self._handles, self._copies, self._now, self._leases
+        )
         self._siblings: dict[str, FileStore] = {}  # agent memory's namespaces, closed with this one
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
@@ -215,7 +220,8 @@ class FileStore(Backend):
             if sid in self._tails:  # it may replace an expired State this process wrote
                 self._handles.drop(sid)
                 self._copies.forget(sid)
-            await owner().io.run(create, self._folder, self._tails, write, self._expired)
+            fence = partial(self._fence, write.state_id, write.lease, "nothing was written")
+            await owner().io.run(create, self._folder, self._tails, write, self._expired, fence)
             return
         # Group commit: appends waiting at the same moment, to any State of this store,
         # are written together and share their flushes; each caller still gets its own
@@ -275,7 +281,69 @@ class FileStore(Backend):
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         self._handles.drop(state_id)
         self._copies.forget(state_id)
-        await owner().io.run(delete, self._folder, self._tails, state_id)
+        fence = partial(self._fence, state_id, lease, "nothing was deleted")
+        await owner().io.run(delete, self._folder, self._tails, state_id, None, fence)
+
+    def _fence(self, sid: str, lease: Lease | None, doing: str, root: int) -> bool:
+        """Apply the fence to a create or delete of ``sid`` (raises if refused)."""
+        check_fence(sid, self._leases.read(root, sid), lease, self._now(), doing)
+        return False
+
+    def _leased(self, sid: str, root: int) -> bool:
+        """Does ``sid`` have a live lease? (gc leaves it: its worker is at it.)"""
+        return is_live(self._leases.read(root, sid), self._now())
+
+    # -- leases: rows in .leases/, changed under the State's flock (see .leases) ----
+
+    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
+        def take(held: Lease | None, now: datetime) -> Lease:
+            return acquired(state_id, owner, ttl, held, now)
+
+        return cast(Lease, await self._change_lease(state_id, take))
+
+    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
+        def extend(held: Lease | None, now: datetime) -> Lease:
+            return renewed(lease, held, ttl, now)
+
+        return cast(Lease, await self._change_lease(lease.state_id, extend))
+
+    async def _release(self, lease: Lease) -> None:
+        def end(held: Lease | None, now: datetime) -> Lease | None:
+            return released(lease, held, now)
+
+        await self._change_lease(lease.state_id, end)
+
+    async def _change_lease(
+        self, sid: str, change: Callable[[Lease | None, datetime], Lease | None]
+    ) -> Lease | None:
+        return await owner().io.run(self._changed_lease, sid, change)
+
+    def _changed_lease(
+        self, sid: str, change: Callable[[Lease | None, datetime], Lease | None]
+    ) -> Lease | None:
+        root = self._folder.open_root(create=True)
+        assert root is not None
+        try:
+            with row_lock(self._folder, root, sid):
+                new = change(self._leases.read(root, sid), self._now())
+                if new is not None:
+                    self._leases.write(root, new)
+                return new
+        finally:
+            os.close(root)
+
+    async def _current_lease(self, state_id: str) -> Lease | None:
+        return await owner().io.run(self._read_lease, state_id)
+
+    def _read_lease(self, sid: str) -> Lease | None:
+        root = self._folder.open_root(create=False)
+        if root is None:
+            return None
+        try:
+            held = self._leases.read(root, sid)  # one file, replaced whole: no lock needed
+        finally:
+            os.close(root)
+        return held if is_live(held, self._now()) else None
 
     async def _gc(self, limit: int | None) -> int:
         rows, _ = await self._list()
@@ -291,6 +359,7 @@ class FileStore(Backend):
             async with owner().lock((self._storage_key(), row.id)):
                 self._handles.drop(row.id)
                 self._copies.forget(row.id)
-                if await owner().io.run(delete, self._folder, self._tails, row.id, self._expired):
+                leased = partial(self._leased, row.id)
+                if await owner().io.run(delete, self._folder, self._tails, row.id, self._expired, leased):
                     removed += 1
         return removed
