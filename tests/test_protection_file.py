@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -24,13 +25,15 @@ import pytest
 
 import statekeep as sk
 from statekeep import DecryptionError, FileStore, Keyring, LeaseHeldError, Redactor, StaleLeaseError
+from statekeep._bridge import run_sync
 from statekeep._logframe import closing_record, frame, scan_log
+from statekeep._sealing import open_entry, open_snapshot, seal_entry, seal_snapshot
 
 pytest.importorskip("cryptography")
 
 SECRET = "hunter2-Sup3rSecret"
 MARK = "zebra-marker-7f3a"  # plaintext that must never reach the files of a sealed store
-K1, K2 = Keyring.generate_key(), Keyring.generate_key()
+K1, K2 = bytes(range(32)), bytes(range(32, 64))  # fixed: the killed child process uses them too
 
 Change = Callable[
     [list[dict[str, Any]], dict[str, Any] | None], tuple[list[dict[str, Any]], dict[str, Any] | None]
@@ -362,3 +365,121 @@ def test_gc_leaves_an_expired_state_that_is_leased(tmp_path: Path) -> None:
     store.release(lease)
     assert store.gc() == 1
     assert not os.path.exists(tmp_path / "a")
+
+
+# -- reseal (the hook ``statekeep rekey`` drives) -------------------------------------
+
+
+def resealed(
+    folder: Path, sid: str, old: Keyring, new: Keyring
+) -> tuple[dict[int, tuple[bytes, bytes]], tuple[bytes, bytes]]:
+    """Every record of ``sid`` as stored, and sealed again with ``new``'s current key."""
+    scan = scan_log((folder / sid / "log.jsonl").read_bytes())
+    entries = {}
+    for e in scan.entries:
+        plain = open_entry(old, e, "default", sid, e["seq"])
+        line = seal_entry(new, orjson.dumps(plain), plain, "default", sid)
+        entries[e["seq"]] = (orjson.dumps(e), line.rstrip(b"\n"))
+    assert scan.snapshot is not None
+    snapshot = (
+        orjson.dumps(scan.snapshot),
+        seal_snapshot(new, open_snapshot(old, scan.snapshot, "default", sid), "default", sid),
+    )
+    return entries, snapshot
+
+
+def reseal(store: FileStore, sid: str, entries: dict[int, tuple[bytes, bytes]], snapshot: Any) -> int:
+    return run_sync(store._locked(sid, store._reseal(sid, entries, snapshot)), "areseal")
+
+
+def test_reseal_replaces_what_is_unchanged_and_nothing_else(tmp_path: Path) -> None:
+    k1 = Keyring({"k1": K1}, current="k1")
+    both = Keyring({"k2": K2, "k1": K1}, current="k2")
+    store = FileStore(tmp_path, encrypt=k1)
+    state = marked_state("a", MARK)
+    store.save(state)
+    state.add_user(f"second write {MARK}")
+    store.save(state)
+    bystander = FileStore(tmp_path, encrypt=both)  # keeps the old log open after its write
+    bystander.save(bystander.load("a"))
+    entries, snapshot = resealed(tmp_path, "a", both, both)
+    kept = entries[0]
+    entries[0] = (orjson.dumps({"seq": 0, "changed": True}), entries[0][1])  # no longer stored
+    assert reseal(store, "a", entries, snapshot) == len(entries)  # all but seq 0, and the snapshot
+    log = (tmp_path / "a" / "log.jsonl").read_bytes()
+    assert log.count(b'"k1:') == 1 and log.count(b'"sk.snapshot"') == 1
+    assert FileStore(tmp_path, encrypt=both).load("a").history == state.history
+    with pytest.raises(DecryptionError, match="'k1'"):
+        FileStore(tmp_path, encrypt=Keyring({"k2": K2}, current="k2")).read("a")
+    assert reseal(store, "a", {0: kept}, None) == 1
+    assert b"k1:" not in raw_bytes(tmp_path)  # no old snapshot record left behind either
+    state.add_user("after the rekey")
+    bystander.save(state)  # appends to the new log, not to the one it had open
+    again = FileStore(tmp_path, encrypt=Keyring({"k2": K2}, current="k2"))
+    assert again.load("a").history == state.history
+    assert again.read("a", since=len(state.history) - 1) is not None
+    assert reseal(store, "a", {0: kept}, None) == 0  # changed since: refused
+    assert reseal(store, "missing", {0: kept}, None) == 0
+
+
+KILLER = """
+import os, signal, sys
+import statekeep as sk
+from statekeep._bridge import run_sync
+from statekeep.stores._fsio import OsIO
+from tests.test_protection_file import K1, K2, resealed
+
+class Killing(OsIO):
+    armed, left = False, int(sys.argv[2])
+    def _step(self):
+        if self.armed:
+            if self.left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+            self.left -= 1
+for name in ("open", "write", "fsync", "truncate", "chmod", "rename", "mkdir", "unlink", "rmdir"):
+    def step(self, *a, _op=getattr(OsIO, name), **k):
+        self._step()
+        return _op(self, *a, **k)
+    setattr(Killing, name, step)
+
+io = Killing()
+both = sk.Keyring({"k2": K2, "k1": K1}, current="k2")
+store = sk.FileStore(sys.argv[1], io=io, encrypt=both)
+from pathlib import Path
+entries, snapshot = resealed(Path(sys.argv[1]), "a", both, both)
+io.armed = True
+run_sync(store._locked("a", store._reseal("a", entries, snapshot)), "areseal")
+print("done")
+"""
+
+
+def test_reseal_killed_at_any_step_leaves_the_old_log_or_the_new(tmp_path: Path) -> None:
+    k1 = Keyring({"k1": K1}, current="k1")
+    both = Keyring({"k2": K2, "k1": K1}, current="k2")
+    state = marked_state("a", MARK)
+    FileStore(tmp_path / "seed", encrypt=k1).save(state)
+    state.add_user("a second write")
+    FileStore(tmp_path / "seed", encrypt=k1).save(state)
+    seed = (tmp_path / "seed" / "a" / "log.jsonl").read_bytes()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), *sys.path])}
+    for step in range(100):
+        folder = tmp_path / f"run{step}"
+        shutil.copytree(tmp_path / "seed", folder)
+        child = subprocess.run(
+            [sys.executable, "-c", KILLER, str(folder), str(step)], env=env, capture_output=True
+        )
+        log = (folder / "a" / "log.jsonl").read_bytes()
+        if child.returncode == 0:
+            assert b'"k1:' not in log
+            break
+        assert child.returncode == -9, child.stderr.decode()
+        assert log == seed or b'"k1:' not in log  # the old log, or the new one whole
+        store = FileStore(folder, encrypt=both)
+        assert store.load("a").history == state.history
+        state_now = store.load("a")
+        state_now.add_user("next")
+        store.save(state_now)
+        store.delete("a")  # a leftover new log does not keep the State from going
+    else:
+        pytest.fail("the reseal never finished")
+    assert step > 5

@@ -27,7 +27,7 @@ from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
 from .budget import BUDGET
 from .copies import Copies
 from .expiry import encoded_expiry, log_expiry
-from .folder import StoreFolder, still_named
+from .folder import StoreFolder, log_named, still_named
 from .handles import SpaceHandles, close_pair
 from .leases import LeaseRows
 from .locking import hold
@@ -217,6 +217,12 @@ class Appender:
                 raise WouldBlock  # another process is writing the State: wait in a worker
             item.locked = True
             if still_named(root, sid, item.folder):
+                if log_named(item.folder, item.log):
+                    return
+                # A rekey replaced the log since it was opened (.reseal): use the new one.
+                os.close(item.log)
+                item.log = -1
+                item.log = store.open_in(item.folder, sid, LOG, os.O_RDWR | os.O_APPEND)
                 return
             # Deleted, maybe made again, since these were opened: try the name once more.
             item.unlock()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Hashable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -39,7 +39,7 @@ from ..._backend import Backend, Clock
 from ..._batching import GroupCommit
 from ..._bridge import owner
 from ..._labels import DEFAULT_NAMESPACE
-from ..._leases import Lease, acquired, check_fence, is_live, released, renewed
+from ..._leases import Lease
 from ..._query import ListQuery, Page, select
 from ..._records import Record, SavedState
 from ..._redactor import Redactor
@@ -52,13 +52,14 @@ from .copies import INTERVAL, Copies
 from .create import create, delete
 from .folder import StoreFolder
 from .handles import Handles
-from .leases import LeaseRows, row_lock
+from .leases import LeaseRows
+from .leasing import FileLeasing
 from .reads import list_states, read_range, read_snapshot, read_state
 from .recovery import Tail
 from .trust import probe_case
 
 
-class FileStore(Backend):
+class FileStore(FileLeasing, Backend):
     """Saves each State in its own folder under ``path``: ``log.jsonl`` + ``snapshot.json``.
 
     Durable on return: when ``write``/``awrite`` returns, its entries and its snapshot are
@@ -283,67 +284,6 @@ class FileStore(Backend):
         self._copies.forget(state_id)
         fence = partial(self._fence, state_id, lease, "nothing was deleted")
         await owner().io.run(delete, self._folder, self._tails, state_id, None, fence)
-
-    def _fence(self, sid: str, lease: Lease | None, doing: str, root: int) -> bool:
-        """Apply the fence to a create or delete of ``sid`` (raises if refused)."""
-        check_fence(sid, self._leases.read(root, sid), lease, self._now(), doing)
-        return False
-
-    def _leased(self, sid: str, root: int) -> bool:
-        """Does ``sid`` have a live lease? (gc leaves it: its worker is at it.)"""
-        return is_live(self._leases.read(root, sid), self._now())
-
-    # -- leases: rows in .leases/, changed under the State's flock (see .leases) ----
-
-    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
-        def take(held: Lease | None, now: datetime) -> Lease:
-            return acquired(state_id, owner, ttl, held, now)
-
-        return cast(Lease, await self._change_lease(state_id, take))
-
-    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
-        def extend(held: Lease | None, now: datetime) -> Lease:
-            return renewed(lease, held, ttl, now)
-
-        return cast(Lease, await self._change_lease(lease.state_id, extend))
-
-    async def _release(self, lease: Lease) -> None:
-        def end(held: Lease | None, now: datetime) -> Lease | None:
-            return released(lease, held, now)
-
-        await self._change_lease(lease.state_id, end)
-
-    async def _change_lease(
-        self, sid: str, change: Callable[[Lease | None, datetime], Lease | None]
-    ) -> Lease | None:
-        return await owner().io.run(self._changed_lease, sid, change)
-
-    def _changed_lease(
-        self, sid: str, change: Callable[[Lease | None, datetime], Lease | None]
-    ) -> Lease | None:
-        root = self._folder.open_root(create=True)
-        assert root is not None
-        try:
-            with row_lock(self._folder, root, sid):
-                new = change(self._leases.read(root, sid), self._now())
-                if new is not None:
-                    self._leases.write(root, new)
-                return new
-        finally:
-            os.close(root)
-
-    async def _current_lease(self, state_id: str) -> Lease | None:
-        return await owner().io.run(self._read_lease, state_id)
-
-    def _read_lease(self, sid: str) -> Lease | None:
-        root = self._folder.open_root(create=False)
-        if root is None:
-            return None
-        try:
-            held = self._leases.read(root, sid)  # one file, replaced whole: no lock needed
-        finally:
-            os.close(root)
-        return held if is_live(held, self._now()) else None
 
     async def _gc(self, limit: int | None) -> int:
         rows, _ = await self._list()
