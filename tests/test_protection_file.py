@@ -276,6 +276,36 @@ def test_the_fence_is_judged_under_the_states_lock(tmp_path: Path) -> None:
     assert record is not None and record.entries == [{"seq": 0}]
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux's /proc/locks")
+def test_a_create_judges_the_fence_as_it_puts_the_state_in_place(tmp_path: Path) -> None:
+    clock = Clock()
+    worker = FileStore(tmp_path, clock=clock)
+    worker.save(sk.State("other", id="other"))  # the store folder is made and marked
+    lease = worker.acquire("new", "worker-1", 10)  # a State that does not exist yet
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(folder, fcntl.LOCK_EX)  # as an acquire of an id with no State holds it
+    outcome: list[BaseException | None] = []
+
+    def create() -> None:
+        try:
+            worker.write("new", [{"seq": 0}], {"task": "t"}, create=True, lease=lease)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=create)
+    thread.start()
+    while not waiting_for_flock(tmp_path):
+        thread.join(0.01)
+    clock.now += timedelta(seconds=11)
+    fcntl.flock(folder, fcntl.LOCK_UN)
+    os.close(folder)
+    thread.join()
+    assert isinstance(outcome[0], StaleLeaseError)
+    assert FileStore(tmp_path, clock=clock).read("new") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".leases", ".statekeep-store", "other"]
+
+
 def test_a_stale_worker_is_refused_and_nothing_of_it_lands(tmp_path: Path) -> None:
     clock = Clock()
     old, new = FileStore(tmp_path, clock=clock), FileStore(tmp_path, clock=clock)

@@ -135,6 +135,12 @@ class FileStore(FileLeasing, Backend):
     ``delete`` raise RuntimeError. An empty ``path`` is a ValueError
     (use ``"."`` for the current folder).
 
+    Leases (``acquire``/``renew``/``release``, ``lease=``) are judged by ``clock`` too (the
+    system clock of the host by default): they hold across processes on one host, not
+    across hosts. Each State's lease row is a file in ``.leases/``, kept after a release
+    or a delete so tokens only grow; the fence is checked under the flock the write or
+    delete holds.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
     the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
     clear in the files: ids (folder names), seqs, times and the listing fields.
