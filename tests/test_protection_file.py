@@ -100,13 +100,15 @@ def test_sealed_store_keeps_no_plaintext_in_its_files(tmp_path: Path) -> None:
         store.save(state)
     lease = store.acquire("s0", "worker-1", 30)
     store.save(store.load("s0"), lease=lease)
+    store.fork("s2", new_id="f", lease=None)  # re-sealed for its new place, by the client
     store.close()
     assert MARK.encode() in raw_bytes(clear)
     assert MARK.encode() not in raw_bytes(sealed)
     assert b'"sk.sealed":"k1:' in raw_bytes(sealed)
     reopened = FileStore(sealed, encrypt=Keyring({"k1": K1}, current="k1"))
     assert reopened.load("s1").history[-1]["text"] == f"more {MARK}"
-    assert [row.task for row in reopened.list()] == [f"task {MARK}"] * 3
+    assert [row.task for row in reopened.list()] == [f"task {MARK}"] * 4
+    assert reopened.load("f").history == reopened.load("s2").history
 
 
 def test_sealed_entries_go_through_range_reads_and_recovery(tmp_path: Path) -> None:
@@ -334,6 +336,27 @@ def test_a_stale_worker_is_refused_and_nothing_of_it_lands(tmp_path: Path) -> No
     assert record.snapshot == {"task": "new"}
     old.release(stale)  # not current: a no-op
     assert new.current_lease("a") == taken
+
+
+def test_a_fenced_out_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None:
+    clock = Clock()
+    store = FileStore(tmp_path, clock=clock)
+    for sid in ("a", "b", "c"):
+        store.write(sid, [{"seq": 0}], {"task": sid}, create=True)
+    stale = store.acquire("b", "worker-1", 5)
+    clock.now += timedelta(seconds=6)
+    held = store.acquire("c", "worker-2", 5)
+    batch = [
+        store._prepared("a", [{"seq": 1}], None, False, None),
+        store._prepared("b", [{"seq": 1}], None, False, stale),
+        store._prepared("c", [{"seq": 1}], None, False, None),
+    ]
+    errors = store._commit(batch)  # one group commit, as concurrent writes share one
+    assert errors[0] is None
+    assert isinstance(errors[1], StaleLeaseError) and isinstance(errors[2], LeaseHeldError)
+    fresh = FileStore(tmp_path, clock=clock)
+    assert [len(fresh.read(sid).entries) for sid in ("a", "b", "c")] == [2, 1, 1]  # type: ignore[union-attr]
+    store.release(held)
 
 
 def test_a_stale_worker_in_another_process_is_refused(tmp_path: Path) -> None:
