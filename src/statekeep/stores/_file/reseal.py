@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from ..._errors import CorruptStateError
 from ..._logframe import closing_record, frame, scan_log
 from ..._logtail import decode_copy
 from ..._records import decode_snapshot
@@ -71,6 +72,11 @@ def _reseal(
     log = store.read_file(folder, sid, LOG) or b""
     scan = scan_log(log, name=store.where(sid, LOG))  # damage raises: nothing is rewritten
     check_copy(store, sid, decode_copy(raw_copy) if raw_copy else None, scan.end)
+    if scan.framed and scan.snapshot_at is not None and scan.snapshot is None:
+        raise CorruptStateError(
+            f"{store.where(sid, LOG)}: no snapshot record at byte {scan.snapshot_at}, where its last "
+            "write keeps it; nothing was rewritten. Move the State's folder aside"
+        )
     current = scan.snapshot if scan.framed else decode_snapshot(raw_copy, store.where(sid, SNAPSHOT))
     stored: list[Any] = list(scan.entries)
     replaced = 0
