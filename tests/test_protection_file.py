@@ -536,3 +536,35 @@ def test_reseal_killed_at_any_step_leaves_the_old_log_or_the_new(tmp_path: Path)
     else:
         pytest.fail("the reseal never finished")
     assert step > 5
+
+
+@pytest.mark.parametrize("since", [0, 5])
+def test_a_read_racing_a_reseal_reads_the_new_log(
+    tmp_path: Path, since: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statekeep.stores._file import folder as folder_module
+    from statekeep.stores._file import reseal as reseal_module
+
+    both = Keyring({"k2": K2, "k1": K1}, current="k2")
+    state = marked_state("a", MARK)
+    store = FileStore(tmp_path, encrypt=Keyring({"k1": K1}, current="k1"))
+    for i in range(6):
+        state.add_user(f"turn {i}")
+        store.save(state)  # many snapshot records: the new log is shorter than the old
+    store.close()
+    entries, snapshot = resealed(tmp_path, "a", both, both)
+    reader = FileStore(tmp_path, encrypt=both)
+    real = folder_module.StoreFolder.read_file
+    raced: list[int] = []
+
+    def read_file(self: Any, folder: int, sid: str, name: str) -> bytes | None:
+        data = real(self, folder, sid, name)
+        if name == "snapshot.json" and not raced:  # the copy of the old log is read: now the rekey
+            raced.append(0)  # (the reseal reads the copy too)
+            raced[0] = reseal_module.reseal(FileStore(tmp_path)._folder, {}, "a", entries, snapshot)
+        return data
+
+    monkeypatch.setattr(folder_module.StoreFolder, "read_file", read_file)
+    record = reader.read("a", since=since)
+    assert raced and raced[0] > 0
+    assert record is not None and record.entries == state.history[since:]
