@@ -51,6 +51,7 @@ class TestMemoryStore(BuiltinContract):
 
 class TestFileStore(BuiltinContract):
     machine = FileMachine
+    supports_leases = supports_protection = True
     model_examples, model_steps = 80, 30
 
     def make_store(self, tmp_path: Path) -> Store:

@@ -18,6 +18,8 @@ import orjson
 
 from ..._batching import WouldBlock
 from ..._bridge import owner
+from ..._errors import StateNotFoundError
+from ..._leases import check_fence
 from ..._logframe import closing_record, frame
 from ..._logtail import entries_back, reader
 from ..._records import decode_snapshot
@@ -25,8 +27,9 @@ from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
 from .budget import BUDGET
 from .copies import Copies
 from .expiry import encoded_expiry, log_expiry
-from .folder import StoreFolder, still_named
+from .folder import StoreFolder, log_named, still_named
 from .handles import SpaceHandles, close_pair
+from .leases import LeaseRows
 from .locking import hold
 from .recovery import Tail, read_tail, scan_whole
 from .staged import Append, Doubt
@@ -43,8 +46,10 @@ class Appender:
         handles: SpaceHandles,
         copies: Copies,
         now: Callable[[], datetime],
+        leases: LeaseRows,
     ) -> None:
         self._store = store
+        self._leases = leases
         self._now = now  # the store's clock, which judges expiry
         self._io = store.io
         self._tails = tails
@@ -140,7 +145,13 @@ class Appender:
         sid = write.state_id
         if root is None:
             raise missing_error(sid)
-        self._open(item, root, wait)
+        try:
+            self._open(item, root, wait)
+        except StateNotFoundError:
+            check_fence(sid, self._leases.read(root, sid), write.lease, self._now())
+            raise
+        # The fence, under the State's lock: a lease changes only with it held (.leases).
+        check_fence(sid, self._leases.read(root, sid), write.lease, self._now())
         item.sync_root = sid not in self._tails
         self._settle_doubt(item.log, sid)
         found = read_tail(store, self._tails.get(sid), item.folder, item.log, sid)
@@ -206,6 +217,12 @@ class Appender:
                 raise WouldBlock  # another process is writing the State: wait in a worker
             item.locked = True
             if still_named(root, sid, item.folder):
+                if log_named(item.folder, item.log):
+                    return
+                # A rekey replaced the log since it was opened (.reseal): use the new one.
+                os.close(item.log)
+                item.log = -1
+                item.log = store.open_in(item.folder, sid, LOG, os.O_RDWR | os.O_APPEND)
                 return
             # Deleted, maybe made again, since these were opened: try the name once more.
             item.unlock()

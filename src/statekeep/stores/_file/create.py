@@ -29,6 +29,7 @@ from .._fsio import write_private
 from .copies import current_snapshot, write_copy
 from .expiry import encoded_expiry
 from .folder import StoreFolder, quietly, remove_tree, still_named
+from .leases import guard
 from .locking import hold, lock, release, unlock
 from .recovery import Tail
 from .trust import CREATING, DELETING, DIR, LOG, foreign_files
@@ -37,26 +38,35 @@ from .trust import CREATING, DELETING, DIR, LOG, foreign_files
 Lapsed = Callable[[dict[str, Any] | None], bool]
 
 
-def create(store: StoreFolder, tails: dict[str, Tail], write: PreparedWrite, lapsed: Lapsed) -> None:
+#: Checks a write's lease against the State's lease row (raises if refused), given the
+#: namespace folder; the caller holds what :func:`.leases.row_lock` takes.
+Fence = Callable[[int], object]
+
+
+def create(
+    store: StoreFolder, tails: dict[str, Tail], write: PreparedWrite, lapsed: Lapsed, fence: Fence
+) -> None:
     """Create the State ``write`` names, with its entries and snapshot, durably (over an
-    expired State of that id)."""
+    expired State of that id), if ``fence`` lets it."""
     root = store.open_root(create=True)
     assert root is not None
     try:
-        _create(store, tails, root, write, lapsed)
+        _create(store, tails, root, write, lapsed, fence)
     finally:
         os.close(root)
 
 
 def _create(
-    store: StoreFolder, tails: dict[str, Tail], root: int, write: PreparedWrite, lapsed: Lapsed
+    store: StoreFolder, tails: dict[str, Tail], root: int, write: PreparedWrite, lapsed: Lapsed, fence: Fence
 ) -> None:
     io, sid = store.io, write.state_id
+    fence(root)  # first, as every store does; checked again below, atomically with the rename
     if _exists(root, sid) and not _expired(store, root, sid, lapsed):
         raise _exists_error(store, root, sid)
     staging = f"{CREATING}{os.getpid()}-{secrets.token_hex(6)}"
     folder = _make_staging(store, root, staging)
     trash: tuple[int, str] | None = None  # the expired State renamed away, locked
+    locks: list[int] = []
     try:
         try:
             entries = b"".join([frame(line) for line in write.lines])
@@ -71,6 +81,11 @@ def _create(
             if write.snapshot is not None:
                 write_copy(store, folder, staging, tail.size, write.end_seq, write.snapshot)
             io.fsync(folder)
+            # The namespace folder share-locked from the fence to the rename: a lease of an
+            # id with no State changes only under its exclusive lock (.leases.row_lock).
+            locks.append(guard(root))
+            hold(locks[0], fcntl.LOCK_SH)
+            fence(root)
             for attempt in range(3):
                 try:
                     io.rename(staging, sid, dir_fd=root)
@@ -96,6 +111,8 @@ def _create(
                     quietly(partial(remove_tree, io, root, trash[1]))
                 finally:
                     unlock(trash[0])
+            for held in locks:
+                unlock(held)
     finally:
         unlock(folder)  # only now: a staging folder whose lock is free is a leftover
     io.fsync(root)
@@ -182,9 +199,17 @@ def _exists_error(store: StoreFolder, root: int, sid: str) -> ValueError:
     return exists_error(sid)
 
 
-def delete(store: StoreFolder, tails: dict[str, Tail], sid: str, only_if: Lapsed | None = None) -> bool:
+def delete(
+    store: StoreFolder,
+    tails: dict[str, Tail],
+    sid: str,
+    only_if: Lapsed | None = None,
+    keep: Callable[[int], bool] | None = None,
+) -> bool:
     """Delete the State ``sid`` if it exists, durably; with ``only_if``, only if that says
     yes to its current snapshot, read with its lock held (gc: only if still expired).
+    ``keep`` (given the namespace folder, called with the lock held, and also when there is
+    no State) checks the lease: it raises to refuse, or says True to leave the State.
     Returns whether it was deleted."""
     root = store.open_root(create=False, writing=True)
     if root is None:
@@ -193,12 +218,16 @@ def delete(store: StoreFolder, tails: dict[str, Tail], sid: str, only_if: Lapsed
     try:
         folder = store.open_state(root, sid)
         if folder is None:
+            if keep is not None:
+                keep(root)  # nothing to delete, but a refused lease is still refused
             return False
         lock(folder)  # let a writer in another process finish first
         try:
             if not still_named(root, sid, folder):
                 return False
             if only_if is not None and not _expired(store, root, sid, only_if, folder):
+                return False
+            if keep is not None and keep(root):
                 return False
             strangers = foreign_files(folder)
             if strangers:

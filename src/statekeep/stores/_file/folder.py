@@ -28,6 +28,7 @@ from .trust import (
     CREATING,
     DELETING,
     DIR,
+    LOG,
     MARKER_FORMAT,
     NAMESPACE_DIR,
     check_adoptable,
@@ -256,6 +257,16 @@ def still_named(root: int, sid: str, folder: int) -> bool:
     except FileNotFoundError:
         return False
     held = os.fstat(folder)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def log_named(folder: int, log: int) -> bool:
+    """Is the open ``log`` still the State's ``log.jsonl`` (a rekey replaces it)?"""
+    try:
+        named = os.stat(LOG, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(log)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 

@@ -30,19 +30,41 @@ BACKWARDS_SHARE = 0.5
 def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
     """Read the files; the returned function parses them, in the caller's thread
     (parsing where the bytes were read costs far more in memory faults)."""
-    with _state_folder(store, sid) as opened:
-        if opened is None:
-            return None
-        root, folder = opened
-        # The copy first: it is written after the log is durable up to the length it
-        # records, so a log shorter than that lost acknowledged writes.
-        copy = store.read_file(folder, sid, SNAPSHOT)
-        log = store.read_file(folder, sid, LOG)
-        if log is None and not still_named(root, sid, folder):
-            return None  # deleted meanwhile: renamed away, then its files removed
-    if log is None:
-        raise CorruptStateError(f"{store.where(sid, LOG)} is missing")
-    return lambda: _parse(store, sid, log, copy)
+    for again in (True, False):
+        with _state_folder(store, sid) as opened:
+            if opened is None:
+                return None
+            root, folder = opened
+            # The copy first: it is written after the log is durable up to the length it
+            # records, so a log shorter than that lost acknowledged writes.
+            named = _log_file(folder)
+            copy = store.read_file(folder, sid, SNAPSHOT)
+            try:
+                fd = store.open_in(folder, sid, LOG, os.O_RDONLY)
+            except FileNotFoundError:
+                if still_named(root, sid, folder):
+                    raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
+                return None  # deleted meanwhile: renamed away, then its files removed
+            try:
+                if again and _same(named, os.fstat(fd)) is False:
+                    continue  # a rekey replaced the log after the copy was read: again
+                log = store.io.read_all(fd)
+            finally:
+                os.close(fd)
+        return lambda: _parse(store, sid, log, copy)
+    raise AssertionError("unreachable")
+
+
+def _log_file(folder: int) -> os.stat_result | None:
+    try:
+        return os.stat(LOG, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _same(named: os.stat_result | None, held: os.stat_result) -> bool | None:
+    """Is ``held`` the file ``named`` stood for? None if nothing was named."""
+    return None if named is None else (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def read_range(
@@ -53,21 +75,26 @@ def read_range(
     end costs what it returns. Falls back to :func:`read_state` (whole, then cut) when
     that returns more than ``share`` of the history, and for a log that cannot be read
     from its end: one of format 1 only, or damaged there."""
-    with _state_folder(store, sid) as opened:
-        if opened is None:
-            return None
-        root, folder = opened
-        copy = store.read_file(folder, sid, SNAPSHOT)
-        try:
-            log = store.open_in(folder, sid, LOG, os.O_RDONLY)
-        except FileNotFoundError:
-            if still_named(root, sid, folder):
-                raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
-            return None  # deleted meanwhile
-        try:
-            found = _read_back(store, sid, log, copy, since, share)
-        finally:
-            os.close(log)
+    for again in (True, False):
+        with _state_folder(store, sid) as opened:
+            if opened is None:
+                return None
+            root, folder = opened
+            named = _log_file(folder)
+            copy = store.read_file(folder, sid, SNAPSHOT)
+            try:
+                log = store.open_in(folder, sid, LOG, os.O_RDONLY)
+            except FileNotFoundError:
+                if still_named(root, sid, folder):
+                    raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
+                return None  # deleted meanwhile
+            try:
+                if again and _same(named, os.fstat(log)) is False:
+                    continue  # a rekey replaced the log after the copy was read: again
+                found = _read_back(store, sid, log, copy, since, share)
+            finally:
+                os.close(log)
+        break
     if found is not None:
         return found
     whole = read_state(store, sid)
@@ -107,11 +134,20 @@ def read_snapshot(store: StoreFolder, sid: str) -> dict[str, Any] | None:
             return None
         root, folder = opened
         try:
-            return current_snapshot(store, folder, sid)
+            return _current(store, folder, sid)
         except FileNotFoundError:
             if still_named(root, sid, folder):
                 raise
             return None  # deleted meanwhile
+
+
+def _current(store: StoreFolder, folder: int, sid: str) -> dict[str, Any] | None:
+    """:func:`current_snapshot`, read again once if it finds damage: a rekey may have
+    replaced the log between its reads of the copy and of the log."""
+    try:
+        return current_snapshot(store, folder, sid)
+    except CorruptStateError:
+        return current_snapshot(store, folder, sid)
 
 
 @contextmanager
@@ -166,7 +202,7 @@ def _snapshot_from_log(store: StoreFolder, root: int, name: str) -> dict[str, An
     except FileNotFoundError:
         return None  # deleted meanwhile
     try:
-        return current_snapshot(store, folder, name)
+        return _current(store, folder, name)
     except FileNotFoundError:
         if still_named(root, name, folder):
             raise

@@ -31,6 +31,7 @@ import asyncio
 import os
 from collections.abc import Callable, Hashable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,6 +42,8 @@ from ..._labels import DEFAULT_NAMESPACE
 from ..._leases import Lease
 from ..._query import ListQuery, Page, select
 from ..._records import Record, SavedState
+from ..._redactor import Redactor
+from ..._sealing import Keyring
 from ..._writes import PreparedWrite
 from .._fsio import OsIO
 from .append import Appender
@@ -49,12 +52,14 @@ from .copies import INTERVAL, Copies
 from .create import create, delete
 from .folder import StoreFolder
 from .handles import Handles
+from .leases import LeaseRows
+from .leasing import FileLeasing
 from .reads import list_states, read_range, read_snapshot, read_state
 from .recovery import Tail
 from .trust import probe_case
 
 
-class FileStore(Backend):
+class FileStore(FileLeasing, Backend):
     """Saves each State in its own folder under ``path``: ``log.jsonl`` + ``snapshot.json``.
 
     Durable on return: when ``write``/``awrite`` returns, its entries and its snapshot are
@@ -129,6 +134,16 @@ class FileStore(Backend):
     those wait for the first write or delete). ``read_only=True`` also makes ``write`` and
     ``delete`` raise RuntimeError. An empty ``path`` is a ValueError
     (use ``"."`` for the current folder).
+
+    Leases (``acquire``/``renew``/``release``, ``lease=``) are judged by ``clock`` too (the
+    system clock of the host by default): they hold across processes on one host, not
+    across hosts. Each State's lease row is a file in ``.leases/``, kept after a release
+    or a delete so tokens only grow; the fence is checked under the flock the write or
+    delete holds.
+
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
+    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
+    clear in the files: ids (folder names), seqs, times and the listing fields.
     """
 
     def __init__(
@@ -140,12 +155,16 @@ class FileStore(Backend):
         clock: Clock | None = None,
         io: OsIO | None = None,
         read_only: bool = False,
+        redact: Redactor | None = None,
+        encrypt: Keyring | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         if not os.fspath(path):
             raise ValueError(
                 "a FileStore needs a folder path, got an empty one; use '.' for the current folder"
             )
         self._lifecycle(namespace, retention, clock)
+        self._protect(redact, encrypt, allow_plaintext)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
         self._setup(io or OsIO(), read_only, Handles())
@@ -160,7 +179,10 @@ class FileStore(Backend):
         self._handles = handles.space(self.namespace)  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
         self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
-        self._appender = Appender(self._folder, self._tails, self._handles, self._copies, self._now)
+        self._leases = LeaseRows(self._folder)  # .leases/: one row per leased State
+        self._appender = Appender(
+            self._folder, self._tails, self._handles, self._copies, self._now, self._leases
+        )
         self._siblings: dict[str, FileStore] = {}  # agent memory's namespaces, closed with this one
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
@@ -205,7 +227,8 @@ class FileStore(Backend):
             if sid in self._tails:  # it may replace an expired State this process wrote
                 self._handles.drop(sid)
                 self._copies.forget(sid)
-            await owner().io.run(create, self._folder, self._tails, write, self._expired)
+            fence = partial(self._fence, write.state_id, write.lease, "nothing was written")
+            await owner().io.run(create, self._folder, self._tails, write, self._expired, fence)
             return
         # Group commit: appends waiting at the same moment, to any State of this store,
         # are written together and share their flushes; each caller still gets its own
@@ -265,7 +288,8 @@ class FileStore(Backend):
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         self._handles.drop(state_id)
         self._copies.forget(state_id)
-        await owner().io.run(delete, self._folder, self._tails, state_id)
+        fence = partial(self._fence, state_id, lease, "nothing was deleted")
+        await owner().io.run(delete, self._folder, self._tails, state_id, None, fence)
 
     async def _gc(self, limit: int | None) -> int:
         rows, _ = await self._list()
@@ -281,6 +305,7 @@ class FileStore(Backend):
             async with owner().lock((self._storage_key(), row.id)):
                 self._handles.drop(row.id)
                 self._copies.forget(row.id)
-                if await owner().io.run(delete, self._folder, self._tails, row.id, self._expired):
+                leased = partial(self._leased, row.id)
+                if await owner().io.run(delete, self._folder, self._tails, row.id, self._expired, leased):
                     removed += 1
         return removed
