@@ -70,15 +70,18 @@ class Keyring:
         self._ciphers: dict[str, AESGCM] = {}
         for kid, key in keys.items():
             if not isinstance(kid, str) or not KEY_ID.fullmatch(kid):
-                raise ValueError(f"a key id must be 1 to 64 of A-Z a-z 0-9 _ -, got {kid!r}")
+                raise ValueError(f"a key id must be 1 to 64 of A-Z a-z 0-9 _ -, got {_shown_id(kid)}")
             if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
                 size = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
                 raise ValueError(
-                    f"key {kid!r} must be 32 bytes (AES-256), got {size}; make one with Keyring.generate_key()"
+                    f"key {_shown_id(kid)} must be 32 bytes (AES-256), got {size}; make one with "
+                    "Keyring.generate_key()"
                 )
             self._ciphers[kid] = aesgcm(bytes(key))
         if current not in self._ciphers:
-            raise ValueError(f"current={current!r} is not a key id of the ring ({', '.join(sorted(keys))})")
+            raise ValueError(
+                f"current={_shown_id(current)} is not a key id of the ring ({', '.join(map(_shown_id, keys))})"
+            )
         self.current = current
         names = [clear] if isinstance(clear, str) else list(clear)
         if not all(isinstance(name, str) for name in names):
@@ -131,6 +134,14 @@ class Keyring:
     def rekeyed(self, sealed: object) -> bool:
         """Whether a stored record is sealed with a key other than the current one."""
         return isinstance(sealed, str) and not sealed.startswith(self.current + ":")
+
+
+def _shown_id(kid: object) -> str:
+    """A key id as errors show it: a long or odd one may be a key passed in its place."""
+    if isinstance(kid, str) and len(kid) <= 24 and kid.isprintable():
+        return repr(kid)
+    size = f"{len(kid)} characters" if isinstance(kid, (str, bytes)) else type(kid).__name__
+    return f"<not shown: {size}, maybe a key given in the id's place>"
 
 
 def _invalid_tag() -> type[Exception]:
