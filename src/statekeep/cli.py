@@ -22,7 +22,13 @@ import click
 from ._agentcheck import ResumeWarning
 from ._bridge import run_sync
 from ._clikeys import KEYS_ENV, ProgressBar, keys_option, load_keyring
-from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
+from ._errors import (
+    CorruptStateError,
+    DecryptionError,
+    NotAStoreError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
+)
 from ._ids import ID_RULE, validate_id
 from ._redaction import redact_text
 from ._render import DEFAULT_STORE, listing, row_json, safe, short, summary, timeline
@@ -98,6 +104,8 @@ def _reporting() -> Iterator[None]:
             sqlite3.Error,
         )
         text = str(failure) if isinstance(failure, known) else f"{type(failure).__name__}: {failure}"
+        if isinstance(failure, DecryptionError):
+            text += f" (give the keys with --keys FILE or ${KEYS_ENV})"
         _fail(text, _exit_code(failure))
 
 

@@ -14,7 +14,7 @@ from .._leases import Lease, acquired, check_fence, is_live, released, renewed
 from .._records import Record, SavedState, left_out, listing_order
 from .._redactor import Redactor
 from .._sealing import Keyring
-from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append, same_json
 from ._file.expiry import encoded_expiry
 
 
@@ -174,11 +174,15 @@ class MemoryStore(Backend):
         if lines is None:
             return 0
         for seq, (old, new) in entries.items():
-            if seq < len(lines) and orjson.loads(lines[seq]) == orjson.loads(old):
+            if seq < len(lines) and same_json(orjson.loads(lines[seq]), orjson.loads(old)):
                 lines[seq] = new + b"\n"
                 done += 1
         held = space.snapshots.get(state_id)
-        if snapshot is not None and held is not None and orjson.loads(held) == orjson.loads(snapshot[0]):
+        if (
+            snapshot is not None
+            and held is not None
+            and same_json(orjson.loads(held), orjson.loads(snapshot[0]))
+        ):
             self._keep_snapshot(state_id, snapshot[1])
             done += 1
         return done
