@@ -33,20 +33,20 @@ MEMORY: dict[str, MemoryStore] = {}
 
 class TestMemoryStore(BuiltinContract):
     durable = False
+    supports_leases = supports_protection = True
     model_examples, model_steps = 150, 40
 
     def make_store(self, tmp_path: Path) -> Store:
         return MemoryStore()
 
     def make_store_with(self, tmp_path: Path, **options: Any) -> Store:
-        if "namespace" not in options:
-            return MemoryStore(**options)
-        # The namespaces of one MemoryStore live in this process's memory: its siblings. The
-        # name is checked first as a user's store checks it.
-        MemoryStore(namespace=options["namespace"]).close()
-        return MEMORY.setdefault(str(tmp_path), MemoryStore(clock=options.get("clock")))._sibling(
-            options["namespace"]
-        )
+        # One storage per folder, as a durable store has; each call a view of it with its own
+        # options (checked as a user's store checks them).
+        view = MemoryStore(**options)
+        shared = MEMORY.setdefault(str(tmp_path), view)
+        view._spaces = shared._spaces
+        view._space = shared._spaces.setdefault(view.namespace, view._space)
+        return view
 
 
 class TestFileStore(BuiltinContract):

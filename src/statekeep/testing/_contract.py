@@ -17,6 +17,8 @@ from .._store import Store
 from ._cancel import CancellationContract
 from ._family import ErrorFamilyContract
 from ._helpers import Api, entries, snapshot
+from ._leases import LeaseContract
+from ._protect import ProtectionContract
 from ._ranges import RangeContract
 from ._runs import RunsContract
 
@@ -34,7 +36,9 @@ BAD_IDS = ["", ".", "..", "a/b", "a\\b", "nul\x00", "é", "a" * 129, "sp ace", "
 asyncio_test = pytest.mark.asyncio
 
 
-class StoreContract(RunsContract, RangeContract, ErrorFamilyContract, CancellationContract):
+class StoreContract(
+    RunsContract, RangeContract, LeaseContract, ProtectionContract, ErrorFamilyContract, CancellationContract
+):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 
     Capability flags (class attributes) say what the store cannot offer; the tests that need
