@@ -11,8 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from statekeep import DecryptionError, Keyring, MemoryStore, State, Store, rekey
+from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, State, Store, rekey
 from statekeep._bridge import run_sync
+from tests import servers
+from tests.test_conformance import namespace
 
 K0, K1, K2 = (bytes([n]) * 32 for n in (7, 1, 2))
 OLD = Keyring({"k1": K1}, current="k1")
@@ -29,16 +31,31 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 def opened(kind: str, tmp_path: Any, shared: list[Store], **protect: Any) -> Any:
-    """A store on the same storage each time, opened with ``protect``."""
+    """A store on the same storage each time (one per test), opened with ``protect``."""
     if kind == "memory":
-        store = MemoryStore(**protect)
+        store: Any = MemoryStore(**protect)
         if shared:  # the same States: MemoryStore keeps them per instance
             first: Any = shared[0]
             store._spaces, store._space = first._spaces, first._space
+    elif kind == "file":
+        store = FileStore(tmp_path / "store", **protect)
+    elif kind == "sqlite":
+        store = SQLiteStore(tmp_path / "store.db", **protect)
+    elif kind == "postgres":
+        store = servers.postgres_store(schema=namespace(tmp_path), **protect)
     else:
-        raise NotImplementedError(kind)  # filled in when the stores with rekey are merged
+        store = servers.redis_store(prefix=namespace(tmp_path) + ":", **protect)
     shared.append(store)
     return store
+
+
+@pytest.fixture
+def shared() -> Any:
+    """The stores a test opened (on one storage), closed at its end."""
+    stores: list[Store] = []
+    yield stores
+    for store in stores:
+        store.close()
 
 
 def stored(store: Any, state_id: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -69,8 +86,9 @@ def contents(store: Store, state_id: str) -> Any:
     return record.entries, {k: v for k, v in record.snapshot.items() if k != "updated_at"}
 
 
-def test_rotation_then_rekey_leaves_everything_on_the_current_key(kind: str, tmp_path: Any) -> None:
-    shared: list[Store] = []
+def test_rotation_then_rekey_leaves_everything_on_the_current_key(
+    kind: str, tmp_path: Any, shared: list[Store]
+) -> None:
     old = opened(kind, tmp_path, shared, encrypt=OLD)
     for n in range(3):
         make(old, f"s{n}", 4)
@@ -93,8 +111,9 @@ def test_rotation_then_rekey_leaves_everything_on_the_current_key(kind: str, tmp
     assert (again.states, again.records, again.current) == (4, 0, 4)
 
 
-def test_a_rekey_stopped_part_way_resumes_where_it_stopped(kind: str, tmp_path: Any) -> None:
-    shared: list[Store] = []
+def test_a_rekey_stopped_part_way_resumes_where_it_stopped(
+    kind: str, tmp_path: Any, shared: list[Store]
+) -> None:
     old = opened(kind, tmp_path, shared, encrypt=OLD)
     for n in range(3):
         make(old, f"s{n}", 2)
@@ -114,9 +133,8 @@ def test_a_rekey_stopped_part_way_resumes_where_it_stopped(kind: str, tmp_path: 
 
 
 def test_a_record_whose_key_is_missing_names_the_key_and_changes_nothing_of_its_state(
-    kind: str, tmp_path: Any
+    kind: str, tmp_path: Any, shared: list[Store]
 ) -> None:
-    shared: list[Store] = []
     lost = opened(kind, tmp_path, shared, encrypt=Keyring({"k0": K0}, current="k0"))
     make(lost, "s0", 2)
     store = opened(kind, tmp_path, shared, encrypt=ROTATED)
@@ -126,8 +144,7 @@ def test_a_record_whose_key_is_missing_names_the_key_and_changes_nothing_of_its_
     assert K0.hex() not in str(caught.value) and stored(store, "s0") == before
 
 
-def test_plaintext_is_sealed_only_with_allow_plaintext(kind: str, tmp_path: Any) -> None:
-    shared: list[Store] = []
+def test_plaintext_is_sealed_only_with_allow_plaintext(kind: str, tmp_path: Any, shared: list[Store]) -> None:
     clear = opened(kind, tmp_path, shared)
     make(clear, "p", 2)
     strict = opened(kind, tmp_path, shared, encrypt=ROTATED)
@@ -142,9 +159,8 @@ def test_plaintext_is_sealed_only_with_allow_plaintext(kind: str, tmp_path: Any)
     assert b"secret message" not in orjson.dumps(stored(strict, "p"))
 
 
-def test_reseal_replaces_only_what_is_still_as_read(kind: str, tmp_path: Any) -> None:
+def test_reseal_replaces_only_what_is_still_as_read(kind: str, tmp_path: Any, shared: list[Store]) -> None:
     """The hook's compare-and-replace: a record changed since it was read is left alone."""
-    shared: list[Store] = []
     store = opened(kind, tmp_path, shared, encrypt=OLD)
     make(store, "s", 2)
     entries, snapshot = stored(store, "s")
