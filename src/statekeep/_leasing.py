@@ -56,7 +56,7 @@ class Leasing:
 
     async def _current_lease(self, state_id: str) -> Lease | None:
         """The State's live lease, or None."""
-        raise NotImplementedError(f"{type(self).__name__} does not support leases")
+        return None  # a store that cannot acquire has no live leases
 
     # -- the API ------------------------------------------------------------------------
 
@@ -82,7 +82,8 @@ class Leasing:
     async def arenew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease:
         """Extend ``lease`` to ``ttl`` from now (default: the period it was taken for) and
         return it with its new ``expires_at`` (same token). :class:`StaleLeaseError` if it
-        expired, was released or was taken over: stop the work it guarded."""
+        expired, was released or was taken over: stop the work it guarded. Durable on return
+        as the store's writes are."""
         held = self._check_open(check_lease(lease))
         assert held is not None
         period = held.ttl if ttl is None else check_ttl(ttl)
@@ -97,7 +98,8 @@ class Leasing:
 
     async def arelease(self, lease: Lease) -> None:
         """End ``lease`` now if it is still current (its token is kept: the next acquire
-        gets a greater one); a lease already expired or taken over is left alone."""
+        gets a greater one); a lease already expired or taken over is left alone. Durable on
+        return as the store's writes are."""
         held = self._check_open(check_lease(lease))
         assert held is not None
         await run_async(self._locked(held.state_id, self._release(held)))
