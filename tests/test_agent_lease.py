@@ -7,18 +7,29 @@ Real stores; expiry is waited for by polling the store's own clock, never by sle
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from statekeep import Agent, LeaseHeldError, Reply, ScriptedModel, StaleLeaseError, State, Store
+from statekeep import Agent, LeaseHeldError, Reply, ScriptedModel, StaleLeaseError, State, Store, open_store
 from statekeep._bridge import run_async
+from tests import lease_agent_child as child
+from tests import servers
 from tests.conftest import STORE_FACTORIES
+from tests.test_conformance import namespace
 
 #: The stores with leases in this branch (every built-in store once they are merged).
 LEASE_STORES = ["memory"]
+#: Those whose leases hold across processes.
+PROCESS_STORES = [kind for kind in LEASE_STORES if kind != "memory"]
 
 
 @pytest.fixture(params=LEASE_STORES)
@@ -166,3 +177,55 @@ async def test_arun_in_a_running_loop_is_fenced_too(store: Any) -> None:
     current = await store.acurrent_lease("job")
     assert current is not None and current.token == lease.token  # the caller's lease is kept
     await store.arelease(lease)
+
+
+def where(kind: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A store URL and options naming one storage for this test, for two processes."""
+    if kind == "file":
+        return str(tmp_path / "store"), {}
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}", {}
+    if kind == "postgres":
+        return servers.shared_postgres().dsn, {"schema": namespace(tmp_path)}
+    return servers.shared_redis().url, {"prefix": namespace(tmp_path) + ":"}
+
+
+@pytest.mark.parametrize("kind", PROCESS_STORES)
+def test_a_worker_process_paused_past_its_lease_is_refused_once_resumed(kind: str, tmp_path: Path) -> None:
+    """SIGSTOP the agent's process in a model call; once its lease has lapsed by the store's
+    clock another owner takes over and writes; SIGCONT: the agent stops, having saved nothing
+    more, and nothing of the new owner's is lost."""
+    url, options = where(kind, tmp_path)
+    store = open_store(url, **options)
+    proc = subprocess.Popen(
+        [sys.executable, child.__file__, url, json.dumps(options), "job", "1.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == child.MARKER
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            while store.current_lease("job") is not None:  # until the store's clock ends it
+                pass
+            lease = store.acquire("job", "parent", 30)
+            state = store.load("job")
+            state.add_user("the parent's step")
+            store.save(state, lease=lease)
+            expected = history(store, "job")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == child.STALE, out
+    assert out.startswith("stale: ") and "'child'" in out
+    assert history(store, "job") == expected
+    assert store.current_lease("job") == lease
+    store.close()
