@@ -173,6 +173,18 @@ def test_reseal_replaces_only_what_is_still_as_read(kind: str, tmp_path: Any, sh
     assert done == 1 and stored(store, "s") == (entries, snapshot)
 
 
+def test_agent_memory_is_re_sealed_too(kind: str, tmp_path: Any, shared: list[Store]) -> None:
+    old = opened(kind, tmp_path, shared, encrypt=OLD)
+    old.memory().put("profile", {"name": "Ada", "card": "4111 1111"})
+    old.memory("team").put("plan", "sell")
+    store = opened(kind, tmp_path, shared, encrypt=ROTATED)
+    report = rekey(store, memory_scopes=["default", "team"])
+    assert report.states == 2 and report.records > 0 and report.current == 0
+    fresh = opened(kind, tmp_path, shared, encrypt=NEW_ONLY)
+    assert fresh.memory().get("profile").value == {"name": "Ada", "card": "4111 1111"}
+    assert fresh.memory("team").get("plan").value == "sell"
+
+
 def test_rekey_needs_a_keyring() -> None:
     with pytest.raises(ValueError, match="encrypt="):
         rekey(MemoryStore())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from ._bridge import run_async
+from ._labels import memory_namespace
 from ._protection import Protection
 from ._query import make_query
 from ._records import Record
@@ -161,9 +162,22 @@ async def _rekey_state(
     report.records += done
 
 
-async def arekey(store: Any, progress: Progress | None = None) -> RekeyReport:
+def _views(store: Any, memory_scopes: Iterable[str]) -> list[Any]:
+    """The store, and its agent memory of each scope (sealed with the same keyring)."""
+    views = [store]
+    for scope in memory_scopes:
+        sibling = store._sibling(memory_namespace(store.namespace, scope))
+        sibling._protection = store._protection
+        views.append(sibling)
+    return views
+
+
+async def arekey(
+    store: Any, progress: Progress | None = None, *, memory_scopes: Iterable[str] = ("default",)
+) -> RekeyReport:
     """Re-seal every record of ``store`` sealed with a key other than its keyring's
-    ``current`` (and every plaintext one if it was opened with ``allow_plaintext=True``).
+    ``current`` (and every plaintext one if it was opened with ``allow_plaintext=True``),
+    in its namespace and in its agent memory of each of ``memory_scopes``.
 
     ``store`` is a built-in store opened with ``encrypt=`` a Keyring holding the current
     key and every key records were sealed with (a record whose key is missing is a
@@ -171,24 +185,30 @@ async def arekey(store: Any, progress: Progress | None = None) -> RekeyReport:
     ``progress(done, total)`` is called after each State. Each State's records are
     replaced in one transaction (or atomic file replacement) per batch, durable on return
     as the store's writes are; stopped part way, run it again: what is done is skipped.
+    Expired States are re-sealed too where the store still holds them.
     """
     protection, ring = _protection(store)
+    if isinstance(memory_scopes, str):
+        raise TypeError("memory_scopes takes a list of scope names, not one str")
     report = RekeyReport()
-    ids = await _ids(store)
-    for done, state_id in enumerate(ids, 1):
-        await _rekey_state(store, ring, protection.allow_plaintext, state_id, report)
+    work = [(view, state_id) for view in _views(store, memory_scopes) for state_id in await _ids(view)]
+    for done, (view, state_id) in enumerate(work, 1):
+        await _rekey_state(view, ring, protection.allow_plaintext, state_id, report)
         if progress is not None:
-            progress(done, len(ids))
+            progress(done, len(work))
     return report
 
 
-def rekey(store: Any, progress: Progress | None = None) -> RekeyReport:
+def rekey(
+    store: Any, progress: Progress | None = None, *, memory_scopes: Iterable[str] = ("default",)
+) -> RekeyReport:
     """Sync :func:`arekey` (run on an event loop of its own: the opening and sealing never
     hold up other callers' writes; ``progress`` is called in another thread if this one
     runs an event loop)."""
+    work = arekey(store, progress, memory_scopes=memory_scopes)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(arekey(store, progress))
+        return asyncio.run(work)
     with ThreadPoolExecutor(1, thread_name_prefix="statekeep-rekey") as pool:
-        return pool.submit(asyncio.run, arekey(store, progress)).result()
+        return pool.submit(asyncio.run, work).result()

@@ -327,8 +327,18 @@ def demo(store_url: str) -> None:
 @click.option(
     "--allow-plaintext", is_flag=True, help="also seal the records stored in clear (before encryption was on)"
 )
+@click.option(
+    "--memory-scope",
+    "scopes",
+    multiple=True,
+    default=("default",),
+    show_default=True,
+    help="the agent memory scopes to re-seal too; repeat for several",
+)
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
-def rekey(store_url: str, keys_file: str | None, allow_plaintext: bool, quiet: bool) -> None:
+def rekey(
+    store_url: str, keys_file: str | None, allow_plaintext: bool, scopes: tuple[str, ...], quiet: bool
+) -> None:
     """Re-seal every record sealed with an older key with the current key.
 
     Run it after making a new key current: afterwards the old keys can leave the keyring,
@@ -345,7 +355,7 @@ def rekey(store_url: str, keys_file: str | None, allow_plaintext: bool, quiet: b
     bar = ProgressBar(shown=not quiet and sys.stderr.isatty())
     try:
         with _reporting(), _open(store_url, keys_file, allow_plaintext=allow_plaintext) as store:
-            report = rekey_store(store, progress=bar)
+            report = rekey_store(store, progress=bar, memory_scopes=scopes)
     except KeyboardInterrupt:
         bar.close()
         _fail("rekey stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
