@@ -141,7 +141,8 @@ class Backend(Leasing, Store):
         """How many States gc would remove now (a dry run)."""
         page, _ = await self._select(ListQuery(include_expired=True))
         now = await self._server_now()
-        return sum(1 for row in page if row.expires_at is not None and row.expires_at <= now)
+        expired = [row.id for row in page if row.expires_at is not None and row.expires_at <= now]
+        return sum([await self._current_lease(sid) is None for sid in expired])
 
     async def _child_ids(self, state_id: str) -> list[str]:
         """The ids of ``state_id``'s children, expired ones too (a tree delete must reach
@@ -312,6 +313,8 @@ class Backend(Leasing, Store):
 
     async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
+            root = self._check_open(validate_id(state_id))
+            await run_async(self._check_tree_leases(root, check_lease(lease, root)))
             await super().adelete(state_id, children=True, lease=lease)
             return
         sid = self._check_open(validate_id(state_id))
@@ -407,6 +410,14 @@ class Backend(Leasing, Store):
     async def _locked_delete(self, state_id: str, lease: Lease | None) -> None:
         async with owner().lock((self._storage_key(), state_id)):
             await self._delete(state_id, lease)
+
+    async def _check_tree_leases(self, root: str, lease: Lease | None) -> None:
+        """Refuse a tree delete before it starts when the root's lease is not ``lease`` or
+        another worker holds a child (each delete checks again, atomically)."""
+        now = await self._server_now()
+        for sid in await self._atree(root):
+            held = await self._current_lease(sid)
+            check_fence(sid, held, lease if sid == root else None, now, "nothing was deleted")
 
     async def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> T:
         async with owner().lock((self._storage_key(), state_id)):

@@ -8,14 +8,15 @@ carrying a lease is accepted only while that lease is the State's current one an
 write again, whatever its own clock says.
 
 Each store keeps one lease row per State: ``(owner, token, expires_at)``. A release ends
-the lease by setting ``expires_at`` to the release time, keeping the token.
+the lease by setting ``expires_at`` to :data:`ENDED` (the Unix epoch, so no clock stepping
+back can make it live again), keeping the token.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from ._errors import LeaseHeldError, StaleLeaseError
 from ._redaction import redact_text
@@ -23,6 +24,8 @@ from ._redaction import redact_text
 #: The longest lease: a worker that needs more renews.
 MAX_TTL = timedelta(days=7)
 MAX_OWNER = 200
+#: The ``expires_at`` of a released lease.
+ENDED = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +75,8 @@ def check_ttl(ttl: object, name: str = "ttl") -> timedelta:
     if isinstance(ttl, timedelta):
         period = ttl
     elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
-        if not math.isfinite(ttl):
-            raise ValueError(f"{name} must be a finite number of seconds, got {ttl!r}")
+        if not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL.total_seconds():
+            raise ValueError(f"{name} must be more than 0 and at most {MAX_TTL.days} days, got {ttl!r}")
         period = timedelta(seconds=ttl)
     else:
         raise TypeError(f"{name} must be seconds (int or float) or a timedelta, got {type(ttl).__name__}")
@@ -86,6 +89,11 @@ def check_lease(lease: object, state_id: str | None = None) -> Lease | None:
     """``lease`` if it is None or a Lease (for ``state_id`` when given), else TypeError/ValueError."""
     if lease is None:
         return None
+    return given_lease(lease, state_id)
+
+
+def given_lease(lease: object, state_id: str | None = None) -> Lease:
+    """``lease`` if it is a Lease (for ``state_id`` when given), else TypeError/ValueError."""
     if not isinstance(lease, Lease):
         raise TypeError(f"lease= takes a Lease from store.acquire(), got {type(lease).__name__}")
     if state_id is not None and lease.state_id != state_id:
@@ -100,11 +108,13 @@ def is_live(held: Lease | None, now: datetime) -> bool:
     return held is not None and held.expires_at > now
 
 
-def held_error(held: Lease, doing: str) -> LeaseHeldError:
+def held_error(
+    held: Lease, doing: str, advice: str = ", or pass the holder's lease as lease="
+) -> LeaseHeldError:
     return LeaseHeldError(
         f"State {held.state_id!r} is leased to {shown_owner(held.owner)!r} until "
         f"{held.expires_at.isoformat()} (token {held.token}); {doing}. Wait for the lease to "
-        "expire or be released, or pass the holder's lease as lease=",
+        f"expire or be released{advice}",
         held.state_id,
         held.owner,
         held.expires_at,
@@ -148,7 +158,7 @@ def acquired(state_id: str, owner: str, ttl: timedelta, held: Lease | None, now:
     """The lease an acquire at ``now`` gets, given the State's lease row ``held``;
     :class:`LeaseHeldError` while ``held`` is live (even for the same owner: renew it)."""
     if held is not None and is_live(held, now):
-        raise held_error(held, "it was not acquired")
+        raise held_error(held, "it was not acquired", " (its holder renews it with renew())")
     return Lease(state_id, owner, (0 if held is None else held.token) + 1, now + ttl, ttl)
 
 
@@ -163,4 +173,4 @@ def released(lease: Lease, held: Lease | None, now: datetime) -> Lease | None:
     token kept) if it was current and live; None (nothing to change) otherwise."""
     if held is None or held.token != lease.token or held.owner != lease.owner or not is_live(held, now):
         return None
-    return Lease(held.state_id, held.owner, held.token, now, held.ttl)
+    return Lease(held.state_id, held.owner, held.token, ENDED, held.ttl)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ._bridge import run_async, run_sync
 from ._ids import validate_id
-from ._leases import Lease, check_lease, check_owner, check_ttl
+from ._leases import Lease, check_owner, check_ttl, given_lease
 
 T = TypeVar("T")
 
@@ -84,15 +84,13 @@ class Leasing:
         return it with its new ``expires_at`` (same token). :class:`StaleLeaseError` if it
         expired, was released or was taken over: stop the work it guarded. Durable on return
         as the store's writes are."""
-        held = self._check_open(check_lease(lease))
-        assert held is not None
+        held = self._check_open(given_lease(lease))
         period = held.ttl if ttl is None else check_ttl(ttl)
         return await run_async(self._locked(held.state_id, self._renew(held, period)))
 
     def renew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease:
         """Sync :meth:`arenew`."""
-        held = self._check_open(check_lease(lease))
-        assert held is not None
+        held = self._check_open(given_lease(lease))
         period = held.ttl if ttl is None else check_ttl(ttl)
         return run_sync(self._locked(held.state_id, self._renew(held, period)), "arenew")
 
@@ -100,14 +98,12 @@ class Leasing:
         """End ``lease`` now if it is still current (its token is kept: the next acquire
         gets a greater one); a lease already expired or taken over is left alone. Durable on
         return as the store's writes are."""
-        held = self._check_open(check_lease(lease))
-        assert held is not None
+        held = self._check_open(given_lease(lease))
         await run_async(self._locked(held.state_id, self._release(held)))
 
     def release(self, lease: Lease) -> None:
         """Sync :meth:`arelease`."""
-        held = self._check_open(check_lease(lease))
-        assert held is not None
+        held = self._check_open(given_lease(lease))
         run_sync(self._locked(held.state_id, self._release(held)), "arelease")
 
     async def acurrent_lease(self, state_id: str) -> Lease | None:

@@ -11,9 +11,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from ._errors import DecryptionError
 from ._query import Page
-from ._records import Entries, Record, Snapshot
+from ._records import Entries, Record, SavedState, Snapshot
 from ._redactor import Redactor
 from ._sealing import (
     SEALED,
@@ -57,17 +59,23 @@ class Protection:
         self, namespace: str, state_id: str, entries: Entries, snapshot: Snapshot, create: bool
     ) -> PreparedWrite:
         """A write redacted, validated (:func:`prepare_write`) and sealed."""
-        redactor = self.redactor
-        if redactor is not None:
-            if isinstance(entries, (list, tuple)):
-                entries = [redactor.entry(e) if type(e) is dict else e for e in entries]
-            if type(snapshot) is dict:
-                snapshot = redactor.snapshot(snapshot)
+        if snapshot is not None and isinstance(snapshot, dict):
+            _check_own_keys(snapshot)
         write = prepare_write(state_id, entries, snapshot, create)
-        ring = self.keyring
+        redactor, ring = self.redactor, self.keyring
+        if redactor is None and ring is None:
+            return write
+        # From here on the write's own encoding: plain dicts, lists and strs, checked.
+        plain = [orjson.loads(line) for line in write.lines]
+        snap = None if write.snapshot is None else orjson.loads(write.snapshot)
+        if redactor is not None:
+            plain = [redactor.entry(entry) for entry in plain]
+            snap = None if snap is None else redactor.snapshot(snap)
+            write = prepare_write(state_id, plain, snap, create)
         if ring is None:
             return write
-        assert isinstance(entries, (list, tuple))  # prepare_write checked it
+        entries = plain
+        snapshot = snap
         lines = tuple(
             seal_entry(ring, line, entry, namespace, state_id)
             for line, entry in zip(write.lines, entries, strict=True)
@@ -102,11 +110,10 @@ class Protection:
         snapshot = self.snapshot(namespace, state_id, record.snapshot)
         entries = record.entries
         if self.keyring is None:
-            # A clear store checks the first entry only: a sealed State's snapshot or first
-            # entry is sealed, and checking every entry would tax every read.
-            if entries:
-                self.entry(namespace, state_id, since, entries[0])
-            return record if snapshot is record.snapshot else Record(entries, snapshot)
+            for i, stored in enumerate(entries):  # a dict lookup each: sealed ones are refused
+                if SEALED in stored:
+                    raise _no_ring(state_id, f"entry seq {since + i}", stored[SEALED])
+            return record
         opened = [self.entry(namespace, state_id, since + i, e) for i, e in enumerate(entries)]
         return Record(opened, snapshot)
 
@@ -128,18 +135,36 @@ class Protection:
 
     def rows(self, namespace: str, page: Page) -> Page:
         """A listing page with sealed tasks opened (with no keyring, shown as ``[sealed]``)."""
-        ring = self.keyring
         if not any(row.task.startswith(TASK_MARK) for row in page):
             return page
         rows = [
             row
             if not row.task.startswith(TASK_MARK)
-            else dataclasses.replace(
-                row, task="[sealed]" if ring is None else open_task(ring, row.task, namespace, row.id)
-            )
+            else dataclasses.replace(row, task=self._task(namespace, row))
             for row in page
         ]
         return Page(rows, page.next)
+
+    def _task(self, namespace: str, row: SavedState) -> str:
+        """A listing row's sealed task, opened; ``[sealed]`` when this ring cannot open it
+        (a key it lacks during a rotation, or a damaged record, which reads report)."""
+        ring = self.keyring
+        if ring is None:
+            return "[sealed]"
+        try:
+            return open_task(ring, row.task, namespace, row.id)
+        except DecryptionError:
+            return "[sealed]"
+
+
+def _check_own_keys(snapshot: dict[str, Any]) -> None:
+    """Refuse a snapshot that would read back as a sealed one."""
+    task = snapshot.get("task")
+    if SEALED in snapshot or (isinstance(task, str) and task.startswith(TASK_MARK)):
+        raise ValueError(
+            f"the snapshot holds {SEALED!r} or a task starting with {TASK_MARK!r}, which are "
+            "statekeep's marks of a sealed record; nothing was written. Rename the key or the task"
+        )
 
 
 def _plaintext(state_id: str, what: str) -> DecryptionError:

@@ -99,25 +99,20 @@ class Redactor:
             raise TypeError("keys must be non-empty str names")
         if not all(isinstance(v, str) and v for v in secrets):
             raise TypeError("values must be non-empty str secrets")
-        if not isinstance(mask, str):
-            raise TypeError(f"mask must be a str, got {type(mask).__name__}")
         self._keys = frozenset(_norm(k) for k in names)
         self._value_count = len(set(secrets))
         compiled = [re.compile(p) if isinstance(p, str) else p for p in patterns]
         if not all(isinstance(p, re.Pattern) and isinstance(p.pattern, str) for p in compiled):
             raise TypeError("patterns must be str regular expressions or re.compile() of a str")
+        # Each secret and pattern is searched on its own (a pattern's flags, groups and
+        # backreferences intact, overlapping secrets both found); every match is masked,
+        # overlapping ones as one span.
+        literals = [re.compile(re.escape(v)) for v in sorted(set(secrets), key=len, reverse=True)]
+        self._searches = literals + compiled
         self._pattern_count = len(compiled)
-        parts = [re.escape(v) for v in sorted(set(secrets), key=len, reverse=True)]
-        parts += [f"(?:{p.pattern})" for p in compiled]
-        # One alternation: the secrets first, longest first, then the patterns (each
-        # keeping its own flags inline where it had any).
-        flags = [p.flags & ~re.UNICODE for p in compiled]
-        if any(flags):
-            parts[len(parts) - len(compiled) :] = [
-                f"(?{_inline(f)}:{p.pattern})" if f else f"(?:{p.pattern})"
-                for p, f in zip(compiled, flags, strict=True)
-            ]
-        self._search = re.compile("|".join(parts)) if parts else None
+        if not isinstance(mask, str) or not mask:
+            raise ValueError("mask must be a non-empty str")
+        self._mask_search = re.compile(re.escape(mask))
         self.mask = mask
 
     def __repr__(self) -> str:
@@ -127,29 +122,57 @@ class Redactor:
         )
 
     def text(self, value: str) -> str:
-        """``value`` with every secret and pattern match masked."""
-        search = self._search
-        return value if search is None else search.sub(self.mask, value)
+        """``value`` with every secret and pattern match masked.
+
+        Idempotent: a mask already in the text is kept as it is (a match overlapping it
+        joins it), so masking what a store gives back changes nothing.
+        """
+        spans = [m.span() for search in self._searches for m in search.finditer(value) if m.end() > m.start()]
+        if not spans:
+            return value
+        spans += [m.span() for m in self._mask_search.finditer(value)]
+        spans.sort()
+        out: list[str] = []
+        at, mask = 0, self.mask
+        start, end = spans[0]
+        for s_, e_ in spans[1:]:
+            if s_ < end:  # overlapping: one span
+                end = max(end, e_)
+                continue
+            out += (value[at:start], mask)
+            at, (start, end) = end, (s_, e_)
+        out += (value[at:start], mask, value[end:])
+        return "".join(out)
 
     def value(self, value: Any) -> Any:
         """A JSON value with secrets masked (a new value; ``value`` is not changed)."""
-        t = type(value)
-        if t is str:
+        if isinstance(value, str):
             return self.text(value)
-        if t is dict:
+        if isinstance(value, dict):
             keys = self._keys
             return {k: self.mask if _norm(k) in keys else self.value(v) for k, v in value.items()}
-        if t is list or t is tuple:
+        if isinstance(value, (list, tuple)):
             return [self.value(v) for v in value]
         return value
 
     def entry(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """An entry masked, its own keys (:data:`ENTRY_KEYS`) kept as they are."""
+        """An entry masked, its own keys (:data:`ENTRY_KEYS`) kept as they are. A ``data``
+        entry whose ``key`` is a masked name has its ``value`` masked whole, as a dict
+        key of that name would."""
         keys = self._keys
-        return {
+        masked = {
             k: v if k in ENTRY_KEYS else self.mask if _norm(k) in keys else self.value(v)
             for k, v in entry.items()
         }
+        name = entry.get("key")
+        if (
+            entry.get("kind") == "data"
+            and isinstance(name, str)
+            and _norm(name) in keys
+            and "value" in masked
+        ):
+            masked["value"] = self.mask
+        return masked
 
     def snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         """A snapshot masked, its listing fields (:data:`INDEX_KEYS`) kept as they are."""
@@ -158,9 +181,3 @@ class Redactor:
             k: v if k in INDEX_KEYS else self.mask if _norm(k) in keys else self.value(v)
             for k, v in snapshot.items()
         }
-
-
-def _inline(flags: int) -> str:
-    """A pattern's flags as inline letters (only the ones a scoped group may carry)."""
-    letters = {re.IGNORECASE: "i", re.MULTILINE: "m", re.DOTALL: "s", re.VERBOSE: "x"}
-    return "".join(letter for flag, letter in letters.items() if flags & flag)

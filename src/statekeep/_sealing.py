@@ -9,7 +9,8 @@ State, seq or namespace fails to open. A sealed record is stored as::
 
 and a sealed snapshot keeps the listing fields in clear (times, turn, status, agent,
 parent, labels, expiry, fork source; plus the keys the ring's ``clear`` names) and a sealed
-``task`` string, so listings work without the key. Opening checks the tag: a changed byte,
+``task`` string, so listings work without the key; opening it checks each clear field
+against the sealed copy. Opening checks the tag: a changed byte,
 a swapped record or a wrong key is a :class:`DecryptionError` naming the key id, never
 garbage. The ``cryptography`` package (the ``statekeep[crypto]`` extra) does the AES.
 """
@@ -27,6 +28,7 @@ import orjson
 
 from ._errors import DecryptionError
 from ._redactor import INDEX_KEYS
+from ._writes import same_json
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -39,6 +41,9 @@ NONCE = 12
 #: The snapshot keys kept in clear: what listings and expiry read (the task is sealed).
 CLEAR_SNAPSHOT = INDEX_KEYS - {"task"}
 CLEAR_ENTRY = ("seq", "at")
+#: Clear snapshot fields a store may change after the write (expiry stamped by the server
+#: or slid by a read), so they are not in the sealed copy.
+STORE_MANAGED = frozenset({"expires_at", "expiry"})
 
 
 def _aesgcm() -> type[AESGCM]:
@@ -70,7 +75,11 @@ class Keyring:
         self._ciphers: dict[str, AESGCM] = {}
         for kid, key in keys.items():
             if not isinstance(kid, str) or not KEY_ID.fullmatch(kid):
-                raise ValueError(f"a key id must be 1 to 64 of A-Z a-z 0-9 _ -, got {_shown_id(kid)}")
+                # Never shown: a key given where its id goes must not reach a log.
+                raise ValueError(
+                    f"a key id must be a str of 1 to 64 of A-Z a-z 0-9 _ -, got {_shape(kid)}; "
+                    "Keyring takes {key id: key}"
+                )
             if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
                 size = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
                 raise ValueError(
@@ -78,9 +87,9 @@ class Keyring:
                     "Keyring.generate_key()"
                 )
             self._ciphers[kid] = aesgcm(bytes(key))
-        if current not in self._ciphers:
+        if not isinstance(current, str) or current not in self._ciphers:
             raise ValueError(
-                f"current={_shown_id(current)} is not a key id of the ring ({', '.join(map(_shown_id, keys))})"
+                f"current= must be one of the ring's key ids ({', '.join(sorted(keys))}), got {_shape(current)}"
             )
         self.current = current
         names = [clear] if isinstance(clear, str) else list(clear)
@@ -136,12 +145,15 @@ class Keyring:
         return isinstance(sealed, str) and not sealed.startswith(self.current + ":")
 
 
-def _shown_id(kid: object) -> str:
-    """A key id as errors show it: a long or odd one may be a key passed in its place."""
-    if isinstance(kid, str) and len(kid) <= 24 and kid.isprintable():
-        return repr(kid)
-    size = f"{len(kid)} characters" if isinstance(kid, (str, bytes)) else type(kid).__name__
-    return f"<not shown: {size}, maybe a key given in the id's place>"
+def _shape(value: object) -> str:
+    """A wrong key id as errors show it: its type and length, never its text (it may be a key)."""
+    size = f" of {len(value)}" if isinstance(value, (str, bytes, bytearray)) else ""
+    return f"a {type(value).__name__}{size}"
+
+
+def _shown_id(kid: str) -> str:
+    """A valid key id as errors show it: a long one may be a (hex) key given in its place."""
+    return repr(kid) if len(kid) <= 24 else f"id {_shape(kid)} (not shown: it may be a key)"
 
 
 def _invalid_tag() -> type[Exception]:
@@ -164,14 +176,16 @@ def seal_entry(ring: Keyring, line: bytes, entry: Mapping[str, Any], namespace: 
 
 
 def seal_snapshot(ring: Keyring, snapshot: Mapping[str, Any], namespace: str, state_id: str) -> bytes:
-    """The stored form of a snapshot: clear listing fields, a sealed task, the rest sealed."""
+    """The stored form of a snapshot: its listing fields in clear, a sealed task, and the
+    whole snapshot sealed (but for the expiry, which a store may stamp or slide), so that
+    opening it can check every clear field against the sealed copy."""
     keep = ring.clear
     clear = {k: v for k, v in snapshot.items() if k in keep}
-    rest = {k: v for k, v in snapshot.items() if k not in keep}
+    sealed = {k: v for k, v in snapshot.items() if k not in STORE_MANAGED}
     task = snapshot.get("task")
     if "task" not in keep and isinstance(task, str):
         clear["task"] = TASK_MARK + ring.seal(task.encode(), aad(namespace, state_id, "task"))
-    clear[SEALED] = ring.seal(orjson.dumps(rest), aad(namespace, state_id, "snapshot"))
+    clear[SEALED] = ring.seal(orjson.dumps(sealed), aad(namespace, state_id, "snapshot"))
     return orjson.dumps(clear)
 
 
@@ -191,15 +205,25 @@ def open_entry(
 
 
 def open_snapshot(ring: Keyring, stored: Mapping[str, Any], namespace: str, state_id: str) -> dict[str, Any]:
-    """The snapshot a sealed stored one holds (its clear fields as stored: expiry may have
-    been stamped or slid by the store)."""
+    """The snapshot a sealed stored one holds. Every clear field must equal its sealed copy
+    (the expiry excepted: a store may stamp or slide it), and no other field may be there."""
     what = f"State {state_id!r} snapshot"
-    rest = orjson.loads(ring.open(stored[SEALED], aad(namespace, state_id, "snapshot"), what))
-    snapshot = {k: v for k, v in stored.items() if k != SEALED}
-    task = snapshot.get("task")
-    if isinstance(task, str) and task.startswith(TASK_MARK):
-        snapshot["task"] = open_task(ring, task, namespace, state_id)
-    snapshot.update(rest)
+    snapshot = orjson.loads(ring.open(stored[SEALED], aad(namespace, state_id, "snapshot"), what))
+    if type(snapshot) is not dict:
+        raise DecryptionError(f"{what} opens to something that is not a snapshot")
+    for key, value in stored.items():
+        if key == SEALED or key in STORE_MANAGED:
+            continue
+        if key == "task" and isinstance(value, str) and value.startswith(TASK_MARK):
+            value = open_task(ring, value, namespace, state_id)
+        if key not in snapshot or not same_json(value, snapshot[key]):
+            raise DecryptionError(
+                f"{what}: its clear field {key!r} differs from the sealed copy: it was changed "
+                "after it was written. Nothing was returned"
+            )
+    for key in STORE_MANAGED:
+        if key in stored:
+            snapshot[key] = stored[key]
     return snapshot
 
 
