@@ -14,6 +14,8 @@ import pytest
 from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, State, Store, rekey
 from statekeep._bridge import run_sync
 from tests import servers
+from tests.conftest import STORE_FACTORIES
+from tests.test_agent_lease import need
 from tests.test_conformance import namespace
 
 K0, K1, K2 = (bytes([n]) * 32 for n in (7, 1, 2))
@@ -21,12 +23,10 @@ OLD = Keyring({"k1": K1}, current="k1")
 ROTATED = Keyring({"k2": K2, "k1": K1}, current="k2")
 NEW_ONLY = Keyring({"k2": K2}, current="k2")
 
-#: The stores with rekey in this branch (every built-in store once they are merged).
-REKEY_STORES = ["memory"]
 
-
-@pytest.fixture(params=REKEY_STORES)
+@pytest.fixture(params=sorted(STORE_FACTORIES))
 def kind(request: pytest.FixtureRequest) -> str:
+    need(request.param, "_reseal")
     return str(request.param)
 
 
