@@ -62,6 +62,7 @@ class TestFileStore(BuiltinContract):
 
 class TestSQLiteStore(BuiltinContract):
     machine = SQLiteMachine
+    supports_leases = supports_protection = True
     model_examples, model_steps = 50, 30
 
     def make_store(self, tmp_path: Path) -> Store:
@@ -75,6 +76,7 @@ class TestPostgresStore(BuiltinContract):
     model_examples, model_steps = 15, 20
 
     server_clock = True
+    supports_leases = supports_protection = True
 
     def make_store(self, tmp_path: Path) -> Store:
         return servers.postgres_store(schema=namespace(tmp_path))

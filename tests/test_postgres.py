@@ -184,6 +184,7 @@ def test_hostile_names_work_as_plain_names(postgres_server: PostgresServer, sche
     assert [r["table_name"] for r in names] == [
         prefix + "entries",
         prefix + "labels",
+        prefix + "leases",
         prefix + "schema_version",
         prefix + "states",
     ]
@@ -325,7 +326,18 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
     try:
         async with conn.transaction():
             row = await conn.fetchrow(
-                pg._sql.write, "default", "a", False, 0, ['{"seq":0}'], None, *[None] * 13, None, False
+                pg._sql.write,
+                "default",
+                "a",
+                False,
+                0,
+                ['{"seq":0}'],
+                None,
+                *[None] * 13,
+                None,
+                None,
+                None,
+                False,
             )
             assert row["o_status"] == 0
             # The write set it for its own transaction, so the commit waits for the flush.

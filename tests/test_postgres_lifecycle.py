@@ -29,7 +29,7 @@ asyncpg = pytest.importorskip("asyncpg")
 from statekeep._query import make_query  # noqa: E402
 from statekeep.stores import PostgresStore  # noqa: E402
 from statekeep.stores._postgres._listing import page_query  # noqa: E402
-from statekeep.stores._postgres._schema import bootstrap, migrations  # noqa: E402
+from statekeep.stores._postgres._schema import SCHEMA_VERSION, bootstrap, migrations  # noqa: E402
 from statekeep.stores._postgres._sql import Sql  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def test_version_1_tables_migrate_to_the_default_namespace(postgres_server: Post
     finally:
         store.close()
         other.close()
-    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == 2
+    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION
 
 
 # -- listings from indexes -----------------------------------------------------------------

@@ -40,7 +40,7 @@ from statekeep._bridge import owner
 from statekeep._query import make_query
 from statekeep._writes import prepare_write
 from statekeep.stores._sqlite import _connections, _store
-from statekeep.stores._sqlite._batch import Op
+from statekeep.stores._sqlite._batch import Delete, Op
 from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.testing import StoreMachine
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
@@ -92,9 +92,9 @@ def test_file_settings_and_schema(store: SQLiteStore, db: Path) -> None:
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     with raw(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert {"schema_version", "states", "entries", "labels"} <= tables
+        assert {"schema_version", "states", "entries", "labels", "leases"} <= tables
         # Entries are the encoded JSON, as text a person (or SQLite's JSON functions) can read.
         assert conn.execute("SELECT typeof(data), data FROM entries ORDER BY seq LIMIT 1").fetchone() == (
             "text",
@@ -386,7 +386,7 @@ def test_one_batch_may_hold_several_writes_to_one_state(store: SQLiteStore) -> N
         ("write", "default", prepare_write("a", entries(1, 1), snapshot(turn=1), False)),
         ("write", "default", prepare_write("a", entries(2, 2), snapshot(turn=2), False)),
         ("write", "default", prepare_write("a", entries(9, 1), None, False)),
-        ("delete", "default", "b"),
+        ("delete", "default", Delete("b")),
         ("write", "default", prepare_write("b", [], snapshot("b"), True)),
     ]
     errors = store._commit(ops)
@@ -432,9 +432,9 @@ def test_newer_schema_is_refused(db: Path) -> None:
     store.write("a", entries(0, 1), snapshot(), create=True)
     store.close()
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 3")
+        conn.execute("UPDATE schema_version SET version = 4")
     newer = SQLiteStore(db)
-    message = r"written by a newer statekeep \(database schema version 3.*Upgrade statekeep"
+    message = r"written by a newer statekeep \(database schema version 4.*Upgrade statekeep"
     with pytest.raises(UnsupportedFormatError, match=message):
         newer.read("a")
     with pytest.raises(UnsupportedFormatError, match=message):
@@ -444,7 +444,7 @@ def test_newer_schema_is_refused(db: Path) -> None:
     newer.close()
     with raw(db) as conn:  # nothing was changed
         assert conn.execute("SELECT count(*) FROM entries").fetchone() == (1,)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
 
 
 @pytest.mark.parametrize("agent", [None, "nobody"], ids=["rows", "no-rows"])
@@ -454,7 +454,7 @@ def test_a_page_read_after_another_process_upgraded_the_file_is_refused(db: Path
     store.write("a", entries(0, 1), snapshot(), create=True)
     assert [row.id for row in store.list(limit=5)] == ["a"]
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 3")
+        conn.execute("UPDATE schema_version SET version = 4")
     with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.list(limit=5, agent=agent)
     store.close()
@@ -465,7 +465,7 @@ def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
     # switch it to WAL.
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    conn.execute("INSERT INTO schema_version VALUES (3)")
+    conn.execute("INSERT INTO schema_version VALUES (4)")
     conn.commit()
     conn.close()
     before = sqlite_looks(db)
@@ -546,7 +546,7 @@ def test_schema_upgraded_under_an_open_store_stops_its_writes(store: SQLiteStore
     with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.write("a", entries(1, 1), None)
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 2")
+        conn.execute("UPDATE schema_version SET version = 3")
     store.write("a", entries(1, 1), None)
     assert store.read("a").entries == entries(0, 2)
 
@@ -557,7 +557,7 @@ def test_empty_file_gets_the_schema(db: Path) -> None:
     assert store.read("a") is None
     store.close()
     with raw(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
 
 
 # -- locks ---------------------------------------------------------------------------------------

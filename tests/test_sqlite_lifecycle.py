@@ -127,7 +127,7 @@ def test_a_version_1_file_upgrades_in_place_as_the_default_namespace(db: Path) -
     assert SQLiteStore(db, namespace="other").list() == []
     store.close()
     with raw(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "states_v1" not in tables and "entries_v1" not in tables
     conn.close()
@@ -159,7 +159,7 @@ def test_a_migration_that_fails_leaves_the_version_1_file_whole(
 def test_create_false_refuses_a_version_1_file_unchanged(db: Path) -> None:
     make_v1_file(db)
     before = db.read_bytes()
-    with pytest.raises(Exception, match="version 1, older than this statekeep's 2"):
+    with pytest.raises(Exception, match="version 1, older than this statekeep's 3"):
         SQLiteStore(db, create=False).read("old")
     assert db.read_bytes() == before
 

@@ -1,6 +1,6 @@
 """PostgresStore: every State in two PostgreSQL tables, through asyncpg (``statekeep[postgres]``).
 
-Schema (version 2, in the schema ``schema``, every name prefixed with ``table_prefix``)::
+Schema (version 3, in the schema ``schema``, every name prefixed with ``table_prefix``)::
 
     states(ns, id; PRIMARY KEY (ns, id), next_seq, snapshot JSON text or NULL,
            task, created_at, updated_at, turn, stopped_by, finished, status,   -- the listing,
@@ -8,14 +8,17 @@ Schema (version 2, in the schema ``schema``, every name prefixed with ``table_pr
            expires_at, written_at)            -- the effective expiry, by the server's clock
     entries(ns, state_id, seq, data JSON text; PRIMARY KEY (ns, state_id, seq))
     labels(ns, state_id, key, value, updated_at)   -- one row per label of a listed State
+    leases(ns, state_id, owner, token, expires_at, ttl)   -- one per State, kept after its delete
     indexes (ns, [agent | parent | status,] updated_at DESC, id), labels (ns, key, value,
             updated_at DESC, state_id), (ns, expires_at)   -- a page is one short index scan
     schema_version(version)                   -- migrations run on first use, in one transaction
     write, delete, fork, gc                   -- PL/pgSQL, one statement each
+    acquire, renew, release, reseal           -- leases, by the server's clock; rekey
 
 Version 1 tables (statekeep before namespaces) are migrated in place on first use: their
-States become the ``default`` namespace. A namespace is the ``ns`` column: stores of one
-schema and prefix in different namespaces share the tables and never see each other's rows.
+States become the ``default`` namespace; version 2 tables gain the leases (version 3). A
+namespace is the ``ns`` column: stores of one schema and prefix in different namespaces
+share the tables and never see each other's rows.
 
 JSON is kept as text, byte for byte as statekeep encoded it: ``jsonb`` would reorder keys
 and turn floats such as ``1e20`` into integers.
@@ -39,10 +42,15 @@ The listing columns are filled from the snapshot on write, with
 ``unlisted``, and ``list()`` leaves that State out with a warning (on a walk's first
 page), as every store does.
 
+A write, delete or fork also applies the State's lease (the fence) in its transaction,
+once it holds the State's row; an acquire takes that row first, so no takeover can land
+between the check and the commit (see :mod:`._schema_leases`).
+
 The package: :mod:`._store` (the class and its operations), :mod:`._lifecycle` (listings,
-expiry, gc, fork, namespaces), :mod:`._listing` (listing columns and page statements),
-:mod:`._sql` (the statements it runs), :mod:`._schema` and :mod:`._schema_v2` (the tables
-and functions, as migrations), :mod:`._migrate` (running them), :mod:`._pool` (the pool of
+expiry, gc, fork, namespaces), :mod:`._leasing` (leases and reseal, client side),
+:mod:`._listing` (listing columns and page statements), :mod:`._sql` (the statements it
+runs), :mod:`._schema`, :mod:`._schema_v2`, :mod:`._schema_v3` and
+:mod:`._schema_leases` (the tables and functions, as migrations), :mod:`._migrate` (running them), :mod:`._pool` (the pool of
 each process), :mod:`._dsn` (where the server is, without passwords; the store's DSN
 options).
 """

@@ -19,7 +19,9 @@ from ..._query import ListQuery, Page
 from ..._records import SavedState, Snapshot, decode_snapshot
 from ..._writes import exists_error, missing_error, prepare_write
 from .. import _server as servercommon
+from ._leasing import refused
 from ._listing import listing, page_query, page_rows
+from ._schema_leases import FENCED
 
 if TYPE_CHECKING:
     from ._sql import Sql
@@ -97,7 +99,8 @@ class Lifecycle(Backend):
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
     ) -> None:
         """Create the fork in one transaction: its row, and its entries copied on the server
-        (one INSERT ... SELECT) from the source, which must still hold what was read."""
+        (one INSERT ... SELECT) from the source, which must still hold what was read; refused
+        while another worker holds the lease of ``new_id``."""
         write = prepare_write(new_id, entries, snapshot, True)
         self._check_open(None)
         at_seq = len(entries) - 1
@@ -107,7 +110,9 @@ class Lifecycle(Backend):
             source_id, at_seq, digest, self.namespace, new_id, None if write.snapshot is None
             else write.snapshot.decode(), *columns, self.retention,
         )  # fmt: skip
-        status: int = await self._run_fork(args, new_id)
+        status, *holder = await self._run_fork(args, new_id)
+        if status == FENCED:
+            refused(new_id, holder, None, "nothing was forked")
         if status == servercommon.MISSING:
             raise missing_error(source_id)
         if status == servercommon.EXISTS:
@@ -118,11 +123,10 @@ class Lifecycle(Backend):
                 "was written. Fork it again"
             )
 
-    async def _run_fork(self, args: tuple[Any, ...], new_id: str) -> int:
-        async def locked() -> int:
+    async def _run_fork(self, args: tuple[Any, ...], new_id: str) -> tuple[Any, ...]:
+        async def locked() -> tuple[Any, ...]:
             async with owner().lock((self._storage_key(), new_id)):
-                status: int = await self._query("write", "fetchval", self._sql.fork, *args)
-                return status
+                return tuple(await self._query("write", "fetchrow", self._sql.fork, *args))
 
         return await run_async(locked())
 

@@ -4,14 +4,15 @@ statements that bring the tables to it. (Running them: :mod:`._migrate`.)"""
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
-from . import _schema_v2
+from . import _schema_v2, _schema_v3
+from ._schema_leases import FENCED
 from ._schema_v2 import BUSY
 from ._sql import Sql
 
 #: The schema version this statekeep writes; tables at a higher version are refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-__all__ = ["BUSY", "SCHEMA_VERSION", "bootstrap", "migrations"]
+__all__ = ["BUSY", "FENCED", "SCHEMA_VERSION", "bootstrap", "migrations"]
 
 # In the write and delete functions: this transaction commits with the WAL flushed,
 # whatever the session says (a session setting could be reset or come from a pooler).
@@ -69,6 +70,7 @@ def migrations(sql: Sql) -> tuple[tuple[str, ...], ...]:
             AS {_dollar_quote(_delete_body(sql))}""",
         ),
         _schema_v2.migration(sql),
+        _schema_v3.migration(sql),
     )
 
 

@@ -19,7 +19,9 @@ from ._sql import Sql
 
 BUSY = 5  # see _schema.BUSY
 
-_DURABLE = """IF current_setting('synchronous_commit') = 'off' THEN
+#: In the functions that write: this transaction commits with the WAL flushed, whatever
+#: the session says.
+DURABLE = _DURABLE = """IF current_setting('synchronous_commit') = 'off' THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;"""
 

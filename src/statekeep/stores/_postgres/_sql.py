@@ -6,7 +6,12 @@ from __future__ import annotations
 # PostgreSQL cuts longer identifiers (NAMEDATALEN - 1 bytes) without an error.
 MAX_IDENTIFIER = 63
 # The longest name derived from the prefix.
-LONGEST_SUFFIX = max(len(s) for s in ("states", "entries", "schema_version", "states_listing", "write"))
+LONGEST_SUFFIX = max(
+    len(s) for s in ("states", "entries", "leases", "schema_version", "states_listing", "write", "acquire")
+)
+#: The columns a fence or lease function returns after its status: the State's lease row
+#: (owner, token, expires_at; NULL without one) and the server's time it was judged at.
+_HOLDER = "o_owner, o_token, o_until, o_now"
 
 
 def quote_identifier(name: str) -> str:
@@ -50,6 +55,11 @@ class Sql:
         self.delete_fn = name("delete")
         self.fork_fn = name("fork")
         self.gc_fn = name("gc")
+        self.leases = name("leases")
+        self.acquire_fn = name("acquire")
+        self.renew_fn = name("renew")
+        self.release_fn = name("release")
+        self.reseal_fn = name("reseal")
         self._prefix = prefix
         self.listing = self.prefixed("states_listing")  # an index: no schema
 
@@ -58,10 +68,19 @@ class Sql:
             f"INSERT INTO {self.version} (version) VALUES ($1) "
             "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.write = f"SELECT o_status, o_next, o_stored FROM {self.write_fn}({_params(21)})"
-        self.delete = f"SELECT {self.delete_fn}($1, $2)"
-        self.fork = f"SELECT {self.fork_fn}({_params(19)})"
+        self.write = f"SELECT o_status, o_next, o_stored, {_HOLDER} FROM {self.write_fn}({_params(23)})"
+        self.delete = f"SELECT o_status, {_HOLDER} FROM {self.delete_fn}($1, $2, $3, $4)"
+        self.fork = f"SELECT o_status, {_HOLDER} FROM {self.fork_fn}({_params(19)})"
         self.gc = f"SELECT {self.gc_fn}($1, $2)"
+        # Leases (see _schema_leases): each judged by the server's clock, in one statement.
+        self.acquire = f"SELECT o_status, {_HOLDER} FROM {self.acquire_fn}($1, $2, $3, $4)"
+        self.renew = f"SELECT o_status, {_HOLDER} FROM {self.renew_fn}($1, $2, $3, $4, $5)"
+        self.release = f"SELECT {self.release_fn}($1, $2, $3, $4)"
+        self.reseal = f"SELECT {self.reseal_fn}({_params(8)})"
+        self.current_lease = (
+            f"SELECT owner, token, expires_at, ttl, clock_timestamp() FROM {self.leases} "
+            "WHERE ns = $1 AND state_id = $2"
+        )
         # One statement, so one consistent view of the row and its entries: the row first
         # (seq -1: its snapshot and next_seq), then the entries from seq $3 on, in seq order
         # (a range scan of the primary key: it costs what it returns). (Joining the

@@ -17,16 +17,19 @@ from ... import _redaction as redaction
 from ..._errors import CorruptStateError
 from ..._leases import Lease
 from ..._records import Record, decode_snapshot
+from ..._redactor import Redactor
+from ..._sealing import Keyring
 from ..._writes import PreparedWrite, check_overlap
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
 from ._dsn import Where, redact_dsn, take_options
+from ._leasing import Leasing, lease_args, refused
 from ._lifecycle import Lifecycle
 from ._listing import listing
 from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
-from ._schema import BUSY
+from ._schema import BUSY, FENCED
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
 
 if TYPE_CHECKING:
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
 WriteArgs = tuple[Any, ...]
 
 
-class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
+class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     """Saves States in PostgreSQL (needs ``pip install 'statekeep[postgres]'``).
 
     Durable on return: when ``write``/``awrite`` returns, its transaction has committed with
@@ -89,11 +92,20 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
     past its expiry as absent in the same statement that finds it. ``gc()`` deletes expired
     States in transactions of up to 1,000, skipping rows a writer holds and checking each
     row's expiry again once it is locked, so it is safe from many processes and never
-    removes a State a concurrent write extended. ``fork()`` copies the entries on the
-    server (one ``INSERT ... SELECT``) in the transaction that creates the fork.
+    removes a State a concurrent write extended, nor one a live lease holds. ``fork()``
+    copies the entries on the server (one ``INSERT ... SELECT``) in the transaction that
+    creates the fork; with ``encrypt=`` they go through the client, re-sealed for the fork.
 
     Listings are answered from indexes, one page per statement (see
     :mod:`statekeep.stores._postgres._listing`), never by reading every State.
+
+    Leases (``acquire``, ``renew``, ``release``) are rows of a ``leases`` table, judged by
+    the server's clock (``clock_timestamp()``) when each statement runs, never the
+    client's: they hold across processes and hosts. A write, delete or fork checks the
+    State's lease in its own transaction, once it holds the State's row.
+
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
+    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     _local_type = PoolLocal
@@ -110,6 +122,9 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
         create: bool = True,
         namespace: str | None = None,
         retention: timedelta | float | None = None,
+        redact: Redactor | None = None,
+        encrypt: Keyring | None = None,
+        allow_plaintext: bool = False,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = servercommon.import_driver("postgres")
@@ -122,6 +137,7 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
             if retention is None and options.get("retention"):
                 retention = _seconds(options["retention"])
         self._lifecycle("default" if namespace is None else namespace, retention)
+        self._protect(redact, encrypt, allow_plaintext)
         self.schema = check_name(schema, "schema", MAX_IDENTIFIER)
         if not schema:
             raise ValueError("schema must not be empty")
@@ -168,10 +184,12 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
         head = (self.namespace, sid, write.create, write.first_seq, lines, snapshot, *columns, self.retention)
         approved: list[str] | None = None
         for _ in range(servercommon.MAX_COMPARES):
-            args = (*head, approved)
-            status, next_seq, stored = await self._send(args)
+            row = await self._send((*head, approved, *lease_args(write.lease)))
+            status, next_seq, stored = row[0], row[1], row[2]
             if status == servercommon.OK:
                 return
+            if status == FENCED:
+                refused(sid, row[3:], write.lease, "nothing was written")
             servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the
@@ -208,21 +226,25 @@ class PostgresStore(Lifecycle, ServerStore["Pool", PoolLocal, WriteArgs, "Row"])
         )
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
-        await self._query("delete", "execute", self._sql.delete, self.namespace, state_id)
+        row = await self._query(
+            "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease)
+        )
+        if row[0] == FENCED:
+            refused(state_id, row[1:], lease, "nothing was deleted")
 
     # -- writes: one at a time, or batched -----------------------------------------
 
-    async def _send(self, args: WriteArgs) -> tuple[int, int | None, list[str] | None]:
+    async def _send(self, args: WriteArgs) -> Row:
         """Run the write function with ``args`` (all but ``p_nowait``); return its row.
 
         Group commit: writes that wait at the same moment, to different States of this
         store, go to the server together, as one transaction in one round trip, and share
         its commit (one WAL flush). A write alone goes as one statement. Each write still
-        gets its own outcome. In a batch a State whose row another transaction holds is
-        skipped at once and sent again alone, so a batch never waits for a lock.
+        gets its own outcome (a write its lease fences out fails alone). In a batch a State
+        whose row another transaction holds is skipped at once and sent again alone, so a
+        batch never waits for a lock.
         """
-        row = await self._queued(args)
-        return row[0], row[1], row[2]
+        return await self._queued(args)
 
     async def _write_one(self, local: PoolLocal, args: WriteArgs) -> Row:
         """One write alone, waiting for the State's row lock if another transaction has it."""

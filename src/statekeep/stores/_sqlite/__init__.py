@@ -1,12 +1,13 @@
 """SQLiteStore: every State in one SQLite database file (stdlib ``sqlite3``, no server).
 
-Schema (version 2; the version sits in ``schema_version`` and migrations run on open)::
+Schema (version 3; the version sits in ``schema_version`` and migrations run on open)::
 
     states(namespace, id, next_seq, task, created_at, updated_at, turn, stopped_by, finished,
            status, agent, parent, expires_at, labels JSON, forked_from JSON, unlisted,
            snapshot JSON text or NULL; PRIMARY KEY (namespace, id))
     entries(namespace, state_id -> states, seq, data JSON text; PRIMARY KEY (namespace, state_id, seq))
     labels(namespace, state_id -> states, key, value, updated_at; PRIMARY KEY (namespace, state_id, key))
+    leases(namespace, state_id, owner, token, expires_at, ttl_us; PRIMARY KEY (namespace, state_id))
     an index per listing filter: (namespace, <its columns>, updated_at DESC, id)
 
 A State's key is (namespace, id): namespaces share the file, and agent memory lives in
@@ -15,7 +16,12 @@ written (labels also as rows of ``labels``, with the State's updated_at, so a la
 pages through its own index). A snapshot that lacks a listing key leaves them NULL and
 keeps the reason in ``unlisted``: ``list()`` leaves that State out and warns with the
 reason, as every store does. Version 1 files (no namespace) are rebuilt in place, in one
-transaction, as the default namespace.
+transaction, as the default namespace; version 2 files gain the ``leases`` table.
+
+A State's lease row is not tied to its ``states`` row: it stays after a release and after
+the State is deleted or collected, so its token only grows. Every write and delete checks
+it (the fence) in the transaction that makes the change, and lease changes are write
+transactions of their own, so SQLite's write lock orders them all, across processes.
 
 ``sqlite3`` calls run in worker threads of the owner loop; only a lone write that need not
 wait and a listing page of at most 100 rows run on the loop itself, with a busy timeout
@@ -28,7 +34,9 @@ The modules, one job each:
 
 - ``_store``: the SQLiteStore class: the four operations, the group-commit function,
   the retry while the database is locked;
-- ``_batch``: one batch of writes, deletes and forks applied in one transaction; a gc chunk;
+- ``_batch``: one batch of writes, deletes and forks applied in one transaction, each
+  fenced by its State's lease; a gc chunk;
+- ``_leases``: lease rows changed in a transaction of their own; rekey's in-place reseal;
 - ``_schema``: the database file and its schema version, made, migrated and checked;
 - ``_connections``: opening connections, and each store's connections per process
   (fork and closing);

@@ -1,8 +1,8 @@
 """One batch of writes and deletes, applied in one transaction (one fsync), each op still
 failing or succeeding on its own.
 
-Fast path: every write is checked against the seq rules first (reads only; a refused write
-changes nothing), then the changes of all accepted writes are made with one
+Fast path: every write is checked against its State's lease (the fence) and the seq rules
+first (reads only; a refused write changes nothing), then the changes of all accepted writes are made with one
 ``executemany`` per statement. Should SQLite refuse one of those (a damaged database, disk
 full), the transaction is rolled back and the batch redone with a SAVEPOINT per op, so
 that only the failing op is rolled back.
@@ -11,16 +11,21 @@ that only the failing op is rolled back.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ..._errors import CorruptStateError, StateConflictError
+from ..._labels import iso
+from ..._leases import Lease, check_fence
 from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 from . import _sql as sql
 from ._connections import is_busy, rolled_back_on_error
+from ._leases import read_leases
 from ._rows import decode_entry, listing_columns
 from ._schema import check_version
 
@@ -37,27 +42,39 @@ class Fork:
     lines: tuple[bytes, ...]
 
 
-#: ``(kind, namespace, value)``: ``("write", ns, PreparedWrite)``, ``("delete", ns, State id)``
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """A delete of State ``state_id``, fenced by ``lease`` (None: no lease given)."""
+
+    state_id: str
+    lease: Lease | None = None
+
+
+#: ``(kind, namespace, value)``: ``("write", ns, PreparedWrite)``, ``("delete", ns, Delete)``
 #: or ``("fork", ns, Fork)``. The stores of one file share one batch (agent memory lives in
 #: other namespaces of the same file).
-Op = tuple[str, str, PreparedWrite | str | Fork]
+Op = tuple[str, str, PreparedWrite | Delete | Fork]
 
 
-def commit_batch(path: Path, conn: sqlite3.Connection, ops: list[Op], now: str) -> list[BaseException | None]:
+def commit_batch(
+    path: Path, conn: sqlite3.Connection, ops: list[Op], clock: Callable[[], datetime]
+) -> list[BaseException | None]:
     """One attempt at the batch: each op's error, or None once committed. SQLITE_BUSY
-    escapes with nothing committed (and no transaction left open), for a retry. ``now``
-    (fixed-width UTC ISO text, the store's clock) judges expiry: an expired State is absent."""
-    return _Batch(path, conn, ops, now).commit()
+    escapes with nothing committed (and no transaction left open), for a retry. ``clock``
+    (the store's), read once the write lock is held, judges expiry (an expired State is
+    absent) and leases."""
+    return _Batch(path, conn, ops, clock).commit()
 
 
 def gc_chunk(path: Path, conn: sqlite3.Connection, ns: str, now: str, chunk: int) -> int:
     """Remove at most ``chunk`` States of ``ns`` expired at ``now``, in one transaction that
-    finds them under the write lock (so a State a write just extended is not among them).
-    SQLITE_BUSY escapes with nothing removed and no transaction open."""
+    finds them under the write lock (so a State a write just extended is not among them),
+    leaving out those with a live lease. SQLITE_BUSY escapes with nothing removed and no
+    transaction open."""
     conn.execute(sql.BEGIN_IMMEDIATE)
     with rolled_back_on_error(conn):
         check_version(path, conn)
-        ids = [(ns, sid) for (sid,) in conn.execute(sql.EXPIRED, (ns, now, chunk))]
+        ids = [(ns, sid) for (sid,) in conn.execute(sql.EXPIRED, (ns, now, now, chunk))]
         Changes(deletes=ids).apply(conn)
         conn.execute(sql.COMMIT)
     return len(ids)
@@ -122,11 +139,15 @@ class Changes:
 class _Batch:
     """The ops of one commit, and each one's error so far."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, ops: list[Op], now: str) -> None:
+    def __init__(
+        self, path: Path, conn: sqlite3.Connection, ops: list[Op], clock: Callable[[], datetime]
+    ) -> None:
         self.path = path
         self.conn = conn
         self.ops = ops
-        self.now = now
+        self.clock = clock
+        self.when = clock()
+        self.now = iso(self.when)
         self.errors: list[BaseException | None] = [None] * len(ops)
 
     def commit(self) -> list[BaseException | None]:
@@ -141,6 +162,9 @@ class _Batch:
             conn.execute(sql.BEGIN_IMMEDIATE)
             with rolled_back_on_error(conn):
                 check_version(self.path, conn)
+                # The time once the write lock is held: no lease can change before the commit.
+                self.when = self.clock()
+                self.now = iso(self.when)
                 if one_by_one:
                     lost = self._apply_each(pending)
                 else:
@@ -189,6 +213,7 @@ class _Batch:
         """Check ``ops[i]`` for each i against the stored States (reads only) and collect
         the changes of those accepted; a refused op gets its error in ``errors[i]``."""
         known: dict[tuple[str, str], tuple[int, str | None]] = {}
+        leases: dict[tuple[str, str], Lease] = {}
         by_ns: dict[str, list[str]] = {}
         for i in indexes:
             ns, sid = _op_id(self.ops[i])
@@ -197,15 +222,27 @@ class _Batch:
             marks = ",".join("?" * len(ids))
             for sid, next_seq, expires in self.conn.execute(sql.KNOWN.format(marks=marks), (ns, *ids)):
                 known[ns, sid] = (next_seq, expires)
+            leases.update(((ns, sid), lease) for sid, lease in read_leases(self.conn, ns, ids).items())
         changes = Changes()
         for i in indexes:
             try:
+                ns, sid = _op_id(self.ops[i])
+                self._fence(self.ops[i], leases.get((ns, sid)))
                 self._plan_one(self.ops[i], known, changes)
             except BaseException as exc:
                 if is_busy(exc):
                     raise
                 self.errors[i] = exc
         return changes
+
+    def _fence(self, op: Op, held: Lease | None) -> None:
+        """The lease rule (:func:`check_fence`), in the transaction that makes the change."""
+        _, _, value = op
+        if isinstance(value, Delete):
+            check_fence(value.state_id, held, value.lease, self.when, "nothing was deleted")
+        else:
+            write = value.write if isinstance(value, Fork) else value
+            check_fence(write.state_id, held, write.lease, self.when)
 
     def _expired(self, expires: str | None) -> bool:
         return expires is not None and expires <= self.now
@@ -215,8 +252,8 @@ class _Batch:
     ) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
         _, ns, value = op
-        if isinstance(value, str):  # a delete
-            changes.deletes.append((ns, value))
+        if isinstance(value, Delete):
+            changes.deletes.append((ns, value.state_id))
             return
         fork = value if isinstance(value, Fork) else None
         write = value.write if isinstance(value, Fork) else value
@@ -295,6 +332,6 @@ def _same_entry(stored: bytes, line: bytes) -> bool:
 
 def _op_id(op: Op) -> tuple[str, str]:
     _, ns, value = op
-    if isinstance(value, str):
-        return ns, value
+    if isinstance(value, Delete):
+        return ns, value.state_id
     return ns, (value.write if isinstance(value, Fork) else value).state_id

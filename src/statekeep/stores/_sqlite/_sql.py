@@ -103,6 +103,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX states_unlisted ON states (namespace, id) WHERE unlisted IS NOT NULL",
         "CREATE INDEX labels_listing ON labels (namespace, key, value, updated_at DESC, state_id)",
     ),
+    # Version 3: one lease row per State. No foreign key: the row outlives a release and the
+    # State's delete, so a State's token only grows. A statekeep that knows no leases (version
+    # 2) refuses the file rather than write past a lease it cannot see.
+    (
+        """CREATE TABLE leases (
+            namespace TEXT NOT NULL,
+            state_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            token INTEGER NOT NULL,
+            expires_at TEXT NOT NULL,  -- fixed-width UTC ISO text, by the store's clock
+            ttl_us INTEGER NOT NULL,  -- the period it was taken for, in microseconds (renew's default)
+            PRIMARY KEY (namespace, state_id)
+        ) WITHOUT ROWID""",
+    ),
 )
 
 #: The rows the version 2 migration fills the listing columns of.
@@ -175,11 +189,32 @@ COPY_ENTRIES = (
     "INSERT INTO entries (namespace, state_id, seq, data) "
     "SELECT ?, ?, seq, data FROM entries WHERE namespace = ? AND state_id = ? AND seq < ?"
 )
-# gc: the expired States of a namespace, a bounded chunk at a time (index states_expiry).
-EXPIRED = "SELECT id FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?"
+# gc: the expired States of a namespace, a bounded chunk at a time (index states_expiry),
+# but not one with a live lease (its worker is at it).
+EXPIRED = (
+    "SELECT id FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ? "
+    "AND NOT EXISTS (SELECT 1 FROM leases WHERE leases.namespace = states.namespace "
+    "AND leases.state_id = states.id AND leases.expires_at > ?) LIMIT ?"
+)
 # gc(dry_run=True): how many States gc would remove (the same condition, counted).
 COUNT_EXPIRED = (
-    "SELECT count(*) FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ?"
+    "SELECT count(*) FROM states WHERE namespace = ? AND expires_at IS NOT NULL AND expires_at <= ? "
+    "AND NOT EXISTS (SELECT 1 FROM leases WHERE leases.namespace = states.namespace "
+    "AND leases.state_id = states.id AND leases.expires_at > ?)"
+)
+
+# -- leases and rekey -----------------------------------------------------------------------
+
+LEASE_COLUMNS = "owner, token, expires_at, ttl_us"
+LEASE = f"SELECT {LEASE_COLUMNS} FROM leases WHERE namespace = ? AND state_id = ?"
+# The lease rows of a batch's States (one lookup of the primary key each).
+LEASES = f"SELECT state_id, {LEASE_COLUMNS} FROM leases WHERE namespace = ? AND state_id IN ({{marks}})"
+PUT_LEASE = f"INSERT OR REPLACE INTO leases (namespace, state_id, {LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+RESEAL_ENTRY = "UPDATE entries SET data = CAST(? AS TEXT) WHERE namespace = ? AND state_id = ? AND seq = ?"
+RESEAL_SNAPSHOT = (
+    "UPDATE states SET snapshot = CAST(? AS TEXT), task = ?, created_at = ?, updated_at = ?, turn = ?, "
+    "stopped_by = ?, finished = ?, status = ?, agent = ?, parent = ?, expires_at = ?, labels = ?, "
+    "forked_from = ?, unlisted = ? WHERE namespace = ? AND id = ?"
 )
 
 # -- reads -----------------------------------------------------------------------------------

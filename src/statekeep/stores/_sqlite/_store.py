@@ -23,9 +23,11 @@ from ..._labels import DEFAULT_NAMESPACE, iso
 from ..._leases import Lease
 from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, decode_snapshot
+from ..._redactor import Redactor
+from ..._sealing import Keyring
 from ..._writes import PreparedWrite, prepare_write
 from . import _sql as sql
-from ._batch import Fork, Op, commit_batch, gc_chunk
+from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._connections import (
     BUSY_TIMEOUT_SECONDS,
     Connections,
@@ -33,6 +35,7 @@ from ._connections import (
     connections_slot,
     is_busy,
 )
+from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
 from ._rows import decode_entry
 from ._schema import open_schema, read_transaction
@@ -51,7 +54,7 @@ _GC_CHUNK = 256
 _LOOP_PAGE = 100
 
 
-class SQLiteStore(Backend):
+class SQLiteStore(LeaseRows, Backend):
     """Saves every State in one SQLite database file at ``path``, shared by any number of
     processes.
 
@@ -97,6 +100,16 @@ class SQLiteStore(Backend):
     ``list()`` answers every filter from an index, in listing order, a page at a time: the
     time for a page does not grow with the number of States (``id_prefix`` alone reads
     every State with that prefix).
+
+    Leases (``acquire``, ``write(..., lease=)``): expiry is judged by the same ``clock``
+    (this host's system clock by default), read inside the transaction that checks or
+    changes the lease, once SQLite's write lock is held. The lease row and its check share
+    that transaction with the write, so leases hold across the processes of one host;
+    processes on other hosts (a network file system) are not supported by SQLite itself.
+    The row stays after a release or a delete: a State's token only grows.
+
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
+    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     def __init__(
@@ -107,8 +120,12 @@ class SQLiteStore(Backend):
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | None = None,
         clock: Clock | None = None,
+        redact: Redactor | None = None,
+        encrypt: Keyring | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         self._lifecycle(namespace, retention, clock)
+        self._protect(redact, encrypt, allow_plaintext)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
         self._key = os.path.realpath(self.path)
@@ -156,7 +173,7 @@ class SQLiteStore(Backend):
         await self._submit(("write", self.namespace, write))
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
-        await self._submit(("delete", self.namespace, state_id))
+        await self._submit(("delete", self.namespace, Delete(state_id, lease)))
 
     async def _read(self, state_id: str, since: int = 0) -> Record | None:
         conns = self._slot.get()  # made here, on the owner loop, never by two threads at once
@@ -234,7 +251,7 @@ class SQLiteStore(Backend):
         self._ensure_schema(conns)
         conn = conns.take_writer(self._connect)
         try:
-            return self._retry_busy(lambda: commit_batch(self.path, conn, ops, self._now_text()))
+            return self._retry_busy(lambda: commit_batch(self.path, conn, ops, self._now))
         finally:
             conns.give_writer(conn)
 
@@ -249,7 +266,7 @@ class SQLiteStore(Backend):
         try:
             conn.execute("PRAGMA busy_timeout = 0")
             try:
-                return commit_batch(self.path, conn, ops, self._now_text())
+                return commit_batch(self.path, conn, ops, self._now)
             except sqlite3.OperationalError as exc:
                 if is_busy(exc):
                     raise WouldBlock from None  # nothing committed, no transaction open
@@ -293,7 +310,8 @@ class SQLiteStore(Backend):
         if self._absent(conns):
             return 0
         with self._reading(conns) as conn:
-            count: int = conn.execute(sql.COUNT_EXPIRED, (self.namespace, self._now_text())).fetchone()[0]
+            now = self._now_text()
+            count: int = conn.execute(sql.COUNT_EXPIRED, (self.namespace, now, now)).fetchone()[0]
         return count
 
     def _select_once(self, conns: Connections, query: ListQuery) -> tuple[Page, list[str]]:
