@@ -30,6 +30,7 @@ from ._leases import Lease
 from ._query import Page
 from ._records import Record, SavedState
 from ._redactor import DEFAULT_KEYS, Redactor
+from ._rekey import RekeyReport, arekey, rekey
 from ._sealing import Keyring
 from ._state import State, agent_info
 from ._store import Store
@@ -62,6 +63,7 @@ __all__ = [
     "Record",
     "Redactor",
     "RedisStore",
+    "RekeyReport",
     "Reply",
     "ResumeWarning",
     "SQLiteStore",
@@ -78,7 +80,9 @@ __all__ = [
     "UnsafeStoreError",
     "UnsupportedFormatError",
     "agent_info",
+    "arekey",
     "open_store",
+    "rekey",
     "validate_id",
 ]
 

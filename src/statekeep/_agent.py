@@ -12,8 +12,12 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, cast
 
+from ._agentlease import LeaseKeeper, default_owner
+from ._errors import LeaseHeldError, StaleLeaseError
+from ._leases import Lease, check_owner, check_ttl
 from ._state import State, agent_info
 from ._store import Store
 from ._tools import Tool
@@ -54,6 +58,15 @@ class Agent:
     With a ``store``, the State is saved as the run goes. ``limit`` caps the model turns
     of one run; reaching it stops the run (``stopped_by == "limit"``) without finishing
     it, so it can run again.
+
+    Leases (built-in stores): with ``lease_ttl`` (seconds or a timedelta) each run takes
+    the State's lease for ``owner`` (default ``host/pid-N/<name>``) and releases it at its
+    end; or pass a lease you acquired to :meth:`run`/:meth:`arun` as ``lease=`` (kept: you
+    release it). Either way the run renews the lease once half its period has gone by
+    (checked at every step, and by a heartbeat while a long model or tool call runs) and
+    saves with ``lease=``. When another owner takes the State over, the run stops at once,
+    saves nothing more, and raises :class:`StaleLeaseError`: the State in memory may then
+    hold steps the store does not; load it again before going on.
     """
 
     def __init__(
@@ -65,6 +78,8 @@ class Agent:
         name: str = "agent",
         store: Store | None = None,
         limit: int = 20,
+        lease_ttl: float | timedelta | None = None,
+        owner: str | None = None,
     ) -> None:
         self.model = model
         self.tools = {t.name: t for t in map(Tool.from_function, tools)}
@@ -72,13 +87,15 @@ class Agent:
         self.name = name
         self.store = store
         self.limit = limit
+        self.lease_ttl = None if lease_ttl is None else check_ttl(lease_ttl, "lease_ttl")
+        self.owner = default_owner(name) if owner is None else check_owner(owner)
         self.model_name = str(getattr(model, "name", getattr(model, "__name__", type(model).__name__)))
 
     def info(self) -> dict[str, Any]:
         """The agent as ``run_start`` records it."""
         return agent_info(self.name, self.model_name, system=self.system, tools=self.tools)
 
-    def run(self, state: State) -> Any:
+    def run(self, state: State, *, lease: Lease | None = None) -> Any:
         """Sync :meth:`arun`: runs the loop on an event loop of its own, never on statekeep's
         private one, so slow tools and models never hold up other callers' saves. Inside a
         running event loop it runs on a thread of its own and blocks that loop meanwhile."""
@@ -90,44 +107,56 @@ class Agent:
             in_a_loop = False
         # Outside the except block: errors of the run must not be chained to the RuntimeError.
         if not in_a_loop:
-            return asyncio.run(self.arun(state))
+            return asyncio.run(self.arun(state, lease=lease))
         with ThreadPoolExecutor(1, thread_name_prefix="statekeep-agent") as pool:
-            return pool.submit(asyncio.run, self.arun(state)).result()
+            return pool.submit(asyncio.run, self.arun(state, lease=lease)).result()
 
-    async def arun(self, state: State) -> Any:
+    async def arun(self, state: State, *, lease: Lease | None = None) -> Any:
         """Run until the model answers without calling tools; return the answer.
 
         A tool whose output JSON cannot hold gives the model an error result saying so
-        (outcome ``done``: the tool ran), and the run goes on."""
+        (outcome ``done``: the tool ran), and the run goes on. ``lease=``: see the class;
+        :class:`StaleLeaseError` once the State is taken over (nothing more is saved)."""
+        keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
+        if keeper is None:
+            return await self._run(state, None)
+        async with keeper.running():
+            return await self._run(state, keeper)
+
+    async def _run(self, state: State, keeper: LeaseKeeper | None) -> Any:
         state.begin_run(self.info())
-        await self._save(state)
+        await self._save(state, keeper)
         schemas = [t.schema for t in self.tools.values()]
         try:
             for _ in range(self.limit):
                 state.request(self.model_name)
-                await self._save(state)
+                await self._save(state, keeper)
                 reply = await self._ask(state, schemas)
                 state.add_reply(
                     reply.text, reply.tool_calls, usage=reply.usage, stop_reason=reply.stop_reason
                 )
-                await self._save(state)
+                await self._save(state, keeper)
                 if not reply.tool_calls:
                     state.finish(reply.text)
-                    await self._save(state)
+                    await self._save(state, keeper)
                     return reply.text
                 for call in reply.tool_calls:
+                    if keeper is not None:
+                        await keeper.keep()  # a tool's effects must not start on a lost lease
                     output, is_error = await self._call_tool(call)
                     _record_result(state, call, output, is_error)
-                    await self._save(state)
+                    await self._save(state, keeper)
             state.stop("limit")
-            await self._save(state)
+            await self._save(state, keeper)
             return None
         except Exception as exc:
+            if isinstance(exc, (StaleLeaseError, LeaseHeldError)) or (keeper and keeper.saw(exc)):
+                raise  # another worker holds the State: save nothing more
             if state.waiting_on_model:
                 state.add_model_error(f"{type(exc).__name__}: {exc}")
             if not state.pending_calls:
                 state.add_error(f"{type(exc).__name__}: {exc}")
-            await self._save(state)
+            await self._save(state, keeper)
             raise
 
     async def _ask(self, state: State, schemas: list[dict[str, Any]]) -> Reply:
@@ -156,9 +185,13 @@ class Agent:
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}", True
 
-    async def _save(self, state: State) -> None:
-        if self.store is not None:
+    async def _save(self, state: State, keeper: LeaseKeeper | None) -> None:
+        if self.store is None:
+            return
+        if keeper is None:
             await self.store.asave(state)
+        else:
+            await self.store.asave(state, lease=await keeper.keep())
 
 
 def _record_result(state: State, call: Mapping[str, Any], output: Any, is_error: bool) -> None:

@@ -83,7 +83,8 @@ class Keyring:
             if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
                 size = f"{len(key)} bytes" if isinstance(key, (bytes, bytearray)) else type(key).__name__
                 raise ValueError(
-                    f"key {kid!r} must be 32 bytes (AES-256), got {size}; make one with Keyring.generate_key()"
+                    f"key {_shown_id(kid)} must be 32 bytes (AES-256), got {size}; make one with "
+                    "Keyring.generate_key()"
                 )
             self._ciphers[kid] = aesgcm(bytes(key))
         if not isinstance(current, str) or current not in self._ciphers:
@@ -148,6 +149,11 @@ def _shape(value: object) -> str:
     """A wrong key id as errors show it: its type and length, never its text (it may be a key)."""
     size = f" of {len(value)}" if isinstance(value, (str, bytes, bytearray)) else ""
     return f"a {type(value).__name__}{size}"
+
+
+def _shown_id(kid: str) -> str:
+    """A valid key id as errors show it: a long one may be a (hex) key given in its place."""
+    return repr(kid) if len(kid) <= 24 else f"id {_shape(kid)} (not shown: it may be a key)"
 
 
 def _invalid_tag() -> type[Exception]:

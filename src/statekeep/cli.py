@@ -8,6 +8,7 @@ printed comes from stored data with its control characters escaped, and without 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import warnings
@@ -20,7 +21,14 @@ import click
 
 from ._agentcheck import ResumeWarning
 from ._bridge import run_sync
-from ._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
+from ._clikeys import KEYS_ENV, ProgressBar, keys_option, load_keyring
+from ._errors import (
+    CorruptStateError,
+    DecryptionError,
+    NotAStoreError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
+)
 from ._ids import ID_RULE, validate_id
 from ._redaction import redact_text
 from ._render import DEFAULT_STORE, listing, row_json, safe, short, summary, timeline
@@ -30,8 +38,8 @@ from ._writes import missing_error
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
 
-#: Exit statuses.
-OK, NOT_FOUND, USAGE, DATA_ERROR = 0, 1, 2, 3
+#: Exit statuses (and 130: a rekey stopped with Ctrl-C, as shells report SIGINT).
+OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _say(text: str, *, err: bool = False) -> None:
@@ -96,12 +104,17 @@ def _reporting() -> Iterator[None]:
             sqlite3.Error,
         )
         text = str(failure) if isinstance(failure, known) else f"{type(failure).__name__}: {failure}"
+        if isinstance(failure, DecryptionError):
+            text += f" (give the keys with --keys FILE or ${KEYS_ENV})"
         _fail(text, _exit_code(failure))
 
 
-def _open(url: str) -> Store:
-    """Open an existing store; the commands never create one, nor write to one they read."""
-    store = open_store(url, create=False)
+def _open(url: str, keys_file: str | None = None, *, allow_plaintext: bool = False) -> Store:
+    """Open an existing store (with the keys ``--keys``/``$STATEKEEP_KEYS`` give, if any);
+    the commands never create one, nor write to one they read."""
+    keyring = load_keyring(keys_file)
+    protect = {} if keyring is None else {"encrypt": keyring, "allow_plaintext": allow_plaintext}
+    store = open_store(url, create=False, **protect)
     local = getattr(store, "path", None)  # FileStore and SQLiteStore: a folder or a file
     if isinstance(local, Path) and not local.exists():
         hint = (
@@ -161,6 +174,7 @@ def _label(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) 
 )
 @click.option("--after", help="the --after a previous page printed: the page after it")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@keys_option
 def list_states(
     store_url: str,
     agent: str | None,
@@ -170,9 +184,11 @@ def list_states(
     limit: int | None,
     after: str | None,
     as_json: bool,
+    keys_file: str | None,
 ) -> None:
-    """List saved States, most recently updated first, filtered (filters combine with AND)."""
-    with _reporting(), _open(store_url) as store:
+    """List saved States, most recently updated first, filtered (filters combine with AND).
+    The task of an encrypted State shows as [sealed] without --keys."""
+    with _reporting(), _open(store_url, keys_file) as store:
         rows = store.list(
             agent=agent, parent=parent, labels=labels or None, status=status, limit=limit, after=after
         )
@@ -192,9 +208,10 @@ def list_states(
 @main.command()
 @click.argument("state_id", callback=_state_id)
 @store_option
-def show(state_id: str, store_url: str) -> None:
-    """Show one State's history as a timeline."""
-    with _reporting(), _open(store_url) as store:
+@keys_option
+def show(state_id: str, store_url: str, keys_file: str | None) -> None:
+    """Show one State's history as a timeline (an encrypted one needs --keys)."""
+    with _reporting(), _open(store_url, keys_file) as store:
         record = store.read(state_id)
     if record is None:
         _fail(str(missing_error(state_id, store_url)))
@@ -229,10 +246,11 @@ yes_option = click.option(
 @store_option
 @click.option("--children", is_flag=True, help="also every State spawned from it, at any depth")
 @yes_option
-def delete(state_id: str, store_url: str, children: bool, yes: bool) -> None:
+@keys_option
+def delete(state_id: str, store_url: str, children: bool, yes: bool, keys_file: str | None) -> None:
     """Delete one State, history and snapshot, after asking (unless --yes)."""
     _need_terminal("delete", yes)
-    with _reporting(), _open(store_url) as store:
+    with _reporting(), _open(store_url, keys_file) as store:
         # A damaged State can be deleted too: that is often why one deletes it.
         try:
             record, damage = store.read(state_id), None
@@ -274,9 +292,13 @@ def gc(store_url: str, dry_run: bool, yes: bool) -> None:
 @store_option
 @click.option("--at", "at_seq", type=int, help="the last seq to copy (default: the whole history)")
 @click.option("--new-id", callback=_optional_id, help="the new State's id (default: a new random one)")
-def fork(state_id: str, store_url: str, at_seq: int | None, new_id: str | None) -> None:
-    """Copy a State's history (up to --at) into a new State; the source is not changed."""
-    with _reporting(), _open(store_url) as store:
+@keys_option
+def fork(
+    state_id: str, store_url: str, at_seq: int | None, new_id: str | None, keys_file: str | None
+) -> None:
+    """Copy a State's history (up to --at) into a new State; the source is not changed
+    (an encrypted one needs --keys: the copy is re-sealed for its new place)."""
+    with _reporting(), _open(store_url, keys_file) as store:
         made = store.fork(state_id, at_seq=at_seq, new_id=new_id)
     seq = (made.forked_from or {}).get("seq")
     _say(f"forked {state_id} at seq {seq} to {made.id}")
@@ -297,3 +319,47 @@ def demo(store_url: str) -> None:
     with _reporting():
         status = run(store_url)
     sys.exit(status)
+
+
+@main.command()
+@store_option
+@keys_option
+@click.option(
+    "--allow-plaintext", is_flag=True, help="also seal the records stored in clear (before encryption was on)"
+)
+@click.option(
+    "--memory-scope",
+    "scopes",
+    multiple=True,
+    default=("default",),
+    show_default=True,
+    help="the agent memory scopes to re-seal too; repeat for several",
+)
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
+def rekey(
+    store_url: str, keys_file: str | None, allow_plaintext: bool, scopes: tuple[str, ...], quiet: bool
+) -> None:
+    """Re-seal every record sealed with an older key with the current key.
+
+    Run it after making a new key current: afterwards the old keys can leave the keyring,
+    which needs the current key and every key records were sealed with. Safe beside
+    running writers, and resumable: stopped part way, run it again (what is done is
+    skipped). A progress bar shows on a terminal (stderr); a summary line is printed.
+    """
+    from ._rekey import rekey as rekey_store
+
+    if keys_file is None and not os.environ.get(KEYS_ENV):
+        _fail(
+            f"rekey needs the keys: pass --keys FILE or set ${KEYS_ENV} (see statekeep rekey --help)", USAGE
+        )
+    bar = ProgressBar(shown=not quiet and sys.stderr.isatty())
+    try:
+        with _reporting(), _open(store_url, keys_file, allow_plaintext=allow_plaintext) as store:
+            report = rekey_store(store, progress=bar, memory_scopes=scopes)
+    except KeyboardInterrupt:
+        bar.close()
+        _fail("rekey stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
+    finally:
+        bar.close()
+    if not quiet:
+        _say(f"rekey: {report}")

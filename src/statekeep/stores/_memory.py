@@ -14,7 +14,7 @@ from .._leases import Lease, acquired, check_fence, is_live, released, renewed
 from .._records import Record, SavedState, left_out, listing_order
 from .._redactor import Redactor
 from .._sealing import Keyring
-from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append, same_json
 from ._file.expiry import encoded_expiry
 
 
@@ -164,6 +164,28 @@ class MemoryStore(Backend):
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         check_fence(state_id, self._space.leases.get(state_id), lease, self._now(), "nothing was deleted")
         self._space.drop(state_id)
+
+    async def _reseal(
+        self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None
+    ) -> int:
+        # On the owner loop under the State's lock: no write interleaves.
+        space, done = self._space, 0
+        lines = space.lines.get(state_id)
+        if lines is None:
+            return 0
+        for seq, (old, new) in entries.items():
+            if seq < len(lines) and same_json(orjson.loads(lines[seq]), orjson.loads(old)):
+                lines[seq] = new + b"\n"
+                done += 1
+        held = space.snapshots.get(state_id)
+        if (
+            snapshot is not None
+            and held is not None
+            and same_json(orjson.loads(held), orjson.loads(snapshot[0]))
+        ):
+            self._keep_snapshot(state_id, snapshot[1])
+            done += 1
+        return done
 
     # Leases: the rows live in the namespace's space, judged by the store's clock.
 

@@ -1,0 +1,120 @@
+"""Keeping a lease alive while an Agent runs a State, and stopping when it is lost.
+
+A :class:`LeaseKeeper` holds the run's lease: it renews it once half its period has gone
+by (checked before each save, model request and tool call, and by a heartbeat task while
+a long model or tool call is in flight), hands it to every save, and remembers the
+:class:`StaleLeaseError` that ends the run when another owner has taken the State over.
+Elapsed time is measured on this process's monotonic clock, so a skew between this host
+and the server that judges expiry does not delay a renewal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from ._errors import StaleLeaseError
+from ._leases import MAX_OWNER, Lease, check_lease
+
+
+def default_owner(name: str) -> str:
+    """This process as a lease owner: ``host/pid-N/agent-NAME`` (shown in errors)."""
+    return f"{socket.gethostname()}/pid-{os.getpid()}/{name}"[:MAX_OWNER]
+
+
+class LeaseKeeper:
+    """The lease of one run: renewed while the run works, given to every save."""
+
+    def __init__(self, store: Any, lease: Lease, *, release: bool) -> None:
+        self.store = store
+        self.lease = lease
+        self.release = release  # acquired by the run itself: released when it ends
+        self.lost: StaleLeaseError | None = None
+        self._renewed = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def start(
+        cls, store: Any, state_id: str, lease: Lease | None, ttl: timedelta | None, owner: str
+    ) -> LeaseKeeper | None:
+        """The keeper of a run: of the caller's ``lease``, of a lease acquired for ``ttl``,
+        or None (no lease)."""
+        if lease is None and ttl is None:
+            return None
+        if store is None or not hasattr(store, "arenew"):
+            what = "no store" if store is None else f"a {type(store).__name__}, which has no leases"
+            raise ValueError(f"a leased run needs a built-in store to hold the lease; the Agent has {what}")
+        if lease is not None:
+            return cls(store, check_lease(lease, state_id) or lease, release=False)
+        return cls(store, await store.aacquire(state_id, owner, ttl), release=True)
+
+    @property
+    def due(self) -> bool:
+        """Has half the lease's period gone by since it was last taken or renewed?"""
+        return time.monotonic() - self._renewed >= self.lease.ttl.total_seconds() / 2
+
+    async def keep(self) -> Lease:
+        """The lease, renewed first if due; the StaleLeaseError that lost it, if it is lost."""
+        async with self._lock:
+            if self.lost is not None:
+                raise self.lost
+            if self.due:
+                started = time.monotonic()  # the new period counts from before the call
+                try:
+                    self.lease = await self.store.arenew(self.lease)
+                except StaleLeaseError as exc:
+                    self.lost = exc
+                    raise
+                self._renewed = started
+            return self.lease
+
+    def saw(self, exc: BaseException) -> bool:
+        """Note a StaleLeaseError a save met; whether ``exc`` means the lease is lost."""
+        if isinstance(exc, StaleLeaseError):
+            self.lost = self.lost or exc
+        return self.lost is not None
+
+    async def _heartbeat(self, task: asyncio.Task[Any]) -> None:
+        """Renew on time while the run waits on a long call; cancel the run if it is lost."""
+        while True:
+            wait = self._renewed + self.lease.ttl.total_seconds() / 2 - time.monotonic()
+            await asyncio.sleep(max(wait, 0.0))
+            try:
+                await self.keep()
+            except StaleLeaseError:
+                task.cancel()
+                return
+            except Exception:  # a failed renewal (network): try again soon
+                await asyncio.sleep(self.lease.ttl.total_seconds() / 10)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[LeaseKeeper]:
+        """The run's body: a heartbeat beside it; a lost lease ends it with StaleLeaseError,
+        and a lease the run acquired is released at its end."""
+        task = asyncio.current_task()
+        assert task is not None
+        beat = asyncio.create_task(self._heartbeat(task), name="statekeep-lease-heartbeat")
+        try:
+            yield self
+        except StaleLeaseError as exc:  # a save was refused: the State was taken over
+            self.lost = self.lost or exc
+            raise
+        except asyncio.CancelledError:
+            if self.lost is None:
+                raise
+            task.uncancel()  # cancelled by the heartbeat, not by the caller
+            raise self.lost from None
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+            if self.release and self.lost is None:
+                try:
+                    await self.store.arelease(self.lease)
+                except StaleLeaseError:
+                    pass
