@@ -19,10 +19,8 @@ from typing import Any
 
 import pytest
 
-import statekeep
 from statekeep import Agent, LeaseHeldError, Reply, ScriptedModel, StaleLeaseError, State, Store, open_store
 from statekeep._bridge import run_async
-from statekeep._leasing import Leasing
 from tests import lease_agent_child as child
 from tests import servers
 from tests.conftest import STORE_FACTORIES
@@ -31,24 +29,10 @@ from tests.test_conformance import namespace
 #: Every built-in store; those whose leases hold across processes.
 LEASE_STORES = sorted(STORE_FACTORIES)
 PROCESS_STORES = [kind for kind in LEASE_STORES if kind != "memory"]
-CLASSES = {"memory": "MemoryStore", "file": "FileStore", "sqlite": "SQLiteStore"}
-CLASSES.update(postgres="PostgresStore", redis="RedisStore")
-
-
-def need(kind: str, hook: str) -> None:
-    """Skip while the store's ``hook`` (``_acquire``, ``_reseal``) is not on this branch yet.
-
-    TEMPORARY: the stores' leases and rekey land from parallel branches; once all are
-    merged every store has both, and nothing skips here.
-    """
-    cls = getattr(statekeep, CLASSES[kind])
-    if getattr(cls, hook) is getattr(Leasing, hook):
-        pytest.skip(f"{cls.__name__} has no {hook} on this branch yet")
 
 
 @pytest.fixture(params=LEASE_STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    need(request.param, "_acquire")
     s = STORE_FACTORIES[request.param](tmp_path)
     yield s
     s.close()
@@ -210,7 +194,6 @@ def test_a_worker_process_paused_past_its_lease_is_refused_once_resumed(kind: st
     """SIGSTOP the agent's process in a model call; once its lease has lapsed by the store's
     clock another owner takes over and writes; SIGCONT: the agent stops, having saved nothing
     more, and nothing of the new owner's is lost."""
-    need(kind, "_acquire")
     url, options = where(kind, tmp_path)
     store = open_store(url, **options)
     proc = subprocess.Popen(

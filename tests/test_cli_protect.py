@@ -19,14 +19,6 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, Keyring, State
 from statekeep.cli import main
-from tests.test_agent_lease import need
-
-
-@pytest.fixture(autouse=True)
-def file_store_protected() -> None:
-    """TEMPORARY while FileStore's protection lands from a parallel branch."""
-    need("file", "_reseal")
-
 
 K1, K2 = os.urandom(32), os.urandom(32)
 SECRET = "the launch code is 0000"

@@ -15,7 +15,6 @@ from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteSt
 from statekeep._bridge import run_sync
 from tests import servers
 from tests.conftest import STORE_FACTORIES
-from tests.test_agent_lease import need
 from tests.test_conformance import namespace
 
 K0, K1, K2 = (bytes([n]) * 32 for n in (7, 1, 2))
@@ -26,7 +25,6 @@ NEW_ONLY = Keyring({"k2": K2}, current="k2")
 
 @pytest.fixture(params=sorted(STORE_FACTORIES))
 def kind(request: pytest.FixtureRequest) -> str:
-    need(request.param, "_reseal")
     return str(request.param)
 
 
