@@ -167,3 +167,12 @@ def test_rekey_draws_a_progress_bar_on_a_terminal_and_none_when_piped(
     piped: Any = subprocess.run([sys.executable, "-m", "statekeep", *args], capture_output=True, timeout=60)
     assert piped.returncode == 0 and piped.stderr == b""
     assert piped.stdout.decode().startswith("rekey: 2 States seen")
+
+
+def test_rekey_fails_while_states_the_listing_leaves_out_remain(folder: Path, keys: dict[str, Path]) -> None:
+    store = FileStore(folder, encrypt=Keyring({"k1": K1}, current="k1"))
+    store.write("raw", [], {"task": "raw", "v": 1}, create=True)  # not a listing row
+    store.close()
+    result = cli("rekey", "--store", str(folder), "--keys", str(keys["rotated"]), "--quiet")
+    assert result.exit_code == 3
+    assert "States the listing leaves out were NOT reached" in result.output

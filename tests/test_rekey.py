@@ -186,3 +186,17 @@ def test_agent_memory_is_re_sealed_too(kind: str, tmp_path: Any, shared: list[St
 def test_rekey_needs_a_keyring() -> None:
     with pytest.raises(ValueError, match="encrypt="):
         rekey(MemoryStore())
+
+
+def test_states_the_listing_leaves_out_are_reported_not_reached(
+    kind: str, tmp_path: Any, shared: list[Store]
+) -> None:
+    old = opened(kind, tmp_path, shared, encrypt=OLD)
+    make(old, "listed", 1)
+    old.write("raw", [{"seq": 0, "kind": "note"}], {"task": "raw", "v": 1}, create=True)  # not a listing row
+    store = opened(kind, tmp_path, shared, encrypt=ROTATED)
+    with pytest.warns(RuntimeWarning, match="'raw' left out"):
+        store.list()
+    report = rekey(store)
+    assert (report.states, report.unlisted) == (1, 1)
+    assert "1 States the listing leaves out were NOT reached" in str(report)

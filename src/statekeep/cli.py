@@ -361,5 +361,7 @@ def rekey(
         _fail("rekey stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
     finally:
         bar.close()
+    if report.unlisted:
+        _fail(f"rekey: {report}", DATA_ERROR)
     if not quiet:
         _say(f"rekey: {report}")
