@@ -407,6 +407,89 @@ async def test_a_fenced_out_write_in_a_batch_fails_alone(opened: Any) -> None:
         assert len((await store.aread(sid)).entries) == (0 if sid in ("s3", "s6") else 2)
 
 
+async def _waiting_on(mon: Any, pid: int, done: asyncio.Future[Any] | None = None) -> list[int]:
+    """Poll the server until some backend waits for a lock ``pid`` holds (or ``done`` is);
+    return the waiting backends' pids."""
+    while True:
+        pids = await mon.fetch("SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", pid)
+        if pids or (done is not None and done.done()):
+            return [r[0] for r in pids]
+        await asyncio.sleep(0.01)  # the next look at the server: polling, not synchronisation
+
+
+# Another process (a store of this process would wait for the create at the State's lock of
+# this process): releases the lease given, if any, then acquires and reads the State.
+_TAKER = """
+import json, sys
+from datetime import datetime
+import statekeep as sk
+from statekeep.stores import PostgresStore
+dsn, schema, old = sys.argv[1:4]
+store = PostgresStore(dsn, schema=schema)
+if old:
+    o = json.loads(old)
+    store.release(sk.Lease("job", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"])))
+lease = store.acquire("job", "worker-B", 60)
+state = store.read("job")
+print(json.dumps([lease.token, None if state is None else state.entries]))
+store.close()
+"""
+
+
+@pytest.mark.parametrize("leased", [False, True], ids=["unleased", "lease-released-meanwhile"])
+async def test_a_create_and_the_first_acquire_of_its_id_are_exclusive(
+    postgres_server: PostgresServer, opened: Any, leased: bool
+) -> None:
+    """A create of an id with no State row yet, held between its fence and its commit (a
+    side transaction's SHARE lock on the entries table), and an acquire of the id in another
+    process: the acquire waits for the create, so its holder sees the State the create wrote,
+    never an unleased (or no longer leased) write landing under its lease after it."""
+    store = opened()
+    await asyncio.to_thread(store.write, "warm", [], snapshot(), create=True)  # migrated
+    old = await asyncio.to_thread(store.acquire, "job", "worker-A", 60) if leased else None
+    old_json = (
+        ""
+        if old is None
+        else json.dumps({"owner": old.owner, "token": old.token, "expires_at": old.expires_at.isoformat()})
+    )
+    side = await asyncpg.connect(postgres_server.dsn)
+    mon = await asyncpg.connect(postgres_server.dsn)
+    try:
+        blocker = side.transaction()
+        await blocker.start()
+        await side.execute(f"LOCK TABLE {store._sql.entries} IN SHARE MODE")
+        create = asyncio.ensure_future(
+            asyncio.to_thread(store.write, "job", entries(0, 1), snapshot(), create=True, lease=old)
+        )
+        side_pid = await side.fetchval("SELECT pg_backend_pid()")
+        [create_pid] = await asyncio.wait_for(_waiting_on(mon, side_pid), 30)
+        # The create has judged its fence and waits at its INSERT of the entries.
+        taker = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _TAKER,
+            postgres_server.dsn,
+            store.schema,
+            old_json,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(servers.REPO / "src")},
+        )
+        taken = asyncio.ensure_future(taker.communicate())
+        waiting = await asyncio.wait_for(_waiting_on(mon, create_pid, taken), 30)
+        await blocker.rollback()
+        await create
+        out, _ = await asyncio.wait_for(taken, 60)
+    finally:
+        await side.close()
+        await mon.close()
+    assert taker.returncode == 0
+    token, seen = json.loads(out)
+    assert seen == entries(0, 1)  # the holder saw the create: it came first
+    assert waiting  # the acquire waited for the create to end (it did not just come after)
+    assert token == (2 if leased else 1)
+    assert (await asyncio.to_thread(store.read, "job")).entries == seen  # type: ignore[union-attr]
+
+
 _CHILD = """
 import json, sys
 from datetime import datetime

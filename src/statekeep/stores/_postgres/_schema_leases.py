@@ -11,12 +11,17 @@ the pure rule would (:mod:`._leases`).
 Why the fence is atomic without locking the lease row: only an acquire changes a row's
 token, and an acquire first takes the State's row ``FOR SHARE``, which waits for a write
 holding it ``FOR UPDATE`` (and a write waits for the acquire). So a write that holds the
-State's row reads a lease row no acquire can change before the write commits. (A State
-with no row yet has nothing to lock: a create racing the very first acquire of its id
-lands as if it came just before it.)
+State's row reads a lease row no acquire can change before the write commits. A State with
+no row yet has no row to lock, so a create (a write's or a fork's) and an acquire also
+take a transaction-scoped advisory lock on (namespace, id) first (:func:`lock`): an acquire
+waits for a create under way and a create for an acquire, so an acquire never returns
+while a create its fence let through is still to commit. (Renew and release need not:
+neither gives a lease a create's fence refused.)
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from .._server import OK
 from ._schema_v2 import DURABLE, dollar_quote
@@ -40,6 +45,15 @@ def table(sql: Sql) -> str:
             ttl interval NOT NULL,
             PRIMARY KEY (ns, state_id)
         )"""
+
+
+def lock(sql: Sql) -> str:
+    """The statement taking the advisory lock of the State ``p_id`` of namespace ``p_ns``
+    (held to the end of the transaction; see the module docstring). Its key is a hash of
+    (namespace, id) seeded by the store's tables, so stores in other schemas or with other
+    prefixes share no keys; two ids of one hash only wait for each other."""
+    seed = int.from_bytes(hashlib.blake2b(sql.leases.encode(), digest_size=8).digest(), "big", signed=True)
+    return f"PERFORM pg_advisory_xact_lock(hashtextextended(p_ns || E'\\x1f' || p_id, {seed}));"
 
 
 def fence(sql: Sql, owner: str, token: str) -> str:
@@ -87,8 +101,9 @@ def _acquire_body(sql: Sql) -> str:
     return f"""
 BEGIN
     {DURABLE}
-    -- After any write to the State under way (see the module docstring), then the lease
-    -- row held, so the time read next is the time the row is judged and changed at.
+    -- After any create or write of the State under way (see the module docstring), then
+    -- the lease row held, so the time read next is the time the row is judged and changed at.
+    {lock(sql)}
     PERFORM 1 FROM {sql.states} s WHERE s.ns = p_ns AND s.id = p_id FOR SHARE;
     PERFORM 1 FROM {sql.leases} l WHERE {row} FOR UPDATE;
     o_now := clock_timestamp();

@@ -79,7 +79,9 @@ DECLARE
 BEGIN
     {DURABLE}
     IF p_create THEN
-        -- An expired State of this id is replaced: its row held first, for the fence.
+        -- No acquire of this id until this commits (there may be no row to hold), and an
+        -- expired State of this id is replaced: its row held first, for the fence.
+        {leases.lock(sql)}
         PERFORM 1 FROM {row} FOR UPDATE;
         {fence}
         {_create_row(sql, "SELECT p_ns, p_id, u.o - 1, u.d FROM unnest(p_lines) WITH ORDINALITY AS u(d, o)")}
@@ -187,6 +189,7 @@ BEGIN
         o_status := {COMPARE};  -- deleted and written again since it was read
         RETURN;
     END IF;
+    {leases.lock(sql)}
     PERFORM 1 FROM {sql.states} s WHERE s.ns = p_ns AND s.id = p_id FOR UPDATE;
     {leases.fence(sql, "NULL::text", "NULL::bigint")}
     {_create_row(sql, copy)}
