@@ -308,6 +308,57 @@ def test_a_create_judges_the_fence_as_it_puts_the_state_in_place(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".leases", ".statekeep-store", "other"]
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs Linux's /proc/locks")
+@pytest.mark.parametrize("leased", [False, True], ids=["unleased", "stale-lease"])
+def test_an_acquire_waits_for_a_create_over_an_expired_state(tmp_path: Path, leased: bool) -> None:
+    # A create over an expired State checks the fence, then renames the old State away and
+    # its own into place. An acquire of that id (its folder exists: expired, not gone) must
+    # wait for it: else the create lands while another worker holds a fresh lease.
+    clock = Clock()
+    creator = FileStore(tmp_path, clock=clock, retention=timedelta(seconds=10))
+    creator.write("a", [{"seq": 0, "by": "old"}], {"task": "old"}, create=True)
+    clock.now += timedelta(seconds=20)  # the State is expired; its folder is still there
+    assert creator.read("a") is None
+    lease = creator.acquire("a", "worker-1", 5) if leased else None
+    taken: list[str] = []
+
+    def acquire() -> None:  # in another process: this one's I/O worker is busy with the create
+        child = f"""
+from datetime import datetime
+import statekeep as sk
+store = sk.FileStore({str(tmp_path)!r}, clock=lambda: datetime.fromisoformat({clock.now.isoformat()!r}))
+print(store.acquire("a", "worker-2", 60).token)
+"""
+        done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+        taken.append(done.stdout.strip() or done.stderr)
+
+    thread = threading.Thread(target=acquire)
+    fence = creator._fence
+    checks: list[bool] = []
+
+    def held_after_fence(sid: str, lease: sk.Lease | None, doing: str, root: int) -> bool:
+        refused = fence(sid, lease, doing, root)
+        checks.append(thread.is_alive())
+        if len(checks) == 2:  # the check atomic with the rename: it passed, not renamed yet
+            if leased:
+                clock.now += timedelta(seconds=6)  # worker-1's lease ends: worker-2 takes over
+            thread.start()
+            while thread.is_alive() and not waiting_for_flock(tmp_path):
+                thread.join(0.01)  # poll until the acquire is done or waits for the create
+            checks.append(thread.is_alive())
+        return refused
+
+    creator._fence = held_after_fence  # type: ignore[method-assign]
+    creator.write("a", [{"seq": 0, "by": "new"}], {"task": "new"}, create=True, lease=lease)
+    thread.join()
+    assert checks == [False, False, True], "a lease was taken between the create's fence and its rename"
+    assert taken == [str(2 if leased else 1)]
+    record = FileStore(tmp_path, clock=clock).read("a")
+    assert record is not None and record.entries == [{"seq": 0, "by": "new"}]
+    held = creator.current_lease("a")
+    assert held is not None and (held.owner, held.token) == ("worker-2", 2 if leased else 1)
+
+
 def test_a_stale_worker_is_refused_and_nothing_of_it_lands(tmp_path: Path) -> None:
     clock = Clock()
     old, new = FileStore(tmp_path, clock=clock), FileStore(tmp_path, clock=clock)

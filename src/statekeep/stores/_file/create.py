@@ -81,8 +81,9 @@ def _create(
             if write.snapshot is not None:
                 write_copy(store, folder, staging, tail.size, write.end_seq, write.snapshot)
             io.fsync(folder)
-            # The namespace folder share-locked from the fence to the rename: a lease of an
-            # id with no State changes only under its exclusive lock (.leases.row_lock).
+            # The namespace folder share-locked from the fence to the rename: a lease changes
+            # only under its exclusive lock (.leases.row_lock), whether or not a State (an
+            # expired one, which this create replaces) exists.
             locks.append(guard(root))
             hold(locks[0], fcntl.LOCK_SH)
             fence(root)

@@ -6,11 +6,13 @@ written to a temporary file (0600), fsync'd, renamed over, the folder fsync'd; a
 leaves the old row or the new one. A missing file is no lease: a write of a State never
 leased costs one failed ``open``.
 
-Who may change a row, and when a write reads it (:func:`row_lock`): the State's flock when
-the State exists -- the lock every append and delete holds while it checks the fence and
-writes -- else the namespace folder's flock taken exclusively, which every create takes
-shared while it checks the fence and renames its State into place. So the fence is
-checked atomically with every write and delete, across processes on one host.
+Who may change a row, and when a write reads it (:func:`row_lock`): the namespace folder's
+flock taken exclusively, which every create takes shared while it checks the fence and
+renames its State into place (over an expired one too), and then the State's flock if the
+State's folder exists -- the lock every append and delete holds while it checks the fence
+and writes. So the fence is checked atomically with every write and delete, across
+processes on one host. Both locks are taken in that order, namespace then State, as a
+create over an expired State takes them.
 
 The file name is the id lowered, and when the id has capitals, a dot and a mask of where
 they are (``Run`` -> ``run.1``): two ids that differ only in case never share a row, even on
@@ -136,32 +138,28 @@ def guard(root: int) -> int:
 @contextmanager
 def row_lock(store: StoreFolder, root: int, sid: str) -> Iterator[None]:
     """Hold what every write and delete of ``sid`` holds while it checks the fence: the
-    State's flock if it exists, else the namespace folder's flock, exclusively."""
-    while True:
-        folder = store.open_state(root, sid)
-        if folder is not None:
+    namespace folder's flock, exclusively (a create holds it shared), and then the State's
+    flock if it exists (an append or a delete holds that)."""
+    held = guard(root)
+    try:
+        hold(held, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(held)
+        raise
+    try:
+        while True:
+            folder = store.open_state(root, sid)
+            if folder is None:  # none appears meanwhile: a create needs the namespace's lock
+                yield
+                return
             lock(folder)
             if not still_named(root, sid, folder):
-                unlock(folder)  # deleted or replaced meanwhile: look again
+                unlock(folder)  # deleted meanwhile: look again
                 continue
             try:
                 yield
             finally:
                 unlock(folder)
             return
-        held = guard(root)
-        try:
-            hold(held, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(held)
-            raise
-        made = store.open_state(root, sid)
-        if made is not None:  # created meanwhile: its flock is the one to take
-            os.close(made)
-            unlock(held)
-            continue
-        try:
-            yield
-        finally:
-            unlock(held)
-        return
+    finally:
+        unlock(held)

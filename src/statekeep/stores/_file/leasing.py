@@ -1,5 +1,5 @@
 """FileStore's lease hooks and its reseal (``rekey``): rows in ``.leases/`` changed under
-the State's flock (see :mod:`.leases`), the fence for creates and deletes, a log
+the namespace's and the State's flocks (see :mod:`.leases`), the fence for creates and deletes, a log
 replaced whole (see :mod:`.reseal`)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class FileLeasing:
         """Does ``sid`` have a live lease? (gc leaves it: its worker is at it.)"""
         return is_live(self._leases.read(root, sid), self._now())
 
-    # -- leases: rows in .leases/, changed under the State's flock (see .leases) ----
+    # -- leases: rows in .leases/, under the namespace's and State's flocks (.leases) --
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
         def take(held: Lease | None, now: datetime) -> Lease:
