@@ -201,7 +201,9 @@ async def arekey(
     if isinstance(memory_scopes, str):
         raise TypeError("memory_scopes takes a list of scope names, not one str")
     report = RekeyReport()
-    work = [(view, state_id) for view in _views(store, memory_scopes) for state_id in await _ids(view, report)]
+    work = [
+        (view, state_id) for view in _views(store, memory_scopes) for state_id in await _ids(view, report)
+    ]
     for done, (view, state_id) in enumerate(work, 1):
         await _rekey_state(view, ring, protection.allow_plaintext, state_id, report)
         if progress is not None:
