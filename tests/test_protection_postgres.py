@@ -27,6 +27,7 @@ from statekeep._protection import Protection
 from tests import servers
 from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name
+from tests.test_postgres import raw
 
 asyncpg = pytest.importorskip("asyncpg")
 pytest.importorskip("cryptography")
@@ -54,19 +55,6 @@ def opened(postgres_server: PostgresServer) -> Iterator[Callable[..., PostgresSt
     yield open_store
     for store in made:
         store.close()
-
-
-def raw(server: PostgresServer, query: str, *args: Any) -> Any:
-    """Run one query on a connection of its own (not the store's)."""
-
-    async def go() -> Any:
-        conn = await asyncpg.connect(server.dsn)
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 def dump(server: PostgresServer, schema: str) -> bytes:
