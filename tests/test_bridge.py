@@ -889,6 +889,10 @@ CTRL_C_WHILE_WAITING = """
 import signal, sys, threading
 from statekeep import FileStore, Store
 
+# Ctrl-C raises KeyboardInterrupt even when this process was started with SIGINT ignored
+# (as a shell starts a background job), which Python then leaves ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 inner = FileStore(sys.argv[1])
 done = threading.Event()
 
