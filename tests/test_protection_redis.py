@@ -30,6 +30,7 @@ from statekeep._bridge import run_sync
 from statekeep._sealing import seal_entry, seal_snapshot
 from tests import servers
 from tests.servers import RedisServer, unique_name
+from tests.test_redis import raw
 
 aioredis = pytest.importorskip("redis.asyncio")
 pytest.importorskip("cryptography")
@@ -56,19 +57,6 @@ def server() -> Iterator[RedisServer]:
 
 def store(server: RedisServer, prefix: str | None = None, **options: Any) -> RedisStore:
     return RedisStore(server.url, prefix=prefix or unique_name("sk") + ":", **options)
-
-
-def raw(server: RedisServer, *command: Any) -> Any:
-    """Run one command on a client of its own (not the store's)."""
-
-    async def go() -> Any:
-        client = aioredis.Redis.from_url(server.url)
-        try:
-            return await client.execute_command(*command)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
 
 
 def dumps(server: RedisServer, prefix: str) -> bytes:
