@@ -1,0 +1,151 @@
+"""What every ``statekeep`` command shares: opening the store, options, errors and exit codes.
+
+Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
+State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
+file or database that is not a statekeep store, a store of a newer statekeep). Everything
+printed comes from stored data with its control characters escaped, and without passwords.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from .._agentcheck import ResumeWarning
+from .._clikeys import KEYS_ENV, load_keyring
+from .._errors import (
+    CorruptStateError,
+    DecryptionError,
+    NotAStoreError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
+)
+from .._ids import ID_RULE, validate_id
+from .._redaction import redact_text
+from .._render import DEFAULT_STORE, safe
+from .._store import Store
+from .._urls import _looks_sqlite, open_store
+
+_STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
+
+#: Exit statuses (and 130: a rekey stopped with Ctrl-C, as shells report SIGINT).
+OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def say(text: str, *, err: bool = False) -> None:
+    click.echo(safe(text), err=err)
+
+
+def fail(message: str, code: int = NOT_FOUND) -> NoReturn:
+    say(f"statekeep: {redact_text(message)}", err=True)
+    sys.exit(code)
+
+
+# A damaged State, something that is not a statekeep store, a store of a newer statekeep.
+# Damaged, newer, not a store, or changeable by another user.
+_DATA_ERRORS = (
+    CorruptStateError,
+    NotAStoreError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
+    sqlite3.DatabaseError,
+    RuntimeError,
+)
+
+
+def exit_code(exc: Exception) -> int:
+    """The exit status of an error a command met (see the module docstring)."""
+    if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | sqlite3.OperationalError):
+        return NOT_FOUND  # no store, State or server to be had (an unopenable or locked database)
+    if isinstance(exc, _DATA_ERRORS):
+        return DATA_ERROR
+    if isinstance(exc, OSError):
+        return NOT_FOUND
+    if isinstance(exc, ValueError | ImportError):
+        return USAGE
+    return DATA_ERROR
+
+
+@contextmanager
+def reporting() -> Iterator[None]:
+    """Run a command: an error becomes one line on stderr with its exit status, and each
+    distinct warning (Redis's durability, States left out of a listing) one short note."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except Exception as exc:
+            failure: Exception | None = exc
+        else:
+            failure = None
+        finally:
+            # statekeep's own notes only (a library's DeprecationWarning is not the user's news)
+            ours = (str(w.message) for w in caught if issubclass(w.category, RuntimeWarning | ResumeWarning))
+            for message in dict.fromkeys(ours):
+                note = message.removeprefix("statekeep: ")
+                say(f"statekeep: note: {redact_text(note)}", err=True)
+    if failure is not None:
+        known = (
+            ValueError,
+            LookupError,
+            OSError,
+            RuntimeError,
+            ImportError,
+            sqlite3.Error,
+        )
+        text = str(failure) if isinstance(failure, known) else f"{type(failure).__name__}: {failure}"
+        if isinstance(failure, DecryptionError):
+            text += f" (give the keys with --keys FILE or ${KEYS_ENV})"
+        fail(text, exit_code(failure))
+
+
+def open_store_at(url: str, keys_file: str | None = None, *, allow_plaintext: bool = False) -> Store:
+    """Open an existing store (with the keys ``--keys``/``$STATEKEEP_KEYS`` give, if any);
+    the commands never create one, nor write to one they read."""
+    keyring = load_keyring(keys_file)
+    protect = {} if keyring is None else {"encrypt": keyring, "allow_plaintext": allow_plaintext}
+    store = open_store(url, create=False, **protect)
+    local = getattr(store, "path", None)  # FileStore and SQLiteStore: a folder or a file
+    if isinstance(local, Path) and not local.exists():
+        hint = (
+            f"; for a SQLite database write sqlite:///{url}"
+            if "://" not in url and _looks_sqlite(url)
+            else ""
+        )
+        fail(
+            f"no store at {url!r} ({local} does not exist){hint}; pass --store or run 'statekeep demo' first"
+        )
+    return store
+
+
+def state_id_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return validate_id(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a State id: an id is {ID_RULE}") from None
+
+
+def optional_id_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else state_id_arg(ctx, param, value)
+
+
+store_option = click.option(
+    "--store", "store_url", default=DEFAULT_STORE, show_default=True, help=_STORE_HELP
+)
+
+
+def labels_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for value in values:
+        key, eq, text = value.partition("=")
+        if not eq:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE")
+        labels[key] = text
+    return labels

@@ -1,0 +1,14 @@
+"""The ``statekeep`` command group; each command lives in a module of this package."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group(
+    epilog="Exit status: 0 ok, 1 not found (store, State or server), 2 bad usage, "
+    "3 data error (a damaged State, or not a statekeep store)."
+)
+@click.version_option(package_name="statekeep")
+def main() -> None:
+    """Keep AI agent runs outside the process, and look at them."""

@@ -1,0 +1,69 @@
+"""``statekeep list`` and ``show``: look at saved States."""
+
+from __future__ import annotations
+
+import click
+
+from .._clikeys import keys_option
+from .._render import listing, row_json, timeline
+from .._writes import missing_error
+from ._common import fail, labels_arg, open_store_at, reporting, say, state_id_arg, store_option
+from ._group import main
+
+
+@main.command("list")
+@store_option
+@click.option("--agent", help="only States whose last run was by this agent")
+@click.option("--parent", help="only the States spawned by this State (its subagents)")
+@click.option(
+    "--label", "labels", multiple=True, callback=labels_arg, help="KEY=VALUE; repeat: all must match"
+)
+@click.option("--status", help="finished, running, or why a run stopped (limit, ...)")
+@click.option(
+    "--limit", type=int, help="at most this many rows (one page; the next page's --after is printed)"
+)
+@click.option("--after", help="the --after a previous page printed: the page after it")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@keys_option
+def list_states(
+    store_url: str,
+    agent: str | None,
+    parent: str | None,
+    labels: dict[str, str],
+    status: str | None,
+    limit: int | None,
+    after: str | None,
+    as_json: bool,
+    keys_file: str | None,
+) -> None:
+    """List saved States, most recently updated first, filtered (filters combine with AND).
+    The task of an encrypted State shows as [sealed] without --keys."""
+    with reporting(), open_store_at(store_url, keys_file) as store:
+        rows = store.list(
+            agent=agent, parent=parent, labels=labels or None, status=status, limit=limit, after=after
+        )
+    following = getattr(rows, "next", None)
+    if as_json:
+        for row in rows:
+            click.echo(row_json(row))
+    elif not rows:
+        say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
+    else:
+        for line in listing(rows):
+            click.echo(line)
+    if following is not None:
+        say(f"more: pass --after {following} for the next page", err=True)
+
+
+@main.command()
+@click.argument("state_id", callback=state_id_arg)
+@store_option
+@keys_option
+def show(state_id: str, store_url: str, keys_file: str | None) -> None:
+    """Show one State's history as a timeline (an encrypted one needs --keys)."""
+    with reporting(), open_store_at(store_url, keys_file) as store:
+        record = store.read(state_id)
+    if record is None:
+        fail(str(missing_error(state_id, store_url)))
+    for line in timeline(state_id, record):
+        click.echo(line)
