@@ -23,7 +23,7 @@ from statekeep._urls import open_store
 from statekeep.web import start
 from tests import servers
 from tests.web_runs import EVIL, finished, running
-from tests.web_serving import client, events, serving, start_serve, stop, until, url_of
+from tests.web_serving import client, events, reap_servers, serving, start_serve, stop, until, url_of
 from tests.webpage import parse
 
 
@@ -37,6 +37,12 @@ def store_url(kind: str, tmp_path: Path) -> str:
     name = servers.unique_name("web")
     base = servers.shared_postgres().dsn if kind == "postgres" else servers.shared_redis().url
     return f"{base}?namespace={name}"
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    yield
+    reap_servers()
 
 
 def a_store(tmp_path: Path) -> str:
