@@ -271,3 +271,16 @@ def test_token(store: FileStore) -> None:
         assert moved.headers["content-security-policy"] == CSP
         kept = browser.get("/runs/s1")  # the cookie from now on
         assert kept.status_code == 200 and "secret run" in kept.text
+
+
+def test_a_failing_store_is_a_short_500_page(store: FileStore) -> None:
+    class Broken(FileStore):
+        async def alist(self, **filters: object) -> list:  # type: ignore[override]
+            raise ConnectionError("postgresql://u:hunter2@db/x is gone")
+
+    with Broken(store.path) as broken, TestClient(create_app(broken), raise_server_exceptions=False) as c:
+        response = c.get("/")
+    assert response.status_code == 500
+    assert response.headers["content-security-policy"] == CSP
+    text = parse(response.text).one(id="message").text
+    assert "ConnectionError" in text and "is gone" in text and "hunter2" not in text

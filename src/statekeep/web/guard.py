@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
@@ -13,7 +14,10 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._redaction import redact_text
 from .render import message
+
+_log = logging.getLogger("statekeep.web")
 
 COOKIE = "statekeep_token"
 CSP = (
@@ -52,8 +56,12 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def send_with_headers(msg: Message) -> None:
+            nonlocal started
             if msg["type"] == "http.response.start":
+                started = True
                 headers = MutableHeaders(scope=msg)
                 for name, value in HEADERS.items():
                     headers[name] = value
@@ -80,7 +88,16 @@ class Guard:
                 response.headers["WWW-Authenticate"] = "Bearer"
                 await response(scope, receive, send_with_headers)
                 return
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as exc:
+            if started:  # a live stream under way: the connection just ends
+                raise
+            # A store that cannot answer (a server gone, a damaged State): a short page and
+            # one line in the server's log, no traceback.
+            text = redact_text(f"{type(exc).__name__}: {exc}")
+            _log.error("statekeep: %s %s failed: %s", scope["method"], scope["path"], text)
+            await message("The store failed", text, 500)(scope, receive, send_with_headers)
 
     def _matches(self, given: str) -> bool:
         assert self.token is not None
