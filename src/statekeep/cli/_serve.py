@@ -1,0 +1,46 @@
+"""``statekeep serve``: the run viewer in a browser (needs the ``web`` extra)."""
+
+from __future__ import annotations
+
+import click
+
+from .._clikeys import keys_option
+from ._common import USAGE, fail, open_store_at, reporting, store_option
+from ._group import main
+
+TOKEN_ENV = "STATEKEEP_TOKEN"
+
+
+@main.command()
+@store_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="the address to listen on")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0: a free port")
+@click.option("--open", "open_browser", is_flag=True, help="open the viewer in the default browser")
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    help=f"require this token (default ${TOKEN_ENV}): a bearer header, or ?token= once in the URL "
+    "(kept as a cookie); needed for any --host but loopback",
+)
+@keys_option
+def serve(
+    store_url: str, host: str, port: int, open_browser: bool, token: str | None, keys_file: str | None
+) -> None:
+    """Look at the runs in a browser: a read-only viewer, live as runs are saved.
+
+    Prints "statekeep: serving URL" once it listens; Ctrl-C stops it."""
+    try:
+        from ..web.server import check_host
+        from ..web.server import serve as run_viewer
+    except ImportError:
+        fail("the viewer needs the web extra: pip install 'statekeep[web]'", USAGE)
+    token = token or None
+    try:
+        check_host(host, token)
+    except ValueError as exc:
+        fail(str(exc), USAGE)
+    with reporting(), open_store_at(store_url, keys_file) as store:
+        try:
+            run_viewer(store, host=host, port=port, token=token, open_browser=open_browser)
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (pick another --port, or 0)", USAGE)

@@ -1,0 +1,20 @@
+"""The run viewer: a read-only web app over a store (``pip install 'statekeep[web]'``).
+
+``statekeep serve --store URL`` serves it from the command line. From Python,
+:func:`create_app` gives the ASGI app and :func:`serve` runs it; that is the way to look
+at a :class:`~statekeep.MemoryStore`, which lives only in its own process.
+"""
+
+from __future__ import annotations
+
+try:
+    import jinja2  # noqa: F401
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:  # pragma: no cover  (the test environment has the extra)
+    raise ImportError(f"the viewer needs the web extra: pip install 'statekeep[web]' ({exc})") from exc
+
+from .app import create_app
+from .server import serve
+
+__all__ = ["create_app", "serve"]

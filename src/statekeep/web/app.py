@@ -1,0 +1,53 @@
+"""The viewer as an ASGI app: :func:`create_app`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._store import Store
+from .guard import Guard
+from .live import run_events, runs_events
+from .pages import run_page, runs_page
+from .render import message
+
+STATIC = Path(__file__).parent / "static"
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return message("Not found", "There is no such page in this viewer.", 404)
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    response = message("Read-only", "The viewer only shows runs: it changes nothing.", 405)
+    response.headers["Allow"] = "GET, HEAD"
+    return response
+
+
+def create_app(store: Store, *, token: str | None = None) -> Starlette:
+    """The viewer over ``store`` as an ASGI app (serve it with uvicorn or any ASGI server).
+
+    Read-only: it only reads the store (with its async methods, on the server's event
+    loop), and answers GET and HEAD only. With ``token``, every request needs
+    ``Authorization: Bearer TOKEN`` or the cookie that opening a URL with ``?token=TOKEN``
+    sets. The app does not close ``store``: the caller does, after the server stops.
+    """
+    app = Starlette(
+        routes=[
+            Route("/", runs_page, methods=["GET", "HEAD"]),
+            Route("/events/runs", runs_events, methods=["GET", "HEAD"]),
+            Route("/runs/{state_id:str}", run_page, methods=["GET", "HEAD"]),
+            Route("/runs/{state_id:str}/events", run_events, methods=["GET", "HEAD"]),
+            Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+        ],
+        middleware=[Middleware(Guard, token=token)],
+        exception_handlers={404: _not_found, 405: _refused},
+    )
+    app.state.store = store
+    return app

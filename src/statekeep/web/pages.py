@@ -1,0 +1,137 @@
+"""The two pages: the runs (``GET /``) and one run's timeline (``GET /runs/{id}``)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .._errors import DecryptionError
+from .._ids import validate_id
+from .._records import SavedState
+from .._store import Store
+from . import fmt
+from .render import entries_html, message, page, row_view, snapshot_status
+
+PAGE_SIZE = 50
+_EPOCH = "1970-01-01T00:00:00+00:00"
+
+
+def filters_of(request: Request) -> dict[str, Any]:
+    """The listing filters a runs page or feed URL gives; ValueError for a bad one."""
+    params = request.query_params
+    filters: dict[str, Any] = {}
+    for name, key in (("status", "status"), ("agent", "agent"), ("prefix", "id_prefix")):
+        value = params.get(name, "").strip()
+        if value:
+            filters[key] = value
+    labels = {}
+    for item in params.getlist("label"):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"label {item!r} is not KEY=VALUE")
+        labels[key] = value
+    if labels:
+        filters["labels"] = labels
+    return filters
+
+
+async def children_count(store: Store, state_id: str) -> int:
+    # One listing per shown row: fine for a page of 50, and every store can answer it.
+    return len(await store.alist(parent=state_id))
+
+
+async def rows_html_views(store: Store, rows: list[SavedState]) -> list[dict[str, Any]]:
+    now = datetime.now(UTC)
+    counts = await asyncio.gather(*(children_count(store, row.id) for row in rows))
+    return [row_view(row, count, now) for row, count in zip(rows, counts, strict=True)]
+
+
+async def runs_page(request: Request) -> Response:
+    store: Store = request.app.state.store
+    params = request.query_params
+    try:
+        filters = filters_of(request)
+        limit = int(params.get("limit") or PAGE_SIZE)
+        after = params.get("after") or None
+        rows = await store.alist(limit=limit, after=after, **filters)
+    except ValueError as exc:
+        return message("Bad request", str(exc), 400)
+    following = getattr(rows, "next", None)
+    next_url = None
+    if following is not None:
+        kept = [(k, v) for k, v in params.multi_items() if k != "after"]
+        next_url = "/?" + urlencode([*kept, ("after", following)])
+    form = {
+        "status": params.get("status", ""),
+        "agent": params.get("agent", ""),
+        "label": params.get("label", ""),
+        "prefix": params.get("prefix", ""),
+    }
+    # The feed sends what changed after the newest row shown (everything, on an empty page).
+    newest = rows[0].updated_at.isoformat() if rows else _EPOCH
+    feed = "/events/runs?" + urlencode(
+        [*((k, v) for k, v in params.multi_items() if k not in ("after", "since")), ("since", newest)]
+    )
+    return page(
+        "runs.html",
+        rows=await rows_html_views(store, list(rows)),
+        next_url=next_url,
+        form=form,
+        live=after is None,  # only the first page grows: later ones are a fixed window
+        feed=feed,
+        filtered=bool(filters),
+    )
+
+
+async def run_page(request: Request) -> Response:
+    store: Store = request.app.state.store
+    raw = request.path_params["state_id"]
+    try:
+        state_id = validate_id(raw)
+    except ValueError as exc:
+        return message("Bad request", str(exc), 400)
+    try:
+        record = await store.aread(state_id)
+    except DecryptionError as exc:
+        return message("Encrypted", f"{exc} (start the viewer with --keys FILE)", 500)
+    if record is None:
+        return message("Not found", f"No State {state_id!r} in this store.", 404)
+    snap = record.snapshot if isinstance(record.snapshot, dict) else {}
+    children = [row.id for row in await store.alist(parent=state_id)]
+    forked = snap.get("forked_from")
+    fork_source = forked.get("id") if isinstance(forked, dict) and isinstance(forked.get("id"), str) else None
+    parent = snap.get("parent") if isinstance(snap.get("parent"), str) else None
+    task = snap.get("task")
+    if not isinstance(task, str):
+        first = record.entries[0] if record.entries else {}
+        task = fmt.text(first.get("text")) if first.get("kind") == "task" else ""
+    status = snapshot_status(record.snapshot)
+    last_seq = record.entries[-1].get("seq") if record.entries else -1
+    return page(
+        "run.html",
+        id=state_id,
+        task=task,
+        status=status,
+        status_class=f"status-{fmt.css_word(status)}",
+        agent=fmt.text(snap.get("agent")),
+        turn=fmt.text(snap.get("turn")),
+        tokens=fmt.token_sum(record.entries).text(),
+        parent=parent,
+        children=children,
+        fork_source=fork_source,
+        fork_seq=fmt.text(forked.get("seq")) if isinstance(forked, dict) else "",
+        labels=snap.get("labels") if isinstance(snap.get("labels"), dict) else {},
+        created=fmt.text(snap.get("created_at")),
+        updated=fmt.text(snap.get("updated_at")),
+        entries=[html for _, html in entries_html(record.entries, None)],
+        last_seq=last_seq if type(last_seq) is int else -1,
+        live=status == "running",
+    )

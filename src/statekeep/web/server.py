@@ -1,0 +1,118 @@
+"""Running the viewer: :func:`serve` (the Python API) and what ``statekeep serve`` uses."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import threading
+import webbrowser
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from .._store import Store
+from .app import create_app
+from .guard import is_loopback
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling once it listens where (the real port when 0 was asked)."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[str], None]) -> None:
+        super().__init__(config)
+        self.on_ready = on_ready
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.should_exit or not self.servers:
+            return
+        sock = self.servers[0].sockets[0]
+        host, port = sock.getsockname()[:2]
+        shown = self.config.host if self.config.host not in ("0.0.0.0", "::") else host
+        if ":" in shown:
+            shown = f"[{shown}]"
+        self.on_ready(f"http://{shown}:{port}/")
+
+
+def _announce(url: str) -> None:
+    print(f"statekeep: serving {url} (Ctrl-C to stop)", flush=True)
+
+
+def check_host(host: str, token: str | None) -> None:
+    """ValueError when ``host`` is not loopback and no token guards the viewer."""
+    if token is None and not is_loopback(host):
+        raise ValueError(
+            f"--host {host} lets other machines in: give a --token (or $STATEKEEP_TOKEN), or bind 127.0.0.1"
+        )
+
+
+def serve(
+    store: Store,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    open_browser: bool = False,
+    on_ready: Callable[[str], None] = _announce,
+) -> None:
+    """Serve the viewer over ``store`` until Ctrl-C or SIGTERM (then return normally).
+
+    This is how to look at a :class:`MemoryStore`, which only lives in its process: call it
+    from that process (in a thread of its own if the program goes on writing). ``port=0``
+    picks a free port; ``on_ready`` gets the URL once the server listens (by default it
+    prints "statekeep: serving URL"). A non-loopback ``host`` needs a ``token``
+    (ValueError otherwise). The store is not closed.
+    """
+    check_host(host, token)
+
+    def ready(url: str) -> None:
+        on_ready(url)
+        if open_browser:
+            webbrowser.open(url)
+
+    config = uvicorn.Config(
+        create_app(store, token=token),
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        timeout_graceful_shutdown=1,  # live streams never end by themselves
+    )
+    listener = listen(host, port)  # bound here: a taken port is an OSError, not a log line
+    server = _Server(config, ready)
+    # uvicorn raises the signal again once it has stopped, to let the caller see it: we
+    # have stopped cleanly, so a no-op handler swallows it (the old ones come back after).
+    quiet: Callable[[int, FrameType | None], None] = lambda signum, frame: None  # noqa: E731
+    old = (
+        {sig: signal.signal(sig, quiet) for sig in (signal.SIGINT, signal.SIGTERM)} if _main_thread() else {}
+    )
+    try:
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (0: a free port); OSError if it cannot be."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread() and sys.platform != "win32"
