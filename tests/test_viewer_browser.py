@@ -108,11 +108,11 @@ def submit_filter(driver: Any, **fields: str) -> None:
     wait_for(driver, shown("form#filters"), "the filter form")
 
 
-def test_the_runs_page_shows_each_run_newest_first(page: Any, serve: Any, store: FileStore) -> None:
+def test_the_runs_page_shows_each_run_newest_first(serve: Any, page: Any, store: FileStore) -> None:
     server: Server = serve(str(store.path))
     page.get(server.url)
     wait_for(page, shown("#runs tbody tr.run"), "the runs")
-    assert row_ids(page) == [row.id for row in store.list().items]  # the store's order: newest first
+    assert row_ids(page) == [row.id for row in store.list()]  # the store's order: newest first
     row = one(page, 'tr.run[data-id="alpha-1"]')
     link = one(row, "td.task a")
     assert link.text == "Summarise the Q3 report"
@@ -128,7 +128,7 @@ def test_the_runs_page_shows_each_run_newest_first(page: Any, serve: Any, store:
     assert one(page, 'tr.run[data-id="alpha-2"] td.children').text == "0"
 
 
-def test_filters_show_only_the_matching_runs(page: Any, serve: Any, store: FileStore) -> None:
+def test_filters_show_only_the_matching_runs(serve: Any, page: Any, store: FileStore) -> None:
     server: Server = serve(str(store.path))
     page.get(server.url)
     wait_for(page, shown("#runs tbody tr.run"), "the runs")
@@ -154,7 +154,7 @@ def entry_style(driver: Any, css: str) -> list[str]:
     return list(driver.execute_script(script, one(driver, css)))
 
 
-def test_a_run_page_shows_its_timeline(page: Any, serve: Any, store: FileStore) -> None:
+def test_a_run_page_shows_its_timeline(serve: Any, page: Any, store: FileStore) -> None:
     server: Server = serve(str(store.path))
     page.get(server.url)
     wait_for(page, shown("#runs tbody tr.run"), "the runs")
@@ -199,7 +199,7 @@ def test_a_run_page_shows_its_timeline(page: Any, serve: Any, store: FileStore) 
     assert one(page, "#fork-source").get_attribute("href") == server.url + "runs/alpha-1"
 
 
-def test_a_running_page_grows_while_another_process_saves(page: Any, serve: Any, store: FileStore) -> None:
+def test_a_running_page_grows_while_another_process_saves(serve: Any, page: Any, store: FileStore) -> None:
     live = State("Plan a trip", id="live-1")
     live.begin_run(PLANNER)
     store.save(live)
@@ -215,11 +215,13 @@ def test_a_running_page_grows_while_another_process_saves(page: Any, serve: Any,
         state.request("model-p")
         state.add_reply("Booking.", [{"id": "b1", "name": "book", "args": {"to": "LIS"}}],
                         usage={"input_tokens": 10, "output_tokens": 5})
+        state.add_tool_result("b1", "booked")
         store.save(state)
         """,
     )
-    wait_for(page, shown('#timeline li.entry[data-seq="3"]'), "the saved entries")
-    assert [li.get_attribute("data-seq") for li in by_css(page, "#timeline li.entry")] == ["0", "1", "2", "3"]
+    wait_for(page, shown('#timeline li.entry[data-seq="4"]'), "the saved entries")
+    seqs = [li.get_attribute("data-seq") for li in by_css(page, "#timeline li.entry")]
+    assert seqs == ["0", "1", "2", "3", "4"]
     reply = one(page, 'li.entry[data-seq="3"]')
     assert "kind-model_reply" in reply.get_attribute("class").split()
     assert json.loads(one(reply, "pre.args").text) == {"to": "LIS"}
@@ -228,7 +230,6 @@ def test_a_running_page_grows_while_another_process_saves(page: Any, serve: Any,
         store,
         """
         state = store.load("live-1")
-        state.add_tool_result("b1", "booked")
         state.finish("Booked.")
         store.save(state)
         """,
@@ -238,7 +239,7 @@ def test_a_running_page_grows_while_another_process_saves(page: Any, serve: Any,
     assert page.execute_script("return window.__notReloaded === true;"), "the page was reloaded"
 
 
-def test_the_runs_page_shows_runs_other_processes_create(page: Any, serve: Any, store: FileStore) -> None:
+def test_the_runs_page_shows_runs_other_processes_create(serve: Any, page: Any, store: FileStore) -> None:
     server: Server = serve(str(store.path))
     page.get(server.url)
     wait_for(page, shown("#runs tbody tr.run"), "the runs")
@@ -258,7 +259,7 @@ def assert_not_run(driver: Any, inside: str) -> None:
     assert driver.execute_script("return typeof window.__pwned;") == "undefined"
 
 
-def test_injected_markup_shows_as_text_and_never_runs(page: Any, serve: Any, store: FileStore) -> None:
+def test_injected_markup_shows_as_text_and_never_runs(serve: Any, page: Any, store: FileStore) -> None:
     task = f"{SCRIPT} {IMG}"
     state = State(task, id="xss")
     state.begin_run(PLANNER)
@@ -277,7 +278,7 @@ def test_injected_markup_shows_as_text_and_never_runs(page: Any, serve: Any, sto
     assert one(page, "#task").text == task
     assert one(page, "li.kind-tool_result pre.output").text == SCRIPT
     assert IMG in one(page, "li.kind-data").text
-    assert IMG in one(page, "li.kind-model_reply pre.args").text
+    assert json.loads(one(page, "li.kind-model_reply pre.args").text) == {"to": IMG}
     assert SCRIPT in one(page, "li.kind-model_reply").text
     assert_not_run(page, "#timeline")
     # Entries the script adds live are text too.
@@ -287,7 +288,7 @@ def test_injected_markup_shows_as_text_and_never_runs(page: Any, serve: Any, sto
     assert_not_run(page, "#timeline")
 
 
-def test_a_token_in_the_url_once_lets_the_browser_in(page: Any, serve: Any, store: FileStore) -> None:
+def test_a_token_in_the_url_once_lets_the_browser_in(serve: Any, page: Any, store: FileStore) -> None:
     server: Server = serve(str(store.path), "--token", "s3cret-token")
     page.get(server.url)
     assert by_css(page, "#runs") == []
