@@ -1,8 +1,9 @@
 """The run viewer: a read-only web app over a store (``pip install 'statekeep[web]'``).
 
 ``statekeep serve --store URL`` serves it from the command line. From Python,
-:func:`create_app` gives the ASGI app and :func:`serve` runs it; that is the way to look
-at a :class:`~statekeep.MemoryStore`, which lives only in its own process.
+:func:`create_app` gives the ASGI app, :func:`serve` runs it until Ctrl-C, and
+:func:`start` runs it in a background thread: the way to look at a
+:class:`~statekeep.MemoryStore`, which lives only in its own process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,6 @@ except ImportError as exc:  # pragma: no cover  (the test environment has the ex
     raise ImportError(f"the viewer needs the web extra: pip install 'statekeep[web]' ({exc})") from exc
 
 from .app import create_app
-from .server import serve
+from .server import Viewer, serve, start
 
-__all__ = ["create_app", "serve"]
+__all__ = ["Viewer", "create_app", "serve", "start"]

@@ -49,30 +49,10 @@ def check_host(host: str, token: str | None) -> None:
         )
 
 
-def serve(
-    store: Store,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8765,
-    token: str | None = None,
-    open_browser: bool = False,
-    on_ready: Callable[[str], None] = _announce,
-) -> None:
-    """Serve the viewer over ``store`` until Ctrl-C or SIGTERM (then return normally).
-
-    This is how to look at a :class:`MemoryStore`, which only lives in its process: call it
-    from that process (in a thread of its own if the program goes on writing). ``port=0``
-    picks a free port; ``on_ready`` gets the URL once the server listens (by default it
-    prints "statekeep: serving URL"). A non-loopback ``host`` needs a ``token``
-    (ValueError otherwise). The store is not closed.
-    """
+def _server(
+    store: Store, host: str, port: int, token: str | None, on_ready: Callable[[str], None]
+) -> tuple[_Server, socket.socket]:
     check_host(host, token)
-
-    def ready(url: str) -> None:
-        on_ready(url)
-        if open_browser:
-            webbrowser.open(url)
-
     config = uvicorn.Config(
         create_app(store, token=token),
         host=host,
@@ -83,7 +63,32 @@ def serve(
         timeout_graceful_shutdown=1,  # live streams never end by themselves
     )
     listener = listen(host, port)  # bound here: a taken port is an OSError, not a log line
-    server = _Server(config, ready)
+    return _Server(config, on_ready), listener
+
+
+def serve(
+    store: Store,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    open_browser: bool = False,
+    on_ready: Callable[[str], None] = _announce,
+) -> None:
+    """Serve the viewer over ``store`` until Ctrl-C or SIGTERM, then return normally.
+
+    ``port=0`` picks a free port; ``on_ready`` gets the URL once the server listens (by
+    default it prints "statekeep: serving URL"). A non-loopback ``host`` needs a ``token``
+    (ValueError otherwise); a port that cannot be bound is an OSError. The store is not
+    closed. To serve while the program goes on (a :class:`MemoryStore`), use :func:`start`.
+    """
+
+    def ready(url: str) -> None:
+        on_ready(url)
+        if open_browser:
+            webbrowser.open(url)
+
+    server, listener = _server(store, host, port, token, ready)
     # uvicorn raises the signal again once it has stopped, to let the caller see it: we
     # have stopped cleanly, so a no-op handler swallows it (the old ones come back after).
     quiet: Callable[[int, FrameType | None], None] = lambda signum, frame: None  # noqa: E731
@@ -96,6 +101,60 @@ def serve(
         listener.close()
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+class Viewer:
+    """The viewer serving in a background thread (see :func:`start`): its :attr:`url`, and
+    :meth:`stop`. A context manager that stops it at the end of the block."""
+
+    def __init__(self, server: _Server, listener: socket.socket) -> None:
+        self._server = server
+        self._listener = listener
+        self._ready = threading.Event()
+        self.url = ""
+        self._thread = threading.Thread(target=self._run, name="statekeep-viewer", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._server.run(sockets=[self._listener])
+        finally:
+            self._listener.close()
+
+    def _started(self, url: str) -> None:
+        self.url = url
+        self._ready.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving and wait (up to ``timeout`` seconds) until the server has closed."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
+
+    def __enter__(self) -> Viewer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start(store: Store, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> Viewer:
+    """Serve the viewer over ``store`` in a background thread and return once it listens
+    (its URL is ``.url``; ``port=0``, the default, picks a free port). Made for a
+    :class:`MemoryStore`, which only this process can see: the program goes on running
+    its agent while the viewer shows it. Stop it with ``.stop()`` or a ``with`` block.
+    """
+    viewer: Viewer | None = None
+
+    def ready(url: str) -> None:
+        assert viewer is not None
+        viewer._started(url)
+
+    server, listener = _server(store, host, port, token, ready)
+    viewer = Viewer(server, listener)
+    viewer._thread.start()
+    while not viewer._ready.wait(0.05):
+        if not viewer._thread.is_alive():
+            raise RuntimeError("the viewer stopped while starting (see the error above)")
+    return viewer
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -1,0 +1,273 @@
+"""The viewer's pages (statekeep.web.create_app) through Starlette's TestClient over a real
+FileStore: the runs page and its filters, a run's timeline, errors, escaping, the headers
+and the token. The live streams and ``statekeep serve`` are in test_web_serve.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from statekeep import FileStore
+from statekeep.web import create_app
+from tests.web_runs import EVIL, every_kind, evil, finished, running, save_all
+from tests.webpage import Node, parse
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[FileStore]:
+    with FileStore(tmp_path / "store") as s:
+        yield s
+
+
+@pytest.fixture
+def client(store: FileStore) -> Iterator[TestClient]:
+    with TestClient(create_app(store)) as c:
+        yield c
+
+
+def page(client: TestClient, url: str) -> Node:
+    response = client.get(url)
+    assert response.status_code == 200, response.text
+    return parse(response.text)
+
+
+def row_ids(doc: Node) -> list[str]:
+    return [tr.attrs["data-id"] for tr in doc.one("table", id="runs").all("tr", cls="run")]
+
+
+# -- the runs page ---------------------------------------------------------------------
+
+
+def test_runs_page_shows_each_run_newest_first(store: FileStore, client: TestClient) -> None:
+    old = running("old one", id="r0")  # listed by the time of each one's last entry
+    parent = finished("write the report", id="p1", agent="writer")
+    child = parent.child("find sources", id="c1")
+    save_all(store, old, parent, child, parent.child("check facts", id="c2"))
+    doc = page(client, "/")
+    assert row_ids(doc) == ["c2", "c1", "p1", "r0"]
+    row = doc.one("tr", data_id="p1")
+    link = row.one("td", cls="task").one("a")
+    assert (link.attrs["href"], link.text) == ("/runs/p1", "write the report")
+    assert row.one("td", cls="agent").text == "writer"
+    assert row.one("td", cls="turn").text == "1"
+    status = row.one("td", cls="status")
+    assert status.text == "finished" and "status-finished" in status.classes
+    when = row.one("td", cls="updated").one("time")
+    assert when.attrs["datetime"].startswith(parent.history[-1]["at"][:19])
+    assert when.text == "just now"
+    assert row.one("td", cls="children").text == "2"
+    assert doc.one("tr", data_id="c1").one("td", cls="children").text == "0"
+    assert doc.one("tr", data_id="r0").one("td", cls="status").text == "running"
+    assert doc.maybe(id="empty") is None and doc.maybe(id="next") is None
+    form = doc.one("form", id="filters")
+    assert (form.attrs["method"], form.attrs["action"]) == ("get", "/")
+    assert {i.attrs["name"] for i in form.all("input")} == {"status", "agent", "label", "prefix"}
+    assert form.one("button", id="apply").attrs["type"] == "submit"
+
+
+def test_runs_page_filters(store: FileStore, client: TestClient) -> None:
+    limited = running("hit the limit", id="lim", agent="bot")
+    limited.add_reply("")
+    limited.stop("limit")
+    save_all(
+        store,
+        running("a", id="run-a", agent="bot", team="x"),
+        finished("b", id="fin-b", agent="bot", team="y"),
+        finished("c", id="fin-c", agent="other", team="x"),
+        limited,
+    )
+    assert row_ids(page(client, "/?status=running")) == ["run-a"]
+    assert row_ids(page(client, "/?status=finished")) == ["fin-c", "fin-b"]
+    assert row_ids(page(client, "/?status=limit")) == ["lim"]
+    assert row_ids(page(client, "/?agent=other")) == ["fin-c"]
+    assert row_ids(page(client, "/?label=team%3Dx")) == ["fin-c", "run-a"]
+    assert row_ids(page(client, "/?prefix=fin-")) == ["fin-c", "fin-b"]
+    assert row_ids(page(client, "/?agent=bot&label=team%3Dy")) == ["fin-b"]
+    # empty fields (a submitted form) filter nothing; the form shows what was asked
+    assert len(row_ids(page(client, "/?status=&agent=&label=&prefix="))) == 4
+    doc = page(client, "/?agent=nobody&prefix=x")
+    assert row_ids(doc) == [] and "match" in doc.one("p", id="empty").text
+    assert doc.one("input", name="agent").attrs["value"] == "nobody"
+
+
+def test_runs_page_pages(store: FileStore, client: TestClient) -> None:
+    save_all(store, *(running(f"task {i}", id=f"r{i}", agent="bot") for i in range(5)))
+    seen: list[str] = []
+    url = "/?limit=2&agent=bot"
+    while url:
+        doc = page(client, url)
+        seen += row_ids(doc)
+        following = doc.maybe("a", id="next")
+        url = following.attrs["href"] if following else ""
+        if url:
+            assert "agent=bot" in url and "limit=2" in url  # the filters stay
+    assert seen == ["r4", "r3", "r2", "r1", "r0"]
+
+
+def test_an_empty_store_says_so(client: TestClient) -> None:
+    doc = page(client, "/")
+    assert row_ids(doc) == []
+    assert "No runs" in doc.one("p", id="empty").text
+
+
+# -- a run's page ------------------------------------------------------------------------
+
+
+def test_run_page_shows_the_whole_timeline(store: FileStore, client: TestClient) -> None:
+    state = every_kind(id="all")
+    store.save(state)
+    doc = page(client, "/runs/all")
+    assert doc.one("h1", id="task").text == "the task"
+    assert doc.one("dd", id="status").text == "limit"
+    assert doc.one("dd", id="agent").text == "bot"
+    assert doc.one("dd", id="turn").text == "2"
+    assert doc.one("dd", id="tokens").text == "1,210 in · 39 out · 1,249 total"
+    items = doc.one("ol", id="timeline").all("li", cls="entry")
+    assert [li.attrs["data-seq"] for li in items] == [str(i) for i in range(len(state.history))]
+    for li, entry in zip(items, state.history, strict=True):
+        assert f"kind-{entry['kind']}" in li.classes
+        assert li.one("span", cls="seq").text == str(entry["seq"])
+        assert li.one("time", cls="at").attrs["datetime"] == entry["at"]
+    assert items[0].one("span", cls="gap").text == ""
+    assert all(li.one("span", cls="gap").text.startswith("+") for li in items[1:])
+    assert "more please" in items[1].text
+    assert "m1" in items[3].text  # the request's model
+    reply = items[4]
+    calls = reply.all("div", cls="tool-call")
+    assert [c.one("span", cls="name").text for c in calls] == ["search", "fetch", "boom"]
+    assert calls[0].one("pre", cls="args").text == '{\n  "q": "x",\n  "n": [\n    1,\n    2\n  ]\n}'
+    assert calls[2].one("pre", cls="args").text == "null"
+    done, unknown, failed = items[5:8]
+    assert done.classes == {"entry", "kind-tool_result"}
+    assert done.one("pre", cls="output").text == '{\n  "hits": 2\n}'
+    assert "unknown" in unknown.classes and "error" not in unknown.classes
+    assert unknown.one("pre", cls="output").text == "timed out"
+    assert "error" in failed.classes and "it broke" in failed.text
+    assert (
+        items[8].one("code", cls="key").text == "k"
+        and items[8].one("pre", cls="value").text == '{\n  "v": 1\n}'
+    )
+    assert "deleted" in items[9].text and items[9].maybe("pre") is None
+    assert "error" in items[11].classes and "rate limited" in items[11].text
+    assert "error" in items[14].classes and "ValueError: boom" in items[14].text
+    assert items[15].one("strong", cls="by").text == "limit"
+    assert items[15].one("pre", cls="answer").text == '{\n  "partial": true\n}'
+    # nothing else stands out
+    flagged = {li.attrs["data-seq"] for li in items if li.classes & {"error", "unknown"}}
+    assert flagged == {"6", "7", "11", "14"}
+
+
+def test_run_page_links_parent_children_and_fork_source(store: FileStore, client: TestClient) -> None:
+    parent = finished("parent", id="mom")
+    kids = [parent.child("one", id="kid1"), parent.child("two", id="kid2")]
+    save_all(store, parent, *kids)
+    store.fork("kid1", new_id="spoon", at_seq=0)
+    doc = page(client, "/runs/mom")
+    assert doc.maybe("a", id="parent") is None and doc.maybe("a", id="fork-source") is None
+    links = doc.one("ul", id="children").all("a")
+    assert sorted(a.attrs["href"] for a in links) == ["/runs/kid1", "/runs/kid2", "/runs/spoon"]
+    kid = page(client, "/runs/kid1")
+    assert kid.one("a", id="parent").attrs["href"] == "/runs/mom"
+    assert kid.maybe("ul", id="children") is None
+    fork = page(client, "/runs/spoon")
+    assert fork.one("a", id="fork-source").attrs["href"] == "/runs/kid1"
+    assert fork.one("a", id="parent").attrs["href"] == "/runs/mom"
+
+
+def test_unknown_run_is_404_and_a_bad_id_400(client: TestClient) -> None:
+    missing = client.get("/runs/nobody")
+    assert missing.status_code == 404 and "nobody" in parse(missing.text).one(id="message").text
+    assert client.get("/runs/not%20an%20id").status_code == 400
+    assert client.get("/runs/nobody/events").status_code == 404
+    assert client.get("/no/such/page").status_code == 404
+    assert client.get("/?label=nokey").status_code == 400
+    assert client.get("/?limit=zero").status_code == 400
+    assert client.get("/?after=garbage").status_code == 400
+
+
+def test_stored_markup_shows_as_text(store: FileStore, client: TestClient) -> None:
+    evil(store)
+    for url in ("/", "/runs/evil"):
+        html = client.get(url).text
+        assert "<script>window" not in html
+        doc = parse(html)
+        assert [s.attrs.get("src") for s in doc.all("script")] == ["/static/live.js"]
+    doc = page(client, "/runs/evil")
+    assert doc.one("h1", id="task").text == f"task {EVIL}"
+    assert doc.one("dd", id="agent").text == f"agent {EVIL}"
+    assert doc.one("pre", cls="output").text == f"output {EVIL}"
+    assert EVIL in doc.one("pre", cls="value").text and EVIL in doc.one("pre", cls="args").text
+    assert page(client, "/").one("td", cls="agent").text == f"agent {EVIL}"
+
+
+# -- headers, methods, token ----------------------------------------------------------------
+
+
+def test_every_response_has_the_security_headers(store: FileStore, client: TestClient) -> None:
+    store.save(running("x", id="x1"))
+    for method, url in [
+        ("GET", "/"),
+        ("GET", "/runs/x1"),
+        ("GET", "/static/live.js"),
+        ("GET", "/static/style.css"),
+        ("GET", "/runs/nope"),
+        ("POST", "/"),
+    ]:
+        response = client.request(method, url)
+        assert response.headers["content-security-policy"] == CSP, url
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+
+
+def test_pages_use_no_inline_script_or_style_nor_other_hosts(store: FileStore, client: TestClient) -> None:
+    store.save(every_kind(id="all"))
+    for url in ("/", "/runs/all"):
+        doc = page(client, url)
+        for node in doc.walk():
+            assert "style" not in node.attrs and not any(a.startswith("on") for a in node.attrs)
+            if node.tag == "script":
+                assert node.text.strip() == "" and node.attrs["src"].startswith("/static/")
+            for attr in ("src", "href"):
+                assert not node.attrs.get(attr, "/").startswith(("http:", "https:", "//")), node
+    assert "text/javascript" in client.get("/static/live.js").headers["content-type"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+def test_read_only(store: FileStore, client: TestClient, method: str) -> None:
+    store.save(running("x", id="x1"))
+    for url in ("/", "/runs/x1", "/runs/x1/events", "/static/live.js"):
+        response = client.request(method, url)
+        assert response.status_code == 405, url
+    assert store.read("x1") is not None
+
+
+def test_token(store: FileStore) -> None:
+    store.save(running("secret run", id="s1"))
+    app = create_app(store, token="t0k3n")
+    with TestClient(app, follow_redirects=False) as anon:
+        refused = anon.get("/")
+        assert refused.status_code == 401 and "secret run" not in refused.text
+        assert "token" in parse(refused.text).one(id="message").text
+        assert anon.get("/runs/s1").status_code == 401
+        assert anon.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert anon.get("/?token=wrong").status_code == 401
+        assert anon.get("/", headers={"Cookie": "statekeep_token=wrong"}).status_code == 401
+        ok = anon.get("/", headers={"Authorization": "Bearer t0k3n"})
+        assert ok.status_code == 200 and "secret run" in ok.text
+    with TestClient(app, follow_redirects=False) as browser:
+        moved = browser.get("/runs/s1?token=t0k3n&x=1")
+        assert moved.status_code == 303 and moved.headers["location"] == "/runs/s1?x=1"
+        cookie = moved.headers["set-cookie"]
+        assert cookie.startswith("statekeep_token=t0k3n;")
+        assert {"httponly", "samesite=strict", "path=/"} <= {p.strip().lower() for p in cookie.split(";")}
+        assert moved.headers["content-security-policy"] == CSP
+        kept = browser.get("/runs/s1")  # the cookie from now on
+        assert kept.status_code == 200 and "secret run" in kept.text
