@@ -41,9 +41,8 @@ def need_browser(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """A headless Chromium (selenium WebDriver), 1280x900, for the whole session."""
+def browser_binaries() -> tuple[str, str]:
+    """The paths of chromium and chromedriver, once selenium imports; else skip (fail under CI)."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if chromium is None or driver is None:
         need_browser(
@@ -51,10 +50,20 @@ def browser() -> Iterator[Any]:
             "apt-get install chromium chromium-driver (./dev test does, as root)"
         )
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
+        import selenium  # noqa: F401
     except ImportError:
         need_browser("selenium is not installed; pip install -e '.[test]'")
+    assert chromium is not None and driver is not None
+    return chromium, driver
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """A headless Chromium (selenium WebDriver), 1280x900, for the whole session."""
+    chromium, driver = browser_binaries()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
