@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -50,4 +51,6 @@ def create_app(store: Store, *, token: str | None = None) -> Starlette:
         exception_handlers={404: _not_found, 405: _refused},
     )
     app.state.store = store
+    # Set when the server stops: the live streams, which never end by themselves, end then.
+    app.state.stopping = threading.Event()
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -55,15 +56,19 @@ async def run_events(request: Request) -> Response:
     if await store.aread(state_id, since=after + 1) is None:  # after >= -1
         return message("Not found", f"No State {state_id!r} in this store.", 404)
     return StreamingResponse(
-        _run_stream(store, state_id, after), media_type="text/event-stream", headers=_HEADERS
+        _run_stream(store, state_id, after, request.app.state.stopping),
+        media_type="text/event-stream",
+        headers=_HEADERS,
     )
 
 
-async def _run_stream(store: Store, state_id: str, after: int) -> AsyncIterator[str]:
+async def _run_stream(
+    store: Store, state_id: str, after: int, stopping: threading.Event
+) -> AsyncIterator[str]:
     tokens: fmt.Tokens | None = None
     idle = 0.0
     yield "retry: 1000\n\n"
-    while True:
+    while not stopping.is_set():
         # Read from the last seq shown: its time gives the first new entry's gap.
         record = await store.aread(state_id, since=max(after, 0))
         if record is None:
@@ -115,24 +120,35 @@ async def runs_events(request: Request) -> Response:
     except ValueError as exc:
         return message("Bad request", str(exc), 400)
     return StreamingResponse(
-        _runs_stream(store, filters, since), media_type="text/event-stream", headers=_HEADERS
+        _runs_stream(store, filters, since, request.app.state.stopping),
+        media_type="text/event-stream",
+        headers=_HEADERS,
     )
 
 
-async def _runs_stream(store: Store, filters: dict[str, Any], since: Any) -> AsyncIterator[str]:
-    seen: dict[str, Any] = {}  # id -> the updated_at last sent (or found when the stream opened)
+async def _runs_stream(
+    store: Store, filters: dict[str, Any], since: Any, stopping: threading.Event
+) -> AsyncIterator[str]:
+    # id -> the updated_at last sent, or shown on the page (updated at or before ``since``)
+    seen: dict[str, Any] = {}
     if since is None:
         for row in await store.alist(limit=1, **filters):
             since = row.updated_at
+    shown = since  # rows up to here are on the page already
     idle = 0.0
     yield "retry: 1000\n\n"
-    while True:
+    while not stopping.is_set():
         query = dict(filters, limit=200)
         if since is not None:
             # A second of overlap: a State updated twice within one clock tick is still seen.
             query["updated_after"] = since - timedelta(seconds=1)
         rows = await store.alist(**query)
-        fresh = [row for row in rows if seen.get(row.id) != row.updated_at]
+        fresh = []
+        for row in rows:
+            if shown is not None and row.updated_at <= shown:
+                seen.setdefault(row.id, row.updated_at)
+            elif seen.get(row.id) != row.updated_at:
+                fresh.append(row)
         for row in reversed(fresh):  # oldest first: the newest ends on top
             seen[row.id] = row.updated_at
             html = render("_row.html", r=row_view(row, await children_count(store, row.id)))

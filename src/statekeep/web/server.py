@@ -21,9 +21,16 @@ from .guard import is_loopback
 class _Server(uvicorn.Server):
     """uvicorn's server, telling once it listens where (the real port when 0 was asked)."""
 
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[str], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, on_ready: Callable[[str], None], stopping: threading.Event
+    ) -> None:
         super().__init__(config)
         self.on_ready = on_ready
+        self.stopping = stopping
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.stopping.set()  # the live streams end, so that no connection holds the stop up
+        await super().shutdown(sockets)
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
@@ -53,17 +60,18 @@ def _server(
     store: Store, host: str, port: int, token: str | None, on_ready: Callable[[str], None]
 ) -> tuple[_Server, socket.socket]:
     check_host(host, token)
+    app = create_app(store, token=token)
     config = uvicorn.Config(
-        create_app(store, token=token),
+        app,
         host=host,
         port=port,
         log_level="warning",
         lifespan="off",
         access_log=False,
-        timeout_graceful_shutdown=1,  # live streams never end by themselves
+        timeout_graceful_shutdown=5,  # in case a stream is stuck in a slow store call
     )
     listener = listen(host, port)  # bound here: a taken port is an OSError, not a log line
-    return _Server(config, on_ready), listener
+    return _Server(config, on_ready, app.state.stopping), listener
 
 
 def serve(
