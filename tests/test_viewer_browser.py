@@ -248,6 +248,11 @@ def test_the_runs_page_shows_runs_other_processes_create(serve: Any, page: Any, 
     wait_for(page, shown('#runs tbody tr.run[data-id="gamma-1"]'), "the new run")
     assert row_ids(page)[0] == "gamma-1"
     assert one(page, 'tr.run[data-id="gamma-1"] td.task').text == "A new run"
+    # A run another process finishes changes in place, and moves to the top.
+    in_another_process(store, 'state = store.load("alpha-2"); state.finish("Booked."); store.save(state)')
+    finished = 'tr.run[data-id="alpha-2"] td.status.status-finished'
+    wait_for(page, shown(finished), "the finished run")
+    assert row_ids(page)[0] == "alpha-2" and row_ids(page).count("alpha-2") == 1
     assert page.execute_script("return window.__notReloaded === true;"), "the page was reloaded"
 
 
