@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,7 +23,7 @@ from statekeep._urls import open_store
 from statekeep.web import start
 from tests import servers
 from tests.web_runs import EVIL, finished, running
-from tests.web_serving import client, events, serving, start_serve, stop, until, url_of
+from tests.web_serving import client, events, reap_servers, serving, start_serve, stop, until, url_of
 from tests.webpage import parse
 
 
@@ -35,6 +37,12 @@ def store_url(kind: str, tmp_path: Path) -> str:
     name = servers.unique_name("web")
     base = servers.shared_postgres().dsn if kind == "postgres" else servers.shared_redis().url
     return f"{base}?namespace={name}"
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    yield
+    reap_servers()
 
 
 def a_store(tmp_path: Path) -> str:
@@ -234,3 +242,16 @@ def test_python_serve_prints_the_serving_line_and_stops_on_sigterm() -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.decode() == "returned\n"  # serve() returned normally
+
+
+def test_serve_open_opens_the_browser_on_the_url(tmp_path: Path) -> None:
+    opened = tmp_path / "opened"
+    fake = tmp_path / "browser.py"
+    fake.write_text(f"import sys, pathlib; pathlib.Path({str(opened)!r}).write_text(sys.argv[1])\n")
+    env = {"BROWSER": f"{sys.executable} {fake} %s"}
+    with serving("--store", a_store(tmp_path), "--open", env=env) as base:
+        end = time.monotonic() + 60
+        while not (opened.exists() and opened.read_text()):
+            assert time.monotonic() < end, "the browser was not opened"
+            time.sleep(0.05)  # polling for the file the fake browser writes
+        assert opened.read_text() == base

@@ -18,6 +18,8 @@ import httpx
 
 DEADLINE = 60.0  # seconds: generous, a loaded machine is slow; no test waits this long when it passes
 SERVING = "statekeep: serving "
+#: Every server process started, so that a failed test's is killed (see reap_servers).
+STARTED: list[subprocess.Popen[bytes]] = []
 
 
 def read_line(proc: subprocess.Popen[bytes], deadline: float = DEADLINE) -> str:
@@ -35,12 +37,20 @@ def start_serve(
 ) -> subprocess.Popen[bytes]:
     """``statekeep serve ARGS`` (or ``python -c CODE``) with its stdout and stderr piped."""
     command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "statekeep", "serve", *args]
-    return subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **(env or {})},
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
     )
+    STARTED.append(proc)
+    return proc
+
+
+def reap_servers() -> None:
+    """Kill the servers a test left running (it failed before stopping them)."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=DEADLINE)
 
 
 def url_of(proc: subprocess.Popen[bytes]) -> str:
