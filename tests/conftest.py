@@ -20,7 +20,10 @@ from statekeep.testing import Api as Api  # the kit's helpers, as the tests impo
 from statekeep.testing import entries as entries
 from statekeep.testing import snapshot as snapshot
 
-pytest_plugins = ["tests.servers"]  # the server fixtures: postgres_server, redis_server
+pytest_plugins = [
+    "tests.servers",
+    "tests.browser",
+]  # fixtures: postgres_server, redis_server; browser, page, serve
 
 # Every built-in store, for the tests that run on each (the contract itself runs through
 # statekeep.testing.StoreContract in tests/test_conformance.py).
