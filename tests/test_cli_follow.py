@@ -234,3 +234,25 @@ def test_a_run_stops_at_a_stop_or_error_entry_and_a_run_start_starts_another() -
     assert stopped_after(kinds("task", "run_start", "stop", "data"))  # data after the stop
     assert not stopped_after(kinds("task", "run_start", "stop", "user", "run_start"))  # resumed
     assert stopped_after([], stopped=True) and not stopped_after(kinds("run_start"), stopped=True)
+
+
+def test_a_reader_that_goes_away_ends_the_follow_quietly(store: Store, url: str) -> None:
+    state = running(store)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statekeep", "show", "run", "--store", url, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("State run:")
+        proc.stdout.close()  # as `| head -1` does after its line
+        state.add_reply("Sunny.")
+        store.save(state)  # the follower's next write meets the closed pipe
+        _, err = proc.communicate(timeout=DEADLINE)
+        assert (proc.returncode, err) == (0, "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

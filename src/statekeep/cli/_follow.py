@@ -5,8 +5,9 @@ When the follow ends: when the run stops, as the history says it (the rule the S
 A run already stopped when the follow starts prints its timeline and ends at once; a run
 stopped on a limit that is resumed later is not waited for (the follow ends at the stop;
 follow it again). The history decides, not the snapshot, which a raw ``store.write`` may
-leave out or leave behind. Ctrl-C ends a follow too (exit status 130, no traceback); a
-State deleted while followed is one line on stderr and exit status 1.
+leave out or leave behind. Ctrl-C ends a follow too (exit status 130, no traceback), and so
+does a reader that goes away (``| head``: exit status 0); a State deleted while followed is
+one line on stderr and exit status 1.
 
 Why polling: nothing tells another process that a State grew on every backend (a folder, a
 SQLite file, and writers that publish nothing on PostgreSQL or Redis), while a range read
@@ -17,6 +18,8 @@ run is quiet (x1.5 per empty read), and again at once after a read that found en
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,7 +29,7 @@ import click
 from .._records import Record
 from .._render import entry_json, entry_line, heading
 from .._store import Store
-from ._common import NOT_FOUND, fail
+from ._common import NOT_FOUND, OK, fail
 
 FIRST_WAIT = 0.2
 LONGEST_WAIT = 1.0
@@ -88,5 +91,12 @@ def _print(entries: list[dict[str, Any]], as_json: bool) -> None:
 
 def _echo(lines: Iterable[str]) -> None:
     text = "\n".join(lines)
-    if text:
+    if not text:
+        return
+    try:
         click.echo(text)  # one write and one flush per batch: a pipe sees each batch at once
+    except BrokenPipeError:
+        # The reader went away (``| head``): the follow is over, quietly. Later writes
+        # (the interpreter's last flush) go nowhere instead of failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(OK)
