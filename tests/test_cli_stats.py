@@ -5,9 +5,12 @@ with one the history has since passed), bytes where the store can tell; and its 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,3 +167,47 @@ def test_help_documents_the_exit_statuses() -> None:
     text = " ".join(cli("--help").stdout.split())
     for status in ("0 ok", "1 not found", "2 bad usage", "3 data error", "130 stopped with Ctrl-C"):
         assert status in text
+
+
+def stats_on_terminal(store_url: str, *extra: str) -> tuple[int, str, str]:
+    """Run ``statekeep stats`` with its stderr on a terminal: exit status, stdout, the terminal's text."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statekeep", "stats", "--store", store_url, *extra],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        text=True,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+
+    def pump() -> None:
+        while True:
+            try:
+                data = os.read(leader, 4096)
+            except OSError:  # EIO: the terminal's other end is closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        out, _ = proc.communicate(timeout=60)
+        reader.join(timeout=60)
+    finally:
+        os.close(leader)
+    return proc.returncode, out, b"".join(chunks).decode(errors="replace")
+
+
+def test_stats_shows_a_progress_bar_on_a_terminal_unless_quiet(tmp_path: Path) -> None:
+    with open_store(str(tmp_path / "store"), create=True) as store:
+        for i in range(3):
+            store.save(run("task", "a", f"s{i}", 1))
+    status, out, terminal = stats_on_terminal(str(tmp_path / "store"))
+    assert status == 0 and out.splitlines()[:2] == ["States   3", "entries  12"]
+    assert "counting" in terminal
+    status, out, terminal = stats_on_terminal(str(tmp_path / "store"), "--quiet")
+    assert status == 0 and out.splitlines()[:2] == ["States   3", "entries  12"]
+    assert terminal == ""
