@@ -116,7 +116,8 @@ def stats(store_url: str, as_json: bool, quiet: bool, keys_file: str | None) -> 
     the snapshot names (a whole read for a State saved without one). Bytes: the folder's
     files (FileStore), the database file with its WAL (SQLite), pg_total_relation_size of the
     tables (PostgreSQL), all namespaces together; unknown on Redis. A progress bar shows on
-    a terminal (stderr) unless --quiet.
+    a terminal (stderr) unless --quiet. An encrypted store needs --keys (the entries are
+    counted from sealed records).
     """
     bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="counting")
     try:
