@@ -8,6 +8,7 @@ damaged State, a file or database that is not a statekeep store); each one line 
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import sqlite3
@@ -541,3 +542,14 @@ def test_a_store_another_user_could_change_is_a_data_error(folder: Path) -> None
     result = cli("list", "--store", str(folder))
     assert result.exit_code == 3, result.output
     assert len(result.stderr.splitlines()) == 1 and "chmod go-w" in result.stderr
+
+
+def test_show_json_is_one_document_of_the_record(folder: Path) -> None:
+    result = cli("show", "booked", "--store", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 1
+    shown = json.loads(result.stdout)
+    record = FileStore(folder).read("booked")
+    assert record is not None
+    assert shown == {"id": "booked", "snapshot": record.snapshot, "entries": record.entries}
+    assert shown["entries"][-1]["kind"] == "stop" and shown["snapshot"]["finished"] is True

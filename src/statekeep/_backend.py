@@ -144,6 +144,11 @@ class Backend(Leasing, Store):
         expired = [row.id for row in page if row.expires_at is not None and row.expires_at <= now]
         return sum([await self._current_lease(sid) is None for sid in expired])
 
+    async def _size_bytes(self) -> int | None:
+        """The bytes the store takes where it keeps its data, every namespace counted (for
+        ``statekeep stats``), or None where that is not known (this default)."""
+        return None
+
     async def _child_ids(self, state_id: str) -> list[str]:
         """The ids of ``state_id``'s children, expired ones too (a tree delete must reach
         the live States below an expired one)."""

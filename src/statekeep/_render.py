@@ -69,8 +69,14 @@ def summary(record: Record) -> str:
 
 
 def timeline(state_id: str, record: Record) -> list[str]:
-    """A readable history: one line per entry, long texts shortened, control characters
-    escaped. Any entry the store accepts is shown, whatever its fields hold."""
+    """A readable history: a header, then one line per entry (:func:`entry_line`), long
+    texts shortened, control characters escaped. Any entry the store accepts is shown,
+    whatever its fields hold."""
+    return [*heading(state_id, record), *(entry_line(entry) for entry in record.entries)]
+
+
+def heading(state_id: str, record: Record) -> list[str]:
+    """The lines above a timeline's entries: the task, the times, the turn and the status."""
     snap = record.snapshot if isinstance(record.snapshot, dict) else {}
     lines = [f"State {state_id}: {short(str(snap.get('task', '')), 100)}"]
     if snap:
@@ -81,11 +87,28 @@ def timeline(state_id: str, record: Record) -> list[str]:
             f"turn {short(str(snap.get('turn')), 20)} · {short(status, 40)}"
         )
     lines.append("")
-    for entry in record.entries:
-        kind = short(str(entry.get("kind", "?")), 30)
-        seq = short(str(entry.get("seq", "?")), 20)
-        lines.append(f"{seq:>5}  {_time(entry.get('at'), clock=True)}  {kind:<13} {_describe(entry)}")
     return [safe(line) for line in lines]
+
+
+def entry_line(entry: dict[str, Any]) -> str:
+    """One timeline line: seq, clock time, kind and what the entry says (escaped)."""
+    kind = short(str(entry.get("kind", "?")), 30)
+    seq = short(str(entry.get("seq", "?")), 20)
+    return safe(f"{seq:>5}  {_time(entry.get('at'), clock=True)}  {kind:<13} {_describe(entry)}")
+
+
+def entry_json(entry: dict[str, Any]) -> str:
+    """One history entry as one line of JSON, as stored (non-ASCII and control characters
+    escaped): ``statekeep show --follow --json`` prints one per entry."""
+    return json.dumps(entry, ensure_ascii=True)
+
+
+def record_json(state_id: str, record: Record) -> str:
+    """One State as one JSON document on one line, ``{"id", "snapshot", "entries"}``
+    (``statekeep show --json``)."""
+    return json.dumps(
+        {"id": state_id, "snapshot": record.snapshot, "entries": record.entries}, ensure_ascii=True
+    )
 
 
 def _describe(e: dict[str, Any]) -> str:

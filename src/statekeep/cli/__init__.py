@@ -2,15 +2,16 @@
 
 Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
 State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
-file or database that is not a statekeep store, a store of a newer statekeep). Everything
-printed comes from stored data with its control characters escaped, and without passwords.
+file or database that is not a statekeep store, a store of a newer statekeep), 130 stopped
+with Ctrl-C (``rekey``, ``show --follow``). Everything printed comes from stored data with
+its control characters escaped, and without passwords.
 
 Each command lives in its own module, registered on :data:`main` when imported here.
 """
 
 from __future__ import annotations
 
-from . import _inspect, _manage, _serve  # noqa: F401  (they register their commands)
+from . import _inspect, _manage, _serve, _stats  # noqa: F401  (they register their commands)
 from ._common import DATA_ERROR, INTERRUPTED, NOT_FOUND, OK, USAGE
 from ._group import main
 

@@ -2,8 +2,9 @@
 
 Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
 State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
-file or database that is not a statekeep store, a store of a newer statekeep). Everything
-printed comes from stored data with its control characters escaped, and without passwords.
+file or database that is not a statekeep store, a store of a newer statekeep), 130 stopped
+with Ctrl-C (``rekey``, ``show --follow``). Everything printed comes from stored data with
+its control characters escaped, and without passwords.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .._urls import _looks_sqlite, open_store
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
 
-#: Exit statuses (and 130: a rekey stopped with Ctrl-C, as shells report SIGINT).
+#: Exit statuses (and 130: rekey or show --follow stopped with Ctrl-C, as shells report SIGINT).
 OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
 
 

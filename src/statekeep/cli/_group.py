@@ -7,8 +7,8 @@ import click
 
 @click.group(
     epilog="Exit status: 0 ok, 1 not found (store, State or server), 2 bad usage, "
-    "3 data error (a damaged State, or not a statekeep store)."
+    "3 data error (a damaged State, or not a statekeep store), 130 stopped with Ctrl-C."
 )
-@click.version_option(package_name="statekeep")
+@click.version_option(package_name="statekeep", message="statekeep %(version)s")
 def main() -> None:
     """Keep AI agent runs outside the process, and look at them."""

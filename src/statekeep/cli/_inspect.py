@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .._clikeys import keys_option
-from .._render import listing, row_json, timeline
+from .._render import listing, record_json, row_json, timeline
 from .._writes import missing_error
-from ._common import fail, labels_arg, open_store_at, reporting, say, state_id_arg, store_option
+from . import _follow
+from ._common import (
+    INTERRUPTED,
+    fail,
+    labels_arg,
+    open_store_at,
+    reporting,
+    say,
+    state_id_arg,
+    store_option,
+)
 from ._group import main
 
 
@@ -58,12 +70,38 @@ def list_states(
 @main.command()
 @click.argument("state_id", callback=state_id_arg)
 @store_option
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="then print each new entry as it is saved, until the run stops (or Ctrl-C)",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='one JSON document {"id", "snapshot", "entries"}; with --follow, one JSON object per entry',
+)
 @keys_option
-def show(state_id: str, store_url: str, keys_file: str | None) -> None:
-    """Show one State's history as a timeline (an encrypted one needs --keys)."""
-    with reporting(), open_store_at(store_url, keys_file) as store:
-        record = store.read(state_id)
-    if record is None:
-        fail(str(missing_error(state_id, store_url)))
+def show(state_id: str, store_url: str, follow: bool, as_json: bool, keys_file: str | None) -> None:
+    """Show one State's history as a timeline (an encrypted one needs --keys).
+
+    --follow works like tail -f, across processes on every store: it ends when the run
+    stops (a stop or error entry, already there or saved meanwhile), with Ctrl-C (exit
+    status 130), or when the State is deleted (exit status 1)."""
+    try:
+        with reporting(), open_store_at(store_url, keys_file) as store:
+            record = store.read(state_id)
+            if record is None:
+                fail(str(missing_error(state_id, store_url)))
+            if follow:
+                missing = f"State {state_id!r} was deleted while it was followed"
+                _follow.follow(store, state_id, record, as_json=as_json, missing=missing)
+                return
+    except KeyboardInterrupt:
+        sys.exit(INTERRUPTED)  # Ctrl-C is how a follow is meant to end: no message
+    if as_json:
+        click.echo(record_json(state_id, record))
+        return
     for line in timeline(state_id, record):
         click.echo(line)

@@ -45,7 +45,7 @@ from ..._records import Record, SavedState
 from ..._redactor import Redactor
 from ..._sealing import Keyring
 from ..._writes import PreparedWrite
-from .._fsio import OsIO
+from .._fsio import OsIO, tree_bytes
 from .append import Appender
 from .budget import batch_cap
 from .copies import INTERVAL, Copies
@@ -271,6 +271,10 @@ class FileStore(FileLeasing, Backend):
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         return await owner().io.run(list_states, self._folder)
+
+    async def _size_bytes(self) -> int | None:
+        """The bytes of every file in the store's folder (every namespace)."""
+        return await asyncio.to_thread(tree_bytes, self.path)
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         # The copy and the log's tail after it, never the whole log (agent memory).

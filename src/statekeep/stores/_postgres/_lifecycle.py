@@ -63,6 +63,18 @@ class Lifecycle(Backend):
             return None
         return decode_snapshot(text, f"the snapshot of State {state_id!r} in {self._sql.states}")
 
+    async def _size_bytes(self) -> int | None:
+        """``pg_total_relation_size`` of the store's tables (rows, indexes, TOAST), which
+        every namespace of the store shares."""
+        tables = [self._sql.states, self._sql.entries, self._sql.labels, self._sql.leases, self._sql.version]
+        size: int = await self._query(
+            "stats",
+            "fetchval",
+            "SELECT coalesce(sum(pg_total_relation_size(to_regclass(t))), 0)::bigint FROM unnest($1::text[]) t",
+            tables,
+        )
+        return size
+
     # -- listings ----------------------------------------------------------------------
 
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:

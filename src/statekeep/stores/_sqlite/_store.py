@@ -3,6 +3,7 @@ database. What it runs is in the other modules of this package (see its docstrin
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import sqlite3
@@ -26,6 +27,7 @@ from ..._records import Record, SavedState, decode_snapshot
 from ..._redactor import Redactor
 from ..._sealing import Keyring
 from ..._writes import PreparedWrite, prepare_write
+from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._connections import (
@@ -200,6 +202,11 @@ class SQLiteStore(LeaseRows, Backend):
         # gc's own condition, counted (index states_expiry): unlisted States count too.
         conns = self._slot.get()
         return await owner().io.run(self._retry_busy, self._count_expired_once, conns)
+
+    async def _size_bytes(self) -> int | None:
+        """The bytes of the database file and its WAL and shared-memory files (every namespace)."""
+        names = (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
+        return await asyncio.to_thread(tree_bytes, *names)
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         # The states row alone: agent memory reads a key without its history.

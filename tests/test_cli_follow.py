@@ -1,0 +1,258 @@
+"""``statekeep show ID --follow`` as a real subprocess on every store that a second process
+can open (File, SQLite, PostgreSQL, Redis): this process saves, the follower prints.
+
+Each test reads the follower's output line by line until the line it waits for comes (a
+generous deadline, no sleeps). The follow ends with exit status 0 when the run stops, 130
+on Ctrl-C (without a traceback), 1 when the State is deleted meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekeep import State, Store, agent_info
+from statekeep._urls import open_store
+from statekeep.cli._follow import stopped_after
+from tests.conftest import servers
+
+DEADLINE = 60.0
+
+
+@pytest.fixture(params=["file", "sqlite", "postgres", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL another process can open; server stores in a namespace of their own."""
+    name = servers().unique_name("follow")
+    if request.param == "file":
+        return str(tmp_path / "store")
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/store.db"
+    if request.param == "postgres":
+        return f"{servers().shared_postgres().dsn}?namespace={name}"
+    return f"{servers().shared_redis().url}?namespace={name}"
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    with open_store(url, create=True) as opened:
+        yield opened
+
+
+class Follower:
+    """``statekeep show ID --store URL --follow`` in a subprocess, its lines read as they come."""
+
+    def __init__(self, url: str, state_id: str, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "statekeep", "show", state_id, "--store", url, "--follow", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # Ctrl-C must raise KeyboardInterrupt in the child, also when this test runs
+            # with SIGINT ignored (a shell's background job): Python then installs its handler.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self.errors: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.stderr_reader = threading.Thread(target=self._read_errors, daemon=True)
+        self.stderr_reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        self.errors.append(self.proc.stderr.read())
+
+    def wait_for(self, text: str) -> str:
+        """The first line (not seen before) holding ``text``; fails at the deadline or the end."""
+        while True:
+            try:
+                line = self.lines.get(timeout=DEADLINE)
+            except queue.Empty:
+                pytest.fail(f"no line with {text!r} within {DEADLINE}s; seen: {self.seen}")
+            if line is None:
+                pytest.fail(f"the follow ended before a line with {text!r}; seen: {self.seen}")
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def end(self) -> tuple[int, str, list[str]]:
+        """Exit status, stderr, and the stdout lines not read yet."""
+        status = self.proc.wait(timeout=DEADLINE)
+        rest: list[str] = []
+        while (line := self.lines.get(timeout=DEADLINE)) is not None:
+            rest.append(line)
+        self.stderr_reader.join(timeout=DEADLINE)
+        return status, "".join(self.errors), rest
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def follow(url: str) -> Iterator[Any]:
+    started: list[Follower] = []
+
+    def start(state_id: str, *extra: str) -> Follower:
+        started.append(Follower(url, state_id, *extra))
+        return started[-1]
+
+    yield start
+    for follower in started:
+        follower.kill()
+
+
+def running(store: Store, state_id: str = "run") -> State:
+    state = State("Watch the weather", id=state_id)
+    state.begin_run(agent_info("forecaster", "scripted", tools=["weather"]))
+    state.request("scripted")
+    store.save(state)
+    return state
+
+
+def test_follow_prints_entries_saved_by_another_process_and_ends_at_the_stop(
+    store: Store, follow: Any
+) -> None:
+    state = running(store)
+    follower = follow("run")
+    assert "State run: Watch the weather" in follower.wait_for("State run")
+    follower.wait_for("model_request")
+
+    state.add_reply("", [{"id": "c1", "name": "weather", "args": {"city": "Oslo"}}])
+    store.save(state)
+    line = follower.wait_for("model_reply")
+    assert line.split()[0] == "3" and "weather(city='Oslo') [c1]" in line
+
+    state.add_tool_result("c1", "Oslo: snow, -4 C")
+    store.save(state)
+    assert "Oslo: snow, -4 C" in follower.wait_for("tool_result")
+
+    state.finish("Snow in Oslo.")
+    store.save(state)
+    assert "by finish: Snow in Oslo." in follower.wait_for("stop")
+    status, err, rest = follower.end()
+    assert (status, err, rest) == (0, "", [])
+
+
+def test_follow_ends_at_an_error_entry(store: Store, follow: Any) -> None:
+    state = running(store)
+    follower = follow("run")
+    follower.wait_for("model_request")
+    state.add_model_error("TimeoutError: slow")
+    state.add_error("TimeoutError: slow")
+    store.save(state)
+    follower.wait_for("error ")
+    assert follower.end()[0] == 0
+
+
+def test_ctrl_c_ends_a_follow_with_130_and_no_traceback(store: Store, follow: Any) -> None:
+    running(store)
+    follower = follow("run")
+    follower.wait_for("model_request")
+    follower.proc.send_signal(signal.SIGINT)
+    status, err, _ = follower.end()
+    assert status == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_a_state_deleted_while_followed_exits_1_in_one_line(store: Store, follow: Any) -> None:
+    running(store)
+    follower = follow("run")
+    follower.wait_for("model_request")
+    store.delete("run")
+    status, err, _ = follower.end()
+    assert status == 1
+    assert err.splitlines() == ["statekeep: State 'run' was deleted while it was followed"]
+
+
+def test_follow_json_prints_one_entry_object_per_line(store: Store, follow: Any) -> None:
+    state = running(store)
+    follower = follow("run", "--json")
+    first = [json.loads(follower.wait_for('"seq": ')) for _ in range(3)]
+    assert [(e["seq"], e["kind"]) for e in first] == [(0, "task"), (1, "run_start"), (2, "model_request")]
+    state.add_reply("Sunny.")
+    state.finish("Sunny.")
+    store.save(state)
+    status, err, rest = follower.end()
+    assert status == 0, err
+    assert [(e["seq"], e["kind"]) for e in map(json.loads, rest)] == [(3, "model_reply"), (4, "stop")]
+
+
+def test_following_a_stopped_run_prints_it_and_ends_at_once(store: Store, url: str) -> None:
+    state = running(store)
+    state.add_reply("Done.")
+    state.stop("limit")
+    store.save(state)
+    proc = subprocess.run(
+        [sys.executable, "-m", "statekeep", "show", "run", "--store", url, "--follow"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].split()[2:4] == ["stop", "by"]
+
+
+def test_follow_of_an_unknown_id_exits_1(store: Store, url: str) -> None:
+    running(store)
+    proc = subprocess.run(
+        [sys.executable, "-m", "statekeep", "show", "nobody", "--store", url, "--follow"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert proc.returncode == 1 and "no State 'nobody'" in proc.stderr
+
+
+# -- when a run is stopped (pure) -----------------------------------------------------------
+
+
+def kinds(*names: str) -> list[dict[str, Any]]:
+    return [{"seq": i, "kind": kind} for i, kind in enumerate(names)]
+
+
+def test_a_run_stops_at_a_stop_or_error_entry_and_a_run_start_starts_another() -> None:
+    assert not stopped_after(kinds("task", "run_start", "model_request"))
+    assert stopped_after(kinds("task", "run_start", "stop"))
+    assert stopped_after(kinds("task", "run_start", "error"))
+    assert stopped_after(kinds("task", "run_start", "stop", "data"))  # data after the stop
+    assert not stopped_after(kinds("task", "run_start", "stop", "user", "run_start"))  # resumed
+    assert stopped_after([], stopped=True) and not stopped_after(kinds("run_start"), stopped=True)
+
+
+def test_a_reader_that_goes_away_ends_the_follow_quietly(store: Store, url: str) -> None:
+    state = running(store)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statekeep", "show", "run", "--store", url, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("State run:")
+        proc.stdout.close()  # as `| head -1` does after its line
+        state.add_reply("Sunny.")
+        store.save(state)  # the follower's next write meets the closed pipe
+        _, err = proc.communicate(timeout=DEADLINE)
+        assert (proc.returncode, err) == (0, "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
