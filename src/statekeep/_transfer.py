@@ -204,7 +204,7 @@ class CopyReport:
         return text
 
 
-async def _source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
+async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
     """The ids of every State the source lists with ``filters``, page by page."""
     ids: list[str] = []
     async for row in src.aiter_states(**{"limit": PAGE, **filters}):
@@ -244,7 +244,7 @@ async def acopy(
     ``rename_prefix + id`` (see :func:`renamed`). ``progress(done, total)`` is called after
     each State. Each State is durable on return as ``dst.awrite`` is.
     """
-    listed = [validate_id(i) for i in ids] if ids is not None else await _source_ids(src, filters or {})
+    listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
     wanted = list(dict.fromkeys(listed))
     report = CopyReport()
     for done, state_id in enumerate(wanted, 1):
