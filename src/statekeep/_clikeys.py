@@ -89,17 +89,18 @@ def parse_keys(text: bytes, where: str) -> Keyring:
 
 class ProgressBar:
     """A progress callback drawing a bar on stderr (if ``shown``), made when the first State
-    is done (the total is known then)."""
+    is done (the total is known then); ``label`` says what it counts."""
 
-    def __init__(self, shown: bool) -> None:
+    def __init__(self, shown: bool, label: str = "re-sealing") -> None:
         self.shown = shown
+        self.label = label
         self.bar: Any = None
 
     def __call__(self, done: int, total: int) -> None:
         if not self.shown:
             return
         if self.bar is None:
-            self.bar = click.progressbar(length=total, label="re-sealing", file=sys.stderr)
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
             self.bar.__enter__()
         self.bar.update(done - self.bar.pos)
 
