@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from .._clikeys import KEYS_HELP, ProgressBar, keys_option, load_keyring
+from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option, load_keyring
+from .._errors import DecryptionError
 from .._ids import validate_id
 from .._store import Store
 from .._transfer import CopyReport
@@ -90,10 +91,11 @@ def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str) -> T:
         bar.close()
 
 
-def open_destination(url: str, keys_file: str | None) -> Store:
+def open_destination(url: str, keys_file: str | None, *, env: bool = True) -> Store:
     """The store to write to, created if it does not exist yet (a folder, a SQLite file,
-    tables or keys), sealed with ``keys_file``'s keys if given."""
-    keyring = load_keyring(keys_file)
+    tables or keys), sealed with ``keys_file``'s keys (else ``$STATEKEEP_KEYS``'s, if
+    ``env``) if given."""
+    keyring = load_keyring(keys_file, None if env else {})
     return open_store(url, create=True, **({} if keyring is None else {"encrypt": keyring}))
 
 
@@ -204,8 +206,10 @@ def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 @click.option(
     "--rename-prefix", callback=_prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
 )
-@click.option("--src-keys", metavar="FILE", help="the keys of an encrypted source (JSON keys file)")
-@click.option("--dst-keys", metavar="FILE", help="seal the copies with these keys (JSON keys file)")
+@click.option(
+    "--src-keys", metavar="FILE", help=f"the keys of an encrypted source (default: ${KEYS_ENV}): " + KEYS_HELP
+)
+@click.option("--dst-keys", metavar="FILE", help="seal the copies with these keys (the same JSON document)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
 def copy_states(
     src_url: str,
@@ -236,11 +240,18 @@ def copy_states(
     if ids and filters:
         fail("copy: give --ids, or filters, not both", USAGE)
     bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="copying")
-    with reporting(), open_store_at(src_url, src_keys) as src, open_destination(dst_url, dst_keys) as dst:
+    with (
+        reporting(),
+        open_store_at(src_url, src_keys) as src,
+        open_destination(dst_url, dst_keys, env=False) as dst,
+    ):
         if src == dst:
             fail("copy: the source and the destination are the same store", USAGE)
         work = acopy(
             src, dst, ids=list(ids) or None, filters=filters, rename_prefix=rename_prefix, progress=bar
         )
-        report = _run(work, bar, "copy")
+        try:
+            report = _run(work, bar, "copy")
+        except DecryptionError as exc:
+            fail(f"{exc} (give the source's keys with --src-keys FILE or ${KEYS_ENV})", USAGE)
     _finish("copy", report, src_url, quiet)
