@@ -13,7 +13,7 @@ import pytest
 
 from statekeep import FileStore, Keyring, MemoryStore, SQLiteStore, Store
 from statekeep._records import Record
-from statekeep._transfer import CHUNK, CopyConflictError, acopy, aput_state
+from statekeep._transfer import CHUNK, CopyConflictError, CopyVerifyError, acopy, aput_state
 from tests.conftest import servers
 from tests.move_runs import contents, make_runs
 
@@ -180,3 +180,24 @@ def test_a_destination_with_retention_stamps_expiry_and_still_counts_as_same(tmp
         assert stamped is not None and stamped.snapshot is not None
         assert stamped.snapshot["expiry"] == "retention"  # the store's own: documented, not a conflict
         assert copy(src, dst).same == len(ids)
+
+
+def test_a_destination_that_loses_entries_fails_the_check_after_writing() -> None:
+    class Lossy(MemoryStore):
+        """Acknowledges every write but keeps only the first entry of each."""
+
+        async def awrite(
+            self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False, **kw: Any
+        ) -> None:
+            await super().awrite(state_id, list(entries)[:1], snapshot, create=create, **kw)
+
+    with MemoryStore() as src, Lossy() as dst:
+        [sid, *_] = make_runs(src, 1)
+        record = src.read(sid)
+        assert record is not None
+        with pytest.raises(
+            CopyVerifyError, match=f"{sid!r}.*fewer than the {len(record.entries)} entries sent"
+        ):
+            asyncio.run(aput_state(dst, sid, record))
+        report = copy(src, Lossy())
+        assert sid in report.failed and report.copied == 0

@@ -117,6 +117,8 @@ async def _verify(dst: Store, state_id: str, record: Record) -> None:
     back = await dst.aread(state_id, since=max(count - 1, 0))
     if back is None:
         raise CopyVerifyError(state_id, "as absent (expired, or deleted meanwhile?)")
+    if count and not back.entries:
+        raise CopyVerifyError(state_id, f"with fewer than the {count} entries sent")
     last = back.entries[-1]["seq"] if back.entries else -1
     if len(back.entries) != min(count, 1) or last != count - 1:
         raise CopyVerifyError(state_id, f"with its last seq {last}, not {count - 1}")
