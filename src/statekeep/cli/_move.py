@@ -194,21 +194,22 @@ def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 @main.command("copy")
 @click.argument("src_url")
 @click.argument("dst_url")
-@click.option("--ids", multiple=True, callback=_ids_arg, help="a State to copy; repeat for several")
+@click.option(
+    "--ids", multiple=True, metavar="ID", callback=_ids_arg, help="a State to copy; repeat for several"
+)
 @click.option(
     "--filter",
     "pairs",
+    metavar="KEY=VALUE",
     multiple=True,
     callback=_filter_arg,
-    help="KEY=VALUE: status, agent, parent or prefix, any other KEY a label; repeat: all must match",
+    help="status, agent, parent or prefix=VALUE; any other KEY is a label; repeat: all must match",
 )
 @filter_options
 @click.option(
     "--rename-prefix", callback=_prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
 )
-@click.option(
-    "--src-keys", metavar="FILE", help=f"the keys of an encrypted source (default: ${KEYS_ENV}): " + KEYS_HELP
-)
+@click.option("--src-keys", metavar="FILE", help="the keys of an encrypted source: " + KEYS_HELP)
 @click.option("--dst-keys", metavar="FILE", help="seal the copies with these keys (the same JSON document)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
 def copy_states(
