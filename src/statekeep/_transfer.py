@@ -18,7 +18,8 @@ compared like any other field.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,6 +32,8 @@ from ._writes import same_json
 
 #: Entries per write; the snapshot goes with the last one.
 CHUNK = 1000
+#: States copied at once (each its own chain of reads and writes).
+CONCURRENCY = 8
 #: States listed per page when walking a source.
 PAGE = 500
 
@@ -138,17 +141,17 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
     was sent, else :class:`CopyVerifyError`. Durable on return as ``dst.awrite`` is.
     """
     entries, snapshot = list(record.entries), record.snapshot
-    held = await dst.aread(state_id)
-    if held is None:
-        try:
-            await _send(dst, state_id, entries, snapshot, 0, create=True)
-        except StateExistsError:
-            held = await dst.aread(state_id)  # another copier created it: compare with that
-            if held is None:
-                raise
-        else:
-            await _verify(dst, state_id, record)
-            return "copied"
+    # Create first (all or nothing), and read only if the State is there: a fresh copy
+    # costs no read of the destination before its write.
+    try:
+        await _send(dst, state_id, entries, snapshot, 0, create=True)
+    except StateExistsError:
+        held = await dst.aread(state_id)  # there already (or another copier created it)
+        if held is None:
+            raise
+    else:
+        await _verify(dst, state_id, record)
+        return "copied"
     _check_prefix(state_id, held, entries)
     if len(held.entries) == len(entries):
         if same_snapshot(held.snapshot, snapshot):
@@ -235,6 +238,7 @@ async def acopy(
     filters: Mapping[str, Any] | None = None,
     rename_prefix: str | None = None,
     progress: Progress | None = None,
+    concurrency: int = CONCURRENCY,
 ) -> CopyReport:
     """Copy States from ``src`` to ``dst``: those of ``ids``, else every State ``src`` lists
     with ``filters`` (the keyword arguments of ``alist``, e.g. ``{"status": "finished"}``).
@@ -244,17 +248,50 @@ async def acopy(
     left unchanged and named in ``report.failed``. Run it again after a crash: it ends with
     every State equal in both stores. ``rename_prefix`` puts each State under
     ``rename_prefix + id`` (see :func:`renamed`). ``progress(done, total)`` is called after
-    each State. Each State is durable on return as ``dst.awrite`` is.
+    each State. ``concurrency`` States are copied at once (under asyncio; one at a time
+    under trio), so as many may be left part way by a crash. Each State is durable on
+    return as ``dst.awrite`` is.
     """
     listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
     wanted = list(dict.fromkeys(listed))
     report = CopyReport()
-    for done, state_id in enumerate(wanted, 1):
+    done = 0
+
+    async def copy_one(state_id: str) -> None:
+        nonlocal done
         record = await src.aread(state_id)
         if record is None:
             report.missing.append(state_id)
         else:
             await aput_one(dst, state_id, record, report, rename_prefix)
+        done += 1
         if progress is not None:
             progress(done, len(wanted))
+
+    await _each(copy_one, wanted, concurrency)
     return report
+
+
+async def _each(work: Callable[[str], Awaitable[None]], ids: list[str], concurrency: int) -> None:
+    """``work`` on each id: ``concurrency`` at a time under asyncio (a store's writes then
+    share commits), one after another under another event loop (trio)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        concurrency = 1
+    if concurrency <= 1:
+        for state_id in ids:
+            await work(state_id)
+        return
+    queue = iter(ids)
+
+    async def worker() -> None:
+        for state_id in queue:  # shared: each id goes to one worker
+            await work(state_id)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(concurrency, len(ids))):
+                group.create_task(worker())
+    except BaseExceptionGroup as failed:  # the first error, as one at a time would raise it
+        raise failed.exceptions[0] from None
