@@ -16,7 +16,7 @@ from tests import servers
 REPO = Path(__file__).resolve().parent.parent
 HEADER = ["measure", "value", "spread", "baseline", "ratio", "target", "met"]
 # At least this many rows each.
-ROWS = {"core": 8, "sqlite": 5, "servers": 10, "procs": 16, "ranges": 16, "protect": 12}
+ROWS = {"core": 8, "sqlite": 5, "servers": 10, "procs": 16, "ranges": 16, "protect": 12, "copy": 2}
 
 
 def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
@@ -38,7 +38,7 @@ def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
-    if name in ("servers", "ranges"):  # start their own PostgreSQL and Redis
+    if name in ("servers", "ranges", "copy"):  # start their own PostgreSQL (and Redis)
         for check in (servers.postgres_bindir, servers.redis_binary):
             try:
                 check()

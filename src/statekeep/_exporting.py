@@ -1,0 +1,103 @@
+"""Export States to a file and import them back (the file format: :mod:`._exportfile`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from ._exportfile import header_line, state_lines, states, trailer_line, verify
+from ._ids import validate_id
+from ._store import Store
+from ._transfer import CopyReport, Progress, aput_one, source_ids
+
+
+async def aexport(
+    store: Store,
+    out: str | Path | IO[bytes],
+    *,
+    ids: Iterable[str] | None = None,
+    filters: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> tuple[int, int, list[str]]:
+    """Write the States of ``ids`` (else every State ``store`` lists with ``filters``) to
+    ``out`` (a path, or a binary stream such as stdout) as an export file; return (States,
+    entries, ids asked for that the store does not hold).
+
+    A path is written whole or not at all: the file appears (atomically replacing one of
+    that name) once complete and flushed to disk. Holds one State in memory at a time.
+    """
+    listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(store, filters or {})
+    wanted = list(dict.fromkeys(listed))
+    missing: list[str] = []
+    count = entries = 0
+    # The header holds the counts, so the States go to a scratch file first.
+    with tempfile.TemporaryFile() as body:
+        for done, state_id in enumerate(wanted, 1):
+            record = await store.aread(state_id)
+            if record is None:
+                missing.append(state_id)
+            else:
+                count += 1
+                entries += len(record.entries)
+                body.writelines(state_lines(state_id, record))
+            if progress is not None:
+                progress(done, len(wanted))
+        head = header_line(type(store).__name__, count, entries)
+        if isinstance(out, str | Path):
+            _write_file(Path(out), head, body, count, entries)
+        else:
+            _write_stream(out, head, body, count, entries)
+    return count, entries, missing
+
+
+def _write_stream(out: IO[bytes], head: bytes, body: IO[bytes], count: int, entries: int) -> None:
+    digest = hashlib.sha256(head)
+    out.write(head)
+    body.seek(0)
+    while block := body.read(1 << 20):
+        digest.update(block)
+        out.write(block)
+    out.write(trailer_line(count, entries, digest.hexdigest()))
+    out.flush()
+
+
+def _write_file(path: Path, head: bytes, body: IO[bytes], count: int, entries: int) -> None:
+    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _write_stream(out, head, body, count, entries)
+            os.fsync(out.fileno())
+        os.replace(scratch, path)
+    except BaseException:
+        Path(scratch).unlink(missing_ok=True)
+        raise
+
+
+async def aimport(
+    store: Store,
+    path: str | Path,
+    *,
+    rename_prefix: str | None = None,
+    progress: Progress | None = None,
+) -> CopyReport:
+    """Put every State of the export file at ``path`` into ``store``, as :func:`acopy` does
+    (new ones created, prefixes extended, identical ones skipped, different ones left
+    unchanged and named in ``report.failed``).
+
+    The whole file is checked first (format, version, counts, checksum): a file that fails
+    imports nothing (:class:`~statekeep._exportfile.ExportFileError`). Then it is read again,
+    one State at a time. Each State is durable on return as ``store.awrite`` is.
+    """
+    report = CopyReport()
+    with open(path, "rb") as file:
+        header = verify(file)
+        file.seek(0)
+        for done, (state_id, record) in enumerate(states(file), 1):
+            await aput_one(store, state_id, record, report, rename_prefix)
+            if progress is not None:
+                progress(done, header.states)
+    return report

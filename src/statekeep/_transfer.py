@@ -1,0 +1,297 @@
+"""Moving States between stores, idempotently: :func:`aput_state` puts one State read from
+a source into a destination; :func:`acopy` does it for many (``statekeep copy``, ``import``).
+
+A State is sent as its history plus its snapshot, exactly as the source's ``read`` gives
+them (decrypted with the source's keys; a destination opened with ``encrypt=`` seals them
+again with its own). Labels, expiry, ``parent`` and ``forked_from`` travel in the snapshot
+untouched. Large histories go in chunks of :data:`CHUNK` entries with the snapshot on the
+last chunk only, so a copy killed part way leaves, at worst, a prefix of the history
+without a snapshot (a State that no listing shows) or a full history under an older
+snapshot; the next run finishes either.
+
+The store may rewrite one thing on a write: a destination with ``retention`` stamps
+``expires_at`` (and ``"expiry": "retention"``) on a snapshot that has no expiry, and a
+``ttl`` MemoryStore slides that stamp on every read. So snapshots are compared without
+``expires_at``/``expiry`` when either side's expiry is such a stamp; an explicit expiry is
+compared like any other field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._errors import CorruptStateError, StateConflictError, StateExistsError
+from ._ids import validate_id
+from ._records import Record
+from ._sealing import STORE_MANAGED
+from ._store import Store
+from ._writes import same_json
+
+#: Entries per write; the snapshot goes with the last one.
+CHUNK = 1000
+#: States copied at once (each its own chain of reads and writes).
+CONCURRENCY = 8
+#: States listed per page when walking a source.
+PAGE = 500
+
+Outcome = Literal["copied", "extended", "same"]
+#: Called after each State with (States done, States in all).
+Progress = Callable[[int, int], None]
+
+_RESOLVE = (
+    "Nothing of it was changed; delete that State in the destination (statekeep delete ID "
+    "--store DST) to replace it, or copy under other ids with --rename-prefix"
+)
+
+
+class CopyConflictError(StateConflictError):
+    """The destination holds a different State under the same id: nothing of it was changed.
+    ``state_id`` names it; the message says what differs and how to resolve it."""
+
+    def __init__(self, state_id: str, what: str) -> None:
+        super().__init__(f"State {state_id!r} differs in the destination: {what}. {_RESOLVE}")
+        self.state_id = state_id
+
+
+class CopyVerifyError(CorruptStateError):
+    """Read back after the copy, the destination's State does not hold what was sent."""
+
+    def __init__(self, state_id: str, what: str) -> None:
+        super().__init__(
+            f"State {state_id!r} was written to the destination but reads back {what}; "
+            "check the destination store, then run the copy again"
+        )
+        self.state_id = state_id
+
+
+def _stamped(snapshot: Mapping[str, Any]) -> bool:
+    """Whether a snapshot's expiry is a store's retention stamp (not the State's own)."""
+    return snapshot.get("expiry") == "retention"
+
+
+def same_snapshot(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Snapshot equality as copies see it: without ``expires_at``/``expiry`` when either
+    side's expiry is a retention stamp (the store's, rewritten on writes and reads)."""
+    if a is None or b is None:
+        return a is b
+    if _stamped(a) or _stamped(b):
+        a = {k: v for k, v in a.items() if k not in STORE_MANAGED}
+        b = {k: v for k, v in b.items() if k not in STORE_MANAGED}
+    return same_json(dict(a), dict(b))
+
+
+async def _send(
+    dst: Store, state_id: str, entries: list[dict[str, Any]], snapshot: Any, start: int, create: bool
+) -> None:
+    """Write ``entries[start:]`` in chunks, the snapshot with the last one."""
+    first = True
+    while True:
+        chunk = entries[start : start + CHUNK]
+        start += len(chunk)
+        last = start >= len(entries)
+        await dst.awrite(state_id, chunk, snapshot if last else None, create=create and first)
+        first = False
+        if last:
+            return
+
+
+def _check_prefix(state_id: str, held: Record, entries: list[dict[str, Any]]) -> None:
+    """CopyConflictError unless the destination's entries are a prefix of ``entries``."""
+    if len(held.entries) > len(entries):
+        raise CopyConflictError(state_id, f"it holds {len(held.entries)} entries, the source {len(entries)}")
+    for seq, (old, new) in enumerate(zip(held.entries, entries, strict=False)):
+        if not same_json(old, new):
+            raise CopyConflictError(state_id, f"a different entry at seq {seq}")
+
+
+def _behind(held: Mapping[str, Any], snapshot: Mapping[str, Any]) -> bool:
+    """Whether the destination's snapshot covers fewer entries than the source's: the
+    last chunk's entries were stored, its snapshot not (a copy killed in between)."""
+    mine, theirs = held.get("seq"), snapshot.get("seq")
+    return type(mine) is int and type(theirs) is int and mine < theirs
+
+
+async def _verify(dst: Store, state_id: str, record: Record) -> None:
+    """Read the State back: its last seq (so its entry count) and snapshot as sent."""
+    count = len(record.entries)
+    back = await dst.aread(state_id, since=max(count - 1, 0))
+    if back is None:
+        raise CopyVerifyError(state_id, "as absent (expired, or deleted meanwhile?)")
+    if count and not back.entries:
+        raise CopyVerifyError(state_id, f"with fewer than the {count} entries sent")
+    last = back.entries[-1]["seq"] if back.entries else -1
+    if len(back.entries) != min(count, 1) or last != count - 1:
+        raise CopyVerifyError(state_id, f"with its last seq {last}, not {count - 1}")
+    if not same_snapshot(back.snapshot, record.snapshot):
+        raise CopyVerifyError(state_id, "with another snapshot")
+
+
+async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
+    """Put the State ``record`` (as a source's ``read`` returned it) into ``dst`` as
+    ``state_id``; return ``"copied"`` (it was absent), ``"extended"`` (``dst`` held a
+    prefix of its history, or all of it without the snapshot: the rest was written) or
+    ``"same"`` (``dst`` holds it already; nothing written).
+
+    Anything else (a different entry at some seq, a longer history in ``dst``, the same
+    history under a different snapshot) is :class:`CopyConflictError` and ``dst`` is not
+    changed. After writing, the State is read back: its last seq and snapshot must be what
+    was sent, else :class:`CopyVerifyError`. Durable on return as ``dst.awrite`` is.
+    """
+    entries, snapshot = list(record.entries), record.snapshot
+    # Create first (all or nothing), and read only if the State is there: a fresh copy
+    # costs no read of the destination before its write.
+    try:
+        await _send(dst, state_id, entries, snapshot, 0, create=True)
+    except StateExistsError:
+        held = await dst.aread(state_id)  # there already (or another copier created it)
+        if held is None:
+            raise
+    else:
+        await _verify(dst, state_id, record)
+        return "copied"
+    _check_prefix(state_id, held, entries)
+    if len(held.entries) == len(entries):
+        if same_snapshot(held.snapshot, snapshot):
+            return "same"
+        if held.snapshot is not None and (snapshot is None or not _behind(held.snapshot, snapshot)):
+            raise CopyConflictError(state_id, "the same history under a different snapshot")
+        await dst.awrite(state_id, [], snapshot)  # finish a copy killed before its snapshot
+    else:
+        await _send(dst, state_id, entries, snapshot, len(held.entries), create=False)
+    await _verify(dst, state_id, record)
+    return "extended"
+
+
+def renamed(state_id: str, record: Record, prefix: str) -> tuple[str, Record]:
+    """The State under ``prefix + state_id``, with the ids it refers to (its ``parent``, in
+    its snapshot and its task entry, and its ``forked_from`` source) prefixed too, so a
+    tree of States moved together stays linked."""
+    new_id = validate_id(prefix + state_id)
+    entries = list(record.entries)
+    if entries and isinstance(entries[0].get("parent"), str):
+        entries[0] = {**entries[0], "parent": prefix + entries[0]["parent"]}
+    snapshot = record.snapshot
+    if snapshot is not None:
+        snapshot = dict(snapshot)
+        if isinstance(snapshot.get("parent"), str):
+            snapshot["parent"] = prefix + snapshot["parent"]
+        forked = snapshot.get("forked_from")
+        if isinstance(forked, dict) and isinstance(forked.get("id"), str):
+            snapshot["forked_from"] = {**forked, "id": prefix + forked["id"]}
+    return new_id, Record(entries, snapshot)
+
+
+@dataclass
+class CopyReport:
+    """What a copy did, per State: ``copied`` (new in the destination), ``extended`` (the
+    rest of a history written), ``same`` (already there: skipped), ``failed`` (id ->
+    why: a conflict or a failed check; those States were not changed) and ``missing``
+    (ids asked for that the source does not hold)."""
+
+    copied: int = 0
+    extended: int = 0
+    same: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+    def count(self, outcome: Outcome) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def __str__(self) -> str:
+        text = f"{self.copied} copied, {self.extended} extended, {self.same} already there (skipped)"
+        if self.failed:
+            text += f", {len(self.failed)} failed"
+        if self.missing:
+            text += f", {len(self.missing)} not in the source"
+        return text
+
+
+async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
+    """The ids of every State the source lists with ``filters``, page by page."""
+    ids: list[str] = []
+    async for row in src.aiter_states(**{"limit": PAGE, **filters}):
+        ids.append(row.id)
+    return ids
+
+
+async def aput_one(
+    dst: Store, state_id: str, record: Record, report: CopyReport, rename_prefix: str | None
+) -> None:
+    """Put one State, counting it in ``report`` (a conflict or failed check is counted as
+    failed, and the copy goes on)."""
+    if rename_prefix:
+        state_id, record = renamed(state_id, record, rename_prefix)
+    try:
+        report.count(await aput_state(dst, state_id, record))
+    except (CopyConflictError, CopyVerifyError) as exc:
+        report.failed[state_id] = str(exc)
+
+
+async def acopy(
+    src: Store,
+    dst: Store,
+    *,
+    ids: Iterable[str] | None = None,
+    filters: Mapping[str, Any] | None = None,
+    rename_prefix: str | None = None,
+    progress: Progress | None = None,
+    concurrency: int = CONCURRENCY,
+) -> CopyReport:
+    """Copy States from ``src`` to ``dst``: those of ``ids``, else every State ``src`` lists
+    with ``filters`` (the keyword arguments of ``alist``, e.g. ``{"status": "finished"}``).
+
+    Each State goes through :func:`aput_state`: new ones are created whole, a prefix left
+    by an interrupted copy is extended, identical ones are skipped, and different ones are
+    left unchanged and named in ``report.failed``. Run it again after a crash: it ends with
+    every State equal in both stores. ``rename_prefix`` puts each State under
+    ``rename_prefix + id`` (see :func:`renamed`). ``progress(done, total)`` is called after
+    each State. ``concurrency`` States are copied at once (under asyncio; one at a time
+    under trio), so as many may be left part way by a crash. Each State is durable on
+    return as ``dst.awrite`` is.
+    """
+    listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
+    wanted = list(dict.fromkeys(listed))
+    report = CopyReport()
+    done = 0
+
+    async def copy_one(state_id: str) -> None:
+        nonlocal done
+        record = await src.aread(state_id)
+        if record is None:
+            report.missing.append(state_id)
+        else:
+            await aput_one(dst, state_id, record, report, rename_prefix)
+        done += 1
+        if progress is not None:
+            progress(done, len(wanted))
+
+    await _each(copy_one, wanted, concurrency)
+    return report
+
+
+async def _each(work: Callable[[str], Awaitable[None]], ids: list[str], concurrency: int) -> None:
+    """``work`` on each id: ``concurrency`` at a time under asyncio (a store's writes then
+    share commits), one after another under another event loop (trio)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        concurrency = 1
+    if concurrency <= 1:
+        for state_id in ids:
+            await work(state_id)
+        return
+    queue = iter(ids)
+
+    async def worker() -> None:
+        for state_id in queue:  # shared: each id goes to one worker
+            await work(state_id)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(concurrency, len(ids))):
+                group.create_task(worker())
+    except BaseExceptionGroup as failed:  # the first error, as one at a time would raise it
+        raise failed.exceptions[0] from None

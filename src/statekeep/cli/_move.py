@@ -1,0 +1,258 @@
+"""``statekeep export``, ``import`` and ``copy``: move States between stores and files.
+
+Each shows a progress bar on stderr when it is a terminal (none with ``--quiet`` or when
+piped) and ends with a summary line (none with ``--quiet``). A State that differs in the
+destination, or fails its check after writing, is left unchanged and named: exit 3. A
+State named on the command line that the source does not hold: exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+
+from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option, load_keyring
+from .._errors import DecryptionError
+from .._ids import validate_id
+from .._store import Store
+from .._transfer import CopyReport
+from .._urls import open_store
+from ._common import (
+    DATA_ERROR,
+    INTERRUPTED,
+    NOT_FOUND,
+    USAGE,
+    fail,
+    labels_arg,
+    open_store_at,
+    reporting,
+    say,
+    state_id_arg,
+    store_option,
+)
+from ._group import main
+
+T = TypeVar("T")
+_FILTER_KEYS = ("status", "agent", "parent", "prefix")
+
+
+def _ids_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(state_id_arg(ctx, param, value) for value in values)
+
+
+def _prefix_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            validate_id(value)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} cannot start a State id (A-Z a-z 0-9 _ - only)") from None
+    return value
+
+
+def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The listing filters that choose the States to move (they combine with AND)."""
+    for option in reversed(
+        [
+            click.option("--status", help="finished, running, or why a run stopped (limit, ...)"),
+            click.option("--agent", help="only States whose last run was by this agent"),
+            click.option(
+                "--label",
+                "labels",
+                multiple=True,
+                callback=labels_arg,
+                help="KEY=VALUE; repeat: all must match",
+            ),
+            click.option("--prefix", "id_prefix", help="only States whose id starts with this"),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _filters(
+    status: str | None, agent: str | None, labels: dict[str, str], id_prefix: str | None
+) -> dict[str, Any]:
+    given = {"status": status, "agent": agent, "labels": labels or None, "id_prefix": id_prefix}
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str) -> T:
+    """Run a move on an event loop of its own; Ctrl-C is exit 130 (run it again to finish)."""
+    try:
+        return asyncio.run(work)
+    except KeyboardInterrupt:
+        bar.close()
+        fail(f"{what} stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
+    finally:
+        bar.close()
+
+
+def open_destination(url: str, keys_file: str | None, *, env: bool = True) -> Store:
+    """The store to write to, created if it does not exist yet (a folder, a SQLite file,
+    tables or keys), sealed with ``keys_file``'s keys (else ``$STATEKEEP_KEYS``'s, if
+    ``env``) if given."""
+    keyring = load_keyring(keys_file, None if env else {})
+    return open_store(url, create=True, **({} if keyring is None else {"encrypt": keyring}))
+
+
+def _finish(command: str, report: CopyReport, source: str, quiet: bool) -> None:
+    """The summary, then the exit status: 3 naming the States refused, 1 the missing."""
+    if not quiet:
+        say(f"{command}: {report}")
+    if report.failed:
+        why, more = next(iter(report.failed.values())), len(report.failed) - 1
+        tail = f" ({more} more States failed likewise: {', '.join(list(report.failed)[1:6])})" if more else ""
+        fail(why + tail, DATA_ERROR)
+    if report.missing:
+        fail(
+            f"not in {source}: {', '.join(report.missing[:10])} (check the ids with statekeep list)",
+            NOT_FOUND,
+        )
+
+
+def _choose(
+    ids: tuple[str, ...], everything: bool, filters: dict[str, Any], command: str
+) -> list[str] | None:
+    """The ids to move (None: those the filters list); bad usage is exit 2."""
+    if ids and (everything or filters):
+        fail(f"{command}: give State ids, or --all / filters to choose them, not both", USAGE)
+    if not ids and not everything and not filters:
+        fail(f"{command}: name the States to move (IDs), or pass --all or a filter (see --help)", USAGE)
+    return list(ids) if ids else None
+
+
+@main.command("export")
+@click.argument("ids", nargs=-1, callback=_ids_arg)
+@click.option("--all", "everything", is_flag=True, help="every State the store lists")
+@filter_options
+@click.option("-o", "--output", required=True, help="the file to write (- for stdout)")
+@store_option
+@keys_option
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
+def export_states(
+    ids: tuple[str, ...],
+    everything: bool,
+    status: str | None,
+    agent: str | None,
+    labels: dict[str, str],
+    id_prefix: str | None,
+    output: str,
+    store_url: str,
+    keys_file: str | None,
+    quiet: bool,
+) -> None:
+    """Write States to a portable JSON Lines file: a header (format version, source, counts),
+    each State's snapshot and entries, and a trailer with a checksum. It holds what reading
+    gives: decrypted with --keys, labels and expiry included. The file appears once whole."""
+    from .._exporting import aexport
+
+    chosen = _choose(ids, everything, _filters(status, agent, labels, id_prefix), "export")
+    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="exporting")
+    with reporting(), open_store_at(store_url, keys_file) as store:
+        out: Any = sys.stdout.buffer if output == "-" else output
+        work = aexport(
+            store, out, ids=chosen, filters=_filters(status, agent, labels, id_prefix), progress=bar
+        )
+        count, entries, missing = _run(work, bar, "export")
+    if not quiet:
+        where = "stdout" if output == "-" else output
+        say(f"export: {count} States ({entries} entries) written to {where}", err=output == "-")
+    if missing:
+        fail(f"not in {store_url}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@store_option
+@click.option(
+    "--rename-prefix", callback=_prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
+)
+@click.option("--keys", "keys_file", metavar="FILE", help="seal what is imported: " + KEYS_HELP)
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
+def import_states(
+    file: str, store_url: str, rename_prefix: str | None, keys_file: str | None, quiet: bool
+) -> None:
+    """Put the States of an export file into a store (created if missing). The whole file is
+    checked first (format, version, counts, checksum); identical States are skipped, and a
+    State that differs in the store is left as it is and named (exit 3)."""
+    from .._exporting import aimport
+
+    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="importing")
+    with reporting(), open_destination(store_url, keys_file) as store:
+        report = _run(aimport(store, file, rename_prefix=rename_prefix, progress=bar), bar, "import")
+    _finish("import", report, file, quiet)
+
+
+def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    return labels_arg(ctx, param, values)
+
+
+@main.command("copy")
+@click.argument("src_url")
+@click.argument("dst_url")
+@click.option(
+    "--ids", multiple=True, metavar="ID", callback=_ids_arg, help="a State to copy; repeat for several"
+)
+@click.option(
+    "--filter",
+    "pairs",
+    metavar="KEY=VALUE",
+    multiple=True,
+    callback=_filter_arg,
+    help="status, agent, parent or prefix=VALUE; any other KEY is a label; repeat: all must match",
+)
+@filter_options
+@click.option(
+    "--rename-prefix", callback=_prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
+)
+@click.option("--src-keys", metavar="FILE", help="the keys of an encrypted source: " + KEYS_HELP)
+@click.option("--dst-keys", metavar="FILE", help="seal the copies with these keys (the same JSON document)")
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
+def copy_states(
+    src_url: str,
+    dst_url: str,
+    ids: tuple[str, ...],
+    pairs: dict[str, str],
+    status: str | None,
+    agent: str | None,
+    labels: dict[str, str],
+    id_prefix: str | None,
+    rename_prefix: str | None,
+    src_keys: str | None,
+    dst_keys: str | None,
+    quiet: bool,
+) -> None:
+    """Copy States from one store to another (created if missing): the --ids given, else
+    those the filters select, else all. Resumable and idempotent: run it again after a
+    crash or Ctrl-C and it finishes; identical States are skipped, and one that differs in
+    the destination is left as it is and named (exit 3). Each copy is read back and checked."""
+    from .._transfer import acopy
+
+    filters = _filters(status, agent, labels, id_prefix)
+    for key, value in pairs.items():
+        if key in _FILTER_KEYS:
+            filters["id_prefix" if key == "prefix" else key] = value
+        else:
+            filters.setdefault("labels", {})[key] = value
+    if ids and filters:
+        fail("copy: give --ids, or filters, not both", USAGE)
+    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="copying")
+    with (
+        reporting(),
+        open_store_at(src_url, src_keys) as src,
+        open_destination(dst_url, dst_keys, env=False) as dst,
+    ):
+        if src == dst:
+            fail("copy: the source and the destination are the same store", USAGE)
+        work = acopy(
+            src, dst, ids=list(ids) or None, filters=filters, rename_prefix=rename_prefix, progress=bar
+        )
+        try:
+            report = _run(work, bar, "copy")
+        except DecryptionError as exc:
+            fail(f"{exc} (give the source's keys with --src-keys FILE or ${KEYS_ENV})", USAGE)
+    _finish("copy", report, src_url, quiet)

@@ -1,0 +1,131 @@
+"""The export file: round trips between stores, and every damaged file refused before
+anything is imported."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from statekeep import FileStore, MemoryStore, SQLiteStore, Store
+from statekeep._errors import UnsupportedFormatError
+from statekeep._exportfile import FORMAT, ExportFileError, verify
+from statekeep._exporting import aexport, aimport
+from tests.move_runs import contents, make_runs
+
+
+def export(store: Store, out: Any, **options: Any) -> tuple[int, int, list[str]]:
+    return asyncio.run(aexport(store, out, **options))
+
+
+def import_(store: Store, path: Path, **options: Any) -> Any:
+    return asyncio.run(aimport(store, path, **options))
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> tuple[Path, list[str], dict[str, Any]]:
+    with FileStore(tmp_path / "src") as src:
+        ids = make_runs(src, 5, big=1)
+        out = tmp_path / "runs.jsonl"
+        count, _, missing = export(src, out)
+        assert (count, missing) == (len(ids), [])
+        return out, ids, contents(src, ids)
+
+
+def test_the_file_says_what_it_holds(exported: tuple[Path, list[str], dict[str, Any]]) -> None:
+    out, ids, held = exported
+    lines = out.read_bytes().splitlines()
+    head, trailer = orjson.loads(lines[0]), orjson.loads(lines[-1])
+    total = sum(len(e) for e, _ in held.values())
+    assert head["format"] == FORMAT and head["version"] == 1 and head["source"] == "FileStore"
+    assert (head["states"], head["entries"]) == (len(ids), total)
+    assert "decrypted" in head["holds"]
+    assert trailer["end"] is True and (trailer["states"], trailer["entries"]) == (len(ids), total)
+    assert len(lines) == 2 + len(ids) + total  # one line per State, one per entry
+
+
+def test_import_into_another_kind_of_store_is_equal_and_idempotent(
+    exported: tuple[Path, list[str], dict[str, Any]], tmp_path: Path
+) -> None:
+    out, ids, held = exported
+    with SQLiteStore(tmp_path / "dst.db") as dst:
+        report = import_(dst, out)
+        assert (report.copied, report.failed) == (len(ids), {})
+        assert contents(dst, ids) == held
+        assert import_(dst, out).same == len(ids)
+        renamed = import_(dst, out, rename_prefix="b-")
+        assert renamed.copied == len(ids) and dst.load("b-run-0001-child").parent == "b-run-0001"
+
+
+def test_export_to_a_stream_and_of_chosen_ids(tmp_path: Path) -> None:
+    with MemoryStore() as src:
+        ids = make_runs(src, 3)
+        stream = io.BytesIO()
+        count, _, missing = export(src, stream, ids=[ids[1], "gone"])
+        assert (count, missing) == (1, ["gone"])
+        (tmp_path / "one.jsonl").write_bytes(stream.getvalue())
+        dst = MemoryStore()
+        assert import_(dst, tmp_path / "one.jsonl").copied == 1
+        assert [r.id for r in dst.list()] == [ids[1]]
+
+
+def _refused(path: Path, match: str, error: type[Exception] = ExportFileError) -> None:
+    """Refused by the check, and nothing imported."""
+    dst = MemoryStore()
+    with pytest.raises(error, match=match):
+        import_(dst, path)
+    assert dst.list() == []
+
+
+def test_a_truncated_file_is_refused(exported: tuple[Path, list[str], dict[str, Any]]) -> None:
+    out = exported[0]
+    data = out.read_bytes()
+    out.write_bytes(data[: data.rindex(b"\n", 0, -1) + 1])  # the trailer gone
+    _refused(out, "truncated")
+    out.write_bytes(data[: len(data) // 2])  # cut mid-line
+    _refused(out, "truncated")
+
+
+def test_an_edited_file_is_refused(exported: tuple[Path, list[str], dict[str, Any]]) -> None:
+    out = exported[0]
+    out.write_bytes(out.read_bytes().replace(b"summarise", b"summarize", 1))
+    _refused(out, "checksum")
+
+
+def test_a_dropped_entry_is_refused_even_with_a_fixed_checksum(
+    exported: tuple[Path, list[str], dict[str, Any]],
+) -> None:
+    out = exported[0]
+    lines = out.read_bytes().splitlines(keepends=True)
+    del lines[3]  # an entry of the first State
+    body = b"".join(lines[:-1])
+    trailer = orjson.loads(lines[-1])
+    trailer["sha256"] = hashlib.sha256(body).hexdigest()
+    out.write_bytes(body + orjson.dumps(trailer) + b"\n")
+    _refused(out, "lacks its last 1 entries")
+
+
+def test_a_newer_version_or_another_file_is_refused(exported: tuple[Path, list[str], dict[str, Any]]) -> None:
+    out = exported[0]
+    data = out.read_bytes()
+    out.write_bytes(data.replace(b'"version":1', b'"version":2', 1))
+    _refused(out, "newer statekeep", UnsupportedFormatError)
+    out.write_bytes(b'{"some": "json"}\n')
+    _refused(out, "not a statekeep export")
+    out.write_bytes(b"")
+    _refused(out, "empty")
+
+
+def test_verify_holds_one_line_at_a_time() -> None:
+    """verify() takes any iterable of lines: a generator is consumed once, in order."""
+    stream = io.BytesIO()
+    with MemoryStore() as src:
+        make_runs(src, 2)
+        export(src, stream)
+    header = verify(line for line in io.BytesIO(stream.getvalue()))
+    assert header.states == 4  # two runs, a child, a fork

@@ -1,0 +1,203 @@
+"""Putting States from one store into another (statekeep._transfer): created whole, a prefix
+extended, identical ones skipped, different ones refused and left as they were."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekeep import FileStore, Keyring, MemoryStore, SQLiteStore, Store
+from statekeep._records import Record
+from statekeep._transfer import CHUNK, CopyConflictError, CopyVerifyError, acopy, aput_state
+from tests.conftest import servers
+from tests.move_runs import contents, make_runs
+
+KEYS = Keyring({"k1": base64.b64decode(base64.b64encode(b"k" * 32))}, current="k1")
+
+
+def copy(src: Store, dst: Store, **options: Any) -> Any:
+    return asyncio.run(acopy(src, dst, **options))
+
+
+PAIRS = {
+    "file-sqlite": (lambda p: FileStore(p / "src"), lambda p: SQLiteStore(p / "dst.db")),
+    "sqlite-postgres": (lambda p: SQLiteStore(p / "src.db"), lambda p: servers().postgres_store()),
+    "file-redis": (lambda p: FileStore(p / "src"), lambda p: servers().redis_store()),
+    "memory-memory": (lambda p: MemoryStore(), lambda p: MemoryStore()),
+}
+
+
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_copy_keeps_every_state_whole_and_a_second_copy_skips_them(pair: str, tmp_path: Path) -> None:
+    make_src, make_dst = PAIRS[pair]
+    with make_src(tmp_path) as src, make_dst(tmp_path) as dst:
+        ids = make_runs(src, 8, big=2)
+        report = copy(src, dst)
+        assert (report.copied, report.extended, report.same, report.failed) == (len(ids), 0, 0, {})
+        assert contents(dst, ids) == contents(src, ids)
+        child = dst.load("run-0001-child")
+        assert child.parent == "run-0001"
+        assert dst.load("run-fork").forked_from == {"id": "run-0000", "seq": 2}
+        assert dst.load("run-0001").expires_at == src.load("run-0001").expires_at is not None
+        assert {r.id: r.labels for r in dst.list()} == {r.id: r.labels for r in src.list()}
+        again = copy(src, dst)
+        assert (again.copied, again.extended, again.same) == (0, 0, len(ids))
+
+
+def test_copy_by_ids_and_filters_and_missing_ids(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "src") as src, MemoryStore() as dst:
+        ids = make_runs(src, 6)
+        report = copy(src, dst, filters={"labels": {"team": "a"}})
+        assert sorted(r.id for r in dst.list()) == sorted(r.id for r in src.list(labels={"team": "a"}))
+        assert report.copied == len(dst.list())
+        picked = copy(src, dst, ids=[ids[0], "no-such-run"], concurrency=1)  # one at a time, as under trio
+        assert (picked.copied, picked.missing) == (1, ["no-such-run"])
+
+
+def test_a_prefix_left_by_an_interrupted_copy_is_extended(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "src") as src, SQLiteStore(tmp_path / "dst.db") as dst:
+        [big, *_] = make_runs(src, 2, big=1)
+        record = src.read(big)
+        assert record is not None and len(record.entries) > 2 * CHUNK
+        dst.write(big, record.entries[:CHUNK], None, create=True)  # the first chunk only
+        assert dst.list() == []  # no snapshot yet: not listed
+        assert asyncio.run(aput_state(dst, big, record)) == "extended"
+        assert contents(dst, [big]) == contents(src, [big])
+        assert asyncio.run(aput_state(dst, big, record)) == "same"
+
+
+def test_a_full_history_under_an_older_snapshot_is_finished(tmp_path: Path) -> None:
+    with MemoryStore() as src, MemoryStore() as dst:
+        [sid, *_] = make_runs(src, 1)
+        record = src.read(sid)
+        assert record is not None and record.snapshot is not None
+        older = {**record.snapshot, "seq": 1}
+        dst.write(sid, record.entries[:2], older, create=True)
+        dst.write(sid, record.entries[2:], None)  # entries stored, then killed before the snapshot
+        assert asyncio.run(aput_state(dst, sid, record)) == "extended"
+        assert contents(dst, [sid]) == contents(src, [sid])
+
+
+def _conflicting(dst: Store, sid: str, record: Record) -> None:
+    """Refused naming the State, and the destination's State left as it was."""
+    before = contents(dst, [sid])
+    with pytest.raises(CopyConflictError, match=sid) as caught:
+        asyncio.run(aput_state(dst, sid, record))
+    assert "--rename-prefix" in str(caught.value)
+    assert contents(dst, [sid]) == before
+
+
+@pytest.mark.parametrize("kind", ["entry", "longer", "snapshot"])
+def test_a_different_state_in_the_destination_is_refused_and_left_unchanged(
+    kind: str, tmp_path: Path
+) -> None:
+    with MemoryStore() as src, FileStore(tmp_path / "dst") as dst:
+        [sid, *_] = make_runs(src, 1)
+        record = src.read(sid)
+        assert record is not None and record.snapshot is not None
+        if kind == "entry":
+            dst.write(sid, [record.entries[0], {**record.entries[1], "text": "other"}], None, create=True)
+        elif kind == "longer":
+            extra = {**record.entries[-1], "seq": len(record.entries)}
+            dst.write(sid, [*record.entries, extra], record.snapshot, create=True)
+        else:
+            dst.write(sid, record.entries, {**record.snapshot, "task": "another"}, create=True)
+        _conflicting(dst, sid, record)
+
+
+def test_a_conflict_is_counted_and_the_other_states_are_copied(tmp_path: Path) -> None:
+    with MemoryStore() as src, MemoryStore() as dst:
+        ids = make_runs(src, 4)
+        dst.write(
+            ids[0],
+            [{"seq": 0, "kind": "task", "text": "mine", "at": "2026-01-01T00:00:00+00:00"}],
+            None,
+            create=True,
+        )
+        report = copy(src, dst)
+        assert list(report.failed) == [ids[0]] and report.copied == len(ids) - 1
+        assert dst.read(ids[0]).entries[0]["text"] == "mine"  # type: ignore[union-attr]
+
+
+def test_a_create_race_with_another_copier_compares_with_what_it_wrote(tmp_path: Path) -> None:
+    class Racing(MemoryStore):
+        """Another copier creates the State between this copier's read and its create."""
+
+        raced = False
+
+        async def awrite(
+            self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False, **kw: Any
+        ) -> None:
+            if create and not self.raced:
+                self.raced = True
+                await super().awrite(state_id, entries, snapshot, create=True)
+            await super().awrite(state_id, entries, snapshot, create=create, **kw)
+
+    with MemoryStore() as src, Racing() as dst:
+        [sid, *_] = make_runs(src, 1)
+        record = src.read(sid)
+        assert record is not None
+        assert asyncio.run(aput_state(dst, sid, record)) == "same"
+        assert dst.raced
+
+
+def test_rename_prefix_keeps_trees_linked(tmp_path: Path) -> None:
+    with MemoryStore() as src:
+        ids = make_runs(src, 3)
+        dst = MemoryStore()
+        copy(src, dst, rename_prefix="old-")
+        assert sorted(r.id for r in dst.list()) == sorted("old-" + i for i in ids)
+        assert dst.load("old-run-0001-child").parent == "old-run-0001"
+        assert [r.id for r in dst.list(parent="old-run-0001")] == ["old-run-0001-child"]
+        assert dst.load("old-run-fork").forked_from == {"id": "old-run-0000", "seq": 2}
+        assert copy(src, dst, rename_prefix="old-").same == len(ids)
+
+
+def test_encrypted_source_to_clear_destination_and_back(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "sealed.db", encrypt=KEYS) as sealed, FileStore(tmp_path / "clear") as clear:
+        ids = make_runs(sealed, 3)
+        copy(sealed, clear)
+        assert contents(clear, ids) == contents(sealed, ids)
+        assert b"summarise" in b"".join(
+            p.read_bytes() for p in (tmp_path / "clear").rglob("*") if p.is_file()
+        )
+        with SQLiteStore(tmp_path / "back.db", encrypt=KEYS) as back:
+            copy(clear, back)
+            assert contents(back, ids) == contents(sealed, ids)
+        assert b"summarise" not in (tmp_path / "back.db").read_bytes()
+
+
+def test_a_destination_with_retention_stamps_expiry_and_still_counts_as_same(tmp_path: Path) -> None:
+    with MemoryStore() as src, SQLiteStore(tmp_path / "dst.db", retention=timedelta(days=7)) as dst:
+        ids = make_runs(src, 3)
+        copy(src, dst)
+        stamped = dst.read(ids[0])
+        assert stamped is not None and stamped.snapshot is not None
+        assert stamped.snapshot["expiry"] == "retention"  # the store's own: documented, not a conflict
+        assert copy(src, dst).same == len(ids)
+
+
+def test_a_destination_that_loses_entries_fails_the_check_after_writing() -> None:
+    class Lossy(MemoryStore):
+        """Acknowledges every write but keeps only the first entry of each."""
+
+        async def awrite(
+            self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False, **kw: Any
+        ) -> None:
+            await super().awrite(state_id, list(entries)[:1], snapshot, create=create, **kw)
+
+    with MemoryStore() as src, Lossy() as dst:
+        [sid, *_] = make_runs(src, 1)
+        record = src.read(sid)
+        assert record is not None
+        with pytest.raises(
+            CopyVerifyError, match=f"{sid!r}.*fewer than the {len(record.entries)} entries sent"
+        ):
+            asyncio.run(aput_state(dst, sid, record))
+        report = copy(src, Lossy())
+        assert sid in report.failed and report.copied == 0
