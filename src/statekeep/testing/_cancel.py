@@ -21,9 +21,14 @@ import pytest
 from .._records import Record
 from .._state import State
 from .._store import Store
+from ._backends import asyncio_only
 from ._helpers import entries, snapshot
 
-asyncio_test = pytest.mark.asyncio
+
+def asyncio_test(test: Any) -> Any:
+    """These tests cancel with asyncio's own means: no trio twin (see ``tests`` for trio's)."""
+    return asyncio_only(pytest.mark.asyncio(test))
+
 
 #: After how many turns of the caller's loop the operation is cancelled.
 TURNS = (0, 1, 2, 3, 5, 8, 13, 21, 34)
