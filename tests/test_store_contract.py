@@ -125,6 +125,7 @@ class TestAsyncDictStore(StoreContract):
     durable = checks_data = refuses_closed = False
     supports_query = False  # alist() takes no filters or pages
     supports_expiry = supports_namespaces = supports_memory = False
+    supports_trio = False  # its awrite asks asyncio for the running loop
 
     def make_store(self, tmp_path: Path) -> Store:
         return AsyncDictStore()

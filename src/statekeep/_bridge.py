@@ -256,7 +256,10 @@ async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:
     committed the batch (three hand-offs instead of four).
     """
     own = owner()
-    loop = asyncio.get_running_loop()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio: trio, through anyio (see statekeep._elsewhere)
+        return await _run_elsewhere(own, coro, direct)
     if loop is own.loop:
         ctx = None
         if direct_caller.get() is not None:  # the enclosing operation's caller, not this one's
@@ -276,10 +279,44 @@ async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:
     return await call.outcome(coro)
 
 
+async def _run_elsewhere(own: _Owner, coro: Coroutine[Any, Any, T], direct: bool) -> T:
+    """:func:`run_async` for a caller on another event loop than asyncio's (trio)."""
+    try:
+        from ._elsewhere import ElsewhereCall  # imports anyio: only callers off asyncio pay for it
+
+        call: ElsewhereCall[T] = ElsewhereCall()
+    except BaseException:
+        coro.close()  # no event loop anyio knows runs here: the operation never starts
+        raise
+    own.start(coro, call.done, call.ticket, call if direct else None)
+    return await call.outcome(coro)
+
+
+def _on_asyncio() -> bool:
+    """Whether the caller runs on an asyncio event loop (else trio, say, through anyio)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def to_thread(fn: Callable[[], T]) -> T:
+    """``asyncio.to_thread(fn)``, awaited from asyncio or trio. Under trio, a cancelled caller
+    reports once ``fn`` has returned (the thread runs on the owner loop's executor)."""
+    if _on_asyncio():
+        return await asyncio.to_thread(fn)
+    return await run_async(asyncio.to_thread(fn))
+
+
 async def in_thread(fn: Callable[[], T]) -> T:
-    """``asyncio.to_thread(fn)``, except that a cancelled caller gets CancelledError only
-    once ``fn`` has returned or raised, or it had not started and never will."""
-    loop = asyncio.get_running_loop()
+    """``asyncio.to_thread(fn)``, except that a cancelled caller gets CancelledError (or
+    trio's Cancelled) only once ``fn`` has returned or raised, or it had not started and
+    never will."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # trio: the owner loop runs this, and run_async keeps the rule
+        return await run_async(in_thread(fn))
     ticket: list[None] = [None]
     ctx = contextvars.copy_context()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from abc import ABC
@@ -11,7 +10,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._bridge import in_thread, run_sync
+from ._bridge import in_thread, run_sync, to_thread
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
 from ._lineage import fork_state, tree_order
 from ._query import given
@@ -121,7 +120,7 @@ class Store(ABC):  # noqa: B024
         ``since`` is near it. A store of your own whose ``read``/``aread`` takes no
         ``since`` gets it for free: the whole history is read and cut.
         """
-        return await asyncio.to_thread(functools.partial(self.read, state_id, since=since))
+        return await to_thread(functools.partial(self.read, state_id, since=since))
 
     async def alist(
         self,
@@ -170,7 +169,7 @@ class Store(ABC):  # noqa: B024
             updated_before=updated_before,
             id_prefix=id_prefix,
         )
-        return await asyncio.to_thread(functools.partial(self.list, **filters))
+        return await to_thread(functools.partial(self.list, **filters))
 
     async def aiter_states(self, **filters: Any) -> AsyncIterator[SavedState]:
         """Every State the filters of :meth:`alist` select, page by page (``limit`` is the

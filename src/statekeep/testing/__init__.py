@@ -16,7 +16,10 @@ your store::
 Your class inherits every contract test, each run through the sync and the async API, plus a
 model-based test (:class:`StoreMachine`, needs Hypothesis). The async tests are marked
 ``pytest.mark.asyncio`` themselves, so they run wherever pytest-asyncio is installed, in its
-strict mode too: no ``asyncio_mode`` setting is needed.
+strict mode too: no ``asyncio_mode`` setting is needed. Where trio is installed, each async test
+also has a twin, ``<name>_under_trio``, that runs the same body under trio (``anyio.run(...,
+backend="trio")``; a plain test function, so it needs no plugin): the async API must work awaited
+from trio too. Your ``server_now`` and ``plant_snapshot`` run on asyncio even then.
 
 ``make_store(tmp_path)`` gets an empty folder that is yours for the test; for a durable store,
 called again with the same folder it must open the same storage (the tests re-open it as
@@ -31,6 +34,9 @@ another process would). The flags, all True unless you say otherwise:
   whole or never started (tested through the async API only). Subclassing :class:`~statekeep.Store`
   gives this for a store written with sync methods; with async ones, do not let cancellation cut a
   write short.
+- ``supports_trio``: the store's async methods work awaited from trio (subclassing
+  :class:`~statekeep.Store` with sync methods gives this; async methods of your own written on
+  asyncio-only drivers do not: set it False, and the trio twins are skipped, saying so);
 - ``supports_query``: ``list()`` takes the filters and pages of :meth:`statekeep.Store.list`
   (``limit``, ``after``, ``agent``, ``parent``, ``labels``, ...) and returns a list with ``.next``;
   lineage (``list(parent=)``, ``delete(children=True)``) needs it too;

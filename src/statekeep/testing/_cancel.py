@@ -3,7 +3,9 @@ reports (``CancelledError``, or ``TimeoutError`` under ``asyncio.timeout``) only
 is settled: it happened whole, or not at all. So the caller's next ``aread`` shows which, and the
 caller continues from what it shows without a ``StateConflictError``.
 
-Async only, since cancelling is what async callers do. The cancellation points are turns of the
+Async only, since cancelling is what async callers do; under trio too (the twins, see
+:mod:`._backends`), with cancel scopes and their deadlines instead of ``task.cancel()`` and
+``asyncio.timeout``. The cancellation points are turns of the
 test's own event loop (``await asyncio.sleep(0)``), not waits: from before the call reaches the
 store (0 turns) to while a large write (about 1 MB) is under way. For a write of several MB the
 points double (0, 1, 2, 4, ...) until the write returns before its cancellation, so that they
@@ -16,14 +18,19 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, ClassVar
 
+import anyio
+import anyio.lowlevel
 import pytest
 
+from .._bridge import _on_asyncio
 from .._records import Record
 from .._state import State
 from .._store import Store
+from ._backends import asyncio_only
 from ._helpers import entries, snapshot
 
 asyncio_test = pytest.mark.asyncio
+
 
 #: After how many turns of the caller's loop the operation is cancelled.
 TURNS = (0, 1, 2, 3, 5, 8, 13, 21, 34)
@@ -68,7 +75,10 @@ def which(record: Record | None, before: Record | None, after: Record | None) ->
 
 async def cancel_after(turns: int, operation: Coroutine[Any, Any, None]) -> bool:
     """Run ``operation`` as a task, cancel it after ``turns`` turns of this loop, and wait for
-    it; True if it returned anyway (it was done before the cancellation)."""
+    it; True if it returned anyway (it was done before the cancellation). Under trio: in a
+    cancel scope cancelled after ``turns`` checkpoints."""
+    if not _on_asyncio():
+        return await interrupted_elsewhere(turns, operation, by_deadline=False)
     task = asyncio.ensure_future(operation)
     for _ in range(turns):
         await asyncio.sleep(0)  # one turn of the loop: moves the cancellation point, not a wait
@@ -89,7 +99,10 @@ async def expire_after(turns: int, timeout: asyncio.Timeout) -> None:
 
 async def time_out_after(turns: int, operation: Coroutine[Any, Any, None]) -> bool:
     """Await ``operation`` under an ``asyncio.timeout`` that expires after ``turns`` turns of
-    this loop; True if it returned, False if TimeoutError."""
+    this loop; True if it returned, False if TimeoutError. Under trio: in a cancel scope
+    whose deadline passes after ``turns`` checkpoints (``anyio.move_on_after``'s way)."""
+    if not _on_asyncio():
+        return await interrupted_elsewhere(turns, operation, by_deadline=True)
     try:
         async with asyncio.timeout(None) as timeout:
             expiry = asyncio.ensure_future(expire_after(turns, timeout))
@@ -100,6 +113,26 @@ async def time_out_after(turns: int, operation: Coroutine[Any, Any, None]) -> bo
     finally:
         expiry.cancel()
         await asyncio.gather(expiry, return_exceptions=True)
+
+
+async def interrupted_elsewhere(turns: int, operation: Coroutine[Any, Any, None], by_deadline: bool) -> bool:
+    """Under trio: await ``operation`` in a cancel scope that is cancelled (or whose deadline
+    passes) after ``turns`` checkpoints of this run; True if it returned."""
+    scope = anyio.CancelScope()
+
+    async def interrupt() -> None:
+        for _ in range(turns):
+            await anyio.lowlevel.checkpoint()  # one turn of the run: moves the point, not a wait
+        if by_deadline:
+            scope.deadline = anyio.current_time()
+        else:
+            scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(interrupt)
+        with scope:
+            await operation
+    return not scope.cancelled_caught
 
 
 class CancellationContract:
@@ -173,8 +206,9 @@ class CancellationContract:
             seen_at.append(f"{turns}: {'returned' if returned else seen}")
             context = f"awrite({'create' if create else 'append'}) of several MB, {how} after {turns} turns"
             assert seen in (("after",) if returned else ("before", "after")), f"{context}: aread shows {seen}"
-            if how == "cancel" and turns == 0:
-                # Cancelled before its task first ran: the write never started.
+            if how == "cancel" and turns == 0 and _on_asyncio():
+                # Cancelled before its task first ran: the write never started. (A trio caller
+                # is cancelled at its first checkpoint, once the write is handed over.)
                 assert seen == "before", f"{context}: aread shows {seen}"
             await self.continues(store, sid, record)
             if self.supports_delete:
@@ -184,6 +218,7 @@ class CancellationContract:
             assert turns < MAX_TURNS, f"the write was not done after {turns} turns: {seen_at}"
             turns, point = max(1, 2 * turns), point + 1
 
+    @asyncio_only  # asyncio.timeout and wait_for; trio's deadlines: the tests above, under trio
     @asyncio_test
     async def test_asyncio_timeout_around_awrite_raises_timeout_error_once_settled(
         self, store: Store

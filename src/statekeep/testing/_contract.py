@@ -14,6 +14,7 @@ import pytest
 from .._errors import StateConflictError
 from .._records import Record, SavedState
 from .._store import Store
+from ._backends import add_trio_twins, on_asyncio
 from ._cancel import CancellationContract
 from ._family import ErrorFamilyContract
 from ._helpers import Api, entries, snapshot
@@ -53,10 +54,15 @@ class StoreContract(
     checks_data: ClassVar[bool] = True  # bad ids, entries and snapshots refused before writing
     refuses_closed: ClassVar[bool] = True  # a closed store raises RuntimeError("... closed ...")
     settles_cancelled: ClassVar[bool] = True  # a cancelled awrite/asave/adelete reports once settled
+    supports_trio: ClassVar[bool] = True  # the async API also works awaited from trio
     statekeep_messages: ClassVar[bool] = False
     machine: ClassVar[type[StoreMachine] | None] = None  # the model's rules; None: StoreMachine
     model_examples: ClassVar[int] = 50
     model_steps: ClassVar[int] = 30
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        add_trio_twins(cls)  # each async test also runs under trio (see _backends)
 
     def make_store(self, tmp_path: Path) -> Store:
         """A store on empty storage under ``tmp_path``; for a durable store, called again with
@@ -336,7 +342,7 @@ class StoreContract(
         await api.write("good", [], snapshot("good"), create=True)
         await api.write("odd", [], snapshot("odd"), create=True)
         raw = orjson.dumps(snapshot("odd", updated="9999-12-31T23:59:59-01:00"))
-        await self.plant_snapshot(api.store, "odd", raw)
+        await on_asyncio(lambda: self.plant_snapshot(api.store, "odd", raw))
         match = "'odd'.*updated_at.*years 1 to 9999" if self.statekeep_messages else None
         with pytest.warns(RuntimeWarning, match=match):
             rows = await api.list()

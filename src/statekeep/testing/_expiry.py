@@ -8,13 +8,14 @@ its server's clock: the tests give a State a short expiry and ask the server for
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import anyio
 import pytest
 
 from .._errors import StateNotFoundError
@@ -22,6 +23,7 @@ from .._labels import iso
 from .._records import Record
 from .._state import State
 from .._store import Store
+from ._backends import on_asyncio
 from ._helpers import Api, entries, snapshot
 
 asyncio_test = pytest.mark.asyncio
@@ -54,17 +56,17 @@ class Timeline:
     async def now(self) -> datetime:
         if self.clock is not None:
             return self.clock()
-        return await self.contract.server_now(self.store)
+        return await on_asyncio(lambda: self.contract.server_now(self.store))
 
     async def reach(self, when: datetime) -> None:
         """Return once the store's clock is past ``when``."""
         if self.clock is not None:
             self.clock.at = max(self.clock.at, when + timedelta(microseconds=1))
             return
-        deadline = asyncio.get_running_loop().time() + POLL_LIMIT
+        deadline = time.monotonic() + POLL_LIMIT
         while await self.now() <= when:  # polled: the server's clock is the judge
-            assert asyncio.get_running_loop().time() < deadline, f"the server clock never reached {when}"
-            await asyncio.sleep(0.05)
+            assert time.monotonic() < deadline, f"the server clock never reached {when}"
+            await anyio.sleep(0.05)
 
 
 def expiring(
