@@ -96,6 +96,12 @@ class ProgressBar:
         self.label = label
         self.bar: Any = None
 
+    @classmethod
+    def on_terminal(cls, label: str, *, quiet: bool = False) -> ProgressBar:
+        """A bar shown only when stderr is a terminal and not ``quiet`` (piped output
+        stays clean for scripts)."""
+        return cls(shown=not quiet and sys.stderr.isatty(), label=label)
+
     def __call__(self, done: int, total: int) -> None:
         if not self.shown:
             return

@@ -158,7 +158,7 @@ def rekey(
 
     if keys_file is None and not os.environ.get(KEYS_ENV):
         fail(f"rekey needs the keys: pass --keys FILE or set ${KEYS_ENV} (see statekeep rekey --help)", USAGE)
-    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="re-sealing")
+    bar = ProgressBar.on_terminal("re-sealing", quiet=quiet)
     try:
         with reporting(), open_store_at(store_url, keys_file, allow_plaintext=allow_plaintext) as store:
             report = rekey_store(store, progress=bar, memory_scopes=scopes)

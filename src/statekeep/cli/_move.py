@@ -151,7 +151,7 @@ def export_states(
     from .._exporting import aexport
 
     chosen = _choose(ids, everything, _filters(status, agent, labels, id_prefix), "export")
-    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="exporting")
+    bar = ProgressBar.on_terminal("exporting", quiet=quiet)
     with reporting(), open_store_at(store_url, keys_file) as store:
         out: Any = sys.stdout.buffer if output == "-" else output
         work = aexport(
@@ -181,7 +181,7 @@ def import_states(
     State that differs in the store is left as it is and named (exit 3)."""
     from .._exporting import aimport
 
-    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="importing")
+    bar = ProgressBar.on_terminal("importing", quiet=quiet)
     with reporting(), open_destination(store_url, keys_file) as store:
         report = _run(aimport(store, file, rename_prefix=rename_prefix, progress=bar), bar, "import")
     _finish("import", report, file, quiet)
@@ -240,7 +240,7 @@ def copy_states(
             filters.setdefault("labels", {})[key] = value
     if ids and filters:
         fail("copy: give --ids, or filters, not both", USAGE)
-    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="copying")
+    bar = ProgressBar.on_terminal("copying", quiet=quiet)
     with (
         reporting(),
         open_store_at(src_url, src_keys) as src,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,7 +118,7 @@ def stats(store_url: str, as_json: bool, quiet: bool, keys_file: str | None) -> 
     a terminal (stderr) unless --quiet. An encrypted store needs --keys (the entries are
     counted from sealed records).
     """
-    bar = ProgressBar(shown=not quiet and sys.stderr.isatty(), label="counting")
+    bar = ProgressBar.on_terminal("counting", quiet=quiet)
     try:
         with reporting(), open_store_at(store_url, keys_file) as store:
             result = count(store, bar)
