@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,17 @@ def test_verify_holds_one_line_at_a_time() -> None:
         export(src, stream)
     header = verify(line for line in io.BytesIO(stream.getvalue()))
     assert header.states == 4  # two runs, a child, a fork
+
+
+def test_the_file_holds_no_retention_stamp_of_the_exporting_store(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "work.db", retention=timedelta(hours=1)) as src:
+        ids = make_runs(src, 2)
+        export(src, tmp_path / "runs.jsonl")
+    lines = [orjson.loads(line) for line in (tmp_path / "runs.jsonl").read_bytes().splitlines()]
+    assert "retention stamp" in lines[0]["holds"]
+    snapshots = {line["state"]: line["snapshot"] for line in lines if "state" in line}
+    assert snapshots[ids[0]]["expires_at"] is None and "expiry" not in snapshots[ids[0]]
+    assert snapshots[ids[1]]["expires_at"] is not None  # keep_for: the State's own
+    with FileStore(tmp_path / "archive") as archive:
+        import_(archive, tmp_path / "runs.jsonl")
+        assert archive.load(ids[0]).expires_at is None

@@ -201,3 +201,21 @@ def test_a_destination_that_loses_entries_fails_the_check_after_writing() -> Non
             asyncio.run(aput_state(dst, sid, record))
         report = copy(src, Lossy())
         assert sid in report.failed and report.copied == 0
+
+
+def test_a_source_stores_retention_stamp_is_not_copied_an_explicit_expiry_is(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "work.db", retention=timedelta(hours=1)) as src:
+        ids = make_runs(src, 3)
+        assert src.read(ids[0]).snapshot["expiry"] == "retention"  # type: ignore[index,union-attr]
+        with FileStore(tmp_path / "archive") as archive:  # no retention: keeps States for good
+            assert copy(src, archive).copied == len(ids)
+            kept = archive.read(ids[0])
+            assert kept is not None and kept.snapshot is not None
+            assert kept.snapshot["expires_at"] is None and "expiry" not in kept.snapshot
+            assert archive.load(ids[1]).expires_at == src.load(ids[1]).expires_at is not None  # keep_for
+            assert copy(src, archive).same == len(ids)
+        with SQLiteStore(tmp_path / "other.db", retention=timedelta(days=9)) as other:
+            copy(src, other)
+            restamped = other.read(ids[0])
+            assert restamped is not None and restamped.snapshot is not None
+            assert restamped.snapshot["expires_at"] > src.read(ids[0]).snapshot["expires_at"]  # type: ignore[union-attr,index]

@@ -35,8 +35,9 @@ from ._records import Record
 FORMAT = "statekeep-export"
 VERSION = 1
 HOLDS = (
-    "what read() returns: decrypted entries and snapshots (labels, expiry), as the exporting "
-    "store's keys could open them"
+    "what read() returns: decrypted entries and snapshots (labels, explicit expiry), as the "
+    "exporting store's keys could open them; without the exporting store's retention stamp "
+    "(the importing store applies its own)"
 )
 
 

@@ -11,8 +11,9 @@ from typing import IO, Any
 
 from ._exportfile import header_line, state_lines, states, trailer_line, verify
 from ._ids import validate_id
+from ._records import Record
 from ._store import Store
-from ._transfer import CopyReport, Progress, aput_one, source_ids
+from ._transfer import CopyReport, Progress, aput_one, source_ids, unstamped
 
 
 async def aexport(
@@ -27,7 +28,8 @@ async def aexport(
     ``out`` (a path, or a binary stream such as stdout) as an export file; return (States,
     entries, ids asked for that the store does not hold).
 
-    A path is written whole or not at all: the file appears (atomically replacing one of
+    Snapshots go without the store's retention stamp (an explicit expiry is kept). A path
+    is written whole or not at all: the file appears (atomically replacing one of
     that name) once complete and flushed to disk. Holds one State in memory at a time.
     """
     listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(store, filters or {})
@@ -43,7 +45,8 @@ async def aexport(
             else:
                 count += 1
                 entries += len(record.entries)
-                body.writelines(state_lines(state_id, record))
+                # The source store's retention stamp is its policy, not the State's.
+                body.writelines(state_lines(state_id, Record(record.entries, unstamped(record.snapshot))))
             if progress is not None:
                 progress(done, len(wanted))
         head = header_line(type(store).__name__, count, entries)

@@ -4,14 +4,17 @@ a source into a destination; :func:`acopy` does it for many (``statekeep copy``,
 A State is sent as its history plus its snapshot, exactly as the source's ``read`` gives
 them (decrypted with the source's keys; a destination opened with ``encrypt=`` seals them
 again with its own). Labels, expiry, ``parent`` and ``forked_from`` travel in the snapshot
-untouched. Large histories go in chunks of :data:`CHUNK` entries with the snapshot on the
+untouched, but for a store's own retention stamp (see below). Large histories go in chunks of :data:`CHUNK` entries with the snapshot on the
 last chunk only, so a copy killed part way leaves, at worst, a prefix of the history
 without a snapshot (a State that no listing shows) or a full history under an older
 snapshot; the next run finishes either.
 
-The store may rewrite one thing on a write: a destination with ``retention`` stamps
-``expires_at`` (and ``"expiry": "retention"``) on a snapshot that has no expiry, and a
-``ttl`` MemoryStore slides that stamp on every read. So snapshots are compared without
+A store with ``retention`` stamps ``expires_at`` (and ``"expiry": "retention"``) on a
+snapshot that has no expiry of its own, and a ``ttl`` MemoryStore slides that stamp on every
+read. That stamp is the source store's policy, not the State's: it is taken off before a
+State is written (:func:`unstamped`), so the destination applies its own policy (none, or
+its own ``retention``). An explicit expiry (``State.keep_for``) travels as it is.
+So snapshots are compared without
 ``expires_at``/``expiry`` when either side's expiry is such a stamp; an explicit expiry is
 compared like any other field.
 """
@@ -70,6 +73,17 @@ class CopyVerifyError(CorruptStateError):
 def _stamped(snapshot: Mapping[str, Any]) -> bool:
     """Whether a snapshot's expiry is a store's retention stamp (not the State's own)."""
     return snapshot.get("expiry") == "retention"
+
+
+def unstamped(snapshot: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The snapshot without a store's retention stamp (``expires_at`` back to None, no
+    ``expiry``), as the State itself saved it; an explicit expiry is kept."""
+    if snapshot is None:
+        return None
+    if not _stamped(snapshot):
+        return dict(snapshot)
+    kept = {k: v for k, v in snapshot.items() if k not in STORE_MANAGED}
+    return {**kept, "expires_at": None}
 
 
 def same_snapshot(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
@@ -140,7 +154,8 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
     changed. After writing, the State is read back: its last seq and snapshot must be what
     was sent, else :class:`CopyVerifyError`. Durable on return as ``dst.awrite`` is.
     """
-    entries, snapshot = list(record.entries), record.snapshot
+    entries, snapshot = list(record.entries), unstamped(record.snapshot)
+    record = Record(entries, snapshot)
     # Create first (all or nothing), and read only if the State is there: a fresh copy
     # costs no read of the destination before its write.
     try:
