@@ -92,7 +92,7 @@ def _conflicting(dst: Store, sid: str, record: Record) -> None:
     assert contents(dst, [sid]) == before
 
 
-@pytest.mark.parametrize("kind", ["entry", "longer", "snapshot"])
+@pytest.mark.parametrize("kind", ["entry", "longer", "snapshot-without-source-snapshot"])
 def test_a_different_state_in_the_destination_is_refused_and_left_unchanged(
     kind: str, tmp_path: Path
 ) -> None:
@@ -106,8 +106,34 @@ def test_a_different_state_in_the_destination_is_refused_and_left_unchanged(
             extra = {**record.entries[-1], "seq": len(record.entries)}
             dst.write(sid, [*record.entries, extra], record.snapshot, create=True)
         else:
-            dst.write(sid, record.entries, {**record.snapshot, "task": "another"}, create=True)
+            dst.write(sid, record.entries, record.snapshot, create=True)
+            record = Record(record.entries, None)
         _conflicting(dst, sid, record)
+
+
+def test_the_source_snapshot_wins_when_histories_agree_on_both_paths(tmp_path: Path) -> None:
+    """One rule: a resync. A metadata-only change in the source (same history) and a change
+    made in the destination's snapshot alone (then the source extends the history) both end
+    with the source's snapshot; histories that differ stay refused."""
+    with FileStore(tmp_path / "src") as src, SQLiteStore(tmp_path / "dst.db") as dst:
+        ids = make_runs(src, 3)
+        copy(src, dst)
+        labelled = src.load(ids[0])
+        labelled.labels["reviewed"] = "yes"
+        src.save(labelled)  # labels only: no new entry
+        report = copy(src, dst)
+        assert (report.updated, report.failed, report.same) == (1, {}, len(ids) - 1)
+        assert dst.load(ids[0]).labels == {"team": "b", "reviewed": "yes"}
+        theirs = dst.load(ids[1])
+        theirs.labels["owner"] = "dest-team"
+        dst.save(theirs)  # changed in the destination only
+        grown = src.load(ids[1])
+        grown.add_user("one more")
+        src.save(grown)
+        assert copy(src, dst).extended == 1
+        assert contents(dst, [ids[0], ids[1]]) == contents(src, [ids[0], ids[1]])
+        assert "owner" not in dst.load(ids[1]).labels
+        assert copy(src, dst).same == len(ids)
 
 
 def test_a_conflict_is_counted_and_the_other_states_are_copied(tmp_path: Path) -> None:

@@ -4,10 +4,18 @@ a source into a destination; :func:`acopy` does it for many (``statekeep copy``,
 A State is sent as its history plus its snapshot, exactly as the source's ``read`` gives
 them (decrypted with the source's keys; a destination opened with ``encrypt=`` seals them
 again with its own). Labels, expiry, ``parent`` and ``forked_from`` travel in the snapshot
-untouched, but for a store's own retention stamp (see below). Large histories go in chunks of :data:`CHUNK` entries with the snapshot on the
-last chunk only, so a copy killed part way leaves, at worst, a prefix of the history
-without a snapshot (a State that no listing shows) or a full history under an older
-snapshot; the next run finishes either.
+untouched, but for a store's own retention stamp (see below). Large histories go in chunks
+of :data:`CHUNK` entries with the snapshot on the last chunk only, so a copy killed part
+way leaves, at worst, a prefix of the history without a snapshot (a State that no listing
+shows) or a full history under an older snapshot; the next run finishes either.
+
+The rule for a State the destination holds already: **histories must agree, and the
+source's snapshot wins.** If the destination's entries are the source's (or a prefix of
+them), the rest of the history is written and the destination's snapshot is replaced by
+the source's when they differ: a resync, so what changed in the source (labels, an
+explicit expiry, ...) reaches the destination, and what was changed in the destination's
+snapshot alone (a label added there) is replaced. Any other history (a different entry at
+some seq, a longer one) is a conflict: refused, naming the State, nothing of it changed.
 
 A store with ``retention`` stamps ``expires_at`` (and ``"expiry": "retention"``) on a
 snapshot that has no expiry of its own, and a ``ttl`` MemoryStore slides that stamp on every
@@ -40,7 +48,7 @@ CONCURRENCY = 8
 #: States listed per page when walking a source.
 PAGE = 500
 
-Outcome = Literal["copied", "extended", "same"]
+Outcome = Literal["copied", "extended", "updated", "same"]
 #: Called after each State with (States done, States in all).
 Progress = Callable[[int, int], None]
 
@@ -146,13 +154,15 @@ async def _verify(dst: Store, state_id: str, record: Record) -> None:
 async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
     """Put the State ``record`` (as a source's ``read`` returned it) into ``dst`` as
     ``state_id``; return ``"copied"`` (it was absent), ``"extended"`` (``dst`` held a
-    prefix of its history, or all of it without the snapshot: the rest was written) or
-    ``"same"`` (``dst`` holds it already; nothing written).
+    prefix of its history, or all of it without the snapshot: the rest was written),
+    ``"updated"`` (``dst`` held the whole history under another snapshot: the source's
+    replaced it) or ``"same"`` (``dst`` holds it already; nothing written).
 
-    Anything else (a different entry at some seq, a longer history in ``dst``, the same
-    history under a different snapshot) is :class:`CopyConflictError` and ``dst`` is not
-    changed. After writing, the State is read back: its last seq and snapshot must be what
-    was sent, else :class:`CopyVerifyError`. Durable on return as ``dst.awrite`` is.
+    The source's snapshot wins whenever the histories agree (see the module's rule); a
+    different entry at some seq, or a longer history in ``dst``, is
+    :class:`CopyConflictError` and ``dst`` is not changed. After writing, the State is read
+    back: its last seq and snapshot must be what was sent, else :class:`CopyVerifyError`.
+    Durable on return as ``dst.awrite`` is.
     """
     entries, snapshot = list(record.entries), unstamped(record.snapshot)
     record = Record(entries, snapshot)
@@ -168,16 +178,19 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
         await _verify(dst, state_id, record)
         return "copied"
     _check_prefix(state_id, held, entries)
+    outcome: Outcome = "extended"
     if len(held.entries) == len(entries):
         if same_snapshot(held.snapshot, snapshot):
             return "same"
-        if held.snapshot is not None and (snapshot is None or not _behind(held.snapshot, snapshot)):
-            raise CopyConflictError(state_id, "the same history under a different snapshot")
-        await dst.awrite(state_id, [], snapshot)  # finish a copy killed before its snapshot
+        if snapshot is None:
+            raise CopyConflictError(state_id, "it holds a snapshot, the source none")
+        if held.snapshot is not None and not _behind(held.snapshot, snapshot):
+            outcome = "updated"  # not a copy killed before its snapshot: a resync
+        await dst.awrite(state_id, [], snapshot)
     else:
         await _send(dst, state_id, entries, snapshot, len(held.entries), create=False)
     await _verify(dst, state_id, record)
-    return "extended"
+    return outcome
 
 
 def renamed(state_id: str, record: Record, prefix: str) -> tuple[str, Record]:
@@ -202,12 +215,14 @@ def renamed(state_id: str, record: Record, prefix: str) -> tuple[str, Record]:
 @dataclass
 class CopyReport:
     """What a copy did, per State: ``copied`` (new in the destination), ``extended`` (the
-    rest of a history written), ``same`` (already there: skipped), ``failed`` (id ->
+    rest of a history written), ``updated`` (the same history: its snapshot replaced by the
+    source's), ``same`` (already there: skipped), ``failed`` (id ->
     why: a conflict or a failed check; those States were not changed) and ``missing``
     (ids asked for that the source does not hold)."""
 
     copied: int = 0
     extended: int = 0
+    updated: int = 0
     same: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
@@ -216,7 +231,10 @@ class CopyReport:
         setattr(self, outcome, getattr(self, outcome) + 1)
 
     def __str__(self) -> str:
-        text = f"{self.copied} copied, {self.extended} extended, {self.same} already there (skipped)"
+        text = f"{self.copied} copied, {self.extended} extended"
+        if self.updated:
+            text += f", {self.updated} updated (snapshot only)"
+        text += f", {self.same} already there (skipped)"
         if self.failed:
             text += f", {len(self.failed)} failed"
         if self.missing:
@@ -259,8 +277,9 @@ async def acopy(
     with ``filters`` (the keyword arguments of ``alist``, e.g. ``{"status": "finished"}``).
 
     Each State goes through :func:`aput_state`: new ones are created whole, a prefix left
-    by an interrupted copy is extended, identical ones are skipped, and different ones are
-    left unchanged and named in ``report.failed``. Run it again after a crash: it ends with
+    by an interrupted copy (or an older copy) is extended, a snapshot that differs is
+    replaced by the source's, identical ones are skipped, and ones whose histories differ
+    are left unchanged and named in ``report.failed``. Run it again after a crash: it ends with
     every State equal in both stores. ``rename_prefix`` puts each State under
     ``rename_prefix + id`` (see :func:`renamed`). ``progress(done, total)`` is called after
     each State. ``concurrency`` States are copied at once (under asyncio; one at a time
