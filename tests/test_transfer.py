@@ -245,3 +245,21 @@ def test_a_source_stores_retention_stamp_is_not_copied_an_explicit_expiry_is(tmp
             restamped = other.read(ids[0])
             assert restamped is not None and restamped.snapshot is not None
             assert restamped.snapshot["expires_at"] > src.read(ids[0]).snapshot["expires_at"]  # type: ignore[union-attr,index]
+
+
+def test_an_explicit_expiry_in_the_source_replaces_the_destinations_retention_stamp(tmp_path: Path) -> None:
+    with (
+        FileStore(tmp_path / "src") as src,
+        SQLiteStore(tmp_path / "dst.db", retention=timedelta(hours=1)) as dst,
+    ):
+        ids = make_runs(src, 1)
+        sid = ids[0]
+        copy(src, dst)
+        assert dst.read(sid).snapshot["expiry"] == "retention"  # type: ignore[union-attr,index]
+        kept = src.load(sid)
+        kept.keep_for(timedelta(days=365))
+        src.save(kept)
+        assert copy(src, dst).updated == 1
+        assert dst.load(sid).expires_at == src.load(sid).expires_at is not None
+        assert "expiry" not in dst.read(sid).snapshot  # type: ignore[operator,union-attr]
+        assert copy(src, dst).same == len(ids)

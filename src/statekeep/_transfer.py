@@ -22,9 +22,9 @@ snapshot that has no expiry of its own, and a ``ttl`` MemoryStore slides that st
 read. That stamp is the source store's policy, not the State's: it is taken off before a
 State is written (:func:`unstamped`), so the destination applies its own policy (none, or
 its own ``retention``). An explicit expiry (``State.keep_for``) travels as it is.
-So snapshots are compared without
-``expires_at``/``expiry`` when either side's expiry is such a stamp; an explicit expiry is
-compared like any other field.
+Snapshots are compared with each side's stamp taken off: two stamps, or a stamp and no
+expiry, are the same; an explicit expiry is compared like any other field (against a stamp
+too: it differs, and the source's wins).
 """
 
 from __future__ import annotations
@@ -95,14 +95,11 @@ def unstamped(snapshot: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def same_snapshot(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
-    """Snapshot equality as copies see it: without ``expires_at``/``expiry`` when either
-    side's expiry is a retention stamp (the store's, rewritten on writes and reads)."""
+    """Snapshot equality as copies see it: with a store's retention stamp taken off each
+    side (see :func:`unstamped`); an explicit expiry counts."""
     if a is None or b is None:
         return a is b
-    if _stamped(a) or _stamped(b):
-        a = {k: v for k, v in a.items() if k not in STORE_MANAGED}
-        b = {k: v for k, v in b.items() if k not in STORE_MANAGED}
-    return same_json(dict(a), dict(b))
+    return same_json(unstamped(a), unstamped(b))
 
 
 async def _send(
