@@ -1,0 +1,94 @@
+"""What a copy checks (:mod:`._transfer`): how snapshots compare (a store's retention stamp
+is not the State's), whether the destination's history is a prefix of the source's, and the
+read-back after writing; and the errors that name a State a copy left unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import CorruptStateError, StateConflictError
+from ._records import Record
+from ._sealing import STORE_MANAGED
+from ._store import Store
+from ._writes import same_json
+
+_RESOLVE = (
+    "Nothing of it was changed; delete that State in the destination (statekeep delete ID "
+    "--store DST) to replace it, or copy under other ids with --rename-prefix"
+)
+
+
+class CopyConflictError(StateConflictError):
+    """The destination holds a different State under the same id: nothing of it was changed.
+    ``state_id`` names it; the message says what differs and how to resolve it."""
+
+    def __init__(self, state_id: str, what: str) -> None:
+        super().__init__(f"State {state_id!r} differs in the destination: {what}. {_RESOLVE}")
+        self.state_id = state_id
+
+
+class CopyVerifyError(CorruptStateError):
+    """Read back after the copy, the destination's State does not hold what was sent."""
+
+    def __init__(self, state_id: str, what: str) -> None:
+        super().__init__(
+            f"State {state_id!r} was written to the destination but reads back {what}; "
+            "check the destination store, then run the copy again"
+        )
+        self.state_id = state_id
+
+
+def stamped(snapshot: Mapping[str, Any]) -> bool:
+    """Whether a snapshot's expiry is a store's retention stamp (not the State's own)."""
+    return snapshot.get("expiry") == "retention"
+
+
+def unstamped(snapshot: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The snapshot without a store's retention stamp (``expires_at`` back to None, no
+    ``expiry``), as the State itself saved it; an explicit expiry is kept."""
+    if snapshot is None:
+        return None
+    if not stamped(snapshot):
+        return dict(snapshot)
+    kept = {k: v for k, v in snapshot.items() if k not in STORE_MANAGED}
+    return {**kept, "expires_at": None}
+
+
+def same_snapshot(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Snapshot equality as copies see it: with a store's retention stamp taken off each
+    side (see :func:`unstamped`); an explicit expiry counts."""
+    if a is None or b is None:
+        return a is b
+    return same_json(unstamped(a), unstamped(b))
+
+
+def check_prefix(state_id: str, held: Record, entries: list[dict[str, Any]]) -> None:
+    """CopyConflictError unless the destination's entries are a prefix of ``entries``."""
+    if len(held.entries) > len(entries):
+        raise CopyConflictError(state_id, f"it holds {len(held.entries)} entries, the source {len(entries)}")
+    for seq, (old, new) in enumerate(zip(held.entries, entries, strict=False)):
+        if not same_json(old, new):
+            raise CopyConflictError(state_id, f"a different entry at seq {seq}")
+
+
+def behind(held: Mapping[str, Any], snapshot: Mapping[str, Any]) -> bool:
+    """Whether the destination's snapshot covers fewer entries than the source's: the
+    last chunk's entries were stored, its snapshot not (a copy killed in between)."""
+    mine, theirs = held.get("seq"), snapshot.get("seq")
+    return type(mine) is int and type(theirs) is int and mine < theirs
+
+
+async def verify_copy(dst: Store, state_id: str, record: Record) -> None:
+    """Read the State back: its last seq (so its entry count) and snapshot as sent."""
+    count = len(record.entries)
+    back = await dst.aread(state_id, since=max(count - 1, 0))
+    if back is None:
+        raise CopyVerifyError(state_id, "as absent (expired, or deleted meanwhile?)")
+    if count and not back.entries:
+        raise CopyVerifyError(state_id, f"with fewer than the {count} entries sent")
+    last = back.entries[-1]["seq"] if back.entries else -1
+    if len(back.entries) != min(count, 1) or last != count - 1:
+        raise CopyVerifyError(state_id, f"with its last seq {last}, not {count - 1}")
+    if not same_snapshot(back.snapshot, record.snapshot):
+        raise CopyVerifyError(state_id, "with another snapshot")
