@@ -201,3 +201,49 @@ def test_a_copy_killed_with_sigkill_then_run_again_ends_with_every_state_equal(t
     assert same == left and copied + extended + same == len(ids), again.stdout  # the listed ones were whole
     with FileStore(tmp_path / "src") as src, SQLiteStore(dst_path) as dst:
         assert contents(dst, ids) == contents(src, ids)
+
+
+def test_a_rename_prefix_too_long_is_bad_usage_and_writes_nothing(
+    source: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    src, _ = source
+    with FileStore(src) as store:
+        long_one = State("long", id="a" * 120)
+        long_one.add_user("x")
+        store.save(long_one)
+    for args in (
+        ["copy", src, f"sqlite:///{tmp_path}/dst.db", "--rename-prefix", "imported-"],
+        [
+            "import",
+            str(tmp_path / "runs.jsonl"),
+            "--store",
+            f"sqlite:///{tmp_path}/dst.db",
+            "--rename-prefix",
+            "imported-",
+        ],
+    ):
+        if args[0] == "import":
+            assert cli("export", "--all", "-o", str(tmp_path / "runs.jsonl"), "--store", src).exit_code == 0
+        result = cli(*args)
+        assert result.exit_code == 2, result.output
+        assert "--rename-prefix 'imported-' makes 1 State ids longer" in result.stderr
+        assert len(result.stderr.splitlines()) == 1
+        with SQLiteStore(tmp_path / "dst.db") as dst:
+            assert dst.list() == []
+
+
+def test_a_leased_state_fails_with_cli_words_and_the_others_are_copied(
+    source: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    src, ids = source
+    with FileStore(src) as store, SQLiteStore(tmp_path / "dst.db") as dst:
+        record = store.read(ids[2])
+        assert record is not None
+        dst.write(ids[2], record.entries[:1], None, create=True)  # a copy cut short
+        dst.acquire(ids[2], "worker-1", 600)
+    result = cli("copy", src, f"sqlite:///{tmp_path}/dst.db")
+    assert result.exit_code == 3
+    assert f"State {ids[2]!r}" in result.stderr and "worker-1" in result.stderr
+    assert "lease=" not in result.stderr and len(result.stderr.splitlines()) == 1
+    with SQLiteStore(tmp_path / "dst.db") as dst:
+        assert len(dst.list()) == len(ids) - 1

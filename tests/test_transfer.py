@@ -11,9 +11,17 @@ from typing import Any
 
 import pytest
 
-from statekeep import FileStore, Keyring, MemoryStore, SQLiteStore, Store
+from statekeep import FileStore, Keyring, MemoryStore, SQLiteStore, State, Store
+from statekeep._exporting import aexport, aimport
 from statekeep._records import Record
-from statekeep._transfer import CHUNK, CopyConflictError, CopyVerifyError, acopy, aput_state
+from statekeep._transfer import (
+    CHUNK,
+    CopyConflictError,
+    CopyVerifyError,
+    RenameError,
+    acopy,
+    aput_state,
+)
 from tests.conftest import servers
 from tests.move_runs import contents, make_runs
 
@@ -263,3 +271,34 @@ def test_an_explicit_expiry_in_the_source_replaces_the_destinations_retention_st
         assert dst.load(sid).expires_at == src.load(sid).expires_at is not None
         assert "expiry" not in dst.read(sid).snapshot  # type: ignore[operator,union-attr]
         assert copy(src, dst).same == len(ids)
+
+
+def test_a_rename_prefix_too_long_for_some_ids_writes_nothing(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "src") as src, SQLiteStore(tmp_path / "dst.db") as dst:
+        make_runs(src, 4)
+        long_one = State("long", id="a" * 120)
+        long_one.add_user("x")
+        src.save(long_one)
+        with pytest.raises(RenameError, match="1 State ids invalid") as caught:
+            copy(src, dst, rename_prefix="imported-")
+        assert caught.value.ids == ["a" * 120]
+        assert dst.list() == []
+        asyncio.run(aexport(src, tmp_path / "runs.jsonl"))
+        with pytest.raises(RenameError):
+            asyncio.run(aimport(dst, tmp_path / "runs.jsonl", rename_prefix="imported-"))
+        assert dst.list() == []
+
+
+def test_a_state_leased_in_the_destination_is_counted_as_failed_and_the_others_are_copied(
+    tmp_path: Path,
+) -> None:
+    with FileStore(tmp_path / "src") as src, SQLiteStore(tmp_path / "dst.db") as dst:
+        ids = make_runs(src, 6)
+        record = src.read(ids[3])
+        assert record is not None
+        dst.write(ids[3], record.entries[:2], None, create=True)
+        dst.acquire(ids[3], "worker-1", 600)
+        report = copy(src, dst)
+        assert list(report.failed) == [ids[3]] and report.copied == len(ids) - 1
+        assert "worker-1" in report.failed[ids[3]] and "lease=" not in report.failed[ids[3]]
+        assert len(dst.read(ids[3]).entries) == 2  # type: ignore[union-attr]

@@ -4,10 +4,19 @@ read-back after writing; and the errors that name a State a copy left unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from ._errors import CorruptStateError, StateConflictError
+from ._errors import (
+    CorruptStateError,
+    DecryptionError,
+    LeaseHeldError,
+    NotAStoreError,
+    StateConflictError,
+    StateExistsError,
+    StatekeepError,
+)
 from ._records import Record
 from ._sealing import STORE_MANAGED
 from ._store import Store
@@ -37,6 +46,37 @@ class CopyVerifyError(CorruptStateError):
             "check the destination store, then run the copy again"
         )
         self.state_id = state_id
+
+
+class CopyWriteError(StatekeepError):
+    """The destination refused a write of this State (a lease held there, another writer,
+    an entry it rejects). What it took before stays: a prefix the next run extends."""
+
+    def __init__(self, state_id: str, what: str) -> None:
+        super().__init__(f"State {state_id!r} was not (fully) written to the destination: {what}")
+        self.state_id = state_id
+
+
+@contextmanager
+def refusals(state_id: str) -> Iterator[None]:
+    """Turn the destination's refusal of one State's write into :class:`CopyWriteError`, so
+    a copy counts it and goes on with the others; a store-wide problem still stops it."""
+    try:
+        yield
+    except (StateExistsError, DecryptionError, NotAStoreError):
+        raise
+    except LeaseHeldError as exc:
+        raise CopyWriteError(
+            state_id,
+            f"another worker ({exc.owner!r}) holds its lease there until {exc.expires_at}; run "
+            "the copy again once that lease is released or has expired",
+        ) from None
+    except StateConflictError:
+        raise CopyWriteError(
+            state_id, "another writer saved to it there meanwhile; run the copy again"
+        ) from None
+    except ValueError as exc:
+        raise CopyWriteError(state_id, f"the destination refused it ({exc})") from None
 
 
 def stamped(snapshot: Mapping[str, Any]) -> bool:

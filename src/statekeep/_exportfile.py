@@ -20,6 +20,7 @@ wrong and where, and a file of a newer format version an :class:`UnsupportedForm
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -80,6 +81,8 @@ class Header:
     states: int
     entries: int
     created_at: str
+    #: The ids of the States the file holds, in order (filled by :func:`verify`).
+    ids: tuple[str, ...] = ()
 
 
 def _parse(line: bytes, where: str) -> dict[str, Any]:
@@ -200,13 +203,12 @@ def _check_trailer(
 
 def verify(lines: Iterable[bytes]) -> Header:
     """Check a whole export file (its lines, ``\\n`` kept): header, structure, counts and
-    checksum, holding one line at a time. ExportFileError (or UnsupportedFormatError) if any
+    checksum, holding one line at a time (and the States' ids). ExportFileError (or UnsupportedFormatError) if any
     is wrong; the header if all is well."""
     it = iter(lines)
     first = next(it, None)
-    for _ in _walk(_chain(first, it)):
-        pass
-    return read_header(first)
+    ids = [item["state"] for kind, item, _ in _walk(_chain(first, it)) if kind == "state"]
+    return dataclasses.replace(read_header(first), ids=tuple(ids))
 
 
 def _chain(first: bytes | None, rest: Iterator[bytes]) -> Iterator[bytes]:

@@ -13,7 +13,7 @@ from ._exportfile import header_line, state_lines, states, trailer_line, verify
 from ._ids import validate_id
 from ._records import Record
 from ._store import Store
-from ._transfer import CopyReport, Progress, aput_one, source_ids, unstamped
+from ._transfer import CopyReport, Progress, aput_one, check_renames, source_ids, unstamped
 
 
 async def aexport(
@@ -92,12 +92,15 @@ async def aimport(
     unchanged and named in ``report.failed``).
 
     The whole file is checked first (format, version, counts, checksum): a file that fails
-    imports nothing (:class:`~statekeep._exportfile.ExportFileError`). Then it is read again,
+    imports nothing (:class:`~statekeep._exportfile.ExportFileError`), and so does a
+    ``rename_prefix`` that makes an id too long (:class:`~statekeep._transfer.RenameError`).
+    Then it is read again,
     one State at a time. Each State is durable on return as ``store.awrite`` is.
     """
     report = CopyReport()
     with open(path, "rb") as file:
         header = verify(file)
+        check_renames(header.ids, rename_prefix)
         file.seek(0)
         for done, (state_id, record) in enumerate(states(file), 1):
             await aput_one(store, state_id, record, report, rename_prefix)

@@ -37,18 +37,29 @@ from typing import Any, Literal
 from ._copycheck import (
     CopyConflictError,
     CopyVerifyError,
+    CopyWriteError,
     behind,
     check_prefix,
+    refusals,
     same_snapshot,
     unstamped,
     verify_copy,
 )
 from ._errors import StateExistsError
-from ._ids import validate_id
+from ._ids import MAX_ID_LENGTH, validate_id
 from ._records import Record
 from ._store import Store
 
-__all__ = ["CopyConflictError", "CopyReport", "CopyVerifyError", "acopy", "aput_state", "unstamped"]
+__all__ = [
+    "CopyConflictError",
+    "CopyReport",
+    "CopyVerifyError",
+    "CopyWriteError",
+    "RenameError",
+    "acopy",
+    "aput_state",
+    "unstamped",
+]
 
 #: Entries per write; the snapshot goes with the last one.
 CHUNK = 1000
@@ -71,7 +82,8 @@ async def _send(
         chunk = entries[start : start + CHUNK]
         start += len(chunk)
         last = start >= len(entries)
-        await dst.awrite(state_id, chunk, snapshot if last else None, create=create and first)
+        with refusals(state_id):
+            await dst.awrite(state_id, chunk, snapshot if last else None, create=create and first)
         first = False
         if last:
             return
@@ -112,11 +124,42 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
             raise CopyConflictError(state_id, "it holds a snapshot, the source none")
         if held.snapshot is not None and not behind(held.snapshot, snapshot):
             outcome = "updated"  # not a copy killed before its snapshot: a resync
-        await dst.awrite(state_id, [], snapshot)
+        with refusals(state_id):
+            await dst.awrite(state_id, [], snapshot)
     else:
         await _send(dst, state_id, entries, snapshot, len(held.entries), create=False)
     await verify_copy(dst, state_id, record)
     return outcome
+
+
+class RenameError(ValueError):
+    """A rename prefix would make some ids invalid (too long): nothing was written.
+    ``prefix`` and ``ids`` (the source ids it cannot rename) say which."""
+
+    def __init__(self, prefix: str, ids: list[str]) -> None:
+        shown = ", ".join(f"{i[:40]}... ({len(i)} characters)" if len(i) > 40 else i for i in ids[:5])
+        super().__init__(
+            f"the prefix {prefix!r} would make {len(ids)} State ids invalid (longer than "
+            f"{MAX_ID_LENGTH} characters): {shown}; nothing was written. Use a shorter prefix"
+        )
+        self.prefix = prefix
+        self.ids = ids
+
+
+def check_renames(ids: Iterable[str], prefix: str | None) -> None:
+    """RenameError unless ``prefix + id`` is a valid id for each of ``ids``."""
+    if prefix:
+        bad = [i for i in ids if not _valid(prefix + i)]
+        if bad:
+            raise RenameError(prefix, bad)
+
+
+def _valid(state_id: str) -> bool:
+    try:
+        validate_id(state_id)
+    except ValueError:
+        return False
+    return True
 
 
 def renamed(state_id: str, record: Record, prefix: str) -> tuple[str, Record]:
@@ -179,13 +222,13 @@ async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
 async def aput_one(
     dst: Store, state_id: str, record: Record, report: CopyReport, rename_prefix: str | None
 ) -> None:
-    """Put one State, counting it in ``report`` (a conflict or failed check is counted as
-    failed, and the copy goes on)."""
+    """Put one State, counting it in ``report`` (a conflict, a write the destination
+    refused or a failed check is counted as failed, and the copy goes on)."""
     if rename_prefix:
         state_id, record = renamed(state_id, record, rename_prefix)
     try:
         report.count(await aput_state(dst, state_id, record))
-    except (CopyConflictError, CopyVerifyError) as exc:
+    except (CopyConflictError, CopyVerifyError, CopyWriteError) as exc:
         report.failed[state_id] = str(exc)
 
 
@@ -207,13 +250,15 @@ async def acopy(
     replaced by the source's, identical ones are skipped, and ones whose histories differ
     are left unchanged and named in ``report.failed``. Run it again after a crash: it ends with
     every State equal in both stores. ``rename_prefix`` puts each State under
-    ``rename_prefix + id`` (see :func:`renamed`). ``progress(done, total)`` is called after
+    ``rename_prefix + id`` (see :func:`renamed`); if that makes any id too long, nothing
+    is written (:class:`RenameError`). ``progress(done, total)`` is called after
     each State. ``concurrency`` States are copied at once (under asyncio; one at a time
     under trio), so as many may be left part way by a crash. Each State is durable on
     return as ``dst.awrite`` is.
     """
     listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
     wanted = list(dict.fromkeys(listed))
+    check_renames(wanted, rename_prefix)
     report = CopyReport()
     done = 0
 

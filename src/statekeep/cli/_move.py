@@ -17,9 +17,9 @@ import click
 
 from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option, load_keyring
 from .._errors import DecryptionError
-from .._ids import validate_id
+from .._ids import MAX_ID_LENGTH, validate_id
 from .._store import Store
-from .._transfer import CopyReport
+from .._transfer import CopyReport, RenameError
 from .._urls import open_store
 from ._common import (
     DATA_ERROR,
@@ -81,9 +81,18 @@ def _filters(
 
 
 def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str) -> T:
-    """Run a move on an event loop of its own; Ctrl-C is exit 130 (run it again to finish)."""
+    """Run a move on an event loop of its own; Ctrl-C is exit 130 (run it again to finish);
+    a rename prefix that makes ids too long is bad usage (exit 2), before anything is written."""
     try:
         return asyncio.run(work)
+    except RenameError as exc:
+        bar.close()
+        shown = ", ".join(f"{i[:40]}... ({len(i)} characters)" if len(i) > 40 else i for i in exc.ids[:5])
+        fail(
+            f"{what}: --rename-prefix {exc.prefix!r} makes {len(exc.ids)} State ids longer than "
+            f"{MAX_ID_LENGTH} characters ({shown}); nothing was written: use a shorter prefix",
+            USAGE,
+        )
     except KeyboardInterrupt:
         bar.close()
         fail(f"{what} stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
