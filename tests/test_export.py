@@ -103,12 +103,37 @@ def test_a_dropped_entry_is_refused_even_with_a_fixed_checksum(
 ) -> None:
     out = exported[0]
     lines = out.read_bytes().splitlines(keepends=True)
-    del lines[3]  # an entry of the first State
+    del lines[1 + orjson.loads(lines[1])["entries"]]  # the last entry of the first State
     body = b"".join(lines[:-1])
     trailer = orjson.loads(lines[-1])
     trailer["sha256"] = hashlib.sha256(body).hexdigest()
     out.write_bytes(body + orjson.dumps(trailer) + b"\n")
     _refused(out, "lacks its last 1 entries")
+
+
+def _with_fixed_checksum(lines: list[bytes]) -> bytes:
+    body = b"".join(lines[:-1])
+    trailer = orjson.loads(lines[-1])
+    trailer["sha256"] = hashlib.sha256(body).hexdigest()
+    return body + orjson.dumps(trailer) + b"\n"
+
+
+@pytest.mark.parametrize("edit", ["swapped", "renumbered"])
+def test_entries_out_of_order_are_refused_naming_the_state_and_line(
+    edit: str, exported: tuple[Path, list[str], dict[str, Any]]
+) -> None:
+    out = exported[0]
+    lines = out.read_bytes().splitlines(keepends=True)
+    state = orjson.loads(lines[1])["state"]
+    if edit == "swapped":  # lines 3 and 4 hold seq 0 and seq 1 of the first State
+        lines[2], lines[3] = lines[3], lines[2]
+    else:
+        entry = orjson.loads(lines[3])
+        entry["entry"]["seq"] = 7
+        lines[3] = orjson.dumps(entry) + b"\n"
+    out.write_bytes(_with_fixed_checksum(lines))
+    expected = "line 3" if edit == "swapped" else "line 4"
+    _refused(out, f"{expected}: State {state!r} has an entry with seq")
 
 
 def test_a_newer_version_or_another_file_is_refused(exported: tuple[Path, list[str], dict[str, Any]]) -> None:

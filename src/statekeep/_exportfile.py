@@ -135,7 +135,7 @@ def _walk(lines: Iterable[bytes]) -> Iterator[tuple[str, Mapping[str, Any], int]
     assert first is not None
     digest.update(first)
     states = entries = 0
-    owed = 0  # entry lines the current State still has to come
+    owed = announced = 0  # entry lines the current State still has to come, of how many
     current = ""
     number = 1
     for line in it:
@@ -154,6 +154,12 @@ def _walk(lines: Iterable[bytes]) -> Iterator[tuple[str, Mapping[str, Any], int]
         if "entry" in item:
             if not owed or type(item["entry"]) is not dict:
                 raise ExportFileError(f"{where} is an entry line no State line announced")
+            seq, expected = item["entry"].get("seq"), announced - owed
+            if type(seq) is not int or seq != expected:
+                raise ExportFileError(
+                    f"{where}: State {current!r} has an entry with seq {seq!r} where seq {expected} "
+                    "belongs (each State's entries are seq 0, 1, 2, ... in order): the file was edited"
+                )
             owed -= 1
             entries += 1
             yield "entry", item, number
@@ -161,6 +167,7 @@ def _walk(lines: Iterable[bytes]) -> Iterator[tuple[str, Mapping[str, Any], int]
             if owed:
                 raise ExportFileError(f"State {current!r} lacks its last {owed} entries ({where})")
             current, owed = _check_state(item, where)
+            announced = owed
             states += 1
             yield "state", item, number
         else:
