@@ -247,3 +247,24 @@ def test_a_leased_state_fails_with_cli_words_and_the_others_are_copied(
     assert "lease=" not in result.stderr and len(result.stderr.splitlines()) == 1
     with SQLiteStore(tmp_path / "dst.db") as dst:
         assert len(dst.list()) == len(ids) - 1
+
+
+def test_keys_from_the_environment_do_not_silently_make_plaintext_copies(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    document = orjson.dumps({"current": "k1", "keys": {"k1": base64.b64encode(KEY).decode()}}).decode()
+    keys.write_text(document)
+    with FileStore(tmp_path / "sealed", encrypt=Keyring({"k1": KEY}, current="k1")) as sealed:
+        ids = make_runs(sealed, 2)
+    sealed_url, env = str(tmp_path / "sealed"), {"STATEKEEP_KEYS": document}
+    refused = CliRunner().invoke(main, ["copy", sealed_url, str(tmp_path / "clear")], env=env)
+    assert refused.exit_code == 2 and "--dst-keys" in refused.stderr and "--plaintext" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and not (tmp_path / "clear").exists()
+    sealing = ["copy", sealed_url, str(tmp_path / "sealed2"), "--dst-keys", str(keys)]
+    assert CliRunner().invoke(main, sealing, env=env).exit_code == 0
+    clear = ["copy", sealed_url, str(tmp_path / "clear"), "--plaintext"]
+    assert CliRunner().invoke(main, clear, env=env).exit_code == 0
+    with FileStore(tmp_path / "clear") as copied:
+        assert len(copied.list()) == len(ids)
+    # the destination is sealed, its keys not given: the hint names the destination's option
+    again = cli("copy", sealed_url, str(tmp_path / "sealed2"), "--src-keys", str(keys))
+    assert again.exit_code == 2 and "give the destination's keys with --dst-keys" in again.stderr

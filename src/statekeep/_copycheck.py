@@ -48,6 +48,15 @@ class CopyVerifyError(CorruptStateError):
         self.state_id = state_id
 
 
+class CopyKeysError(DecryptionError):
+    """A record of the copy's ``side`` (``"source"`` or ``"destination"``) could not be
+    opened: that store needs (other) keys. The copy stopped; what it wrote stays."""
+
+    def __init__(self, side: str, error: DecryptionError) -> None:
+        super().__init__(f"in the {side}: {error}")
+        self.side = side
+
+
 class CopyWriteError(StatekeepError):
     """The destination refused a write of this State (a lease held there, another writer,
     an entry it rejects). What it took before stays: a prefix the next run extends."""

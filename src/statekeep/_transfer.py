@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from ._copycheck import (
     CopyConflictError,
+    CopyKeysError,
     CopyVerifyError,
     CopyWriteError,
     behind,
@@ -45,13 +46,14 @@ from ._copycheck import (
     unstamped,
     verify_copy,
 )
-from ._errors import StateExistsError
+from ._errors import DecryptionError, StateExistsError
 from ._ids import MAX_ID_LENGTH, validate_id
 from ._records import Record
 from ._store import Store
 
 __all__ = [
     "CopyConflictError",
+    "CopyKeysError",
     "CopyReport",
     "CopyVerifyError",
     "CopyWriteError",
@@ -228,6 +230,8 @@ async def aput_one(
         state_id, record = renamed(state_id, record, rename_prefix)
     try:
         report.count(await aput_state(dst, state_id, record))
+    except DecryptionError as exc:  # the destination's records: it needs its keys
+        raise CopyKeysError("destination", exc) from None
     except (CopyConflictError, CopyVerifyError, CopyWriteError) as exc:
         report.failed[state_id] = str(exc)
 
@@ -264,7 +268,10 @@ async def acopy(
 
     async def copy_one(state_id: str) -> None:
         nonlocal done
-        record = await src.aread(state_id)
+        try:
+            record = await src.aread(state_id)
+        except DecryptionError as exc:
+            raise CopyKeysError("source", exc) from None
         if record is None:
             report.missing.append(state_id)
         else:

@@ -9,6 +9,7 @@ State named on the command line that the source does not hold: exit 1.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -220,6 +221,11 @@ def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 )
 @click.option("--src-keys", metavar="FILE", help="the keys of an encrypted source: " + KEYS_HELP)
 @click.option("--dst-keys", metavar="FILE", help="seal the copies with these keys (the same JSON document)")
+@click.option(
+    "--plaintext",
+    is_flag=True,
+    help=f"with ${KEYS_ENV} set and no --dst-keys: write the copies in clear (else refused)",
+)
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
 def copy_states(
     src_url: str,
@@ -233,12 +239,16 @@ def copy_states(
     rename_prefix: str | None,
     src_keys: str | None,
     dst_keys: str | None,
+    plaintext: bool,
     quiet: bool,
 ) -> None:
     """Copy States from one store to another (created if missing): the --ids given, else
     those the filters select, else all. Resumable and idempotent: run it again after a
-    crash or Ctrl-C and it finishes; identical States are skipped, and one that differs in
-    the destination is left as it is and named (exit 3). Each copy is read back and checked."""
+    crash or Ctrl-C and it finishes; identical States are skipped, the source's snapshot
+    replaces a destination's that differs, and a State whose history differs in the
+    destination is left as it is and named (exit 3). Each copy is read back and checked.
+    With $STATEKEEP_KEYS opening the source, give --dst-keys (or --plaintext to write the
+    copies in clear)."""
     from .._transfer import acopy
 
     filters = _filters(status, agent, labels, id_prefix)
@@ -249,6 +259,13 @@ def copy_states(
             filters.setdefault("labels", {})[key] = value
     if ids and filters:
         fail("copy: give --ids, or filters, not both", USAGE)
+    if src_keys is None and dst_keys is None and not plaintext and os.environ.get(KEYS_ENV):
+        fail(
+            f"copy: ${KEYS_ENV} opens the source but the destination gets no keys, so the copies "
+            "would be written in clear: give --dst-keys FILE to seal them, or --plaintext to "
+            "write them in clear",
+            USAGE,
+        )
     bar = ProgressBar.on_terminal("copying", quiet=quiet)
     with (
         reporting(),
@@ -263,5 +280,9 @@ def copy_states(
         try:
             report = _run(work, bar, "copy")
         except DecryptionError as exc:
-            fail(f"{exc} (give the source's keys with --src-keys FILE or ${KEYS_ENV})", USAGE)
+            if getattr(exc, "side", "source") == "destination":
+                hint = "give the destination's keys with --dst-keys FILE"
+            else:
+                hint = f"give the source's keys with --src-keys FILE or ${KEYS_ENV}"
+            fail(f"{exc} ({hint})", USAGE)
     _finish("copy", report, src_url, quiet)
