@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -268,3 +269,22 @@ def test_keys_from_the_environment_do_not_silently_make_plaintext_copies(tmp_pat
     # the destination is sealed, its keys not given: the hint names the destination's option
     again = cli("copy", sealed_url, str(tmp_path / "sealed2"), "--src-keys", str(keys))
     assert again.exit_code == 2 and "give the destination's keys with --dst-keys" in again.stderr
+
+
+def test_a_sqlite_database_that_is_not_a_store_is_refused_unchanged(
+    source: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    src, _ = source
+    app = tmp_path / "app.db"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    before = app.read_bytes()
+    assert cli("export", "--all", "-o", str(tmp_path / "runs.jsonl"), "--store", src).exit_code == 0
+    for args in (
+        ["copy", src, f"sqlite:///{app}"],
+        ["import", str(tmp_path / "runs.jsonl"), "--store", f"sqlite:///{app}"],
+    ):
+        result = cli(*args)
+        assert result.exit_code == 3, result.output
+        assert "not" in result.stderr and "users" in result.stderr and len(result.stderr.splitlines()) == 1
+        assert app.read_bytes() == before

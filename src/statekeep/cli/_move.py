@@ -16,12 +16,10 @@ from typing import Any, TypeVar
 
 import click
 
-from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option, load_keyring
+from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option
 from .._errors import DecryptionError
 from .._ids import MAX_ID_LENGTH, validate_id
-from .._store import Store
 from .._transfer import CopyReport, RenameError
-from .._urls import open_store
 from ._common import (
     DATA_ERROR,
     INTERRUPTED,
@@ -35,6 +33,7 @@ from ._common import (
     state_id_arg,
     store_option,
 )
+from ._destination import open_destination
 from ._group import main
 
 T = TypeVar("T")
@@ -99,14 +98,6 @@ def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str) -> T:
         fail(f"{what} stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
     finally:
         bar.close()
-
-
-def open_destination(url: str, keys_file: str | None, *, env: bool = True) -> Store:
-    """The store to write to, created if it does not exist yet (a folder, a SQLite file,
-    tables or keys), sealed with ``keys_file``'s keys (else ``$STATEKEEP_KEYS``'s, if
-    ``env``) if given."""
-    keyring = load_keyring(keys_file, None if env else {})
-    return open_store(url, create=True, **({} if keyring is None else {"encrypt": keyring}))
 
 
 def _finish(command: str, report: CopyReport, source: str, quiet: bool) -> None:
