@@ -302,3 +302,32 @@ def test_a_state_leased_in_the_destination_is_counted_as_failed_and_the_others_a
         assert list(report.failed) == [ids[3]] and report.copied == len(ids) - 1
         assert "worker-1" in report.failed[ids[3]] and "lease=" not in report.failed[ids[3]]
         assert len(dst.read(ids[3]).entries) == 2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_walking_a_store_lists_a_filestore_once_and_pages_through_the_others(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each FileStore listing reads every State: paging would cost one such scan per page
+    (n² reads for n States); the other stores page by keyset."""
+    import statekeep._store
+    import statekeep._transfer
+
+    monkeypatch.setattr(statekeep._store, "ITER_PAGE", 2)
+    monkeypatch.setattr(statekeep._transfer, "PAGE", 2)
+    store = FileStore(tmp_path / "src") if kind == "file" else SQLiteStore(tmp_path / "src.db")
+    with store:
+        ids = make_runs(store, 4)
+        listings: list[Any] = []
+        select = store._select
+
+        async def counted(query: Any) -> Any:
+            listings.append(query)
+            return await select(query)
+
+        store._select = counted  # type: ignore[method-assign]
+        assert sorted(r.id for r in store.iter_states()) == sorted(ids)
+        dst = MemoryStore()
+        assert copy(store, dst).copied == len(ids)
+        expected = 2 if kind == "file" else 2 * -(-len(ids) // 2)  # iter_states, then copy
+        assert len(listings) == expected

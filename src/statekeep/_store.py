@@ -57,6 +57,10 @@ class Store(ABC):  # noqa: B024
     its advice.
     """
 
+    #: Whether every listing reads all the States (a scan, whatever its limit): then
+    #: :meth:`aiter_states` asks for one page of all of them.
+    _lists_by_scan: bool = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # A store written before range reads: its read/aread gain ``since`` (read whole, cut).
@@ -173,8 +177,9 @@ class Store(ABC):  # noqa: B024
 
     async def aiter_states(self, **filters: Any) -> AsyncIterator[SavedState]:
         """Every State the filters of :meth:`alist` select, page by page (``limit`` is the
-        page size, 200 by default)."""
-        filters.setdefault("limit", ITER_PAGE)
+        page size, 200 by default; one page of all of them on a store whose every listing
+        reads all its States anyway, e.g. a FileStore, where pages would cost n² reads)."""
+        filters.setdefault("limit", None if self._lists_by_scan else ITER_PAGE)
         while True:
             page = await self.alist(**filters)
             for row in page:
@@ -324,7 +329,7 @@ class Store(ABC):  # noqa: B024
 
     def iter_states(self, **filters: Any) -> Iterator[SavedState]:
         """Sync :meth:`aiter_states`: each page is one blocking call."""
-        filters.setdefault("limit", ITER_PAGE)
+        filters.setdefault("limit", None if self._lists_by_scan else ITER_PAGE)
         while True:
             page = self.list(**filters)
             yield from page

@@ -214,9 +214,10 @@ class CopyReport:
 
 
 async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
-    """The ids of every State the source lists with ``filters``, page by page."""
+    """The ids of every State the source lists with ``filters``, page by page (in one
+    listing on a store that reads all its States for any page, as a FileStore does)."""
     ids: list[str] = []
-    async for row in src.aiter_states(**{"limit": PAGE, **filters}):
+    async for row in src.aiter_states(**{"limit": None if src._lists_by_scan else PAGE, **filters}):
         ids.append(row.id)
     return ids
 

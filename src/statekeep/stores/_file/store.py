@@ -146,6 +146,8 @@ class FileStore(FileLeasing, Backend):
     clear in the files: ids (folder names), seqs, times and the listing fields.
     """
 
+    _lists_by_scan = True  # each listing reads every State's snapshot (see _select)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
