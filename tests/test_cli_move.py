@@ -288,3 +288,20 @@ def test_a_sqlite_database_that_is_not_a_store_is_refused_unchanged(
         assert result.exit_code == 3, result.output
         assert "not" in result.stderr and "users" in result.stderr and len(result.stderr.splitlines()) == 1
         assert app.read_bytes() == before
+
+
+def test_all_moves_states_without_a_snapshot_too(source: tuple[str, list[str]], tmp_path: Path) -> None:
+    src, ids = source
+    with FileStore(src) as store:
+        store.write(
+            "raw-nosnap",
+            [{"seq": 0, "kind": "note", "text": "x", "at": "2026-01-01T00:00:00+00:00"}],
+            None,
+            create=True,
+        )
+    copied = cli("copy", src, f"sqlite:///{tmp_path}/dst.db")
+    assert copied.exit_code == 0 and copied.output.startswith(f"copy: {len(ids) + 1} copied")
+    exported = cli("export", "--all", "-o", str(tmp_path / "runs.jsonl"), "--store", src)
+    assert exported.output.startswith(f"export: {len(ids) + 1} States")
+    with SQLiteStore(tmp_path / "dst.db") as dst:
+        assert dst.read("raw-nosnap") is not None

@@ -127,7 +127,19 @@ def test_an_empty_store(tmp_path: Path) -> None:
         "by_status": {},
         "by_agent": {},
         "without_agent": 0,
+        "not_listed": 0,
     }
+
+
+def test_states_no_listing_shows_are_counted_apart(url: str) -> None:
+    with open_store(url, create=True) as store:
+        store.save(run("one", "a", "done", 1))
+        store.write("bare", [{"seq": 0, "kind": "note", "at": STAMP, "text": "x"}], None, create=True)
+    result = cli("stats", "--store", url, "--json")
+    stats = json.loads(result.stdout)
+    assert (stats["states"], stats["not_listed"]) == (1, 1)
+    text = cli("stats", "--store", url).stdout
+    assert "not listed 1 (States without a snapshot" in text
 
 
 # -- exit statuses --------------------------------------------------------------------------

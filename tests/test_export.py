@@ -20,7 +20,7 @@ from statekeep._exporting import aexport, aimport
 from tests.move_runs import contents, make_runs
 
 
-def export(store: Store, out: Any, **options: Any) -> tuple[int, int, list[str]]:
+def export(store: Store, out: Any, **options: Any) -> Any:
     return asyncio.run(aexport(store, out, **options))
 
 
@@ -33,7 +33,7 @@ def exported(tmp_path: Path) -> tuple[Path, list[str], dict[str, Any]]:
     with FileStore(tmp_path / "src") as src:
         ids = make_runs(src, 5, big=1)
         out = tmp_path / "runs.jsonl"
-        count, _, missing = export(src, out)
+        count, _, missing, _ = export(src, out)
         assert (count, missing) == (len(ids), [])
         return out, ids, contents(src, ids)
 
@@ -67,7 +67,7 @@ def test_export_to_a_stream_and_of_chosen_ids(tmp_path: Path) -> None:
     with MemoryStore() as src:
         ids = make_runs(src, 3)
         stream = io.BytesIO()
-        count, _, missing = export(src, stream, ids=[ids[1], "gone"])
+        count, _, missing, _ = export(src, stream, ids=[ids[1], "gone"])
         assert (count, missing) == (1, ["gone"])
         (tmp_path / "one.jsonl").write_bytes(stream.getvalue())
         dst = MemoryStore()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -328,6 +328,52 @@ def test_walking_a_store_lists_a_filestore_once_and_pages_through_the_others(
         store._select = counted  # type: ignore[method-assign]
         assert sorted(r.id for r in store.iter_states()) == sorted(ids)
         dst = MemoryStore()
-        assert copy(store, dst).copied == len(ids)
+        assert copy(store, dst, filters={"id_prefix": "run"}).copied == len(ids)  # a listing
         expected = 2 if kind == "file" else 2 * -(-len(ids) // 2)  # iter_states, then copy
         assert len(listings) == expected
+
+
+SOURCES = {
+    "memory": lambda p: MemoryStore(),
+    "file": lambda p: FileStore(p / "src"),
+    "sqlite": lambda p: SQLiteStore(p / "src.db"),
+    "postgres": lambda p: servers().postgres_store(),
+    "redis": lambda p: servers().redis_store(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_states_without_a_snapshot_are_copied_and_exported_with_the_rest(kind: str, tmp_path: Path) -> None:
+    """No listing shows a State written without a snapshot (raw, or a create cut short):
+    a copy or export of the whole store walks the store's ids, so it moves them too."""
+    with SOURCES[kind](tmp_path) as src:
+        ids = make_runs(src, 2)
+        raw = [{"seq": 0, "kind": "note", "text": "héllo", "at": "2026-01-01T00:00:00+00:00"}]
+        src.write("raw-nosnap", raw, None, create=True)
+        assert "raw-nosnap" not in [r.id for r in src.list()]
+        dst = MemoryStore()
+        report = copy(src, dst)
+        assert (report.copied, report.failed, report.gone) == (len(ids) + 1, {}, 0)
+        assert contents(dst, [*ids, "raw-nosnap"]) == contents(src, [*ids, "raw-nosnap"])
+        assert copy(src, dst).same == len(ids) + 1
+        exported = asyncio.run(aexport(src, tmp_path / "runs.jsonl"))
+        assert exported.states == len(ids) + 1
+        again = MemoryStore()
+        asyncio.run(aimport(again, tmp_path / "runs.jsonl"))
+        assert contents(again, ["raw-nosnap"]) == contents(src, ["raw-nosnap"])
+
+
+def test_a_state_that_expired_before_it_was_read_is_skipped_not_missing(tmp_path: Path) -> None:
+    now = [datetime.now(UTC)]
+    with FileStore(tmp_path / "src", clock=lambda: now[0]) as src:
+        ids = make_runs(src, 2)
+        short = State("short-lived", id="short")
+        short.add_user("x")
+        short.keep_for(timedelta(hours=1))
+        src.save(short)
+        now[0] += timedelta(hours=2)  # expired: the walk still finds its folder, a read does not
+        report = copy(src, MemoryStore())
+        assert (report.copied, report.gone, report.missing) == (len(ids), 1, [])
+        assert "1 expired or deleted meanwhile (skipped)" in str(report)
+        exported = asyncio.run(aexport(src, tmp_path / "runs.jsonl"))
+        assert (exported.states, exported.gone, exported.missing) == (len(ids), 1, [])

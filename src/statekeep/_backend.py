@@ -149,6 +149,12 @@ class Backend(Leasing, Store):
         ``statekeep stats``), or None where that is not known (this default)."""
         return None
 
+    async def _state_ids(self) -> list[str] | None:
+        """Every State id the store holds, in id order: those without a snapshot (which no
+        listing shows) and expired ones too; None where the store cannot walk its ids
+        (this default). ``copy --all`` and ``export --all`` walk these."""
+        return None
+
     async def _child_ids(self, state_id: str) -> list[str]:
         """The ids of ``state_id``'s children, expired ones too (a tree delete must reach
         the live States below an expired one)."""

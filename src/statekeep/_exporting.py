@@ -7,13 +7,24 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from ._exportfile import header_line, state_lines, states, trailer_line, verify
 from ._ids import validate_id
 from ._records import Record
 from ._store import Store
 from ._transfer import CopyReport, Progress, aput_one, check_renames, source_ids, unstamped
+
+
+class Exported(NamedTuple):
+    """What an export wrote: ``states`` and ``entries``, the ids asked for that the store
+    does not hold (``missing``), and how many States of a walk of the whole store were
+    expired or deleted by the time they were read (``gone``: skipped)."""
+
+    states: int
+    entries: int
+    missing: list[str]
+    gone: int = 0
 
 
 async def aexport(
@@ -23,10 +34,10 @@ async def aexport(
     ids: Iterable[str] | None = None,
     filters: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
-) -> tuple[int, int, list[str]]:
-    """Write the States of ``ids`` (else every State ``store`` lists with ``filters``) to
-    ``out`` (a path, or a binary stream such as stdout) as an export file; return (States,
-    entries, ids asked for that the store does not hold).
+) -> Exported:
+    """Write the States of ``ids`` (else every State ``store`` lists with ``filters``, else
+    every State it holds, those without a snapshot too) to ``out`` (a path, or a binary
+    stream such as stdout) as an export file; return what it wrote (:class:`Exported`).
 
     Snapshots go without the store's retention stamp (an explicit expiry is kept). A path
     is written whole or not at all: the file appears (atomically replacing one of
@@ -35,12 +46,14 @@ async def aexport(
     listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(store, filters or {})
     wanted = list(dict.fromkeys(listed))
     missing: list[str] = []
-    count = entries = 0
+    count = entries = gone = 0
     # The header holds the counts, so the States go to a scratch file first.
     with tempfile.TemporaryFile() as body:
         for done, state_id in enumerate(wanted, 1):
             record = await store.aread(state_id)
-            if record is None:
+            if record is None and ids is None:
+                gone += 1  # walked, then expired or deleted before this read
+            elif record is None:
                 missing.append(state_id)
             else:
                 count += 1
@@ -54,7 +67,7 @@ async def aexport(
             _write_file(Path(out), head, body, count, entries)
         else:
             _write_stream(out, head, body, count, entries)
-    return count, entries, missing
+    return Exported(count, entries, missing, gone)
 
 
 def _write_stream(out: IO[bytes], head: bytes, body: IO[bytes], count: int, entries: int) -> None:

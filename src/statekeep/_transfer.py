@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._bridge import run_async
 from ._copycheck import (
     CopyConflictError,
     CopyKeysError,
@@ -188,7 +189,9 @@ class CopyReport:
     """What a copy did, per State: ``copied`` (new in the destination), ``extended`` (the
     rest of a history written), ``updated`` (the same history: its snapshot replaced by the
     source's), ``same`` (already there: skipped), ``failed`` (id ->
-    why: a conflict or a failed check; those States were not changed) and ``missing``
+    why: a conflict or a failed check; those States were not changed), ``gone`` (States
+    the walk of the whole source found that were expired, or deleted, by the time they were
+    read: skipped) and ``missing``
     (ids asked for that the source does not hold)."""
 
     copied: int = 0
@@ -197,6 +200,7 @@ class CopyReport:
     same: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    gone: int = 0
 
     def count(self, outcome: Outcome) -> None:
         setattr(self, outcome, getattr(self, outcome) + 1)
@@ -210,12 +214,21 @@ class CopyReport:
             text += f", {len(self.failed)} failed"
         if self.missing:
             text += f", {len(self.missing)} not in the source"
+        if self.gone:
+            text += f", {self.gone} expired or deleted meanwhile (skipped)"
         return text
 
 
 async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
-    """The ids of every State the source lists with ``filters``, page by page (in one
-    listing on a store that reads all its States for any page, as a FileStore does)."""
+    """The ids of the States to move: without filters, every State the source holds (a
+    walk of its ids where the store has one: States without a snapshot, which no listing
+    shows, are moved too); else every State it lists with ``filters``, page by page (in
+    one listing on a store that reads all its States for any page, as a FileStore does)."""
+    walk = getattr(src, "_state_ids", None)
+    if not filters and walk is not None:
+        walked: list[str] | None = await run_async(walk())
+        if walked is not None:
+            return walked
     ids: list[str] = []
     async for row in src.aiter_states(**{"limit": None if src._lists_by_scan else PAGE, **filters}):
         ids.append(row.id)
@@ -248,7 +261,8 @@ async def acopy(
     concurrency: int = CONCURRENCY,
 ) -> CopyReport:
     """Copy States from ``src`` to ``dst``: those of ``ids``, else every State ``src`` lists
-    with ``filters`` (the keyword arguments of ``alist``, e.g. ``{"status": "finished"}``).
+    with ``filters`` (the keyword arguments of ``alist``, e.g. ``{"status": "finished"}``),
+    else every State ``src`` holds (see :func:`source_ids`).
 
     Each State goes through :func:`aput_state`: new ones are created whole, a prefix left
     by an interrupted copy (or an older copy) is extended, a snapshot that differs is
@@ -273,7 +287,9 @@ async def acopy(
             record = await src.aread(state_id)
         except DecryptionError as exc:
             raise CopyKeysError("source", exc) from None
-        if record is None:
+        if record is None and ids is None:
+            report.gone += 1  # walked, then expired or deleted before this read
+        elif record is None:
             report.missing.append(state_id)
         else:
             await aput_one(dst, state_id, record, report, rename_prefix)

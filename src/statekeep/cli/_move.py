@@ -158,10 +158,11 @@ def export_states(
         work = aexport(
             store, out, ids=chosen, filters=_filters(status, agent, labels, id_prefix), progress=bar
         )
-        count, entries, missing = _run(work, bar, "export")
+        count, entries, missing, gone = _run(work, bar, "export")
     if not quiet:
         where = "stdout" if output == "-" else output
-        say(f"export: {count} States ({entries} entries) written to {where}", err=output == "-")
+        skipped = f"; {gone} expired or deleted meanwhile (skipped)" if gone else ""
+        say(f"export: {count} States ({entries} entries) written to {where}{skipped}", err=output == "-")
     if missing:
         fail(f"not in {store_url}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
 

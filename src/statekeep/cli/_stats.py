@@ -26,6 +26,9 @@ class Stats:
     by_status: Counter[str] = field(default_factory=Counter)
     by_agent: Counter[str] = field(default_factory=Counter)
     without_agent: int = 0
+    #: States the store holds that no listing shows (no snapshot, or expired and not yet
+    #: removed by gc); None where the store cannot walk its ids.
+    not_listed: int | None = None
 
     def as_json(self) -> str:
         return json.dumps(
@@ -36,6 +39,7 @@ class Stats:
                 "by_status": dict(self.by_status.most_common()),
                 "by_agent": dict(self.by_agent.most_common()),
                 "without_agent": self.without_agent,
+                "not_listed": self.not_listed,
             },
             ensure_ascii=True,
         )
@@ -43,6 +47,11 @@ class Stats:
     def lines(self) -> list[str]:
         size = "unknown" if self.bytes is None else f"{self.bytes} ({_human(self.bytes)})"
         lines = [f"States   {self.states}", f"entries  {self.entries}", f"bytes    {size}"]
+        if self.not_listed:
+            lines.append(
+                f"not listed {self.not_listed} (States without a snapshot, or expired and not yet "
+                "removed by gc; not counted above)"
+            )
         if self.by_status:
             lines.append("by status:")
             lines += [f"  {status:<24} {n}" for status, n in self.by_status.most_common()]
@@ -70,6 +79,11 @@ def count(store: Store, progress: Callable[[int, int], None]) -> Stats:
             else:
                 stats.by_agent[row.agent] += 1
         progress(done, len(rows))
+    walk = getattr(store, "_state_ids", None)  # nor this
+    held = None if walk is None else run_sync(walk(), "stats")
+    if held is not None:
+        listed = {row.id for row in rows}
+        stats.not_listed = sum(sid not in listed for sid in held)
     size = getattr(store, "_size_bytes", None)  # a store of your own may not have it
     stats.bytes = None if size is None else run_sync(size(), "stats")
     return stats

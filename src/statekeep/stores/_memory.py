@@ -150,6 +150,9 @@ class MemoryStore(Backend):
         raw = self._space.snapshots.get(state_id)
         return None if raw is None or self._gone(state_id) else cast(dict[str, Any], orjson.loads(raw))
 
+    async def _state_ids(self) -> list[str] | None:
+        return sorted(self._space.lines)
+
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         rows, skipped = [], []
         for sid, snapshot in self._space.snapshots.items():

@@ -211,6 +211,27 @@ def _snapshot_from_log(store: StoreFolder, root: int, name: str) -> dict[str, An
         os.close(folder)
 
 
+def state_ids(store: StoreFolder) -> list[str]:
+    """Every State folder's name (those without a snapshot too), in id order."""
+    root = store.open_root(create=False)
+    if root is None:
+        return []
+    try:
+        with os.scandir(root) as it:
+            names = [e.name for e in it if not e.name.startswith(".")]
+    finally:
+        os.close(root)
+    return sorted(name for name in names if _is_id(name))
+
+
+def _is_id(name: str) -> bool:
+    try:
+        validate_id(name)
+    except ValueError:
+        return False  # not ours
+    return True
+
+
 def list_states(store: StoreFolder, prefix: str = "") -> tuple[list[SavedState], list[str]]:
     root = store.open_root(create=False)
     if root is None:

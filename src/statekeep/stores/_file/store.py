@@ -54,7 +54,7 @@ from .folder import StoreFolder
 from .handles import Handles
 from .leases import LeaseRows
 from .leasing import FileLeasing
-from .reads import list_states, read_range, read_snapshot, read_state
+from .reads import list_states, read_range, read_snapshot, read_state, state_ids
 from .recovery import Tail
 from .trust import probe_case
 
@@ -273,6 +273,9 @@ class FileStore(FileLeasing, Backend):
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
         return await owner().io.run(list_states, self._folder)
+
+    async def _state_ids(self) -> list[str] | None:
+        return await owner().io.run(state_ids, self._folder)
 
     async def _size_bytes(self) -> int | None:
         """The bytes of every file in the store's folder (every namespace)."""

@@ -63,6 +63,10 @@ class Lifecycle(Backend):
             return None
         return decode_snapshot(text, f"the snapshot of State {state_id!r} in {self._sql.states}")
 
+    async def _state_ids(self) -> list[str] | None:
+        rows = await self._query("read", "fetch", self._sql.state_ids, self.namespace)
+        return [row[0] for row in rows]
+
     async def _size_bytes(self) -> int | None:
         """``pg_total_relation_size`` of the store's tables (rows, indexes, TOAST), which
         every namespace of the store shares."""

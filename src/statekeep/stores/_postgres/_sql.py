@@ -88,6 +88,7 @@ class Sql:
         # A row past its expiry (by the server's clock) reads as absent.
         live = "(expires_at IS NULL OR expires_at > now())"
         # The snapshot alone (agent memory), and what gc would remove now (a dry run).
+        self.state_ids = f"SELECT id FROM {states} WHERE ns = $1 ORDER BY id"
         self.read_snapshot = f"SELECT snapshot FROM {states} WHERE ns = $1 AND id = $2 AND {live}"
         self.count_expired = f"""SELECT count(*) FROM {states} s WHERE s.ns = $1 AND s.expires_at <= now()
             AND NOT EXISTS (SELECT 1 FROM {self.leases} l

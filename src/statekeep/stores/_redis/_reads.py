@@ -3,6 +3,7 @@ transaction): a State whole, its snapshot alone (what agent memory reads), and t
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -47,6 +48,15 @@ async def read_snapshot(local: ClientLocal, keys: Keys, state_id: str) -> dict[s
     if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
         return None
     return decode_snapshot(snapshot, f"the snapshot of State {state_id!r} in Redis")
+
+
+async def state_ids(local: ClientLocal, keys: Keys) -> list[str]:
+    """Every State's id (its ``state:`` hash: those without a snapshot too), in id order,
+    by SCAN (never KEYS, which blocks the server)."""
+    prefix = keys.state
+    pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", prefix) + b"*"
+    ids = {key[len(prefix) :].decode() async for key in local.client.scan_iter(match=pattern, count=1000)}
+    return sorted(ids)
 
 
 async def server_now(local: ClientLocal) -> datetime:

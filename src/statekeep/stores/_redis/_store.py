@@ -219,6 +219,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         async with self._using("read") as local:
             return await _reads.read_snapshot(local, self._keys_of, state_id)
 
+    async def _state_ids(self) -> list[str] | None:
+        async with self._using("list") as local:
+            return await _reads.state_ids(local, self._keys_of)
+
     async def _server_now(self) -> datetime:
         async with self._using("read") as local:
             return await _reads.server_now(local)

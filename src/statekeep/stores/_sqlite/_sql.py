@@ -234,4 +234,5 @@ ROW_COLUMNS = (
     "s.id, s.task, s.created_at, s.updated_at, s.turn, s.stopped_by, s.finished, s.agent, s.parent, "
     "s.labels, s.expires_at, s.forked_from"
 )
+STATE_IDS = "SELECT id FROM states WHERE namespace = ? ORDER BY id"
 UNLISTED = "SELECT id, unlisted FROM states WHERE namespace = ? AND unlisted IS NOT NULL ORDER BY id"

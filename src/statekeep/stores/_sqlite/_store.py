@@ -203,6 +203,16 @@ class SQLiteStore(LeaseRows, Backend):
         conns = self._slot.get()
         return await owner().io.run(self._retry_busy, self._count_expired_once, conns)
 
+    async def _state_ids(self) -> list[str] | None:
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._state_ids_once, conns)
+
+    def _state_ids_once(self, conns: Connections) -> list[str]:
+        if self._absent(conns):
+            return []
+        with self._reading(conns) as conn:
+            return [sid for (sid,) in conn.execute(sql.STATE_IDS, (self.namespace,))]
+
     async def _size_bytes(self) -> int | None:
         """The bytes of the database file and its WAL and shared-memory files (every namespace)."""
         names = (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
