@@ -305,3 +305,29 @@ def test_all_moves_states_without_a_snapshot_too(source: tuple[str, list[str]], 
     assert exported.output.startswith(f"export: {len(ids) + 1} States")
     with SQLiteStore(tmp_path / "dst.db") as dst:
         assert dst.read("raw-nosnap") is not None
+
+
+def test_export_file_mode_folder_and_one_state(source: tuple[str, list[str]], tmp_path: Path) -> None:
+    src, ids = source
+    new = tmp_path / "new.jsonl"
+    one = cli("export", ids[1], "-o", str(new), "--store", src)
+    assert one.output.startswith("export: 1 State (")
+    assert new.stat().st_mode & 0o777 == 0o600  # the States in clear: the owner's only
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text("")
+    shared.chmod(0o644)
+    assert cli("export", "--all", "-o", str(shared), "--store", src).exit_code == 0
+    assert shared.stat().st_mode & 0o777 == 0o644 and shared.stat().st_size > 0
+    nowhere = cli("export", "--all", "-o", str(tmp_path / "no" / "such" / "x.jsonl"), "--store", src)
+    assert nowhere.exit_code == 1 and "no such folder" in nowhere.stderr
+    assert len(nowhere.stderr.splitlines()) == 1
+
+
+def test_export_to_a_reader_that_goes_away_exits_0_quietly(source: tuple[str, list[str]]) -> None:
+    src, _ = source  # one State has several thousand entries: more than a pipe holds
+    args = [sys.executable, "-m", "statekeep", "export", "--all", "-o", "-", "--store", src, "-q"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stdout.readline().startswith(b'{"format"')
+        proc.stdout.close()  # as `| head -1` does
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr is not None and proc.stderr.read() == b""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -40,9 +41,14 @@ async def aexport(
     stream such as stdout) as an export file; return what it wrote (:class:`Exported`).
 
     Snapshots go without the store's retention stamp (an explicit expiry is kept). A path
-    is written whole or not at all: the file appears (atomically replacing one of
+    in a folder that does not exist is FileNotFoundError before anything is read. A new
+    file is readable by its owner only (0600: it holds the States in clear); one that
+    exists keeps its mode. A path is written whole or not at all: the file appears (atomically replacing one of
     that name) once complete and flushed to disk. Holds one State in memory at a time.
     """
+    if isinstance(out, str | Path) and not Path(out).absolute().parent.is_dir():
+        folder = Path(out).absolute().parent
+        raise FileNotFoundError(f"{folder}: no such folder to write {Path(out).name} in; create it first")
     listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(store, filters or {})
     wanted = list(dict.fromkeys(listed))
     missing: list[str] = []
@@ -82,8 +88,13 @@ def _write_stream(out: IO[bytes], head: bytes, body: IO[bytes], count: int, entr
 
 
 def _write_file(path: Path, head: bytes, body: IO[bytes], count: int, entries: int) -> None:
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)  # replacing a file: keep who may read it
+    except FileNotFoundError:
+        mode = 0o600  # new: the States' data, in clear, for the owner only
     fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent or ".")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:
             _write_stream(out, head, body, count, entries)
             os.fsync(out.fileno())

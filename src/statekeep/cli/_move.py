@@ -80,8 +80,15 @@ def _filters(
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str) -> T:
-    """Run a move on an event loop of its own; Ctrl-C is exit 130 (run it again to finish);
+def _states(count: int) -> str:
+    return f"{count} State" if count == 1 else f"{count} States"
+
+
+_AGAIN = "stopped part way; run it again to finish (what is done is skipped)"
+
+
+def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str, again: str = _AGAIN) -> T:
+    """Run a move on an event loop of its own; Ctrl-C is exit 130 (saying ``again``);
     a rename prefix that makes ids too long is bad usage (exit 2), before anything is written."""
     try:
         return asyncio.run(work)
@@ -95,7 +102,7 @@ def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str) -> T:
         )
     except KeyboardInterrupt:
         bar.close()
-        fail(f"{what} stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
+        fail(f"{what} {again}", INTERRUPTED)
     finally:
         bar.close()
 
@@ -106,7 +113,7 @@ def _finish(command: str, report: CopyReport, source: str, quiet: bool) -> None:
         say(f"{command}: {report}")
     if report.failed:
         why, more = next(iter(report.failed.values())), len(report.failed) - 1
-        tail = f" ({more} more States failed likewise: {', '.join(list(report.failed)[1:6])})" if more else ""
+        tail = f" ({more} more failed likewise: {', '.join(list(report.failed)[1:6])})" if more else ""
         fail(why + tail, DATA_ERROR)
     if report.missing:
         fail(
@@ -124,6 +131,9 @@ def _choose(
     if not ids and not everything and not filters:
         fail(f"{command}: name the States to move (IDs), or pass --all or a filter (see --help)", USAGE)
     return list(ids) if ids else None
+
+
+_STARTS_OVER = "stopped: run it again (it starts over)"
 
 
 @main.command("export")
@@ -148,7 +158,8 @@ def export_states(
 ) -> None:
     """Write States to a portable JSON Lines file: a header (format version, source, counts),
     each State's snapshot and entries, and a trailer with a checksum. It holds what reading
-    gives: decrypted with --keys, labels and expiry included. The file appears once whole."""
+    gives: decrypted with --keys, labels and expiry included. The file appears once whole;
+    a new one is readable by its owner only (0600), one replaced keeps its mode."""
     from .._exporting import aexport
 
     chosen = _choose(ids, everything, _filters(status, agent, labels, id_prefix), "export")
@@ -158,11 +169,15 @@ def export_states(
         work = aexport(
             store, out, ids=chosen, filters=_filters(status, agent, labels, id_prefix), progress=bar
         )
-        count, entries, missing, gone = _run(work, bar, "export")
+        try:
+            count, entries, missing, gone = _run(work, bar, "export", _STARTS_OVER)
+        except BrokenPipeError:  # the reader went away (| head): done, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
     if not quiet:
         where = "stdout" if output == "-" else output
         skipped = f"; {gone} expired or deleted meanwhile (skipped)" if gone else ""
-        say(f"export: {count} States ({entries} entries) written to {where}{skipped}", err=output == "-")
+        say(f"export: {_states(count)} ({entries} entries) written to {where}{skipped}", err=output == "-")
     if missing:
         fail(f"not in {store_url}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
 
