@@ -377,3 +377,18 @@ def test_a_state_that_expired_before_it_was_read_is_skipped_not_missing(tmp_path
         assert "1 expired or deleted meanwhile (skipped)" in str(report)
         exported = asyncio.run(aexport(src, tmp_path / "runs.jsonl"))
         assert (exported.states, exported.gone, exported.missing) == (len(ids), 1, [])
+
+
+def test_rename_prefix_keeps_links_to_states_not_moved_as_they_are() -> None:
+    with MemoryStore() as src, MemoryStore() as dst:
+        parent = State("parent", id="P" * 120)
+        parent.add_user("x")
+        src.save(parent)
+        kid = parent.child("sub", id="kid")
+        kid.add_user("y")
+        src.save(kid)
+        report = copy(src, dst, ids=["kid"], rename_prefix="im-")
+        assert report.copied == 1
+        assert dst.load("im-kid").parent == "P" * 120  # not moved: it keeps its id
+        copy(src, dst, rename_prefix="all-")
+        assert dst.load("all-kid").parent == "all-" + "P" * 120

@@ -14,7 +14,7 @@ from ._exportfile import header_line, state_lines, states, trailer_line, verify
 from ._ids import validate_id
 from ._records import Record
 from ._store import Store
-from ._transfer import CopyReport, Progress, aput_one, check_renames, source_ids, unstamped
+from ._transfer import CopyReport, Progress, Rename, aput_one, check_renames, source_ids, unstamped
 
 
 class Exported(NamedTuple):
@@ -125,9 +125,10 @@ async def aimport(
     with open(path, "rb") as file:
         header = verify(file)
         check_renames(header.ids, rename_prefix)
+        rename = Rename(rename_prefix, frozenset(header.ids)) if rename_prefix else None
         file.seek(0)
         for done, (state_id, record) in enumerate(states(file), 1):
-            await aput_one(store, state_id, record, report, rename_prefix)
+            await aput_one(store, state_id, record, report, rename)
             if progress is not None:
                 progress(done, header.states)
     return report

@@ -48,8 +48,9 @@ from ._copycheck import (
     verify_copy,
 )
 from ._errors import DecryptionError, StateExistsError
-from ._ids import MAX_ID_LENGTH, validate_id
+from ._ids import validate_id
 from ._records import Record
+from ._renaming import Rename, RenameError, check_renames, renamed
 from ._store import Store
 
 __all__ = [
@@ -58,9 +59,11 @@ __all__ = [
     "CopyReport",
     "CopyVerifyError",
     "CopyWriteError",
+    "Rename",
     "RenameError",
     "acopy",
     "aput_state",
+    "check_renames",
     "unstamped",
 ]
 
@@ -135,55 +138,6 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
     return outcome
 
 
-class RenameError(ValueError):
-    """A rename prefix would make some ids invalid (too long): nothing was written.
-    ``prefix`` and ``ids`` (the source ids it cannot rename) say which."""
-
-    def __init__(self, prefix: str, ids: list[str]) -> None:
-        shown = ", ".join(f"{i[:40]}... ({len(i)} characters)" if len(i) > 40 else i for i in ids[:5])
-        super().__init__(
-            f"the prefix {prefix!r} would make {len(ids)} State ids invalid (longer than "
-            f"{MAX_ID_LENGTH} characters): {shown}; nothing was written. Use a shorter prefix"
-        )
-        self.prefix = prefix
-        self.ids = ids
-
-
-def check_renames(ids: Iterable[str], prefix: str | None) -> None:
-    """RenameError unless ``prefix + id`` is a valid id for each of ``ids``."""
-    if prefix:
-        bad = [i for i in ids if not _valid(prefix + i)]
-        if bad:
-            raise RenameError(prefix, bad)
-
-
-def _valid(state_id: str) -> bool:
-    try:
-        validate_id(state_id)
-    except ValueError:
-        return False
-    return True
-
-
-def renamed(state_id: str, record: Record, prefix: str) -> tuple[str, Record]:
-    """The State under ``prefix + state_id``, with the ids it refers to (its ``parent``, in
-    its snapshot and its task entry, and its ``forked_from`` source) prefixed too, so a
-    tree of States moved together stays linked."""
-    new_id = validate_id(prefix + state_id)
-    entries = list(record.entries)
-    if entries and isinstance(entries[0].get("parent"), str):
-        entries[0] = {**entries[0], "parent": prefix + entries[0]["parent"]}
-    snapshot = record.snapshot
-    if snapshot is not None:
-        snapshot = dict(snapshot)
-        if isinstance(snapshot.get("parent"), str):
-            snapshot["parent"] = prefix + snapshot["parent"]
-        forked = snapshot.get("forked_from")
-        if isinstance(forked, dict) and isinstance(forked.get("id"), str):
-            snapshot["forked_from"] = {**forked, "id": prefix + forked["id"]}
-    return new_id, Record(entries, snapshot)
-
-
 @dataclass
 class CopyReport:
     """What a copy did, per State: ``copied`` (new in the destination), ``extended`` (the
@@ -236,12 +190,12 @@ async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
 
 
 async def aput_one(
-    dst: Store, state_id: str, record: Record, report: CopyReport, rename_prefix: str | None
+    dst: Store, state_id: str, record: Record, report: CopyReport, rename: Rename | None
 ) -> None:
     """Put one State, counting it in ``report`` (a conflict, a write the destination
     refused or a failed check is counted as failed, and the copy goes on)."""
-    if rename_prefix:
-        state_id, record = renamed(state_id, record, rename_prefix)
+    if rename is not None:
+        state_id, record = renamed(state_id, record, rename)
     try:
         report.count(await aput_state(dst, state_id, record))
     except DecryptionError as exc:  # the destination's records: it needs its keys
@@ -278,6 +232,7 @@ async def acopy(
     listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
     wanted = list(dict.fromkeys(listed))
     check_renames(wanted, rename_prefix)
+    rename = Rename(rename_prefix, frozenset(wanted)) if rename_prefix else None
     report = CopyReport()
     done = 0
 
@@ -292,7 +247,7 @@ async def acopy(
         elif record is None:
             report.missing.append(state_id)
         else:
-            await aput_one(dst, state_id, record, report, rename_prefix)
+            await aput_one(dst, state_id, record, report, rename)
         done += 1
         if progress is not None:
             progress(done, len(wanted))
