@@ -331,3 +331,21 @@ def test_export_to_a_reader_that_goes_away_exits_0_quietly(source: tuple[str, li
         proc.stdout.close()  # as `| head -1` does
         assert proc.wait(timeout=60) == 0
         assert proc.stderr is not None and proc.stderr.read() == b""
+
+
+def test_copy_carries_agent_memory(source: tuple[str, list[str]], tmp_path: Path) -> None:
+    src, ids = source
+    with FileStore(src) as store:
+        store.memory().put("user-prefs", {"tone": "terse"})
+        store.memory("team").put("style", "short")
+    whole = cli("copy", src, str(tmp_path / "all"))
+    assert whole.exit_code == 0 and "memory 'default': 1 copied" in whole.output
+    some = cli("copy", src, str(tmp_path / "some"), "--ids", ids[0], "--memory-scope", "team")
+    assert some.exit_code == 0
+    with FileStore(tmp_path / "all") as every, FileStore(tmp_path / "some") as chosen:
+        assert (
+            every.memory().get("user-prefs").value == {"tone": "terse"}
+            and every.memory("team").get("style") is None
+        )
+        assert chosen.memory("team").get("style").value == "short" and chosen.memory().get("user-prefs") is None
+    assert cli("copy", src, str(tmp_path / "x"), "--memory-scope", "bad scope!").exit_code == 2

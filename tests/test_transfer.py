@@ -392,3 +392,18 @@ def test_rename_prefix_keeps_links_to_states_not_moved_as_they_are() -> None:
         assert dst.load("im-kid").parent == "P" * 120  # not moved: it keeps its id
         copy(src, dst, rename_prefix="all-")
         assert dst.load("all-kid").parent == "all-" + "P" * 120
+
+
+@pytest.mark.parametrize("pair", ["file-sqlite", "sqlite-postgres", "file-redis", "memory-memory"])
+def test_agent_memory_is_copied_with_the_scopes_asked_for(pair: str, tmp_path: Path) -> None:
+    make_src, make_dst = PAIRS[pair]
+    with make_src(tmp_path) as src, make_dst(tmp_path) as dst:
+        ids = make_runs(src, 2)
+        src.memory().put("user-prefs", {"tone": "terse"})
+        src.memory("team").put("style", "short")
+        report = copy(src, dst, memory_scopes=["default", "team"])
+        assert report.copied == len(ids) and report.memory["default"].copied == 1
+        assert dst.memory().get("user-prefs").value == {"tone": "terse"}
+        assert dst.memory("team").get("style").value == "short"
+        assert [r.id for r in dst.list()] == [r.id for r in src.list()]  # memory is not a State
+        assert "memory 'default': 0 copied" in str(copy(src, dst, memory_scopes=["default"]))

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ._bridge import run_async
 from ._copycheck import (
@@ -47,8 +46,10 @@ from ._copycheck import (
     unstamped,
     verify_copy,
 )
+from ._copyreport import CopyReport, Outcome
 from ._errors import DecryptionError, StateExistsError
 from ._ids import validate_id
+from ._labels import memory_namespace, validate_namespace
 from ._records import Record
 from ._renaming import Rename, RenameError, check_renames, renamed
 from ._store import Store
@@ -74,7 +75,6 @@ CONCURRENCY = 8
 #: States listed per page when walking a source.
 PAGE = 500
 
-Outcome = Literal["copied", "extended", "updated", "same"]
 #: Called after each State with (States done, States in all).
 Progress = Callable[[int, int], None]
 
@@ -138,41 +138,6 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
     return outcome
 
 
-@dataclass
-class CopyReport:
-    """What a copy did, per State: ``copied`` (new in the destination), ``extended`` (the
-    rest of a history written), ``updated`` (the same history: its snapshot replaced by the
-    source's), ``same`` (already there: skipped), ``failed`` (id ->
-    why: a conflict or a failed check; those States were not changed), ``gone`` (States
-    the walk of the whole source found that were expired, or deleted, by the time they were
-    read: skipped) and ``missing``
-    (ids asked for that the source does not hold)."""
-
-    copied: int = 0
-    extended: int = 0
-    updated: int = 0
-    same: int = 0
-    failed: dict[str, str] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-    gone: int = 0
-
-    def count(self, outcome: Outcome) -> None:
-        setattr(self, outcome, getattr(self, outcome) + 1)
-
-    def __str__(self) -> str:
-        text = f"{self.copied} copied, {self.extended} extended"
-        if self.updated:
-            text += f", {self.updated} updated (snapshot only)"
-        text += f", {self.same} already there (skipped)"
-        if self.failed:
-            text += f", {len(self.failed)} failed"
-        if self.missing:
-            text += f", {len(self.missing)} not in the source"
-        if self.gone:
-            text += f", {self.gone} expired or deleted meanwhile (skipped)"
-        return text
-
-
 async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
     """The ids of the States to move: without filters, every State the source holds (a
     walk of its ids where the store has one: States without a snapshot, which no listing
@@ -213,6 +178,7 @@ async def acopy(
     rename_prefix: str | None = None,
     progress: Progress | None = None,
     concurrency: int = CONCURRENCY,
+    memory_scopes: Iterable[str] = (),
 ) -> CopyReport:
     """Copy States from ``src`` to ``dst``: those of ``ids``, else every State ``src`` lists
     with ``filters`` (the keyword arguments of ``alist``, e.g. ``{"status": "finished"}``),
@@ -228,7 +194,14 @@ async def acopy(
     each State. ``concurrency`` States are copied at once (under asyncio; one at a time
     under trio), so as many may be left part way by a crash. Each State is durable on
     return as ``dst.awrite`` is.
+
+    ``memory_scopes``: the agent memory scopes (``store.memory(scope)``) copied too, after
+    the States, key by key with the same rules (never renamed); their counts are in
+    ``report.memory`` and their failures in ``report.failed`` as ``"memory SCOPE: key"``.
     """
+    if isinstance(memory_scopes, str):
+        raise TypeError("memory_scopes takes a list of scope names, not one str")
+    scopes = [validate_namespace(scope) for scope in memory_scopes]  # before anything is written
     listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
     wanted = list(dict.fromkeys(listed))
     check_renames(wanted, rename_prefix)
@@ -253,7 +226,28 @@ async def acopy(
             progress(done, len(wanted))
 
     await _each(copy_one, wanted, concurrency)
+    for scope in scopes:
+        views = memory_views(src, dst, scope)
+        if views is not None:
+            kept = report.memory[scope] = await acopy(*views, concurrency=concurrency)
+            for key, why in kept.failed.items():
+                report.failed[f"memory {scope}: {key}"] = why
     return report
+
+
+def memory_views(src: Store, dst: Store, scope: str) -> tuple[Store, Store] | None:
+    """The agent memory of ``scope`` in each store (read and sealed as the store is), or
+    None when either is a store of one's own, without agent memory."""
+    views: list[Any] = []
+    for store in (src, dst):
+        backend: Any = store
+        try:
+            view = backend._sibling(memory_namespace(backend.namespace, scope))
+        except (AttributeError, NotImplementedError):
+            return None
+        view._protection = backend._protection  # redacted and sealed as the store is
+        views.append(view)
+    return views[0], views[1]
 
 
 async def _each(work: Callable[[str], Awaitable[None]], ids: list[str], concurrency: int) -> None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
 
 from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option
 from .._errors import DecryptionError
-from .._ids import MAX_ID_LENGTH, validate_id
+from .._ids import MAX_ID_LENGTH
 from .._transfer import CopyReport, RenameError
 from ._common import (
     DATA_ERROR,
@@ -30,54 +30,14 @@ from ._common import (
     open_store_at,
     reporting,
     say,
-    state_id_arg,
     store_option,
 )
 from ._destination import open_destination
 from ._group import main
+from ._moveopts import filter_options, ids_arg, listing_filters, prefix_arg, scope_arg
 
 T = TypeVar("T")
 _FILTER_KEYS = ("status", "agent", "parent", "prefix")
-
-
-def _ids_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(state_id_arg(ctx, param, value) for value in values)
-
-
-def _prefix_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            validate_id(value)
-        except ValueError:
-            raise click.BadParameter(f"{value!r} cannot start a State id (A-Z a-z 0-9 _ - only)") from None
-    return value
-
-
-def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The listing filters that choose the States to move (they combine with AND)."""
-    for option in reversed(
-        [
-            click.option("--status", help="finished, running, or why a run stopped (limit, ...)"),
-            click.option("--agent", help="only States whose last run was by this agent"),
-            click.option(
-                "--label",
-                "labels",
-                multiple=True,
-                callback=labels_arg,
-                help="KEY=VALUE; repeat: all must match",
-            ),
-            click.option("--prefix", "id_prefix", help="only States whose id starts with this"),
-        ]
-    ):
-        command = option(command)
-    return command
-
-
-def _filters(
-    status: str | None, agent: str | None, labels: dict[str, str], id_prefix: str | None
-) -> dict[str, Any]:
-    given = {"status": status, "agent": agent, "labels": labels or None, "id_prefix": id_prefix}
-    return {key: value for key, value in given.items() if value is not None}
 
 
 def _states(count: int) -> str:
@@ -137,7 +97,7 @@ _STARTS_OVER = "stopped: run it again (it starts over)"
 
 
 @main.command("export")
-@click.argument("ids", nargs=-1, callback=_ids_arg)
+@click.argument("ids", nargs=-1, callback=ids_arg)
 @click.option("--all", "everything", is_flag=True, help="every State the store lists")
 @filter_options
 @click.option("-o", "--output", required=True, help="the file to write (- for stdout)")
@@ -162,12 +122,12 @@ def export_states(
     a new one is readable by its owner only (0600), one replaced keeps its mode."""
     from .._exporting import aexport
 
-    chosen = _choose(ids, everything, _filters(status, agent, labels, id_prefix), "export")
+    chosen = _choose(ids, everything, listing_filters(status, agent, labels, id_prefix), "export")
     bar = ProgressBar.on_terminal("exporting", quiet=quiet)
     with reporting(), open_store_at(store_url, keys_file) as store:
         out: Any = sys.stdout.buffer if output == "-" else output
         work = aexport(
-            store, out, ids=chosen, filters=_filters(status, agent, labels, id_prefix), progress=bar
+            store, out, ids=chosen, filters=listing_filters(status, agent, labels, id_prefix), progress=bar
         )
         try:
             count, entries, missing, gone = _run(work, bar, "export", _STARTS_OVER)
@@ -186,7 +146,7 @@ def export_states(
 @click.argument("file", type=click.Path(dir_okay=False))
 @store_option
 @click.option(
-    "--rename-prefix", callback=_prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
+    "--rename-prefix", callback=prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
 )
 @click.option("--keys", "keys_file", metavar="FILE", help="seal what is imported: " + KEYS_HELP)
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
@@ -212,7 +172,7 @@ def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 @click.argument("src_url")
 @click.argument("dst_url")
 @click.option(
-    "--ids", multiple=True, metavar="ID", callback=_ids_arg, help="a State to copy; repeat for several"
+    "--ids", multiple=True, metavar="ID", callback=ids_arg, help="a State to copy; repeat for several"
 )
 @click.option(
     "--filter",
@@ -224,10 +184,19 @@ def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 )
 @filter_options
 @click.option(
-    "--rename-prefix", callback=_prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
+    "--rename-prefix", callback=prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
 )
 @click.option("--src-keys", metavar="FILE", help="the keys of an encrypted source: " + KEYS_HELP)
 @click.option("--dst-keys", metavar="FILE", help="seal the copies with these keys (the same JSON document)")
+@click.option(
+    "--memory-scope",
+    "scopes",
+    multiple=True,
+    metavar="SCOPE",
+    callback=scope_arg,
+    help="an agent memory scope to copy too; repeat for several (default: 'default' when the "
+    "whole store is copied, none with --ids or filters)",
+)
 @click.option(
     "--plaintext",
     is_flag=True,
@@ -246,6 +215,7 @@ def copy_states(
     rename_prefix: str | None,
     src_keys: str | None,
     dst_keys: str | None,
+    scopes: tuple[str, ...],
     plaintext: bool,
     quiet: bool,
 ) -> None:
@@ -258,7 +228,7 @@ def copy_states(
     copies in clear)."""
     from .._transfer import acopy
 
-    filters = _filters(status, agent, labels, id_prefix)
+    filters = listing_filters(status, agent, labels, id_prefix)
     for key, value in pairs.items():
         if key in _FILTER_KEYS:
             filters["id_prefix" if key == "prefix" else key] = value
@@ -281,8 +251,15 @@ def copy_states(
     ):
         if src == dst:
             fail("copy: the source and the destination are the same store", USAGE)
+        whole = not ids and not filters
         work = acopy(
-            src, dst, ids=list(ids) or None, filters=filters, rename_prefix=rename_prefix, progress=bar
+            src,
+            dst,
+            ids=list(ids) or None,
+            filters=filters,
+            rename_prefix=rename_prefix,
+            progress=bar,
+            memory_scopes=scopes or (("default",) if whole else ()),
         )
         try:
             report = _run(work, bar, "copy")
