@@ -347,5 +347,22 @@ def test_copy_carries_agent_memory(source: tuple[str, list[str]], tmp_path: Path
             every.memory().get("user-prefs").value == {"tone": "terse"}
             and every.memory("team").get("style") is None
         )
-        assert chosen.memory("team").get("style").value == "short" and chosen.memory().get("user-prefs") is None
+        assert (
+            chosen.memory("team").get("style").value == "short" and chosen.memory().get("user-prefs") is None
+        )
     assert cli("copy", src, str(tmp_path / "x"), "--memory-scope", "bad scope!").exit_code == 2
+
+
+def test_export_and_import_carry_agent_memory(source: tuple[str, list[str]], tmp_path: Path) -> None:
+    src, ids = source
+    with FileStore(src) as store:
+        store.memory().put("user-prefs", {"tone": "terse"})
+    out = tmp_path / "runs.jsonl"
+    exported = cli("export", "--all", "-o", str(out), "--store", src)
+    assert exported.output.startswith(f"export: {len(ids)} States and 1 agent memory keys (")
+    imported = cli("import", str(out), "--store", str(tmp_path / "dst"))
+    assert imported.exit_code == 0 and "memory 'default': 1 copied" in imported.output
+    with FileStore(tmp_path / "dst") as dst:
+        assert dst.memory().get("user-prefs").value == {"tone": "terse"}
+    one = cli("export", ids[0], "-o", str(tmp_path / "one.jsonl"), "--store", src)
+    assert one.output.startswith("export: 1 State (")  # chosen States: no memory unless asked

@@ -33,7 +33,7 @@ def exported(tmp_path: Path) -> tuple[Path, list[str], dict[str, Any]]:
     with FileStore(tmp_path / "src") as src:
         ids = make_runs(src, 5, big=1)
         out = tmp_path / "runs.jsonl"
-        count, _, missing, _ = export(src, out)
+        count, _, missing, *_ = export(src, out)
         assert (count, missing) == (len(ids), [])
         return out, ids, contents(src, ids)
 
@@ -67,7 +67,7 @@ def test_export_to_a_stream_and_of_chosen_ids(tmp_path: Path) -> None:
     with MemoryStore() as src:
         ids = make_runs(src, 3)
         stream = io.BytesIO()
-        count, _, missing, _ = export(src, stream, ids=[ids[1], "gone"])
+        count, _, missing, *_ = export(src, stream, ids=[ids[1], "gone"])
         assert (count, missing) == (1, ["gone"])
         (tmp_path / "one.jsonl").write_bytes(stream.getvalue())
         dst = MemoryStore()
@@ -139,7 +139,7 @@ def test_entries_out_of_order_are_refused_naming_the_state_and_line(
 def test_a_newer_version_or_another_file_is_refused(exported: tuple[Path, list[str], dict[str, Any]]) -> None:
     out = exported[0]
     data = out.read_bytes()
-    out.write_bytes(data.replace(b'"version":1', b'"version":2', 1))
+    out.write_bytes(data.replace(b'"version":1', b'"version":3', 1))
     _refused(out, "newer statekeep", UnsupportedFormatError)
     out.write_bytes(b'{"some": "json"}\n')
     _refused(out, "not a statekeep export")
@@ -169,3 +169,30 @@ def test_the_file_holds_no_retention_stamp_of_the_exporting_store(tmp_path: Path
     with FileStore(tmp_path / "archive") as archive:
         import_(archive, tmp_path / "runs.jsonl")
         assert archive.load(ids[0]).expires_at is None
+
+
+def test_agent_memory_travels_in_a_version_2_file(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "src") as src:
+        ids = make_runs(src, 2)
+        src.memory().put("user-prefs", {"tone": "terse"})
+        src.memory("team").put("style", "short")
+        plain = export(src, tmp_path / "plain.jsonl")
+        assert (
+            plain.memory == 0
+            and orjson.loads((tmp_path / "plain.jsonl").read_bytes().splitlines()[0])["version"] == 1
+        )
+        both = export(src, tmp_path / "runs.jsonl", memory_scopes=["default", "team"])
+        assert (both.states, both.memory) == (len(ids), 2)
+    head = orjson.loads((tmp_path / "runs.jsonl").read_bytes().splitlines()[0])
+    assert (
+        head["version"] == 2
+        and head["memory_scopes"] == ["default", "team"]
+        and "agent memory" in head["holds"]
+    )
+    with SQLiteStore(tmp_path / "dst.db") as dst:
+        report = import_(dst, tmp_path / "runs.jsonl", rename_prefix="x-")
+        assert report.copied == len(ids) and report.memory["team"].copied == 1
+        assert sorted(r.id for r in dst.list()) == sorted("x-" + i for i in ids)  # keys are no States
+        assert dst.memory().get("user-prefs").value == {"tone": "terse"}  # never renamed
+        assert dst.memory("team").get("style").value == "short"
+        assert import_(dst, tmp_path / "runs.jsonl", rename_prefix="x-").memory["default"].same == 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,10 +31,15 @@ import orjson
 
 from ._errors import CorruptStateError, UnsupportedFormatError
 from ._ids import validate_id
+from ._labels import validate_namespace
 from ._records import Record
 
 FORMAT = "statekeep-export"
-VERSION = 1
+#: The newest format version this statekeep reads. It writes version 1, or 2 when the file
+#: holds agent memory (State lines with a ``"memory": SCOPE``), which version 1 readers
+#: would take for States: they refuse it instead.
+VERSION = 2
+MEMORY_VERSION = 2
 HOLDS = (
     "what read() returns: decrypted entries and snapshots (labels, explicit expiry), as the "
     "exporting store's keys could open them; without the exporting store's retention stamp "
@@ -47,23 +52,35 @@ class ExportFileError(CorruptStateError):
     Nothing was imported from it."""
 
 
-def header_line(source: str, states: int, entries: int, created_at: datetime | None = None) -> bytes:
+def header_line(
+    source: str,
+    states: int,
+    entries: int,
+    created_at: datetime | None = None,
+    memory_scopes: Sequence[str] = (),
+) -> bytes:
     when = (created_at or datetime.now(UTC)).isoformat()
-    head = {
+    head: dict[str, Any] = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": MEMORY_VERSION if memory_scopes else 1,
         "source": source,
         "states": states,
         "entries": entries,
         "created_at": when,
         "holds": HOLDS,
     }
+    if memory_scopes:
+        head["memory_scopes"] = list(memory_scopes)
+        head["holds"] += "; and the agent memory of memory_scopes, its keys as States marked with the scope"
     return orjson.dumps(head) + b"\n"
 
 
-def state_lines(state_id: str, record: Record) -> Iterator[bytes]:
-    """The lines of one State: its id, entry count and snapshot, then one line per entry."""
-    head = {"state": state_id, "entries": len(record.entries), "snapshot": record.snapshot}
+def state_lines(state_id: str, record: Record, memory: str | None = None) -> Iterator[bytes]:
+    """The lines of one State: its id, entry count and snapshot, then one line per entry.
+    ``memory``: the State is a key of the agent memory of that scope."""
+    head: dict[str, Any] = {"state": state_id, "entries": len(record.entries), "snapshot": record.snapshot}
+    if memory is not None:
+        head["memory"] = memory
     yield orjson.dumps(head) + b"\n"
     for entry in record.entries:
         yield orjson.dumps({"entry": entry}) + b"\n"
@@ -182,6 +199,12 @@ def _check_state(item: Mapping[str, Any], where: str) -> tuple[str, int]:
         state_id = validate_id(item["state"])
     except (KeyError, TypeError, ValueError):
         raise ExportFileError(f"{where} does not hold a valid State id") from None
+    memory = item.get("memory")
+    if memory is not None:
+        try:
+            validate_namespace(memory)
+        except (TypeError, ValueError):
+            raise ExportFileError(f"{where} (State {state_id!r}) names no valid memory scope") from None
     snapshot = item.get("snapshot")
     if not _count(item.get("entries")) or (snapshot is not None and type(snapshot) is not dict):
         raise ExportFileError(f"{where} (State {state_id!r}) has no valid entry count or snapshot")
@@ -210,11 +233,15 @@ def _check_trailer(
 
 def verify(lines: Iterable[bytes]) -> Header:
     """Check a whole export file (its lines, ``\\n`` kept): header, structure, counts and
-    checksum, holding one line at a time (and the States' ids). ExportFileError (or UnsupportedFormatError) if any
+    checksum, holding one line at a time (and the States' ids, agent memory's left out). ExportFileError (or UnsupportedFormatError) if any
     is wrong; the header if all is well."""
     it = iter(lines)
     first = next(it, None)
-    ids = [item["state"] for kind, item, _ in _walk(_chain(first, it)) if kind == "state"]
+    ids = [
+        item["state"]
+        for kind, item, _ in _walk(_chain(first, it))
+        if kind == "state" and "memory" not in item
+    ]
     return dataclasses.replace(read_header(first), ids=tuple(ids))
 
 
@@ -224,15 +251,16 @@ def _chain(first: bytes | None, rest: Iterator[bytes]) -> Iterator[bytes]:
     yield from rest
 
 
-def states(lines: Iterable[bytes]) -> Iterator[tuple[str, Record]]:
-    """The States of an export file, one at a time (holding one State). Checks as it goes
-    too, but only :func:`verify` beforehand guarantees the file is whole."""
-    current: tuple[str, Any, list[dict[str, Any]]] | None = None
+def states(lines: Iterable[bytes]) -> Iterator[tuple[str, Record, str | None]]:
+    """The States of an export file, one at a time (holding one State), each with the agent
+    memory scope it is a key of (None: a State). Checks as it goes too, but only
+    :func:`verify` beforehand guarantees the file is whole."""
+    current: tuple[str, Any, list[dict[str, Any]], str | None] | None = None
     for kind, item, _ in _walk(lines):
         if kind == "entry":
             assert current is not None
             current[2].append(item["entry"])
             continue
         if current is not None:
-            yield current[0], Record(current[2], current[1])
-        current = (item["state"], item.get("snapshot"), []) if kind == "state" else None
+            yield current[0], Record(current[2], current[1]), current[3]
+        current = (item["state"], item.get("snapshot"), [], item.get("memory")) if kind == "state" else None

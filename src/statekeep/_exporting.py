@@ -12,9 +12,19 @@ from typing import IO, Any, NamedTuple
 
 from ._exportfile import header_line, state_lines, states, trailer_line, verify
 from ._ids import validate_id
+from ._labels import validate_namespace
 from ._records import Record
 from ._store import Store
-from ._transfer import CopyReport, Progress, Rename, aput_one, check_renames, source_ids, unstamped
+from ._transfer import (
+    CopyReport,
+    Progress,
+    Rename,
+    aput_one,
+    check_renames,
+    memory_view,
+    source_ids,
+    unstamped,
+)
 
 
 class Exported(NamedTuple):
@@ -26,6 +36,8 @@ class Exported(NamedTuple):
     entries: int
     missing: list[str]
     gone: int = 0
+    #: Agent memory keys written (of the scopes asked for), not counted in ``states``.
+    memory: int = 0
 
 
 async def aexport(
@@ -35,6 +47,7 @@ async def aexport(
     ids: Iterable[str] | None = None,
     filters: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    memory_scopes: Iterable[str] = (),
 ) -> Exported:
     """Write the States of ``ids`` (else every State ``store`` lists with ``filters``, else
     every State it holds, those without a snapshot too) to ``out`` (a path, or a binary
@@ -45,7 +58,13 @@ async def aexport(
     file is readable by its owner only (0600: it holds the States in clear); one that
     exists keeps its mode. A path is written whole or not at all: the file appears (atomically replacing one of
     that name) once complete and flushed to disk. Holds one State in memory at a time.
+
+    ``memory_scopes``: the agent memory scopes written too, after the States (the file is
+    then format version 2, which statekeep before it refuses).
     """
+    if isinstance(memory_scopes, str):
+        raise TypeError("memory_scopes takes a list of scope names, not one str")
+    scopes = [validate_namespace(scope) for scope in memory_scopes]
     if isinstance(out, str | Path) and not Path(out).absolute().parent.is_dir():
         folder = Path(out).absolute().parent
         raise FileNotFoundError(f"{folder}: no such folder to write {Path(out).name} in; create it first")
@@ -68,12 +87,33 @@ async def aexport(
                 body.writelines(state_lines(state_id, Record(record.entries, unstamped(record.snapshot))))
             if progress is not None:
                 progress(done, len(wanted))
-        head = header_line(type(store).__name__, count, entries)
+        kept: dict[str, int] = {}
+        for scope in scopes:
+            for key, record in await _memory(store, scope):
+                kept[scope] = kept.get(scope, 0) + 1
+                entries += len(record.entries)
+                body.writelines(state_lines(key, Record(record.entries, unstamped(record.snapshot)), scope))
+        count_all = count + sum(kept.values())
+        head = header_line(type(store).__name__, count_all, entries, memory_scopes=list(kept))
         if isinstance(out, str | Path):
-            _write_file(Path(out), head, body, count, entries)
+            _write_file(Path(out), head, body, count_all, entries)
         else:
-            _write_stream(out, head, body, count, entries)
-    return Exported(count, entries, missing, gone)
+            _write_stream(out, head, body, count_all, entries)
+    return Exported(count, entries, missing, gone, count_all - count)
+
+
+async def _memory(store: Store, scope: str) -> list[tuple[str, Record]]:
+    """The keys of ``store``'s agent memory of ``scope``, as States (none for a store of
+    one's own)."""
+    view = memory_view(store, scope)
+    if view is None:
+        return []
+    found = []
+    for key in await source_ids(view, {}):
+        record = await view.aread(key)
+        if record is not None:  # else removed meanwhile
+            found.append((key, record))
+    return found
 
 
 def _write_stream(out: IO[bytes], head: bytes, body: IO[bytes], count: int, entries: int) -> None:
@@ -115,7 +155,8 @@ async def aimport(
     (new ones created, prefixes extended, identical ones skipped, different ones left
     unchanged and named in ``report.failed``).
 
-    The whole file is checked first (format, version, counts, checksum): a file that fails
+    The agent memory the file holds goes to ``store.memory(scope)`` (its keys never
+    renamed), counted in ``report.memory``. The whole file is checked first (format, version, counts, checksum): a file that fails
     imports nothing (:class:`~statekeep._exportfile.ExportFileError`), and so does a
     ``rename_prefix`` that makes an id too long (:class:`~statekeep._transfer.RenameError`).
     Then it is read again,
@@ -127,8 +168,23 @@ async def aimport(
         check_renames(header.ids, rename_prefix)
         rename = Rename(rename_prefix, frozenset(header.ids)) if rename_prefix else None
         file.seek(0)
-        for done, (state_id, record) in enumerate(states(file), 1):
-            await aput_one(store, state_id, record, report, rename)
+        for done, (state_id, record, scope) in enumerate(states(file), 1):
+            if scope is None:
+                await aput_one(store, state_id, record, report, rename)
+            else:
+                await _put_memory(store, scope, state_id, record, report)
             if progress is not None:
                 progress(done, header.states)
     return report
+
+
+async def _put_memory(store: Store, scope: str, key: str, record: Record, report: CopyReport) -> None:
+    """Put one agent memory key (never renamed), counted in ``report.memory[scope]``."""
+    view = memory_view(store, scope)
+    kept = report.memory.setdefault(scope, CopyReport())
+    if view is None:
+        kept.failed[key] = f"{type(store).__name__} has no agent memory"
+    else:
+        await aput_one(view, key, record, kept, None)
+    if key in kept.failed:
+        report.failed[f"memory {scope}: {key}"] = kept.failed[key]

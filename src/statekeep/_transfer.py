@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from ._bridge import run_async
 from ._copycheck import (
@@ -235,19 +235,22 @@ async def acopy(
     return report
 
 
+def memory_view(store: Store, scope: str) -> Store | None:
+    """The agent memory of ``scope`` in ``store`` as a store of its own (read and sealed as
+    ``store`` is), or None for a store of one's own, without agent memory."""
+    backend: Any = store
+    try:
+        view = backend._sibling(memory_namespace(backend.namespace, scope))
+    except (AttributeError, NotImplementedError):
+        return None
+    view._protection = backend._protection  # redacted and sealed as the store is
+    return cast(Store, view)
+
+
 def memory_views(src: Store, dst: Store, scope: str) -> tuple[Store, Store] | None:
-    """The agent memory of ``scope`` in each store (read and sealed as the store is), or
-    None when either is a store of one's own, without agent memory."""
-    views: list[Any] = []
-    for store in (src, dst):
-        backend: Any = store
-        try:
-            view = backend._sibling(memory_namespace(backend.namespace, scope))
-        except (AttributeError, NotImplementedError):
-            return None
-        view._protection = backend._protection  # redacted and sealed as the store is
-        views.append(view)
-    return views[0], views[1]
+    """The agent memory of ``scope`` in each store, or None if either has none."""
+    mine, theirs = memory_view(src, scope), memory_view(dst, scope)
+    return None if mine is None or theirs is None else (mine, theirs)
 
 
 async def _each(work: Callable[[str], Awaitable[None]], ids: list[str], concurrency: int) -> None:

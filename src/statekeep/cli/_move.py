@@ -34,7 +34,14 @@ from ._common import (
 )
 from ._destination import open_destination
 from ._group import main
-from ._moveopts import filter_options, ids_arg, listing_filters, prefix_arg, scope_arg
+from ._moveopts import (
+    filter_options,
+    ids_arg,
+    listing_filters,
+    memory_scope_option,
+    memory_scopes,
+    prefix_arg,
+)
 
 T = TypeVar("T")
 _FILTER_KEYS = ("status", "agent", "parent", "prefix")
@@ -103,6 +110,7 @@ _STARTS_OVER = "stopped: run it again (it starts over)"
 @click.option("-o", "--output", required=True, help="the file to write (- for stdout)")
 @store_option
 @keys_option
+@memory_scope_option("export")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
 def export_states(
     ids: tuple[str, ...],
@@ -114,6 +122,7 @@ def export_states(
     output: str,
     store_url: str,
     keys_file: str | None,
+    scopes: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Write States to a portable JSON Lines file: a header (format version, source, counts),
@@ -126,18 +135,22 @@ def export_states(
     bar = ProgressBar.on_terminal("exporting", quiet=quiet)
     with reporting(), open_store_at(store_url, keys_file) as store:
         out: Any = sys.stdout.buffer if output == "-" else output
-        work = aexport(
-            store, out, ids=chosen, filters=listing_filters(status, agent, labels, id_prefix), progress=bar
-        )
+        filters = listing_filters(status, agent, labels, id_prefix)
+        scoped = memory_scopes(scopes, chosen is None and not filters)
+        work = aexport(store, out, ids=chosen, filters=filters, progress=bar, memory_scopes=scoped)
         try:
-            count, entries, missing, gone = _run(work, bar, "export", _STARTS_OVER)
+            count, entries, missing, gone, kept = _run(work, bar, "export", _STARTS_OVER)
         except BrokenPipeError:  # the reader went away (| head): done, quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
     if not quiet:
         where = "stdout" if output == "-" else output
         skipped = f"; {gone} expired or deleted meanwhile (skipped)" if gone else ""
-        say(f"export: {_states(count)} ({entries} entries) written to {where}{skipped}", err=output == "-")
+        memory = f" and {kept} agent memory keys" if kept else ""
+        say(
+            f"export: {_states(count)}{memory} ({entries} entries) written to {where}{skipped}",
+            err=output == "-",
+        )
     if missing:
         fail(f"not in {store_url}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
 
@@ -188,15 +201,7 @@ def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 )
 @click.option("--src-keys", metavar="FILE", help="the keys of an encrypted source: " + KEYS_HELP)
 @click.option("--dst-keys", metavar="FILE", help="seal the copies with these keys (the same JSON document)")
-@click.option(
-    "--memory-scope",
-    "scopes",
-    multiple=True,
-    metavar="SCOPE",
-    callback=scope_arg,
-    help="an agent memory scope to copy too; repeat for several (default: 'default' when the "
-    "whole store is copied, none with --ids or filters)",
-)
+@memory_scope_option("copy")
 @click.option(
     "--plaintext",
     is_flag=True,
@@ -259,7 +264,7 @@ def copy_states(
             filters=filters,
             rename_prefix=rename_prefix,
             progress=bar,
-            memory_scopes=scopes or (("default",) if whole else ()),
+            memory_scopes=memory_scopes(scopes, whole),
         )
         try:
             report = _run(work, bar, "copy")

@@ -60,3 +60,21 @@ def scope_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from None
     return values
+
+
+def memory_scope_option(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--memory-scope SCOPE`` (repeatable): the agent memory scopes to ``verb`` too."""
+    return click.option(
+        "--memory-scope",
+        "scopes",
+        multiple=True,
+        metavar="SCOPE",
+        callback=scope_arg,
+        help=f"an agent memory scope to {verb} too; repeat for several (default: 'default' when "
+        "the whole store is chosen, none with ids or filters)",
+    )
+
+
+def memory_scopes(given: tuple[str, ...], whole: bool) -> tuple[str, ...]:
+    """The scopes given, else the default scope when the whole store is moved."""
+    return given or (("default",) if whole else ())
