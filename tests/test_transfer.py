@@ -100,7 +100,9 @@ def _conflicting(dst: Store, sid: str, record: Record) -> None:
     assert contents(dst, [sid]) == before
 
 
-@pytest.mark.parametrize("kind", ["entry", "longer", "snapshot-without-source-snapshot"])
+@pytest.mark.parametrize(
+    "kind", ["entry", "longer", "snapshot-without-source-snapshot", "prefix-with-snapshot-source-none"]
+)
 def test_a_different_state_in_the_destination_is_refused_and_left_unchanged(
     kind: str, tmp_path: Path
 ) -> None:
@@ -113,8 +115,11 @@ def test_a_different_state_in_the_destination_is_refused_and_left_unchanged(
         elif kind == "longer":
             extra = {**record.entries[-1], "seq": len(record.entries)}
             dst.write(sid, [*record.entries, extra], record.snapshot, create=True)
-        else:
+        elif kind == "snapshot-without-source-snapshot":
             dst.write(sid, record.entries, record.snapshot, create=True)
+            record = Record(record.entries, None)
+        else:
+            dst.write(sid, record.entries[:2], {**record.snapshot, "seq": 1}, create=True)
             record = Record(record.entries, None)
         _conflicting(dst, sid, record)
 

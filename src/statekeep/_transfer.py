@@ -123,11 +123,12 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
         return "copied"
     check_prefix(state_id, held, entries)
     outcome: Outcome = "extended"
+    if len(held.entries) == len(entries) and same_snapshot(held.snapshot, snapshot):
+        return "same"
+    if snapshot is None and held.snapshot is not None:  # a write cannot take a snapshot away
+        raise CopyConflictError(state_id, "it holds a snapshot, the source none")
     if len(held.entries) == len(entries):
-        if same_snapshot(held.snapshot, snapshot):
-            return "same"
-        if snapshot is None:
-            raise CopyConflictError(state_id, "it holds a snapshot, the source none")
+        assert snapshot is not None
         if held.snapshot is not None and not behind(held.snapshot, snapshot):
             outcome = "updated"  # not a copy killed before its snapshot: a resync
         with refusals(state_id):
