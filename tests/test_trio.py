@@ -385,3 +385,34 @@ def test_the_kits_trio_twins_run_under_trio_in_either_pytest_asyncio_mode(mode: 
     ]
     assert outcomes == dict.fromkeys(expected, "PASSED"), out
     assert "never awaited" not in out and "not natively supported" not in out, out
+
+
+# -- adapters ------------------------------------------------------------------------------------
+
+
+def test_the_langgraph_savers_async_methods_work_awaited_from_trio(store: Store) -> None:
+    # Its async path only awaits the store's (LangGraph's graphs themselves run on asyncio).
+    from langgraph.checkpoint.base import ERROR
+
+    from statekeep.adapters.langgraph import StatekeepSaver
+    from tests.adapters.test_langgraph_saver import checkpoint, shape
+
+    saver = StatekeepSaver(store)
+    thread = {"configurable": {"thread_id": "a"}}
+
+    async def main() -> Any:
+        second = await saver.aput(
+            {"configurable": {"thread_id": "a", "checkpoint_ns": ""}},
+            checkpoint({"k": "v"}),
+            {"step": 1},
+            {"k": 1},
+        )
+        await saver.aput_writes(second, [("k", "w"), (ERROR, "e")], "task")
+        return shape(await saver.aget_tuple(thread)), [shape(t) async for t in saver.alist(None)]
+
+    seen, listed = under_trio(main)
+    assert seen == shape(saver.get_tuple(thread))
+    assert seen[5] == [("task", ERROR, "e"), ("task", "k", "w")]
+    assert listed == [shape(t) for t in saver.list(None)]
+    under_trio(saver.adelete_thread, "a")
+    assert saver.get_tuple(thread) is None
