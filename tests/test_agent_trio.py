@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from typing import Any
 
 import anyio
@@ -192,3 +193,20 @@ def test_a_cancelled_trio_caller_still_releases_the_runs_lease(store: Store) -> 
     under_trio(main)
     assert store.current_lease("job") is None  # released although the caller was cancelled
     assert history(store, "job")[-1]["kind"] == "model_request"
+
+
+def test_a_resume_warning_under_trio_points_at_the_callers_line(store: Store) -> None:
+    from tests.test_resume import changed_agent, one_resume_warning, saved_after_one_run
+
+    sid = saved_after_one_run(store)
+    for how in ("anyio.run(arun)", "await arun"):
+        agent, _ = changed_agent(store, name=f"other-{how}", limit=1, call_id=f"c-{how}")
+        state = store.load(sid)
+
+        async def main(agent: Agent = agent, state: State = state) -> None:
+            await agent.arun(state)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            under_trio(agent.arun, state) if how == "anyio.run(arun)" else under_trio(main)
+        assert one_resume_warning(caught).filename == __file__, how
