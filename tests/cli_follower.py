@@ -1,4 +1,4 @@
-"""``statekeep show ID --store URL --follow`` in a subprocess, its stdout and stderr read line
+"""``statekeep show ID --store URL --follow`` (or without --follow) in a subprocess, its stdout and stderr read line
 by line as they come, so that a test waits for a line (a generous deadline), never sleeps."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ DEADLINE = 60.0
 class Follower:
     """The follower process; :meth:`wait_for` / :meth:`wait_for_error` read its lines."""
 
-    def __init__(self, url: str, state_id: str, *extra: str) -> None:
+    def __init__(self, url: str, state_id: str, *extra: str, follow: bool = True) -> None:
+        command = ["show", state_id, "--store", url, *(["--follow"] if follow else []), *extra]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "statekeep", "show", state_id, "--store", url, "--follow", *extra],
+            [sys.executable, "-m", "statekeep", *command],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -184,6 +184,21 @@ def test_follow_wait_waits_for_a_state_saved_later(store: Store, follow: Any) ->
     assert follower.end()[0] == 0
 
 
+def test_ctrl_c_stops_a_show_that_waits_with_130_and_one_line(store: Store, url: str) -> None:
+    """``show ID --wait`` (no --follow) waits for the State; Ctrl-C stops it: exit status 130
+    and one line saying so (a follow's Ctrl-C is silent: it is how a follow ends)."""
+    running(store, "other")
+    shower = Follower(url, "later", "--wait", follow=False)
+    try:
+        shower.wait_for_error("waiting")
+        shower.proc.send_signal(signal.SIGINT)
+        status, err, rest = shower.end()
+    finally:
+        shower.kill()
+    assert (status, rest) == (130, [])
+    assert err.splitlines()[1:] == ["statekeep: show stopped (Ctrl-C)"]
+
+
 def test_follow_json_prints_one_entry_object_per_line(store: Store, follow: Any) -> None:
     state = running(store)
     follower = follow("run", "--json")

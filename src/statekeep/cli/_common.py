@@ -40,6 +40,8 @@ _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlit
 #: Exit statuses (and 130: stopped with Ctrl-C, as shells report SIGINT).
 OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
 
+STOPPED = "COMMAND stopped (Ctrl-C)"  # reporting()'s default line, the command's name filled in
+
 
 def say(text: str, *, err: bool = False) -> None:
     click.echo(safe(text), err=err)
@@ -90,11 +92,12 @@ def exit_code(exc: Exception) -> int:
 
 
 @contextmanager
-def reporting(stopped: str | None = "stopped (Ctrl-C)") -> Iterator[None]:
+def reporting(stopped: str | None = STOPPED) -> Iterator[None]:
     """Run a command: an error becomes one line on stderr with its exit status, and each
     distinct warning (Redis's durability, States left out of a listing) one short note.
-    Ctrl-C is exit status 130 with the line ``statekeep: {stopped}`` (none if None), not
-    click's "Aborted!" and status 1."""
+    Ctrl-C is exit status 130 with the line ``statekeep: {stopped}`` (by default "COMMAND
+    stopped (Ctrl-C)"; no line if None), not click's "Aborted!" and status 1: one mechanism
+    for every command. Anything to tidy before that line (a progress bar) goes inside."""
     interrupted = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -114,6 +117,9 @@ def reporting(stopped: str | None = "stopped (Ctrl-C)") -> Iterator[None]:
                 note = message.removeprefix("statekeep: ")
                 say(f"statekeep: note: {redact_text(note)}", err=True)
     if interrupted:
+        if stopped is STOPPED:
+            command = click.get_current_context(silent=True)
+            stopped = f"{command.info_name if command else 'statekeep'} stopped (Ctrl-C)"
         if stopped is not None:
             say(f"statekeep: {stopped}", err=True)
         sys.exit(INTERRUPTED)

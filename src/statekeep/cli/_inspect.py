@@ -52,17 +52,15 @@ def list_states(
         rows = store.list(
             agent=agent, parent=parent, labels=labels or None, status=status, limit=limit, after=after
         )
-    following = getattr(rows, "next", None)
-    if as_json:
-        for row in rows:
-            click.echo(row_json(row))
-    elif not rows:
-        say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
-    else:
-        for line in listing(rows):
-            click.echo(line)
-    if following is not None:
-        say(f"more: pass --after {following} for the next page", err=True)
+        following = getattr(rows, "next", None)
+        if as_json:
+            emit(row_json(row) for row in rows)
+        elif not rows:
+            say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
+        else:
+            emit(listing(rows))
+        if following is not None:
+            say(f"more: pass --after {following} for the next page", err=True)
 
 
 @main.command()
@@ -97,9 +95,9 @@ def show(
     status 130), or when the State is deleted, or deleted and re-created (exit status 1).
     --wait makes it tail -F: it waits for a State that does not exist yet, and for one
     deleted meanwhile, and follows a re-created one from seq 0 (a line on stderr says so)."""
-    # Ctrl-C is how a follow is meant to end: status 130 without a message (a show too, for now).
+    # Ctrl-C is how a follow is meant to end: status 130 without a message.
     with (
-        reporting(stopped=None),
+        reporting(stopped=None) if follow else reporting(),
         open_store_at(store_url, keys_file) as store,
     ):
         record = store.read(state_id)

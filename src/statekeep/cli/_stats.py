@@ -122,7 +122,7 @@ def stats(store_url: str, as_json: bool, quiet: bool, keys_file: str | None) -> 
     counted from sealed records).
     """
     with (
-        reporting(stopped="stats stopped (Ctrl-C)"),
+        reporting(),
         closing(ProgressBar.on_terminal("counting", quiet=quiet)) as bar,  # closed before any message
         open_store_at(store_url, keys_file) as store,
     ):
