@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import os
 import sqlite3
 import warnings
@@ -35,6 +36,24 @@ STORE_FACTORIES: dict[str, Callable[[Any], Store]] = {
     "postgres": lambda tmp_path: servers().postgres_store(tmp_path),
     "redis": lambda tmp_path: servers().redis_store(tmp_path),
 }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Module | pytest.Class, name: str, obj: object) -> None:
+    """Mark this repository's coroutine tests that carry neither an asyncio nor an anyio mark
+    ``pytest.mark.asyncio``, as pytest-asyncio's auto mode would; the repository runs it in
+    strict mode so that anyio-marked tests (the kit's trio twins) go to anyio's plugin."""
+    if not collector.istestfunction(obj, name):
+        return
+    test = obj.__func__ if isinstance(obj, staticmethod) else obj
+    inner = test.hypothesis.inner_test if hasattr(test, "hypothesis") else test
+    if not (inspect.iscoroutinefunction(inner) or inspect.isasyncgenfunction(inner)):
+        return
+    if any(collector.get_closest_marker(mark) for mark in ("asyncio", "anyio")):
+        return
+    if any(mark.name in ("asyncio", "anyio") for mark in getattr(test, "pytestmark", ())):
+        return
+    pytest.mark.asyncio(test)  # on the function: the item pytest makes next carries it
 
 
 def servers() -> Any:

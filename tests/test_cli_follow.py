@@ -9,11 +9,9 @@ on Ctrl-C (without a traceback), 1 when the State is deleted meanwhile.
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,8 @@ import pytest
 from statekeep import State, Store, agent_info
 from statekeep._urls import open_store
 from statekeep.cli._follow import stopped_after
+from tests.cli_follower import DEADLINE, Follower
 from tests.conftest import servers
-
-DEADLINE = 60.0
 
 
 @pytest.fixture(params=["file", "sqlite", "postgres", "redis"])
@@ -45,64 +42,6 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def store(url: str) -> Iterator[Store]:
     with open_store(url, create=True) as opened:
         yield opened
-
-
-class Follower:
-    """``statekeep show ID --store URL --follow`` in a subprocess, its lines read as they come."""
-
-    def __init__(self, url: str, state_id: str, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "statekeep", "show", state_id, "--store", url, "--follow", *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            # Ctrl-C must raise KeyboardInterrupt in the child, also when this test runs
-            # with SIGINT ignored (a shell's background job): Python then installs its handler.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.seen: list[str] = []
-        self.errors: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.stderr_reader = threading.Thread(target=self._read_errors, daemon=True)
-        self.stderr_reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def _read_errors(self) -> None:
-        assert self.proc.stderr is not None
-        self.errors.append(self.proc.stderr.read())
-
-    def wait_for(self, text: str) -> str:
-        """The first line (not seen before) holding ``text``; fails at the deadline or the end."""
-        while True:
-            try:
-                line = self.lines.get(timeout=DEADLINE)
-            except queue.Empty:
-                pytest.fail(f"no line with {text!r} within {DEADLINE}s; seen: {self.seen}")
-            if line is None:
-                pytest.fail(f"the follow ended before a line with {text!r}; seen: {self.seen}")
-            self.seen.append(line)
-            if text in line:
-                return line
-
-    def end(self) -> tuple[int, str, list[str]]:
-        """Exit status, stderr, and the stdout lines not read yet."""
-        status = self.proc.wait(timeout=DEADLINE)
-        rest: list[str] = []
-        while (line := self.lines.get(timeout=DEADLINE)) is not None:
-            rest.append(line)
-        self.stderr_reader.join(timeout=DEADLINE)
-        return status, "".join(self.errors), rest
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture
@@ -178,7 +117,86 @@ def test_a_state_deleted_while_followed_exits_1_in_one_line(store: Store, follow
     store.delete("run")
     status, err, _ = follower.end()
     assert status == 1
-    assert err.splitlines() == ["statekeep: State 'run' was deleted while it was followed"]
+    assert err.splitlines() == [
+        "statekeep: State 'run' was deleted while it was followed; "
+        "pass --wait to wait for it and follow the new one"
+    ]
+
+
+def recreate(store: Store, task: str, questions: int) -> State:
+    """Delete the State ``run`` and save another under its id: its task, ``questions`` user entries."""
+    store.delete("run")
+    state = State(task, id="run")
+    for i in range(questions):
+        state.add_user(f"question {i}")
+    store.save(state)
+    return state
+
+
+@pytest.mark.parametrize("questions", [0, 6], ids=["shorter", "longer"])
+def test_a_state_deleted_and_recreated_while_followed_exits_1(
+    store: Store, follow: Any, questions: int
+) -> None:
+    """Without --wait the follow never joins the new State's entries to the old one's, as
+    tail -f keeps to the file it opened; a shorter new State is not waited for either."""
+    state = running(store)
+    state.add_reply("first")
+    store.save(state)
+    follower = follow("run", "--json")
+    follower.wait_for('"model_reply"')
+    recreate(store, "Another task", questions)
+    status, err, rest = follower.end()
+    assert status == 1 and rest == []
+    [line] = err.splitlines()
+    assert line.startswith("statekeep: State 'run' was deleted") and "--wait" in line
+
+
+def test_follow_wait_follows_a_recreated_state_from_seq_0(store: Store, follow: Any) -> None:
+    """With --wait (tail -F): a State deleted and saved again is followed from its seq 0,
+    with one line on stderr."""
+    running(store)
+    follower = follow("run", "--json", "--wait")
+    follower.wait_for('"model_request"')
+    again = recreate(store, "Another task", 1)
+    follower.wait_for_error("following the new one from seq 0")
+    first = json.loads(follower.wait_for('"seq": 0'))
+    assert (first["kind"], first["text"]) == ("task", "Another task")
+    again.finish("done")
+    store.save(again)
+    status, _, rest = follower.end()
+    assert status == 0
+    assert [e["kind"] for e in map(json.loads, rest)] == ["user", "stop"]
+
+
+def test_follow_wait_waits_for_a_state_saved_later(store: Store, follow: Any) -> None:
+    """``show ID --follow --wait`` started before the State exists: it says it waits, then
+    follows the State once it is saved, to its stop."""
+    running(store, "other")  # the store exists (a folder or a database is made by a first save)
+    follower = follow("later", "--wait")
+    assert "waiting" in follower.wait_for_error("'later'")
+    state = running(store, "later")
+    assert "State later: Watch the weather" in follower.wait_for("State later")
+    follower.wait_for("model_request")
+    state.add_reply("Rain.")
+    state.finish("Rain.")
+    store.save(state)
+    follower.wait_for("stop")
+    assert follower.end()[0] == 0
+
+
+def test_ctrl_c_stops_a_show_that_waits_with_130_and_one_line(store: Store, url: str) -> None:
+    """``show ID --wait`` (no --follow) waits for the State; Ctrl-C stops it: exit status 130
+    and one line saying so (a follow's Ctrl-C is silent: it is how a follow ends)."""
+    running(store, "other")
+    shower = Follower(url, "later", "--wait", follow=False)
+    try:
+        shower.wait_for_error("waiting")
+        shower.proc.send_signal(signal.SIGINT)
+        status, err, rest = shower.end()
+    finally:
+        shower.kill()
+    assert (status, rest) == (130, [])
+    assert err.splitlines()[1:] == ["statekeep: show stopped (Ctrl-C)"]
 
 
 def test_follow_json_prints_one_entry_object_per_line(store: Store, follow: Any) -> None:

@@ -223,3 +223,18 @@ def test_stats_shows_a_progress_bar_on_a_terminal_unless_quiet(tmp_path: Path) -
     status, out, terminal = stats_on_terminal(str(tmp_path / "store"), "--quiet")
     assert status == 0 and out.splitlines()[:2] == ["States   3", "entries  12"]
     assert terminal == ""
+
+
+def test_ctrl_c_stops_stats_with_130_and_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while counting (the KeyboardInterrupt Python raises on SIGINT): exit status 130
+    and one line on stderr, not click's "Aborted!" and status 1."""
+    with open_store(str(tmp_path / "store"), create=True) as store:
+        store.save(run("one", "a", "one", 1))
+
+    def interrupted(store: Store, state_id: str) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("statekeep.cli._stats.entry_count", interrupted)
+    result = cli("stats", "--store", str(tmp_path / "store"))
+    assert result.exit_code == 130
+    assert result.stderr.splitlines() == ["statekeep: stats stopped (Ctrl-C)"]

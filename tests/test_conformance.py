@@ -4,9 +4,13 @@ through the sync and the async API, with statekeep's own error messages."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pytest
+import sniffio
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, StateConflictError, Store
 from statekeep.testing import StoreContract
@@ -26,6 +30,16 @@ class BuiltinContract(StoreContract):
 
     async def plant_snapshot(self, store: Store, state_id: str, raw: bytes) -> None:
         await plant_snapshot(store, state_id, raw)
+
+    @pytest.mark.asyncio
+    async def test_here_the_twins_run_under_anyios_plugin(self, request: pytest.FixtureRequest) -> None:
+        twin = request.node.name.split("[")[0].endswith("_under_trio")
+        assert sniffio.current_async_library() == ("trio" if twin else "asyncio")
+        assert bool(request.node.get_closest_marker("anyio")) is twin
+        assert bool(request.node.get_closest_marker("asyncio")) is not twin
+        # In pytest's own thread: not the twin's fallback (trio in a worker thread), which
+        # only pytest-asyncio's auto mode needs.
+        assert threading.current_thread() is threading.main_thread()
 
 
 MEMORY: dict[str, MemoryStore] = {}

@@ -10,6 +10,7 @@ generous deadline that only turns a hang into a failure; nothing sleeps to synch
 from __future__ import annotations
 
 import gc
+import re
 import subprocess
 import sys
 import textwrap
@@ -346,3 +347,72 @@ def test_the_asyncio_path_never_goes_through_anyio(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=JOIN)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# -- the conformance kit's trio twins, in a store author's project ------------------------------
+
+KIT = """
+from statekeep import FileStore
+from statekeep.testing import StoreContract
+
+class TestKitStore(StoreContract):
+    def make_store(self, tmp_path):
+        return FileStore(tmp_path / "store")
+"""
+PYTEST = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"]
+KIT_TESTS = ["test_async_tests_run_on_the_backend_they_name", "test_create_then_read_round_trips"]
+
+
+@pytest.mark.parametrize("mode", ["strict", "auto"])
+def test_the_kits_trio_twins_run_under_trio_in_either_pytest_asyncio_mode(mode: str, tmp_path: Path) -> None:
+    # A project of its own, outside this repository's configuration: in strict mode anyio's
+    # plugin runs the twins; in auto mode pytest-asyncio takes them and they run trio themselves.
+    (tmp_path / "test_kit_store.py").write_text(KIT)
+    proc = subprocess.run(
+        [*PYTEST, "-o", f"asyncio_mode={mode}", "test_kit_store.py", "-k", " or ".join(KIT_TESTS)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert f"mode=Mode.{mode.upper()}" in out
+    outcomes = dict(re.findall(r"::TestKitStore::(\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL)", out))
+    expected = [
+        *(name + twin for name in KIT_TESTS[:1] for twin in ("", "_under_trio")),
+        *(f"{KIT_TESTS[1]}{twin}[{api}]" for twin in ("", "_under_trio") for api in ("sync", "async")),
+    ]
+    assert outcomes == dict.fromkeys(expected, "PASSED"), out
+    assert "never awaited" not in out and "not natively supported" not in out, out
+
+
+# -- adapters ------------------------------------------------------------------------------------
+
+
+def test_the_langgraph_savers_async_methods_work_awaited_from_trio(store: Store) -> None:
+    # Its async path only awaits the store's (LangGraph's graphs themselves run on asyncio).
+    from langgraph.checkpoint.base import ERROR
+
+    from statekeep.adapters.langgraph import StatekeepSaver
+    from tests.adapters.test_langgraph_saver import checkpoint, shape
+
+    saver = StatekeepSaver(store)
+    thread = {"configurable": {"thread_id": "a"}}
+
+    async def main() -> Any:
+        second = await saver.aput(
+            {"configurable": {"thread_id": "a", "checkpoint_ns": ""}},
+            checkpoint({"k": "v"}),
+            {"step": 1},
+            {"k": 1},
+        )
+        await saver.aput_writes(second, [("k", "w"), (ERROR, "e")], "task")
+        return shape(await saver.aget_tuple(thread)), [shape(t) async for t in saver.alist(None)]
+
+    seen, listed = under_trio(main)
+    assert seen == shape(saver.get_tuple(thread))
+    assert seen[5] == [("task", ERROR, "e"), ("task", "k", "w")]
+    assert listed == [shape(t) for t in saver.list(None)]
+    under_trio(saver.adelete_thread, "a")
+    assert saver.get_tuple(thread) is None

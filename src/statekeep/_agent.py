@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from ._agentlease import LeaseKeeper, default_owner
+from ._callerloop import worker_thread
 from ._errors import LeaseHeldError, StaleLeaseError
 from ._leases import Lease, check_owner, check_ttl
 from ._state import State, agent_info
@@ -120,8 +121,7 @@ class Agent:
         keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
         if keeper is None:
             return await self._run(state, None)
-        async with keeper.running():
-            return await self._run(state, keeper)
+        return await keeper.run(lambda: self._run(state, keeper))
 
     async def _run(self, state: State, keeper: LeaseKeeper | None) -> Any:
         state.begin_run(self.info())
@@ -167,7 +167,7 @@ class Agent:
         if _is_async(self.model):
             got = self.model(messages, schemas)
         else:  # a blocking model call must not hold up the event loop
-            got = await asyncio.to_thread(self.model, messages, schemas)
+            got = await worker_thread(self.model, messages, schemas)
         if inspect.isawaitable(got):
             got = await got
         if isinstance(got, Mapping):

@@ -1,7 +1,7 @@
 """ResumeWarning: a loaded State resumed by an agent other than the one that ran it last.
 
-The warning points at the caller's line (the first frame outside statekeep and asyncio),
-however deep in statekeep or the event loop the check runs.
+The warning points at the caller's line (the first frame outside statekeep and the event
+loop: asyncio, or trio and anyio), however deep in statekeep or the event loop the check runs.
 """
 
 from __future__ import annotations
@@ -43,13 +43,23 @@ def warn_if_agent_changed(state_id: str, saved: dict[str, Any] | None, current: 
 
 # Frames in these folders are statekeep's or the event loop's, never the caller's line.
 _NOT_THE_CALLER = (os.path.dirname(__file__) + os.sep, os.path.dirname(asyncio.__file__) + os.sep)
+#: Event loop packages whose frames are not the caller's either, once loaded (a trio run).
+_LOOPS = ("trio", "anyio", "outcome")
+
+
+def _not_the_caller() -> tuple[str, ...]:
+    loops = (sys.modules.get(name) for name in _LOOPS)
+    return _NOT_THE_CALLER + tuple(
+        os.path.dirname(m.__file__) + os.sep for m in loops if m is not None and m.__file__ is not None
+    )
 
 
 def _warn_at_caller(warning: Warning) -> None:
-    """Warn at the first frame outside statekeep and asyncio: the line that called
+    """Warn at the first frame outside statekeep and the event loop: the line that called
     statekeep, however deep in statekeep or the event loop the warning arises."""
+    not_the_caller = _not_the_caller()
     frame: FrameType | None = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
+    while frame is not None and frame.f_code.co_filename.startswith(not_the_caller):
         frame = frame.f_back
     if frame is None:  # no caller's frame on this thread's stack
         warnings.warn(warning, stacklevel=2)

@@ -4,6 +4,8 @@ A :class:`LeaseKeeper` holds the run's lease: it renews it once half its period 
 by (checked before each save, model request and tool call, and by a heartbeat task while
 a long model or tool call is in flight), hands it to every save, and remembers the
 :class:`StaleLeaseError` that ends the run when another owner has taken the State over.
+The heartbeat runs in the caller's loop: an asyncio task, or under trio a task of an anyio
+task group, whose lost lease cancels the run's cancel scope.
 Elapsed time is measured on this process's monotonic clock, so a skew between this host
 and the server that judges expiry does not delay a renewal.
 """
@@ -14,13 +16,17 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+from ._bridge import _on_asyncio
+from ._callerloop import new_lock, sleeper
 from ._errors import StaleLeaseError
 from ._leases import MAX_OWNER, Lease, check_lease
+
+T = TypeVar("T")
 
 
 def default_owner(name: str) -> str:
@@ -37,7 +43,7 @@ class LeaseKeeper:
         self.release = release  # acquired by the run itself: released when it ends
         self.lost: StaleLeaseError | None = None
         self._renewed = time.monotonic()
-        self._lock = asyncio.Lock()
+        self._lock = new_lock()  # made in the caller's loop, asyncio's or trio's
 
     @classmethod
     async def start(
@@ -80,26 +86,37 @@ class LeaseKeeper:
             self.lost = self.lost or exc
         return self.lost is not None
 
-    async def _heartbeat(self, task: asyncio.Task[Any]) -> None:
-        """Renew on time while the run waits on a long call; cancel the run if it is lost."""
+    async def _heartbeat(self, stop: Callable[[], object], sleep: Callable[[float], Awaitable[Any]]) -> None:
+        """Renew on time while the run waits on a long call; ``stop`` the run if it is lost."""
         while True:
             wait = self._renewed + self.lease.ttl.total_seconds() / 2 - time.monotonic()
-            await asyncio.sleep(max(wait, 0.0))
+            await sleep(max(wait, 0.0))
             try:
                 await self.keep()
             except StaleLeaseError:
-                task.cancel()
+                stop()
                 return
             except Exception:  # a failed renewal (network): try again soon
-                await asyncio.sleep(self.lease.ttl.total_seconds() / 10)
+                await sleep(self.lease.ttl.total_seconds() / 10)
+
+    async def run(self, body: Callable[[], Awaitable[T]]) -> T:
+        """Await the run's ``body`` with a heartbeat beside it, in the caller's loop (asyncio or
+        trio); a lost lease ends it with StaleLeaseError, and a lease the run acquired is
+        released at its end."""
+        if _on_asyncio():
+            async with self.running():
+                return await body()
+        return await self._run_elsewhere(body)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[LeaseKeeper]:
-        """The run's body: a heartbeat beside it; a lost lease ends it with StaleLeaseError,
-        and a lease the run acquired is released at its end."""
+        """The run's body, on asyncio: a heartbeat task beside it; a lost lease ends it with
+        StaleLeaseError, and a lease the run acquired is released at its end."""
         task = asyncio.current_task()
         assert task is not None
-        beat = asyncio.create_task(self._heartbeat(task), name="statekeep-lease-heartbeat")
+        beat = asyncio.create_task(
+            self._heartbeat(task.cancel, asyncio.sleep), name="statekeep-lease-heartbeat"
+        )
         try:
             yield self
         except StaleLeaseError as exc:  # a save was refused: the State was taken over
@@ -113,8 +130,43 @@ class LeaseKeeper:
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
-            if self.release and self.lost is None:
-                try:
-                    await self.store.arelease(self.lease)
-                except StaleLeaseError:
-                    pass
+            await self._end()
+
+    async def _run_elsewhere(self, body: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`run` under trio (through anyio): the body in the caller's task, inside a
+        cancel scope the heartbeat (a task of a task group) cancels once the lease is lost."""
+        import anyio
+
+        scope = anyio.CancelScope()
+        result: list[T] = []
+        error: BaseException | None = None
+        try:
+            try:
+                async with anyio.create_task_group() as beats:
+                    beats.start_soon(self._heartbeat, scope.cancel, sleeper())
+                    try:
+                        with scope:
+                            result.append(await body())
+                    finally:
+                        beats.cancel_scope.cancel()
+            except BaseExceptionGroup as group:  # the body's own error, which trio wraps
+                error = group.exceptions[0] if len(group.exceptions) == 1 else group
+            if isinstance(error, StaleLeaseError):  # a save was refused: the State was taken over
+                self.lost = self.lost or error
+        finally:
+            with anyio.CancelScope(shield=True):  # also when the caller was cancelled, as on asyncio
+                await self._end()
+        if error is not None:
+            raise error  # here, outside the except block: not chained to the group
+        if not result:  # cancelled by the heartbeat, not by the caller
+            assert self.lost is not None
+            raise self.lost
+        return result[0]
+
+    async def _end(self) -> None:
+        """Release a lease the run acquired, unless it was lost."""
+        if self.release and self.lost is None:
+            try:
+                await self.store.arelease(self.lease)
+            except StaleLeaseError:
+                pass

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ._callerloop import worker_thread
 
 _JSON_TYPES: dict[object, str] = {
     str: "string",
@@ -55,7 +56,7 @@ class Tool:
         hold up the event loop."""
         if inspect.iscoroutinefunction(self.fn):
             return await self.fn(**args)
-        result = await asyncio.to_thread(self.fn, **args)
+        result = await worker_thread(self.fn, **args)
         if inspect.isawaitable(result):
             result = await result
         return result

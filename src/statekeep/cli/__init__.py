@@ -3,7 +3,7 @@
 Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
 State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
 file or database that is not a statekeep store, a store of a newer statekeep), 130 stopped
-with Ctrl-C (``rekey``, ``show --follow``). Everything printed comes from stored data with
+with Ctrl-C (any command). Everything printed comes from stored data with
 its control characters escaped, and without passwords.
 
 Each command lives in its own module, registered on :data:`main` when imported here.

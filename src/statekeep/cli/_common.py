@@ -3,16 +3,17 @@
 Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
 State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
 file or database that is not a statekeep store, a store of a newer statekeep), 130 stopped
-with Ctrl-C (``rekey``, ``show --follow``). Everything printed comes from stored data with
-its control characters escaped, and without passwords.
+with Ctrl-C (any command that runs inside :func:`reporting`). Everything printed comes from
+stored data with its control characters escaped, and without passwords.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
@@ -36,8 +37,10 @@ from .._urls import _looks_sqlite, open_store
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
 
-#: Exit statuses (and 130: rekey or show --follow stopped with Ctrl-C, as shells report SIGINT).
+#: Exit statuses (and 130: stopped with Ctrl-C, as shells report SIGINT).
 OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
+
+STOPPED = "COMMAND stopped (Ctrl-C)"  # reporting()'s default line, the command's name filled in
 
 
 def say(text: str, *, err: bool = False) -> None:
@@ -47,6 +50,20 @@ def say(text: str, *, err: bool = False) -> None:
 def fail(message: str, code: int = NOT_FOUND) -> NoReturn:
     say(f"statekeep: {redact_text(message)}", err=True)
     sys.exit(code)
+
+
+def emit(lines: Iterable[str]) -> None:
+    """Print ``lines`` (escaped already) to stdout in one write and one flush, so a pipe sees
+    them at once. A reader that went away (``| head``) ends the command quietly, exit status 0."""
+    text = "\n".join(lines)
+    if not text:
+        return
+    try:
+        click.echo(text)
+    except BrokenPipeError:
+        # Later writes (the interpreter's last flush) go nowhere instead of failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(OK)
 
 
 # A damaged State, something that is not a statekeep store, a store of a newer statekeep.
@@ -75,15 +92,22 @@ def exit_code(exc: Exception) -> int:
 
 
 @contextmanager
-def reporting() -> Iterator[None]:
+def reporting(stopped: str | None = STOPPED) -> Iterator[None]:
     """Run a command: an error becomes one line on stderr with its exit status, and each
-    distinct warning (Redis's durability, States left out of a listing) one short note."""
+    distinct warning (Redis's durability, States left out of a listing) one short note.
+    Ctrl-C is exit status 130 with the line ``statekeep: {stopped}`` (by default "COMMAND
+    stopped (Ctrl-C)"; no line if None), not click's "Aborted!" and status 1: one mechanism
+    for every command. Anything to tidy before that line (a progress bar) goes inside."""
+    interrupted = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield
+        except KeyboardInterrupt:
+            failure: Exception | None = None
+            interrupted = True
         except Exception as exc:
-            failure: Exception | None = exc
+            failure = exc
         else:
             failure = None
         finally:
@@ -92,6 +116,13 @@ def reporting() -> Iterator[None]:
             for message in dict.fromkeys(ours):
                 note = message.removeprefix("statekeep: ")
                 say(f"statekeep: note: {redact_text(note)}", err=True)
+    if interrupted:
+        if stopped is STOPPED:
+            command = click.get_current_context(silent=True)
+            stopped = f"{command.info_name if command else 'statekeep'} stopped (Ctrl-C)"
+        if stopped is not None:
+            say(f"statekeep: {stopped}", err=True)
+        sys.exit(INTERRUPTED)
     if failure is not None:
         known = (
             ValueError,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from .._clikeys import keys_option
@@ -11,7 +9,7 @@ from .._render import listing, record_json, row_json, timeline
 from .._writes import missing_error
 from . import _follow
 from ._common import (
-    INTERRUPTED,
+    emit,
     fail,
     labels_arg,
     open_store_at,
@@ -54,17 +52,15 @@ def list_states(
         rows = store.list(
             agent=agent, parent=parent, labels=labels or None, status=status, limit=limit, after=after
         )
-    following = getattr(rows, "next", None)
-    if as_json:
-        for row in rows:
-            click.echo(row_json(row))
-    elif not rows:
-        say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
-    else:
-        for line in listing(rows):
-            click.echo(line)
-    if following is not None:
-        say(f"more: pass --after {following} for the next page", err=True)
+        following = getattr(rows, "next", None)
+        if as_json:
+            emit(row_json(row) for row in rows)
+        elif not rows:
+            say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
+        else:
+            emit(listing(rows))
+        if following is not None:
+            say(f"more: pass --after {following} for the next page", err=True)
 
 
 @main.command()
@@ -82,26 +78,39 @@ def list_states(
     is_flag=True,
     help='one JSON document {"id", "snapshot", "entries"}; with --follow, one JSON object per entry',
 )
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="wait for a State not saved yet; with --follow also for one deleted meanwhile, "
+    "then follow the new one from seq 0 (as tail -F)",
+)
 @keys_option
-def show(state_id: str, store_url: str, follow: bool, as_json: bool, keys_file: str | None) -> None:
+def show(
+    state_id: str, store_url: str, follow: bool, as_json: bool, wait: bool, keys_file: str | None
+) -> None:
     """Show one State's history as a timeline (an encrypted one needs --keys).
 
     --follow works like tail -f, across processes on every store: it ends when the run
     stops (a stop or error entry, already there or saved meanwhile), with Ctrl-C (exit
-    status 130), or when the State is deleted (exit status 1)."""
-    try:
-        with reporting(), open_store_at(store_url, keys_file) as store:
-            record = store.read(state_id)
-            if record is None:
+    status 130), or when the State is deleted, or deleted and re-created (exit status 1).
+    --wait makes it tail -F: it waits for a State that does not exist yet, and for one
+    deleted meanwhile, and follows a re-created one from seq 0 (a line on stderr says so)."""
+    # Ctrl-C is how a follow is meant to end: status 130 without a message.
+    with (
+        reporting(stopped=None) if follow else reporting(),
+        open_store_at(store_url, keys_file) as store,
+    ):
+        record = store.read(state_id)
+        if record is None:
+            if not wait:
                 fail(str(missing_error(state_id, store_url)))
-            if follow:
-                missing = f"State {state_id!r} was deleted while it was followed"
-                _follow.follow(store, state_id, record, as_json=as_json, missing=missing)
-                return
-    except KeyboardInterrupt:
-        sys.exit(INTERRUPTED)  # Ctrl-C is how a follow is meant to end: no message
-    if as_json:
-        click.echo(record_json(state_id, record))
-        return
-    for line in timeline(state_id, record):
-        click.echo(line)
+            say(
+                f"statekeep: no State {state_id!r} yet; waiting for it to be saved (Ctrl-C to stop)", err=True
+            )
+            record = _follow.wait_for(store, state_id)
+        if follow:
+            _follow.follow(store, state_id, record, as_json=as_json, wait=wait)
+        elif as_json:
+            emit([record_json(state_id, record)])
+        else:
+            emit(timeline(state_id, record))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import closing
 
 import click
 
@@ -14,7 +15,6 @@ from .._render import DEFAULT_STORE, short, summary
 from .._writes import missing_error
 from ._common import (
     DATA_ERROR,
-    INTERRUPTED,
     USAGE,
     fail,
     open_store_at,
@@ -158,15 +158,12 @@ def rekey(
 
     if keys_file is None and not os.environ.get(KEYS_ENV):
         fail(f"rekey needs the keys: pass --keys FILE or set ${KEYS_ENV} (see statekeep rekey --help)", USAGE)
-    bar = ProgressBar.on_terminal("re-sealing", quiet=quiet)
-    try:
-        with reporting(), open_store_at(store_url, keys_file, allow_plaintext=allow_plaintext) as store:
-            report = rekey_store(store, progress=bar, memory_scopes=scopes)
-    except KeyboardInterrupt:
-        bar.close()
-        fail("rekey stopped part way; run it again to finish (what is done is skipped)", INTERRUPTED)
-    finally:
-        bar.close()
+    with (
+        reporting(stopped="rekey stopped part way; run it again to finish (what is done is skipped)"),
+        closing(ProgressBar.on_terminal("re-sealing", quiet=quiet)) as bar,
+        open_store_at(store_url, keys_file, allow_plaintext=allow_plaintext) as store,
+    ):
+        report = rekey_store(store, progress=bar, memory_scopes=scopes)
     if report.unlisted:
         fail(f"rekey: {report}", DATA_ERROR)
     if not quiet:

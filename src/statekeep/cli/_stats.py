@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 
 import click
@@ -67,7 +68,9 @@ def count(store: Store, progress: Callable[[int, int], None]) -> Stats:
     """Count the States ``store.list`` shows, and their entries; ``progress(done, total)``
     after each State. A State deleted meanwhile is left out."""
     stats = Stats()
-    rows = list(store.iter_states())
+    # One listing without a limit: a folder's listing is a scan of every State, so paging
+    # (a scan per page) was quadratic; the rows were all held at once either way.
+    rows = store.list()
     for done, row in enumerate(rows, 1):
         entries = entry_count(store, row.id)
         if entries is not None:
@@ -125,19 +128,19 @@ def _human(size: int) -> str:
 def stats(store_url: str, as_json: bool, quiet: bool, keys_file: str | None) -> None:
     """Count a store's States by status and by agent, their entries, and the bytes it takes.
 
-    It costs one listing, then per State its snapshot and a range read from the last entry
+    It costs one listing (all rows at once), then per State its snapshot and a range read from the last entry
     the snapshot names (a whole read for a State saved without one). Bytes: the folder's
     files (FileStore), the database file with its WAL (SQLite), pg_total_relation_size of the
     tables (PostgreSQL), all namespaces together; unknown on Redis. A progress bar shows on
     a terminal (stderr) unless --quiet. An encrypted store needs --keys (the entries are
     counted from sealed records).
     """
-    bar = ProgressBar.on_terminal("counting", quiet=quiet)
-    try:
-        with reporting(), open_store_at(store_url, keys_file) as store:
-            result = count(store, bar)
-    finally:
-        bar.close()
+    with (
+        reporting(),
+        closing(ProgressBar.on_terminal("counting", quiet=quiet)) as bar,  # closed before any message
+        open_store_at(store_url, keys_file) as store,
+    ):
+        result = count(store, bar)
     if as_json:
         click.echo(result.as_json())
     else:

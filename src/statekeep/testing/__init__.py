@@ -17,9 +17,14 @@ Your class inherits every contract test, each run through the sync and the async
 model-based test (:class:`StoreMachine`, needs Hypothesis). The async tests are marked
 ``pytest.mark.asyncio`` themselves, so they run wherever pytest-asyncio is installed, in its
 strict mode too: no ``asyncio_mode`` setting is needed. Where trio is installed, each async test
-also has a twin, ``<name>_under_trio``, that runs the same body under trio (``anyio.run(...,
-backend="trio")``; a plain test function, so it needs no plugin): the async API must work awaited
-from trio too. Your ``server_now`` and ``plant_snapshot`` run on asyncio even then.
+also has a twin, ``<name>_under_trio``, that runs the same body under trio: the async API must
+work awaited from trio too. The twin is marked ``pytest.mark.anyio`` and the class's
+``anyio_backend`` fixture is ``"trio"``, so in pytest-asyncio's strict mode anyio's pytest plugin
+(installed with anyio) runs it on trio; in auto mode pytest-asyncio takes it (it takes every
+coroutine test) and the twin runs its body under trio itself, in a worker thread
+(``anyio.run(..., backend="trio")``). Either way the same tests run on trio, and
+``test_async_tests_run_on_the_backend_they_name`` checks it. Your ``server_now`` and
+``plant_snapshot`` run on asyncio even then.
 
 ``make_store(tmp_path)`` gets an empty folder that is yours for the test; for a durable store,
 called again with the same folder it must open the same storage (the tests re-open it as

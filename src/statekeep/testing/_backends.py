@@ -1,15 +1,19 @@
 """The kit's async tests under trio as well as asyncio.
 
-Each async contract test (marked ``pytest.mark.asyncio``, run by pytest-asyncio in its auto or
-strict mode) gets a twin, ``<name>_under_trio``, that runs the same test body with
-``anyio.run(..., backend="trio")``. The twin is a plain function, so neither pytest-asyncio
-(which in auto mode takes every coroutine test, ``pytest.mark.anyio`` ones included) nor
-anyio's plugin runs it: the kit works the same with only pytest-asyncio installed. Twins are
-made only when trio is importable; ``supports_trio = False`` skips them, saying so.
+Each async contract test is marked ``pytest.mark.asyncio``: pytest-asyncio runs it (in its
+auto or strict mode). Where trio is installed it gets a twin, ``<name>_under_trio``, marked
+``pytest.mark.anyio`` and requesting the class's ``anyio_backend`` fixture (``"trio"``), so that
+anyio's pytest plugin (installed with anyio) runs the same body under trio:
 
-The hooks a store's test class defines (``server_now``, ``plant_snapshot``) may use drivers
-that need asyncio (asyncpg, redis.asyncio): under trio the kit runs them on an asyncio loop of
-their own, in a worker thread (:func:`on_asyncio`).
+- with pytest-asyncio in strict mode (its default), anyio's plugin runs the twin on trio;
+- in auto mode pytest-asyncio takes every coroutine test, the twin included, and runs it on
+  asyncio: the twin then runs its body under trio itself, with ``anyio.run(..., backend="trio")``
+  in a worker thread, so the trio coverage is the same in either mode.
+
+``supports_trio = False`` skips the twins, saying so. The hooks a store's test class defines
+(``server_now``, ``plant_snapshot``) may use drivers that need asyncio (asyncpg, redis.asyncio):
+under trio the kit runs them on an asyncio loop of their own, in a worker thread
+(:func:`on_asyncio`).
 """
 
 from __future__ import annotations
@@ -57,17 +61,43 @@ def add_trio_twins(cls: type) -> None:
             setattr(cls, name + TWIN, _twin(test))
 
 
-def _twin(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+def _twin(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Coroutine[Any, Any, None]]:
     @functools.wraps(test)  # pytest reads the fixtures it takes from the test's signature
-    def under_trio(self: Any, *args: Any, **kwargs: Any) -> None:
+    async def under_trio(self: Any, *args: Any, **kwargs: Any) -> None:
         if not getattr(self, "supports_trio", True):
             pytest.skip(f"{type(self).__name__}.supports_trio is False")
-        anyio.run(functools.partial(test, self, *args, **kwargs), backend="trio")
+        body = functools.partial(test, self, *args, **kwargs)
+        if not _on_asyncio():  # anyio's plugin runs it on trio
+            await body()
+            return
+        # pytest-asyncio's auto mode took it: trio in a thread of its own (not in this one,
+        # where asyncio's running loop would make the code under test think it is on asyncio).
+        await anyio.to_thread.run_sync(functools.partial(anyio.run, body, backend="trio"))
 
-    # Its marks without pytest-asyncio's: the twin is a plain function it must leave alone.
-    under_trio.pytestmark = [m for m in getattr(test, "pytestmark", ()) if m.name != "asyncio"]  # type: ignore[attr-defined]
+    # Its marks with anyio's in place of pytest-asyncio's, which strict mode then leaves alone.
+    marks = [m for m in getattr(test, "pytestmark", ()) if m.name != "asyncio"]
+    under_trio.pytestmark = [*marks, pytest.mark.anyio.mark]  # type: ignore[attr-defined]
     under_trio.__name__ = under_trio.__qualname__ = test.__name__ + TWIN
     return under_trio
+
+
+class BackendContract:
+    """The backend the kit's async tests run on, and a test that checks it."""
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        """What anyio's pytest plugin runs this class's anyio-marked tests (the trio twins) on."""
+        return "trio"
+
+    @pytest.mark.asyncio
+    async def test_async_tests_run_on_the_backend_they_name(self, request: pytest.FixtureRequest) -> None:
+        if request.node.name.split("[")[0].endswith(TWIN):
+            import trio
+
+            assert not _on_asyncio()
+            assert trio.lowlevel.current_root_task() is not None  # raises outside trio
+        else:
+            assert _on_asyncio()
 
 
 async def on_asyncio(hook: Callable[[], Awaitable[T]]) -> T:

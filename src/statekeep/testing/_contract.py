@@ -14,7 +14,7 @@ import pytest
 from .._errors import StateConflictError
 from .._records import Record, SavedState
 from .._store import Store
-from ._backends import add_trio_twins, on_asyncio
+from ._backends import BackendContract, add_trio_twins, on_asyncio
 from ._cancel import CancellationContract
 from ._family import ErrorFamilyContract
 from ._helpers import Api, entries, snapshot
@@ -38,7 +38,13 @@ asyncio_test = pytest.mark.asyncio
 
 
 class StoreContract(
-    RunsContract, RangeContract, LeaseContract, ProtectionContract, ErrorFamilyContract, CancellationContract
+    BackendContract,
+    RunsContract,
+    RangeContract,
+    LeaseContract,
+    ProtectionContract,
+    ErrorFamilyContract,
+    CancellationContract,
 ):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 
