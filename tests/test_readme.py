@@ -1,8 +1,11 @@
 """Every Python example in the README runs; the one that defines a StoreContract test class
-passes the conformance kit, run by pytest in a process of its own."""
+passes the conformance kit, run by pytest in a process of its own; and the bash examples of each
+section run, in order, in one shell in an empty folder, with this Python's ``statekeep`` first on
+PATH (``sh`` blocks are illustrations, with placeholders, and are not run)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +18,12 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 EXAMPLES = [code for code in BLOCKS if "StoreContract" not in code]
 KITS = [code for code in BLOCKS if "StoreContract" in code]
+#: Each ``## `` section's bash blocks, by its title (the blocks of one section build on each other).
+SHELL = {
+    part.split("\n", 1)[0]: blocks
+    for part in re.split(r"^## ", README.read_text(), flags=re.M)[1:]
+    if (blocks := re.findall(r"```bash\n(.*?)```", part, flags=re.S))
+}
 
 
 def test_readme_has_examples() -> None:
@@ -69,3 +78,23 @@ def test_readme_starts_with_the_two_commands() -> None:
     head = README.read_text().split("\n")[:6]
     assert any(line.startswith("./dev demo") for line in head)
     assert any(line.startswith("./dev test") for line in head)
+
+
+def test_readme_has_shell_examples() -> None:
+    assert {"The command line", "Look at your runs"} <= set(SHELL)
+
+
+@pytest.mark.parametrize("section", sorted(SHELL))
+def test_readme_shell_examples_run(section: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("STATEKEEP_KEYS", None)
+    env.pop("STATEKEEP_TOKEN", None)
+    proc = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", "\n".join(SHELL[section])],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
