@@ -15,6 +15,7 @@ from statekeep.web import create_app
 from tests.web_runs import EVIL, every_kind, evil, finished, running, save_all
 from tests.webpage import Node, parse
 
+LOCAL = "http://127.0.0.1:8765"
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -29,7 +30,7 @@ def store(tmp_path: Path) -> Iterator[FileStore]:
 
 @pytest.fixture
 def client(store: FileStore) -> Iterator[TestClient]:
-    with TestClient(create_app(store)) as c:
+    with TestClient(create_app(store), base_url=LOCAL) as c:
         yield c
 
 
@@ -252,7 +253,7 @@ def test_read_only(store: FileStore, client: TestClient, method: str) -> None:
 def test_token(store: FileStore) -> None:
     store.save(running("secret run", id="s1"))
     app = create_app(store, token="t0k3n")
-    with TestClient(app, follow_redirects=False) as anon:
+    with TestClient(app, base_url=LOCAL, follow_redirects=False) as anon:
         refused = anon.get("/")
         assert refused.status_code == 401 and "secret run" not in refused.text
         assert "token" in parse(refused.text).one(id="message").text
@@ -262,7 +263,7 @@ def test_token(store: FileStore) -> None:
         assert anon.get("/", headers={"Cookie": "statekeep_token=wrong"}).status_code == 401
         ok = anon.get("/", headers={"Authorization": "Bearer t0k3n"})
         assert ok.status_code == 200 and "secret run" in ok.text
-    with TestClient(app, follow_redirects=False) as browser:
+    with TestClient(app, base_url=LOCAL, follow_redirects=False) as browser:
         moved = browser.get("/runs/s1?token=t0k3n&x=1")
         assert moved.status_code == 303 and moved.headers["location"] == "/runs/s1?x=1"
         cookie = moved.headers["set-cookie"]
@@ -278,9 +279,49 @@ def test_a_failing_store_is_a_short_500_page(store: FileStore) -> None:
         async def alist(self, **filters: object) -> list:  # type: ignore[override]
             raise ConnectionError("postgresql://u:hunter2@db/x is gone")
 
-    with Broken(store.path) as broken, TestClient(create_app(broken), raise_server_exceptions=False) as c:
+    with (
+        Broken(store.path) as broken,
+        TestClient(create_app(broken), base_url=LOCAL, raise_server_exceptions=False) as c,
+    ):
         response = c.get("/")
     assert response.status_code == 500
     assert response.headers["content-security-policy"] == CSP
     text = parse(response.text).one(id="message").text
     assert "ConnectionError" in text and "is gone" in text and "hunter2" not in text
+
+
+# -- the Host header (DNS rebinding) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "127.0.0.1", "[::1]", "localhost:8765", "127.0.0.1:1", "[::1]:80"]
+)
+def test_a_loopback_host_header_is_served(store: FileStore, host: str) -> None:
+    store.save(running("mine", id="m1"))
+    with TestClient(create_app(store)) as c:
+        response = c.get("/", headers={"Host": host})
+    assert response.status_code == 200 and "mine" in response.text
+
+
+@pytest.mark.parametrize("token", [None, "t0k3n"])
+def test_another_host_header_is_refused_on_a_loopback_bind(store: FileStore, token: str | None) -> None:
+    """A page of evil.example whose name now points at 127.0.0.1 (DNS rebinding) reads nothing,
+    with or without a token (a token in a cookie would not be sent to it, but a bearer might)."""
+    store.save(running("secret run", id="s1"))
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    with TestClient(create_app(store, token=token), base_url="http://evil.example:8765") as c:
+        for url in ("/", "/runs/s1", "/runs/s1/events", "/events/runs", "/static/live.js"):
+            response = c.get(url, headers=auth)
+            assert response.status_code == 421, url
+            assert "secret run" not in response.text
+            assert response.headers["content-security-policy"] == CSP
+        assert "Host" in parse(c.get("/").text).one(id="message").text
+
+
+def test_the_bound_host_name_is_served(store: FileStore) -> None:
+    store.save(running("mine", id="m1"))
+    with TestClient(create_app(store, host="127.0.0.2"), base_url="http://127.0.0.2:9000") as c:
+        assert c.get("/").status_code == 200
+    app = create_app(store, token="t0k3n", host="0.0.0.0")  # open to other machines: any name
+    with TestClient(app, base_url="http://viewer.example:8765") as c:
+        assert c.get("/", headers={"Authorization": "Bearer t0k3n"}).status_code == 200

@@ -31,13 +31,16 @@ async def _refused(request: Request, exc: Exception) -> Response:
     return response
 
 
-def create_app(store: Store, *, token: str | None = None) -> Starlette:
+def create_app(store: Store, *, token: str | None = None, host: str = "127.0.0.1") -> Starlette:
     """The viewer over ``store`` as an ASGI app (serve it with uvicorn or any ASGI server).
 
     Read-only: it only reads the store (with its async methods, on the server's event
     loop), and answers GET and HEAD only. With ``token``, every request needs
     ``Authorization: Bearer TOKEN`` or the cookie that opening a URL with ``?token=TOKEN``
-    sets. The app does not close ``store``: the caller does, after the server stops.
+    sets. ``host`` is the address the server binds: without a token, or on a loopback
+    ``host``, requests must name it (or localhost, 127.0.0.1, [::1]) in their Host header,
+    else 421 (a guard against DNS rebinding). The app does not close ``store``: the caller
+    does, after the server stops.
     """
     app = Starlette(
         routes=[
@@ -47,7 +50,7 @@ def create_app(store: Store, *, token: str | None = None) -> Starlette:
             Route("/runs/{state_id:str}/events", run_events, methods=["GET", "HEAD"]),
             Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
         ],
-        middleware=[Middleware(Guard, token=token)],
+        middleware=[Middleware(Guard, token=token, host=host)],
         exception_handlers={404: _not_found, 405: _refused},
     )
     app.state.store = store

@@ -42,14 +42,36 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class Guard:
-    """ASGI middleware: GET/HEAD only (else 405), the token when one is set (else 401), and
-    :data:`HEADERS` on every response. A pure ASGI middleware, so live streams pass through
-    unbuffered."""
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port, lower case ("[::1]" keeps its brackets)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    name, colon, port = header.rpartition(":")
+    return name if colon and port.isdigit() else header
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+
+def _bracketed(host: str) -> str:
+    host = host.lower()
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+class Guard:
+    """ASGI middleware: GET/HEAD only (else 405), the Host header (else 421), the token when
+    one is set (else 401), and :data:`HEADERS` on every response. A pure ASGI middleware, so
+    live streams pass through unbuffered.
+
+    The Host check stops DNS rebinding: a web page whose name was made to point at
+    127.0.0.1 could otherwise read the viewer from the user's own browser. It applies
+    without a token, and on a loopback bind with one; a token on an open bind is what
+    guards it then (other machines reach it by names the viewer cannot know)."""
+
+    def __init__(self, app: ASGIApp, token: str | None, host: str = "127.0.0.1") -> None:
         self.app = app
         self.token = token
+        self.hosts: frozenset[str] | None = None
+        if token is None or is_loopback(host):
+            self.hosts = frozenset({"localhost", "127.0.0.1", "[::1]", _bracketed(host)})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,6 +92,15 @@ class Guard:
         if scope["method"] not in _READ:
             response = message("Read-only", "The viewer only shows runs: it changes nothing.", 405)
             response.headers["Allow"] = ", ".join(_READ)
+            await response(scope, receive, send_with_headers)
+            return
+        if self.hosts is not None and not self._host_ok(scope):
+            response = message(
+                "Wrong host",
+                "This viewer answers only to the Host it listens on (localhost, 127.0.0.1 or "
+                "[::1]): open it by that address.",
+                421,
+            )
             await response(scope, receive, send_with_headers)
             return
         if self.token is not None:
@@ -98,6 +129,11 @@ class Guard:
             text = redact_text(f"{type(exc).__name__}: {exc}")
             _log.error("statekeep: %s %s failed: %s", scope["method"], scope["path"], text)
             await message("The store failed", text, 500)(scope, receive, send_with_headers)
+
+    def _host_ok(self, scope: Scope) -> bool:
+        assert self.hosts is not None
+        given = [value for name, value in scope["headers"] if name == b"host"]
+        return len(given) == 1 and host_name(given[0].decode("latin-1")) in self.hosts
 
     def _matches(self, given: str) -> bool:
         assert self.token is not None

@@ -60,7 +60,7 @@ def _server(
     store: Store, host: str, port: int, token: str | None, on_ready: Callable[[str], None]
 ) -> tuple[_Server, socket.socket]:
     check_host(host, token)
-    app = create_app(store, token=token)
+    app = create_app(store, token=token, host=host)
     config = uvicorn.Config(
         app,
         host=host,
