@@ -325,3 +325,21 @@ def test_the_bound_host_name_is_served(store: FileStore) -> None:
     app = create_app(store, token="t0k3n", host="0.0.0.0")  # open to other machines: any name
     with TestClient(app, base_url="http://viewer.example:8765") as c:
         assert c.get("/", headers={"Authorization": "Bearer t0k3n"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "//evil.example/x",
+        "///evil.example/x",
+        "/%2F%2Fevil.example/x",
+        "/%5Cevil.example/x",
+        "/\\evil.example",
+    ],
+)
+def test_the_token_step_redirects_only_within_the_viewer(store: FileStore, path: str) -> None:
+    with TestClient(create_app(store, token="t0k3n"), base_url=LOCAL, follow_redirects=False) as c:
+        moved = c.get(f"{path}?token=t0k3n")
+    assert moved.status_code == 303
+    target = moved.headers["location"]
+    assert target.startswith("/") and target[1:2] not in ("/", "\\", "%"), target  # not //host

@@ -8,7 +8,7 @@ import hmac
 import ipaddress
 import logging
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.datastructures import MutableHeaders
 from starlette.responses import RedirectResponse
@@ -161,7 +161,10 @@ class Guard:
         """Keep the token in a cookie and send the browser to the same URL without it, so it
         does not stay in the address bar or the history."""
         rest = urlencode([(k, v) for k, v in query if k != "token"])
-        target = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+        # Only a path of this viewer: "//host" or "/\\host" (also sent %-encoded) would be
+        # another site to a browser, so the leading slashes collapse into one.
+        path = "/" + (scope.get("root_path", "") + scope["path"]).lstrip("/\\")
+        target = quote(path, safe="/") + (f"?{rest}" if rest else "")
         response = RedirectResponse(target, status_code=303)
         assert self.token is not None
         response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
