@@ -343,3 +343,12 @@ def test_the_token_step_redirects_only_within_the_viewer(store: FileStore, path:
     assert moved.status_code == 303
     target = moved.headers["location"]
     assert target.startswith("/") and target[1:2] not in ("/", "\\", "%"), target  # not //host
+
+
+@pytest.mark.parametrize("token", ["", "   "])
+def test_an_empty_token_is_refused(store: FileStore, token: str) -> None:
+    from statekeep.web import serve, start
+
+    for make in (create_app, serve, start):
+        with pytest.raises(ValueError, match="empty token"):
+            make(store, token=token)  # type: ignore[operator]

@@ -255,3 +255,11 @@ def test_serve_open_opens_the_browser_on_the_url(tmp_path: Path) -> None:
             assert time.monotonic() < end, "the browser was not opened"
             time.sleep(0.05)  # polling for the file the fake browser writes
         assert opened.read_text() == base
+
+
+def test_serve_refuses_an_empty_token(tmp_path: Path) -> None:
+    proc = start_serve("--store", a_store(tmp_path), "--port", "0", "--token", "")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == b""
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("statekeep: ") and "empty token" in lines[0]

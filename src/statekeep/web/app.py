@@ -31,6 +31,15 @@ async def _refused(request: Request, exc: Exception) -> Response:
     return response
 
 
+def check_token(token: str | None) -> None:
+    """ValueError for an empty token, which would guard nothing."""
+    if token is not None and not token.strip():
+        raise ValueError(
+            "an empty token guards nothing: give a long random one "
+            "(python -c 'import secrets; print(secrets.token_urlsafe())'), or none on 127.0.0.1"
+        )
+
+
 def create_app(store: Store, *, token: str | None = None, host: str = "127.0.0.1") -> Starlette:
     """The viewer over ``store`` as an ASGI app (serve it with uvicorn or any ASGI server).
 
@@ -42,6 +51,7 @@ def create_app(store: Store, *, token: str | None = None, host: str = "127.0.0.1
     else 421 (a guard against DNS rebinding). The app does not close ``store``: the caller
     does, after the server stops.
     """
+    check_token(token)
     app = Starlette(
         routes=[
             Route("/", runs_page, methods=["GET", "HEAD"]),

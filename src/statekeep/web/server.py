@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 
 from .._store import Store
-from .app import create_app
+from .app import check_token, create_app
 from .guard import is_loopback
 
 
@@ -49,7 +49,9 @@ def _announce(url: str) -> None:
 
 
 def check_host(host: str, token: str | None) -> None:
-    """ValueError when ``host`` is not loopback and no token guards the viewer."""
+    """ValueError when ``token`` is empty, or ``host`` is not loopback and no token guards
+    the viewer."""
+    check_token(token)
     if token is None and not is_loopback(host):
         raise ValueError(
             f"--host {host} lets other machines in: give a --token (or $STATEKEEP_TOKEN), or bind 127.0.0.1"
@@ -87,7 +89,7 @@ def serve(
 
     ``port=0`` picks a free port; ``on_ready`` gets the URL once the server listens (by
     default it prints "statekeep: serving URL"). A non-loopback ``host`` needs a ``token``
-    (ValueError otherwise); a port that cannot be bound is an OSError. The store is not
+    (ValueError otherwise, as for an empty token); a port that cannot be bound is an OSError. The store is not
     closed. To serve while the program goes on (a :class:`MemoryStore`), use :func:`start`.
     """
 
