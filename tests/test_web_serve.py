@@ -263,3 +263,36 @@ def test_serve_refuses_an_empty_token(tmp_path: Path) -> None:
     assert proc.returncode == 2 and out == b""
     lines = err.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("statekeep: ") and "empty token" in lines[0]
+
+
+def fake_browser(tmp_path: Path, *, hang: bool = False) -> tuple[Path, dict[str, str]]:
+    """A $BROWSER that writes the URL it is given (and its pid) to a file; with ``hang``, it
+    then waits for its end, as a console browser does while the user reads."""
+    opened = tmp_path / "opened"
+    fake = tmp_path / "browser.py"
+    # (closing the server's stdout and stderr it inherited, which the test reads to their end)
+    rest = "import os, time; os.close(1); os.close(2); time.sleep(3600)" if hang else ""
+    fake.write_text(
+        f"import os, sys, pathlib; pathlib.Path({str(opened)!r}).write_text(f'{{os.getpid()}} {{sys.argv[1]}}')\n"
+        f"{rest}\n"
+    )
+    return opened, {"BROWSER": f"{sys.executable} {fake} %s"}
+
+
+def wait_opened(opened: Path) -> tuple[int, str]:
+    """The fake browser's pid and the URL it was opened on, once it was."""
+    end = time.monotonic() + 60
+    while not (opened.exists() and " " in opened.read_text()):
+        assert time.monotonic() < end, "the browser was not opened"
+        time.sleep(0.05)  # polling for the file the fake browser writes
+    pid, url = opened.read_text().split(" ", 1)
+    return int(pid), url
+
+
+def test_serve_open_with_a_token_opens_the_url_with_it(tmp_path: Path) -> None:
+    opened, env = fake_browser(tmp_path)
+    with serving("--store", a_store(tmp_path), "--open", env={**env, "STATEKEEP_TOKEN": "s3cret"}) as base:
+        _, url = wait_opened(opened)
+        assert url == base + "?token=s3cret"
+        with client(follow_redirects=True) as browser:
+            assert "one run" in browser.get(url).text  # the token step lets the browser in

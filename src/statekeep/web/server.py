@@ -10,6 +10,7 @@ import webbrowser
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
+from urllib.parse import urlencode
 
 import uvicorn
 
@@ -96,7 +97,8 @@ def serve(
     def ready(url: str) -> None:
         on_ready(url)
         if open_browser:
-            webbrowser.open(url)
+            # With the token once in the URL (the viewer turns it into a cookie).
+            webbrowser.open(f"{url}?{urlencode({'token': token})}" if token else url)
 
     server, listener = _server(store, host, port, token, ready)
     # uvicorn raises the signal again once it has stopped, to let the caller see it: we
