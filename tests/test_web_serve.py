@@ -296,3 +296,17 @@ def test_serve_open_with_a_token_opens_the_url_with_it(tmp_path: Path) -> None:
         assert url == base + "?token=s3cret"
         with client(follow_redirects=True) as browser:
             assert "one run" in browser.get(url).text  # the token step lets the browser in
+
+
+def test_serve_open_with_a_browser_that_does_not_return_still_serves_and_stops(tmp_path: Path) -> None:
+    opened, env = fake_browser(tmp_path, hang=True)
+    proc = start_serve("--store", a_store(tmp_path), "--port", "0", "--open", env=env)
+    base = url_of(proc)
+    pid, _ = wait_opened(opened)
+    try:
+        with client() as http:
+            assert "one run" in http.get(base).text
+        status, err = stop(proc)
+        assert status == 0, err
+    finally:
+        os.kill(pid, signal.SIGKILL)

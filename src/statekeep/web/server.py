@@ -97,8 +97,13 @@ def serve(
     def ready(url: str) -> None:
         on_ready(url)
         if open_browser:
-            # With the token once in the URL (the viewer turns it into a cookie).
-            webbrowser.open(f"{url}?{urlencode({'token': token})}" if token else url)
+            # With the token once in the URL (the viewer turns it into a cookie). In a thread:
+            # a console browser ($BROWSER=lynx) returns only when the user quits it, and the
+            # event loop must go on serving, and stopping on SIGTERM, meanwhile.
+            target = f"{url}?{urlencode({'token': token})}" if token else url
+            threading.Thread(
+                target=webbrowser.open, args=(target,), name="statekeep-open", daemon=True
+            ).start()
 
     server, listener = _server(store, host, port, token, ready)
     # uvicorn raises the signal again once it has stopped, to let the caller see it: we
