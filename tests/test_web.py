@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from statekeep import FileStore
+from statekeep import FileStore, MemoryStore
 from statekeep.web import create_app
 from tests.web_runs import EVIL, every_kind, evil, finished, running, save_all
 from tests.webpage import Node, parse
@@ -352,3 +353,52 @@ def test_an_empty_token_is_refused(store: FileStore, token: str) -> None:
     for make in (create_app, serve, start):
         with pytest.raises(ValueError, match="empty token"):
             make(store, token=token)  # type: ignore[operator]
+
+
+# -- what a page costs the store ---------------------------------------------------------------
+
+
+class Counting(FileStore):
+    """A FileStore that counts its listings (each a scan of every State on a FileStore)."""
+
+    listings = 0
+
+    async def alist(self, **filters: object) -> Any:  # type: ignore[override]
+        Counting.listings += 1
+        return await super().alist(**filters)  # type: ignore[arg-type]
+
+
+def test_the_runs_page_counts_children_without_a_listing_per_row(store: FileStore) -> None:
+    parents = [finished(f"parent {i}", id=f"p{i}") for i in range(6)]
+    kids = [p.child(f"kid {j}", id=f"{p.id}-k{j}") for p in parents for j in range(int(p.id[1:]))]
+    save_all(store, *parents, *kids)
+    with Counting(store.path) as counting, TestClient(create_app(counting), base_url=LOCAL) as c:
+        Counting.listings = 0
+        doc = page(c, "/")
+        assert Counting.listings <= 2  # the rows, and their children in one go
+    counts = {tr.attrs["data-id"]: tr.one("td", cls="children").text for tr in doc.all("tr", cls="run")}
+    assert {p.id: counts[p.id] for p in parents} == {f"p{i}": str(i) for i in range(6)}
+    assert {counts[k.id] for k in kids} == {"0"}
+
+
+def test_a_runs_page_has_at_most_200_rows() -> None:
+    store = MemoryStore()
+    save_all(store, *(running(f"task {i}", id=f"r{i:03}") for i in range(201)))
+    with TestClient(create_app(store), base_url=LOCAL) as c:
+        doc = page(c, "/?limit=100000")
+        assert len(row_ids(doc)) == 200
+        following = doc.one("a", id="next").attrs["href"]
+        assert row_ids(page(c, following)) == ["r000"]
+        assert c.get("/?limit=0").status_code == 400
+
+
+def test_children_are_counted_past_the_one_listing_too(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import statekeep.web.children
+
+    monkeypatch.setattr(statekeep.web.children, "MAX_SCAN", 2)  # more States than one listing holds
+    parent = finished("parent", id="mom")
+    save_all(store, parent, *(parent.child(f"kid {j}", id=f"kid{j}") for j in range(3)))
+    with TestClient(create_app(store), base_url=LOCAL) as c:
+        assert page(c, "/").one("tr", data_id="mom").one("td", cls="children").text == "3"

@@ -20,7 +20,8 @@ from starlette.responses import Response, StreamingResponse
 from .._ids import validate_id
 from .._store import Store
 from . import fmt
-from .pages import children_count, filters_of
+from .children import children_counts
+from .pages import filters_of
 from .render import entries_html, message, render, row_view, snapshot_status
 
 POLL = 0.5  # seconds between two looks at the store
@@ -149,9 +150,10 @@ async def _runs_stream(
                 seen.setdefault(row.id, row.updated_at)
             elif seen.get(row.id) != row.updated_at:
                 fresh.append(row)
+        counts = await children_counts(store, fresh)
         for row in reversed(fresh):  # oldest first: the newest ends on top
             seen[row.id] = row.updated_at
-            html = render("_row.html", r=row_view(row, await children_count(store, row.id)))
+            html = render("_row.html", r=row_view(row, counts[row.id]))
             yield event("row", {"id": row.id, "html": html})
             if since is None or row.updated_at > since:
                 since = row.updated_at

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -15,9 +14,11 @@ from .._ids import validate_id
 from .._records import SavedState
 from .._store import Store
 from . import fmt
+from .children import children_counts
 from .render import entries_html, message, page, row_view, snapshot_status
 
 PAGE_SIZE = 50
+MAX_PAGE = 200  # rows of one runs page at most, whatever ``limit`` asks
 _EPOCH = "1970-01-01T00:00:00+00:00"
 
 
@@ -43,15 +44,21 @@ def filters_of(request: Request) -> dict[str, Any]:
     return filters
 
 
-async def children_count(store: Store, state_id: str) -> int:
-    # One listing per shown row: fine for a page of 50, and every store can answer it.
-    return len(await store.alist(parent=state_id))
-
-
 async def rows_html_views(store: Store, rows: list[SavedState]) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    counts = await asyncio.gather(*(children_count(store, row.id) for row in rows))
-    return [row_view(row, count, now) for row, count in zip(rows, counts, strict=True)]
+    counts = await children_counts(store, rows)
+    return [row_view(row, counts[row.id], now) for row in rows]
+
+
+def page_size(text: str | None) -> int:
+    """The ``limit`` asked for, at most :data:`MAX_PAGE`; ValueError if it is not a count."""
+    try:
+        size = int(text) if text else PAGE_SIZE
+    except ValueError:
+        raise ValueError(f"limit must be a number of rows, got {text!r}") from None
+    if size < 1:
+        raise ValueError(f"limit must be at least 1, got {size}")
+    return min(size, MAX_PAGE)
 
 
 async def runs_page(request: Request) -> Response:
@@ -59,7 +66,7 @@ async def runs_page(request: Request) -> Response:
     params = request.query_params
     try:
         filters = filters_of(request)
-        limit = int(params.get("limit") or PAGE_SIZE)
+        limit = page_size(params.get("limit"))
         after = params.get("after") or None
         rows = await store.alist(limit=limit, after=after, **filters)
     except ValueError as exc:
