@@ -309,3 +309,16 @@ def test_a_token_in_the_url_once_lets_the_browser_in(serve: Any, page: Any, stor
     page.delete_all_cookies()
     page.get(server.url + "runs/alpha-1")
     assert by_css(page, "#timeline") == []
+
+
+def test_a_filtered_runs_page_drops_a_run_that_stops_matching(
+    serve: Any, page: Any, store: FileStore
+) -> None:
+    server: Server = serve(str(store.path))
+    page.get(server.url + "?status=running")
+    wait_for(page, shown('body[data-live="on"]'), "the live connection")
+    assert sorted(row_ids(page)) == ["alpha-1-retry", "alpha-2"]
+    page.execute_script("window.__notReloaded = true;")
+    in_another_process(store, 'state = store.load("alpha-2"); state.finish("Booked."); store.save(state)')
+    wait_for(page, lambda d: row_ids(d) == ["alpha-1-retry"], "the finished run gone from the running ones")
+    assert page.execute_script("return window.__notReloaded === true;"), "the page was reloaded"

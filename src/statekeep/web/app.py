@@ -13,6 +13,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._store import Store
+from .feed import Changes
 from .guard import Guard
 from .live import run_events, runs_events
 from .pages import run_page, runs_page
@@ -66,4 +67,5 @@ def create_app(store: Store, *, token: str | None = None, host: str = "127.0.0.1
     app.state.store = store
     # Set when the server stops: the live streams, which never end by themselves, end then.
     app.state.stopping = threading.Event()
+    app.state.changes = Changes(store, app.state.stopping)  # the runs feeds' one poller
     return app

@@ -63,6 +63,11 @@
         tbody.insertBefore(row, tbody.firstElementChild);
         var empty = document.getElementById("empty");
         if (empty) empty.remove();
+      },
+      remove: function (data) {
+        // A run updated so that it no longer matches the page's filters.
+        var old = tbody.querySelector('tr.run[data-id="' + CSS.escape(data.id) + '"]');
+        if (old) old.remove();
       }
     });
   }
