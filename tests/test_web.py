@@ -402,3 +402,35 @@ def test_children_are_counted_past_the_one_listing_too(
     save_all(store, parent, *(parent.child(f"kid {j}", id=f"kid{j}") for j in range(3)))
     with TestClient(create_app(store), base_url=LOCAL) as c:
         assert page(c, "/").one("tr", data_id="mom").one("td", cls="children").text == "3"
+
+
+def test_a_long_run_shows_its_last_500_entries_and_links_to_earlier_ones() -> None:
+    store = MemoryStore()
+    state = running("long one", id="long", agent="bot")  # seq 0-2
+    for i in range(600):
+        state.add_reply(f"reply {i}", usage={"input_tokens": 1, "output_tokens": 1})
+        state.request("m1")
+    store.save(state)  # seqs 0 to 1202
+    with TestClient(create_app(store), base_url=LOCAL) as c:
+        doc = page(c, "/runs/long")
+        seqs = [int(li.attrs["data-seq"]) for li in doc.one("ol", id="timeline").all("li", cls="entry")]
+        assert seqs == list(range(703, 1203))
+        assert doc.one("dd", id="tokens").text == "600 in · 600 out · 1,200 total"  # the whole run
+        earlier = doc.one("p", id="earlier")
+        assert (
+            "703 earlier entries" in earlier.text
+            and earlier.one("a").attrs["href"] == "/runs/long?before=703"
+        )
+        assert doc.one("li", data_seq="703").one("span", cls="gap").text.startswith("+")
+        doc = page(c, "/runs/long?before=703")
+        seqs = [int(li.attrs["data-seq"]) for li in doc.one("ol", id="timeline").all("li", cls="entry")]
+        assert seqs == list(range(203, 703))
+        assert doc.one("p", id="earlier").one("a").attrs["href"] == "/runs/long?before=203"
+        assert "data-events" not in doc.one("body").attrs  # an earlier window does not grow
+        doc = page(c, "/runs/long?before=203")
+        assert doc.all("li", cls="entry")[0].attrs["data-seq"] == "0"
+        assert (
+            doc.maybe("p", id="earlier") is None
+            and doc.one("p", id="later").one("a").attrs["href"] == "/runs/long"
+        )
+        assert c.get("/runs/long?before=x").status_code == 400

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,6 +19,7 @@ from .children import children_counts
 from .render import entries_html, message, page, row_view, snapshot_status
 
 PAGE_SIZE = 50
+LAST = 500  # entries a run's page shows at most (the latest, or those before ?before=SEQ)
 MAX_PAGE = 200  # rows of one runs page at most, whatever ``limit`` asks
 _EPOCH = "1970-01-01T00:00:00+00:00"
 
@@ -48,6 +50,21 @@ async def rows_html_views(store: Store, rows: list[SavedState]) -> list[dict[str
     now = datetime.now(UTC)
     counts = await children_counts(store, rows)
     return [row_view(row, counts[row.id], now) for row in rows]
+
+
+def _seq(entry: dict[str, Any]) -> int:
+    seq = entry.get("seq")
+    return seq if type(seq) is int else -1
+
+
+def page_before(text: str | None) -> int | None:
+    """The ``before=SEQ`` of a run's page; ValueError if it is not a seq."""
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"before must be a seq (an int), got {text!r}") from None
 
 
 def page_size(text: str | None) -> int:
@@ -106,7 +123,10 @@ async def run_page(request: Request) -> Response:
     except ValueError as exc:
         return message("Bad request", str(exc), 400)
     try:
+        before = page_before(request.query_params.get("before"))
         record = await store.aread(state_id)
+    except ValueError as exc:
+        return message("Bad request", str(exc), 400)
     except DecryptionError as exc:
         return message("Encrypted", f"{exc} (start the viewer with --keys FILE)", 500)
     if record is None:
@@ -122,6 +142,15 @@ async def run_page(request: Request) -> Response:
         task = fmt.text(first.get("text")) if first.get("kind") == "task" else ""
     status = snapshot_status(record.snapshot)
     last_seq = record.entries[-1].get("seq") if record.entries else -1
+    # The last LAST entries (before ``before``): a long run's page stays quick to render
+    # and to show; the rest are a link away. Tokens still cover the whole history.
+    window = record.entries if before is None else [e for e in record.entries if _seq(e) < before]
+    shown = window[-LAST:]
+    hidden = len(window) - len(shown)
+    previous_at = window[hidden - 1].get("at") if hidden else None
+    # Rendering thousands of entries takes a while: not on the event loop, which serves
+    # every other page and live stream meanwhile.
+    rendered = await run_in_threadpool(entries_html, shown, previous_at)
     return page(
         "run.html",
         id=state_id,
@@ -138,7 +167,10 @@ async def run_page(request: Request) -> Response:
         labels=snap.get("labels") if isinstance(snap.get("labels"), dict) else {},
         created=fmt.text(snap.get("created_at")),
         updated=fmt.text(snap.get("updated_at")),
-        entries=[html for _, html in entries_html(record.entries, None)],
+        entries=[html for _, html in rendered],
+        hidden=hidden,
+        earlier=_seq(shown[0]) if hidden else None,
+        before=before,
         last_seq=last_seq if type(last_seq) is int else -1,
-        live=status == "running",
+        live=status == "running" and before is None,  # an earlier window does not grow
     )
