@@ -247,7 +247,7 @@ def test_the_runs_page_shows_runs_other_processes_create(serve: Any, page: Any, 
     in_another_process(store, 'store.save(State("A new run", id="gamma-1"))')
     wait_for(page, shown('#runs tbody tr.run[data-id="gamma-1"]'), "the new run")
     assert row_ids(page)[0] == "gamma-1"
-    assert one(page, 'tr.run[data-id="gamma-1"] td.task').text == "A new run"
+    assert one(page, 'tr.run[data-id="gamma-1"] td.task a').text == "A new run"
     # A run another process finishes changes in place, and moves to the top.
     in_another_process(store, 'state = store.load("alpha-2"); state.finish("Booked."); store.save(state)')
     finished = 'tr.run[data-id="alpha-2"] td.status.status-finished'
@@ -276,7 +276,7 @@ def test_injected_markup_shows_as_text_and_never_runs(serve: Any, page: Any, sto
     server: Server = serve(str(store.path))
     page.get(server.url)
     wait_for(page, shown('tr.run[data-id="xss"]'), "the run")
-    assert one(page, 'tr.run[data-id="xss"] td.task').text == task
+    assert one(page, 'tr.run[data-id="xss"] td.task a').text == task
     assert_not_run(page, "#runs")
     page.get(server.url + "runs/xss")
     wait_for(page, shown('body[data-live="on"]'), "the live connection")

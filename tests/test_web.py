@@ -434,3 +434,23 @@ def test_a_long_run_shows_its_last_500_entries_and_links_to_earlier_ones() -> No
             and doc.one("p", id="later").one("a").attrs["href"] == "/runs/long"
         )
         assert c.get("/runs/long?before=x").status_code == 400
+
+
+def test_each_runs_row_shows_its_id_and_whose_child_or_fork_it_is(
+    store: FileStore, client: TestClient
+) -> None:
+    parent = finished("parent", id="mom")
+    save_all(store, parent, parent.child("kid", id="kid1"))
+    store.fork("mom", new_id="spoon", at_seq=0)
+    doc = page(client, "/")
+    ids = {
+        tr.attrs["data-id"]: tr.one("td", cls="task").one("code", cls="id").text
+        for tr in doc.all("tr", cls="run")
+    }
+    assert ids == {"mom": "mom", "kid1": "kid1", "spoon": "spoon"}
+    lineage = {tr.attrs["data-id"]: tr.maybe("span", cls="lineage") for tr in doc.all("tr", cls="run")}
+    assert lineage["mom"] is None
+    assert lineage["kid1"] is not None and lineage["kid1"].text == "child of mom"
+    assert lineage["spoon"] is not None and lineage["spoon"].text == "fork of mom"
+    # the status colour is the status cell's only, not the whole row's
+    assert not any(c.startswith("status-") for tr in doc.all("tr", cls="run") for c in tr.classes)

@@ -116,7 +116,7 @@ def test_runs_feed_sends_new_runs_as_they_are_saved(tmp_path: Path) -> None:
                 row = until(stream, "row")
                 assert row["id"] == "new"  # not "there" (older), nor "other" (filtered out)
                 tr = parse(row["html"]).one("tr", cls="run", data_id="new")
-                assert tr.one("td", cls="task").text == f"new {EVIL}"
+                assert tr.one("td", cls="task").one("a").text == f"new {EVIL}"
                 assert tr.one("td", cls="status").text == "running"
 
 

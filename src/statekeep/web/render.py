@@ -94,6 +94,8 @@ def row_view(row: SavedState, children: int, now: datetime | None = None) -> dic
         "updated_iso": row.updated_at.isoformat(),
         "updated": fmt.relative(row.updated_at, now or datetime.now(UTC)),
         "children": children,
+        "parent": row.parent or "",
+        "fork_of": fmt.text(row.forked_from.get("id")) if row.forked_from else "",
     }
 
 
