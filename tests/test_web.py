@@ -454,3 +454,11 @@ def test_each_runs_row_shows_its_id_and_whose_child_or_fork_it_is(
     assert lineage["spoon"] is not None and lineage["spoon"].text == "fork of mom"
     # the status colour is the status cell's only, not the whole row's
     assert not any(c.startswith("status-") for tr in doc.all("tr", cls="run") for c in tr.classes)
+
+
+def test_the_filter_form_keeps_every_label_asked(store: FileStore, client: TestClient) -> None:
+    save_all(store, running("a", id="both", team="x", env="prod"), running("b", id="one", team="x"))
+    doc = page(client, "/?label=team%3Dx&label=env%3Dprod")
+    assert row_ids(doc) == ["both"]
+    boxes = doc.one("form", id="filters").all("input", name="label")
+    assert [box.attrs["value"] for box in boxes] == ["team=x", "env=prod"]  # submitting it again keeps both

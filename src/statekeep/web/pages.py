@@ -96,7 +96,7 @@ async def runs_page(request: Request) -> Response:
     form = {
         "status": params.get("status", ""),
         "agent": params.get("agent", ""),
-        "label": params.get("label", ""),
+        "labels": params.getlist("label") or [""],  # one box per label asked, so all stay
         "prefix": params.get("prefix", ""),
     }
     # The feed sends what changed after the newest row shown (everything, on an empty page).
