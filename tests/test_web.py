@@ -462,3 +462,29 @@ def test_the_filter_form_keeps_every_label_asked(store: FileStore, client: TestC
     assert row_ids(doc) == ["both"]
     boxes = doc.one("form", id="filters").all("input", name="label")
     assert [box.attrs["value"] for box in boxes] == ["team=x", "env=prod"]  # submitting it again keeps both
+
+
+def test_only_valid_ids_become_links() -> None:
+    store = MemoryStore()
+    store.save(running("t", id="a1"))
+    record = store.read("a1")
+    assert record is not None
+    entries = [dict(record.entries[0], parent="javascript:alert(1)"), *record.entries[1:]]
+    snapshot = dict(
+        record.snapshot, parent="javascript:alert(1)", forked_from={"id": "//evil.example", "seq": 0}
+    )
+    store.write("bad1", entries, snapshot, create=True)
+    with TestClient(create_app(store), base_url=LOCAL) as c:
+        doc = page(c, "/runs/bad1")
+    assert (
+        doc.maybe("a", id="parent") is None
+        and doc.one("span", id="parent-text").text == "javascript:alert(1)"
+    )
+    assert (
+        doc.maybe("a", id="fork-source") is None and doc.one(id="fork-source-text").text == "//evil.example"
+    )
+    assert not [
+        a
+        for a in doc.all("a")
+        if "evil" in a.attrs.get("href", "") or "javascript" in a.attrs.get("href", "")
+    ]

@@ -21,6 +21,7 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 _ENV.filters.update(pretty=fmt.pretty, text=fmt.text, css_word=fmt.css_word)
+_ENV.tests.update(state_id=fmt.is_id)
 
 
 def render(name: str, **context: Any) -> str:
