@@ -204,8 +204,10 @@ def test_serve_an_encrypted_store_with_its_keys(tmp_path: Path) -> None:
         assert "the answer" in doc.one("ol", id="timeline").text
     with serving("--store", str(path)) as base, client() as http:
         assert "sealed task" not in http.get(base).text
-        locked = http.get(base + "runs/enc")
-        assert "sealed task" not in locked.text and "--keys" in locked.text
+        for url in ("runs/enc", "runs/enc/events"):
+            locked = http.get(base + url)
+            assert locked.status_code == 403, url
+            assert "sealed task" not in locked.text and "--keys" in parse(locked.text).one(id="message").text
 
 
 def test_start_serves_a_memory_store_in_the_same_process() -> None:

@@ -17,13 +17,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from .._errors import DecryptionError
 from .._ids import validate_id
 from .._query import ListQuery, make_query
 from .._store import Store
 from . import fmt
 from .children import children_counts
 from .feed import OVERLAP, ROWS, Changes, rendered
-from .pages import filters_of
+from .pages import filters_of, locked
 from .render import entries_html, message, snapshot_status
 
 POLL = 0.5  # seconds between two looks at the store
@@ -56,7 +57,11 @@ async def run_events(request: Request) -> Response:
         )
     except ValueError as exc:
         return message("Bad request", str(exc), 400)
-    if await store.aread(state_id, since=after + 1) is None:  # after >= -1
+    try:
+        found = await store.aread(state_id, since=after + 1)  # after >= -1
+    except DecryptionError as exc:
+        return locked(exc)
+    if found is None:
         return message("Not found", f"No State {state_id!r} in this store.", 404)
     return StreamingResponse(
         _run_stream(store, state_id, after, request.app.state.stopping),

@@ -52,6 +52,11 @@ async def rows_html_views(store: Store, rows: list[SavedState]) -> list[dict[str
     return [row_view(row, counts[row.id], now) for row in rows]
 
 
+def locked(exc: DecryptionError) -> Response:
+    """403: a State the viewer has no key for (the same for its page and its live stream)."""
+    return message("Encrypted", f"{exc} (start the viewer with --keys FILE)", 403)
+
+
 def _seq(entry: dict[str, Any]) -> int:
     seq = entry.get("seq")
     return seq if type(seq) is int else -1
@@ -125,10 +130,10 @@ async def run_page(request: Request) -> Response:
     try:
         before = page_before(request.query_params.get("before"))
         record = await store.aread(state_id)
+    except DecryptionError as exc:  # a ValueError too: first
+        return locked(exc)
     except ValueError as exc:
         return message("Bad request", str(exc), 400)
-    except DecryptionError as exc:
-        return message("Encrypted", f"{exc} (start the viewer with --keys FILE)", 500)
     if record is None:
         return message("Not found", f"No State {state_id!r} in this store.", 404)
     snap = record.snapshot if isinstance(record.snapshot, dict) else {}
