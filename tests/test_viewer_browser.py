@@ -301,7 +301,8 @@ def test_a_token_in_the_url_once_lets_the_browser_in(serve: Any, page: Any, stor
     page.get(server.url + "?token=s3cret-token")
     wait_for(page, shown("#runs tbody tr.run"), "the runs")
     assert page.current_url == server.url  # the token is gone from the address
-    cookie = page.get_cookie("statekeep_token")
+    port = server.url.rstrip("/").rsplit(":", 1)[1]
+    cookie = page.get_cookie(f"statekeep_token_{port}")
     assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert "s3cret" not in page.execute_script("return document.cookie;")
     page.get(server.url + "runs/alpha-1")  # no token in the URL: the cookie does

@@ -261,14 +261,17 @@ def test_token(store: FileStore) -> None:
         assert anon.get("/runs/s1").status_code == 401
         assert anon.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert anon.get("/?token=wrong").status_code == 401
-        assert anon.get("/", headers={"Cookie": "statekeep_token=wrong"}).status_code == 401
+        assert anon.get("/", headers={"Cookie": "statekeep_token_8765=wrong"}).status_code == 401
+        # the cookie of a viewer on another port (cookies do not tell ports apart) is not this one's
+        assert anon.get("/", headers={"Cookie": "statekeep_token_9999=t0k3n"}).status_code == 401
+        assert anon.get("/", headers={"Cookie": "statekeep_token_8765=t0k3n"}).status_code == 200
         ok = anon.get("/", headers={"Authorization": "Bearer t0k3n"})
         assert ok.status_code == 200 and "secret run" in ok.text
     with TestClient(app, base_url=LOCAL, follow_redirects=False) as browser:
         moved = browser.get("/runs/s1?token=t0k3n&x=1")
         assert moved.status_code == 303 and moved.headers["location"] == "/runs/s1?x=1"
         cookie = moved.headers["set-cookie"]
-        assert cookie.startswith("statekeep_token=t0k3n;")
+        assert cookie.startswith("statekeep_token_8765=t0k3n;")  # one per port: viewers side by side
         assert {"httponly", "samesite=strict", "path=/"} <= {p.strip().lower() for p in cookie.split(";")}
         assert moved.headers["content-security-policy"] == CSP
         kept = browser.get("/runs/s1")  # the cookie from now on

@@ -19,7 +19,15 @@ from .render import message
 
 _log = logging.getLogger("statekeep.web")
 
-COOKIE = "statekeep_token"
+COOKIE = "statekeep_token"  # + "_PORT": browsers share cookies across ports of one host
+
+
+def cookie_name(scope: Scope) -> str:
+    """The token cookie's name for the port this request came to."""
+    server = scope.get("server")
+    return f"{COOKIE}_{server[1]}" if server and server[1] else COOKIE
+
+
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -151,7 +159,8 @@ class Guard:
                     cookie.load(value.decode("latin-1"))
                 except Exception:  # a malformed cookie header is no token
                     continue
-                if COOKIE in cookie and self._matches(cookie[COOKIE].value):
+                wanted = cookie_name(scope)
+                if wanted in cookie and self._matches(cookie[wanted].value):
                     return True
         return False
 
@@ -167,5 +176,5 @@ class Guard:
         target = quote(path, safe="/") + (f"?{rest}" if rest else "")
         response = RedirectResponse(target, status_code=303)
         assert self.token is not None
-        response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
+        response.set_cookie(cookie_name(scope), self.token, httponly=True, samesite="strict", path="/")
         await response(scope, receive, send)
