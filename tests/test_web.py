@@ -491,3 +491,12 @@ def test_only_valid_ids_become_links() -> None:
         for a in doc.all("a")
         if "evil" in a.attrs.get("href", "") or "javascript" in a.attrs.get("href", "")
     ]
+
+
+def test_websockets_are_refused(client: TestClient) -> None:
+    from starlette.websockets import WebSocketDisconnect
+
+    for url in ("/", "/events/runs", "/runs/x1/events"):
+        with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect(url):
+            pass
+        assert refused.value.code == 1008  # policy violation, from the guard

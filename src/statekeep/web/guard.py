@@ -82,6 +82,9 @@ class Guard:
             self.hosts = frozenset({"localhost", "127.0.0.1", "[::1]", _bracketed(host)})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # the viewer has none: refused before any route sees it
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
