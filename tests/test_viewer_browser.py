@@ -323,3 +323,12 @@ def test_a_filtered_runs_page_drops_a_run_that_stops_matching(
     in_another_process(store, 'state = store.load("alpha-2"); state.finish("Booked."); store.save(state)')
     wait_for(page, lambda d: row_ids(d) == ["alpha-1-retry"], "the finished run gone from the running ones")
     assert page.execute_script("return window.__notReloaded === true;"), "the page was reloaded"
+
+
+def test_an_open_run_page_says_when_its_state_is_deleted(serve: Any, page: Any, store: FileStore) -> None:
+    server: Server = serve(str(store.path))
+    page.get(server.url + "runs/alpha-2")
+    wait_for(page, shown('body[data-live="on"]'), "the live connection")
+    in_another_process(store, 'store.delete("alpha-2")')
+    wait_for(page, lambda d: one(d, "#status").text == "deleted", "the deleted status")
+    assert "status-deleted" in one(page, "#status").get_attribute("class").split()

@@ -93,6 +93,12 @@
       end: function (data, source) {
         source.close();
         body.setAttribute("data-live", "off");
+        if (data.reason === "deleted") {
+          // Gone from the store while open: say so, rather than look as it was.
+          var status = document.getElementById("status");
+          status.textContent = "deleted";
+          status.className = "status-deleted";
+        }
       }
     });
   }
