@@ -312,3 +312,13 @@ def test_serve_open_with_a_browser_that_does_not_return_still_serves_and_stops(t
         assert status == 0, err
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+def test_a_gone_live_client_is_no_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with start(MemoryStore()):
+        # what asyncio logs once a closed tab's stream has been written to a few times
+        logging.getLogger("asyncio").warning("socket.send() raised exception.")
+        logging.getLogger("asyncio").warning("something else")
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == ["something else"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import sys
@@ -59,10 +60,22 @@ def check_host(host: str, token: str | None) -> None:
         )
 
 
+class _GoneClients(logging.Filter):
+    """Drops asyncio's "socket.send() raised exception." lines: a browser tab closed while
+    its live stream was being written, which is no news (the stream ends on its own)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "socket.send() raised exception."
+
+
+_QUIET = _GoneClients()
+
+
 def _server(
     store: Store, host: str, port: int, token: str | None, on_ready: Callable[[str], None]
 ) -> tuple[_Server, socket.socket]:
     check_host(host, token)
+    logging.getLogger("asyncio").addFilter(_QUIET)  # once: a filter is added only once
     app = create_app(store, token=token, host=host)
     config = uvicorn.Config(
         app,
