@@ -5,7 +5,7 @@
 Builds a demo FileStore in a temporary folder (a finished run with tool calls, its subagent,
 a run whose refund call has an unknown outcome, a fork, a run stopped by its limit), serves it
 with ``statekeep serve`` in a process of its own, and writes ``runs.png`` (the runs page) and
-``run.png`` (a run's timeline), 1280 pixels wide. Needs Debian's ``chromium`` and
+``run.png`` (the refund run's timeline, its unknown outcome marked), 1280 pixels wide. Needs Debian's ``chromium`` and
 ``chromium-driver`` (``./dev test`` installs them as root) and selenium (the ``test`` extra).
 """
 
@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         with serving(Path(folder) / "store") as url, chromium() as browser:
             shoot(browser, url, "#runs tbody tr.run", args.out / "runs.png")
-            shoot(browser, url + "runs/trip-lisbon", "#timeline li.entry", args.out / "run.png")
+            # The run whose refund call has an unknown outcome: what the viewer makes stand out.
+            shoot(browser, url + "runs/refund-4821", "#timeline li.entry.unknown", args.out / "run.png")
     for name in ("runs.png", "run.png"):
         print(args.out / name)
     return 0

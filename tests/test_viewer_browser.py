@@ -247,7 +247,7 @@ def test_the_runs_page_shows_runs_other_processes_create(serve: Any, page: Any, 
     in_another_process(store, 'store.save(State("A new run", id="gamma-1"))')
     wait_for(page, shown('#runs tbody tr.run[data-id="gamma-1"]'), "the new run")
     assert row_ids(page)[0] == "gamma-1"
-    assert one(page, 'tr.run[data-id="gamma-1"] td.task').text == "A new run"
+    assert one(page, 'tr.run[data-id="gamma-1"] td.task a').text == "A new run"
     # A run another process finishes changes in place, and moves to the top.
     in_another_process(store, 'state = store.load("alpha-2"); state.finish("Booked."); store.save(state)')
     finished = 'tr.run[data-id="alpha-2"] td.status.status-finished'
@@ -276,7 +276,7 @@ def test_injected_markup_shows_as_text_and_never_runs(serve: Any, page: Any, sto
     server: Server = serve(str(store.path))
     page.get(server.url)
     wait_for(page, shown('tr.run[data-id="xss"]'), "the run")
-    assert one(page, 'tr.run[data-id="xss"] td.task').text == task
+    assert one(page, 'tr.run[data-id="xss"] td.task a').text == task
     assert_not_run(page, "#runs")
     page.get(server.url + "runs/xss")
     wait_for(page, shown('body[data-live="on"]'), "the live connection")
@@ -301,7 +301,8 @@ def test_a_token_in_the_url_once_lets_the_browser_in(serve: Any, page: Any, stor
     page.get(server.url + "?token=s3cret-token")
     wait_for(page, shown("#runs tbody tr.run"), "the runs")
     assert page.current_url == server.url  # the token is gone from the address
-    cookie = page.get_cookie("statekeep_token")
+    port = server.url.rstrip("/").rsplit(":", 1)[1]
+    cookie = page.get_cookie(f"statekeep_token_{port}")
     assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert "s3cret" not in page.execute_script("return document.cookie;")
     page.get(server.url + "runs/alpha-1")  # no token in the URL: the cookie does
@@ -309,3 +310,25 @@ def test_a_token_in_the_url_once_lets_the_browser_in(serve: Any, page: Any, stor
     page.delete_all_cookies()
     page.get(server.url + "runs/alpha-1")
     assert by_css(page, "#timeline") == []
+
+
+def test_a_filtered_runs_page_drops_a_run_that_stops_matching(
+    serve: Any, page: Any, store: FileStore
+) -> None:
+    server: Server = serve(str(store.path))
+    page.get(server.url + "?status=running")
+    wait_for(page, shown('body[data-live="on"]'), "the live connection")
+    assert sorted(row_ids(page)) == ["alpha-1-retry", "alpha-2"]
+    page.execute_script("window.__notReloaded = true;")
+    in_another_process(store, 'state = store.load("alpha-2"); state.finish("Booked."); store.save(state)')
+    wait_for(page, lambda d: row_ids(d) == ["alpha-1-retry"], "the finished run gone from the running ones")
+    assert page.execute_script("return window.__notReloaded === true;"), "the page was reloaded"
+
+
+def test_an_open_run_page_says_when_its_state_is_deleted(serve: Any, page: Any, store: FileStore) -> None:
+    server: Server = serve(str(store.path))
+    page.get(server.url + "runs/alpha-2")
+    wait_for(page, shown('body[data-live="on"]'), "the live connection")
+    in_another_process(store, 'store.delete("alpha-2")')
+    wait_for(page, lambda d: one(d, "#status").text == "deleted", "the deleted status")
+    assert "status-deleted" in one(page, "#status").get_attribute("class").split()

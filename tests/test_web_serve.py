@@ -116,7 +116,7 @@ def test_runs_feed_sends_new_runs_as_they_are_saved(tmp_path: Path) -> None:
                 row = until(stream, "row")
                 assert row["id"] == "new"  # not "there" (older), nor "other" (filtered out)
                 tr = parse(row["html"]).one("tr", cls="run", data_id="new")
-                assert tr.one("td", cls="task").text == f"new {EVIL}"
+                assert tr.one("td", cls="task").one("a").text == f"new {EVIL}"
                 assert tr.one("td", cls="status").text == "running"
 
 
@@ -204,8 +204,10 @@ def test_serve_an_encrypted_store_with_its_keys(tmp_path: Path) -> None:
         assert "the answer" in doc.one("ol", id="timeline").text
     with serving("--store", str(path)) as base, client() as http:
         assert "sealed task" not in http.get(base).text
-        locked = http.get(base + "runs/enc")
-        assert "sealed task" not in locked.text and "--keys" in locked.text
+        for url in ("runs/enc", "runs/enc/events"):
+            locked = http.get(base + url)
+            assert locked.status_code == 403, url
+            assert "sealed task" not in locked.text and "--keys" in parse(locked.text).one(id="message").text
 
 
 def test_start_serves_a_memory_store_in_the_same_process() -> None:
@@ -255,3 +257,68 @@ def test_serve_open_opens_the_browser_on_the_url(tmp_path: Path) -> None:
             assert time.monotonic() < end, "the browser was not opened"
             time.sleep(0.05)  # polling for the file the fake browser writes
         assert opened.read_text() == base
+
+
+def test_serve_refuses_an_empty_token(tmp_path: Path) -> None:
+    proc = start_serve("--store", a_store(tmp_path), "--port", "0", "--token", "")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == b""
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("statekeep: ") and "empty token" in lines[0]
+
+
+def fake_browser(tmp_path: Path, *, hang: bool = False) -> tuple[Path, dict[str, str]]:
+    """A $BROWSER that writes the URL it is given (and its pid) to a file; with ``hang``, it
+    then waits for its end, as a console browser does while the user reads."""
+    opened = tmp_path / "opened"
+    fake = tmp_path / "browser.py"
+    # (closing the server's stdout and stderr it inherited, which the test reads to their end)
+    rest = "import os, time; os.close(1); os.close(2); time.sleep(3600)" if hang else ""
+    fake.write_text(
+        f"import os, sys, pathlib; pathlib.Path({str(opened)!r}).write_text(f'{{os.getpid()}} {{sys.argv[1]}}')\n"
+        f"{rest}\n"
+    )
+    return opened, {"BROWSER": f"{sys.executable} {fake} %s"}
+
+
+def wait_opened(opened: Path) -> tuple[int, str]:
+    """The fake browser's pid and the URL it was opened on, once it was."""
+    end = time.monotonic() + 60
+    while not (opened.exists() and " " in opened.read_text()):
+        assert time.monotonic() < end, "the browser was not opened"
+        time.sleep(0.05)  # polling for the file the fake browser writes
+    pid, url = opened.read_text().split(" ", 1)
+    return int(pid), url
+
+
+def test_serve_open_with_a_token_opens_the_url_with_it(tmp_path: Path) -> None:
+    opened, env = fake_browser(tmp_path)
+    with serving("--store", a_store(tmp_path), "--open", env={**env, "STATEKEEP_TOKEN": "s3cret"}) as base:
+        _, url = wait_opened(opened)
+        assert url == base + "?token=s3cret"
+        with client(follow_redirects=True) as browser:
+            assert "one run" in browser.get(url).text  # the token step lets the browser in
+
+
+def test_serve_open_with_a_browser_that_does_not_return_still_serves_and_stops(tmp_path: Path) -> None:
+    opened, env = fake_browser(tmp_path, hang=True)
+    proc = start_serve("--store", a_store(tmp_path), "--port", "0", "--open", env=env)
+    base = url_of(proc)
+    pid, _ = wait_opened(opened)
+    try:
+        with client() as http:
+            assert "one run" in http.get(base).text
+        status, err = stop(proc)
+        assert status == 0, err
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_gone_live_client_is_no_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with start(MemoryStore()):
+        # what asyncio logs once a closed tab's stream has been written to a few times
+        logging.getLogger("asyncio").warning("socket.send() raised exception.")
+        logging.getLogger("asyncio").warning("something else")
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == ["something else"]

@@ -34,7 +34,6 @@ def serve(
         from ..web.server import serve as run_viewer
     except ImportError:
         fail("the viewer needs the web extra: pip install 'statekeep[web]'", USAGE)
-    token = token or None
     try:
         check_host(host, token)
     except ValueError as exc:

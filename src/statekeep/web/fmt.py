@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from .._ids import validate_id
+
 # Usage keys of the common model APIs, summed as input / output / total.
 _INPUT_KEYS = ("input_tokens", "prompt_tokens")
 _OUTPUT_KEYS = ("output_tokens", "completion_tokens")
@@ -124,3 +126,13 @@ def css_word(value: Any) -> str:
     """``value`` made safe as part of a CSS class name: lower case letters, digits, - and _."""
     word = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in str(value).lower())
     return word[:40] or "none"
+
+
+def is_id(value: Any) -> bool:
+    """Whether ``value`` is a valid State id: only those become links (a damaged or
+    hand-written snapshot could hold ``javascript:`` or ``//host`` as a parent)."""
+    try:
+        validate_id(value)
+    except (TypeError, ValueError):
+        return False
+    return True

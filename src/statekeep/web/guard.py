@@ -8,7 +8,7 @@ import hmac
 import ipaddress
 import logging
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.datastructures import MutableHeaders
 from starlette.responses import RedirectResponse
@@ -19,7 +19,15 @@ from .render import message
 
 _log = logging.getLogger("statekeep.web")
 
-COOKIE = "statekeep_token"
+COOKIE = "statekeep_token"  # + "_PORT": browsers share cookies across ports of one host
+
+
+def cookie_name(scope: Scope) -> str:
+    """The token cookie's name for the port this request came to."""
+    server = scope.get("server")
+    return f"{COOKIE}_{server[1]}" if server and server[1] else COOKIE
+
+
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -42,16 +50,41 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class Guard:
-    """ASGI middleware: GET/HEAD only (else 405), the token when one is set (else 401), and
-    :data:`HEADERS` on every response. A pure ASGI middleware, so live streams pass through
-    unbuffered."""
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port, lower case ("[::1]" keeps its brackets)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    name, colon, port = header.rpartition(":")
+    return name if colon and port.isdigit() else header
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+
+def _bracketed(host: str) -> str:
+    host = host.lower()
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+class Guard:
+    """ASGI middleware: GET/HEAD only (else 405), the Host header (else 421), the token when
+    one is set (else 401), and :data:`HEADERS` on every response. A pure ASGI middleware, so
+    live streams pass through unbuffered.
+
+    The Host check stops DNS rebinding: a web page whose name was made to point at
+    127.0.0.1 could otherwise read the viewer from the user's own browser. It applies
+    without a token, and on a loopback bind with one; a token on an open bind is what
+    guards it then (other machines reach it by names the viewer cannot know)."""
+
+    def __init__(self, app: ASGIApp, token: str | None, host: str = "127.0.0.1") -> None:
         self.app = app
         self.token = token
+        self.hosts: frozenset[str] | None = None
+        if token is None or is_loopback(host):
+            self.hosts = frozenset({"localhost", "127.0.0.1", "[::1]", _bracketed(host)})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # the viewer has none: refused before any route sees it
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -70,6 +103,15 @@ class Guard:
         if scope["method"] not in _READ:
             response = message("Read-only", "The viewer only shows runs: it changes nothing.", 405)
             response.headers["Allow"] = ", ".join(_READ)
+            await response(scope, receive, send_with_headers)
+            return
+        if self.hosts is not None and not self._host_ok(scope):
+            response = message(
+                "Wrong host",
+                "This viewer answers only to the Host it listens on (localhost, 127.0.0.1 or "
+                "[::1]): open it by that address.",
+                421,
+            )
             await response(scope, receive, send_with_headers)
             return
         if self.token is not None:
@@ -99,6 +141,11 @@ class Guard:
             _log.error("statekeep: %s %s failed: %s", scope["method"], scope["path"], text)
             await message("The store failed", text, 500)(scope, receive, send_with_headers)
 
+    def _host_ok(self, scope: Scope) -> bool:
+        assert self.hosts is not None
+        given = [value for name, value in scope["headers"] if name == b"host"]
+        return len(given) == 1 and host_name(given[0].decode("latin-1")) in self.hosts
+
     def _matches(self, given: str) -> bool:
         assert self.token is not None
         return hmac.compare_digest(given.encode(), self.token.encode())
@@ -115,7 +162,8 @@ class Guard:
                     cookie.load(value.decode("latin-1"))
                 except Exception:  # a malformed cookie header is no token
                     continue
-                if COOKIE in cookie and self._matches(cookie[COOKIE].value):
+                wanted = cookie_name(scope)
+                if wanted in cookie and self._matches(cookie[wanted].value):
                     return True
         return False
 
@@ -125,8 +173,11 @@ class Guard:
         """Keep the token in a cookie and send the browser to the same URL without it, so it
         does not stay in the address bar or the history."""
         rest = urlencode([(k, v) for k, v in query if k != "token"])
-        target = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+        # Only a path of this viewer: "//host" or "/\\host" (also sent %-encoded) would be
+        # another site to a browser, so the leading slashes collapse into one.
+        path = "/" + (scope.get("root_path", "") + scope["path"]).lstrip("/\\")
+        target = quote(path, safe="/") + (f"?{rest}" if rest else "")
         response = RedirectResponse(target, status_code=303)
         assert self.token is not None
-        response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
+        response.set_cookie(cookie_name(scope), self.token, httponly=True, samesite="strict", path="/")
         await response(scope, receive, send)

@@ -1,8 +1,9 @@
 """The live streams (Server-Sent Events): a run's new entries, and the runs feed.
 
-Both poll the store on the server side (range reads for a run, a listing for the feed)
-every :data:`POLL` seconds, which works the same on every store and across processes: the
-writer can be any program that saves to the same store.
+Both poll the store on the server side, which works the same on every store and across
+processes: the writer can be any program that saves to the same store. A run's stream makes
+a range read every :data:`POLL` seconds; the runs feeds share one listing poller
+(:mod:`.feed`).
 """
 
 from __future__ import annotations
@@ -11,17 +12,20 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from .._errors import DecryptionError
 from .._ids import validate_id
+from .._query import ListQuery, make_query
 from .._store import Store
 from . import fmt
-from .pages import children_count, filters_of
-from .render import entries_html, message, render, row_view, snapshot_status
+from .children import children_counts
+from .feed import OVERLAP, ROWS, Changes, rendered
+from .pages import filters_of, locked
+from .render import entries_html, message, snapshot_status
 
 POLL = 0.5  # seconds between two looks at the store
 _KEEPALIVE = 15.0  # seconds: a comment line now and then, so a gone client is noticed
@@ -53,7 +57,11 @@ async def run_events(request: Request) -> Response:
         )
     except ValueError as exc:
         return message("Bad request", str(exc), 400)
-    if await store.aread(state_id, since=after + 1) is None:  # after >= -1
+    try:
+        found = await store.aread(state_id, since=after + 1)  # after >= -1
+    except DecryptionError as exc:
+        return locked(exc)
+    if found is None:
         return message("Not found", f"No State {state_id!r} in this store.", 404)
     return StreamingResponse(
         _run_stream(store, state_id, after, request.app.state.stopping),
@@ -111,54 +119,61 @@ async def _run_stream(
 
 async def runs_events(request: Request) -> Response:
     """``GET /events/runs?FILTERS&since=ISO``: a ``row`` event (its ``<tr>``) for each State
-    that matches the filters and was updated after ``since`` (or after the stream opened)."""
-    store: Store = request.app.state.store
+    that matches the filters and was updated after ``since`` (or after the stream opened);
+    with filters, a ``remove`` event (its id) for a State updated so that it no longer matches.
+    """
     try:
         filters = filters_of(request)
+        query = make_query(**filters)  # a bad filter is a 400 now, not a dead stream
         since = fmt.parse_time(request.query_params.get("since"))
-        await store.alist(limit=1, **filters)  # a bad filter is a 400 now, not a dead stream
     except ValueError as exc:
         return message("Bad request", str(exc), 400)
     return StreamingResponse(
-        _runs_stream(store, filters, since, request.app.state.stopping),
+        _runs_stream(request.app.state.changes, filters, query, since, request.app.state.stopping),
         media_type="text/event-stream",
         headers=_HEADERS,
     )
 
 
 async def _runs_stream(
-    store: Store, filters: dict[str, Any], since: Any, stopping: threading.Event
+    changes: Changes, filters: dict[str, Any], query: ListQuery, since: Any, stopping: threading.Event
 ) -> AsyncIterator[str]:
-    # id -> the updated_at last sent, or shown on the page (updated at or before ``since``)
-    seen: dict[str, Any] = {}
-    if since is None:
-        for row in await store.alist(limit=1, **filters):
-            since = row.updated_at
-    shown = since  # rows up to here are on the page already
-    idle = 0.0
-    yield "retry: 1000\n\n"
-    while not stopping.is_set():
-        query = dict(filters, limit=200)
-        if since is not None:
-            # A second of overlap: a State updated twice within one clock tick is still seen.
-            query["updated_after"] = since - timedelta(seconds=1)
-        rows = await store.alist(**query)
-        fresh = []
-        for row in rows:
-            if shown is not None and row.updated_at <= shown:
-                seen.setdefault(row.id, row.updated_at)
-            elif seen.get(row.id) != row.updated_at:
-                fresh.append(row)
-        for row in reversed(fresh):  # oldest first: the newest ends on top
-            seen[row.id] = row.updated_at
-            html = render("_row.html", r=row_view(row, await children_count(store, row.id)))
-            yield event("row", {"id": row.id, "html": html})
-            if since is None or row.updated_at > since:
-                since = row.updated_at
-        if fresh:
-            idle = 0.0
-        await asyncio.sleep(POLL)
-        idle += POLL
-        if idle >= _KEEPALIVE:
-            idle = 0.0
-            yield ": keepalive\n\n"
+    store = changes.store
+    queue = changes.subscribe()  # first: nothing saved during the catch-up below is missed
+    try:
+        # id -> the updated_at last sent, or shown on the page (updated at or before ``shown``)
+        sent: dict[str, Any] = {}
+        removed: dict[str, Any] = {}
+        if since is None:  # from the newest matching row on
+            rows, since = [], next((row.updated_at for row in await store.alist(limit=1, **filters)), None)
+        else:  # what changed between the page and this stream
+            rows = await store.alist(updated_after=since - OVERLAP, limit=ROWS, **filters)
+        shown = since
+        batch = rendered(list(rows), await children_counts(store, list(rows)))
+        idle = 0.0
+        yield "retry: 1000\n\n"
+        while not stopping.is_set():
+            for change in reversed(batch):  # oldest first: the newest ends on top
+                row = change.row
+                if not query.matches(row):
+                    if query.filtered and removed.get(row.id) != row.updated_at:
+                        removed[row.id] = row.updated_at
+                        sent.pop(row.id, None)
+                        yield event("remove", {"id": row.id})
+                elif shown is not None and row.updated_at <= shown:
+                    sent.setdefault(row.id, row.updated_at)
+                elif sent.get(row.id) != row.updated_at:
+                    sent[row.id] = row.updated_at
+                    removed.pop(row.id, None)
+                    yield event("row", {"id": row.id, "html": change.html})
+                    idle = 0.0
+            try:
+                batch = await asyncio.wait_for(queue.get(), POLL)
+            except TimeoutError:  # no change: look at ``stopping`` again
+                batch = []
+                idle += POLL
+                if idle >= _KEEPALIVE:
+                    idle = 0.0
+                    yield ": keepalive\n\n"
+    finally:
+        changes.unsubscribe(queue)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -15,9 +15,12 @@ from .._ids import validate_id
 from .._records import SavedState
 from .._store import Store
 from . import fmt
+from .children import children_counts
 from .render import entries_html, message, page, row_view, snapshot_status
 
 PAGE_SIZE = 50
+LAST = 500  # entries a run's page shows at most (the latest, or those before ?before=SEQ)
+MAX_PAGE = 200  # rows of one runs page at most, whatever ``limit`` asks
 _EPOCH = "1970-01-01T00:00:00+00:00"
 
 
@@ -43,15 +46,41 @@ def filters_of(request: Request) -> dict[str, Any]:
     return filters
 
 
-async def children_count(store: Store, state_id: str) -> int:
-    # One listing per shown row: fine for a page of 50, and every store can answer it.
-    return len(await store.alist(parent=state_id))
-
-
 async def rows_html_views(store: Store, rows: list[SavedState]) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    counts = await asyncio.gather(*(children_count(store, row.id) for row in rows))
-    return [row_view(row, count, now) for row, count in zip(rows, counts, strict=True)]
+    counts = await children_counts(store, rows)
+    return [row_view(row, counts[row.id], now) for row in rows]
+
+
+def locked(exc: DecryptionError) -> Response:
+    """403: a State the viewer has no key for (the same for its page and its live stream)."""
+    return message("Encrypted", f"{exc} (start the viewer with --keys FILE)", 403)
+
+
+def _seq(entry: dict[str, Any]) -> int:
+    seq = entry.get("seq")
+    return seq if type(seq) is int else -1
+
+
+def page_before(text: str | None) -> int | None:
+    """The ``before=SEQ`` of a run's page; ValueError if it is not a seq."""
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"before must be a seq (an int), got {text!r}") from None
+
+
+def page_size(text: str | None) -> int:
+    """The ``limit`` asked for, at most :data:`MAX_PAGE`; ValueError if it is not a count."""
+    try:
+        size = int(text) if text else PAGE_SIZE
+    except ValueError:
+        raise ValueError(f"limit must be a number of rows, got {text!r}") from None
+    if size < 1:
+        raise ValueError(f"limit must be at least 1, got {size}")
+    return min(size, MAX_PAGE)
 
 
 async def runs_page(request: Request) -> Response:
@@ -59,7 +88,7 @@ async def runs_page(request: Request) -> Response:
     params = request.query_params
     try:
         filters = filters_of(request)
-        limit = int(params.get("limit") or PAGE_SIZE)
+        limit = page_size(params.get("limit"))
         after = params.get("after") or None
         rows = await store.alist(limit=limit, after=after, **filters)
     except ValueError as exc:
@@ -72,7 +101,7 @@ async def runs_page(request: Request) -> Response:
     form = {
         "status": params.get("status", ""),
         "agent": params.get("agent", ""),
-        "label": params.get("label", ""),
+        "labels": params.getlist("label") or [""],  # one box per label asked, so all stay
         "prefix": params.get("prefix", ""),
     }
     # The feed sends what changed after the newest row shown (everything, on an empty page).
@@ -99,9 +128,12 @@ async def run_page(request: Request) -> Response:
     except ValueError as exc:
         return message("Bad request", str(exc), 400)
     try:
+        before = page_before(request.query_params.get("before"))
         record = await store.aread(state_id)
-    except DecryptionError as exc:
-        return message("Encrypted", f"{exc} (start the viewer with --keys FILE)", 500)
+    except DecryptionError as exc:  # a ValueError too: first
+        return locked(exc)
+    except ValueError as exc:
+        return message("Bad request", str(exc), 400)
     if record is None:
         return message("Not found", f"No State {state_id!r} in this store.", 404)
     snap = record.snapshot if isinstance(record.snapshot, dict) else {}
@@ -115,6 +147,15 @@ async def run_page(request: Request) -> Response:
         task = fmt.text(first.get("text")) if first.get("kind") == "task" else ""
     status = snapshot_status(record.snapshot)
     last_seq = record.entries[-1].get("seq") if record.entries else -1
+    # The last LAST entries (before ``before``): a long run's page stays quick to render
+    # and to show; the rest are a link away. Tokens still cover the whole history.
+    window = record.entries if before is None else [e for e in record.entries if _seq(e) < before]
+    shown = window[-LAST:]
+    hidden = len(window) - len(shown)
+    previous_at = window[hidden - 1].get("at") if hidden else None
+    # Rendering thousands of entries takes a while: not on the event loop, which serves
+    # every other page and live stream meanwhile.
+    rendered = await run_in_threadpool(entries_html, shown, previous_at)
     return page(
         "run.html",
         id=state_id,
@@ -131,7 +172,10 @@ async def run_page(request: Request) -> Response:
         labels=snap.get("labels") if isinstance(snap.get("labels"), dict) else {},
         created=fmt.text(snap.get("created_at")),
         updated=fmt.text(snap.get("updated_at")),
-        entries=[html for _, html in entries_html(record.entries, None)],
+        entries=[html for _, html in rendered],
+        hidden=hidden,
+        earlier=_seq(shown[0]) if hidden else None,
+        before=before,
         last_seq=last_seq if type(last_seq) is int else -1,
-        live=status == "running",
+        live=status == "running" and before is None,  # an earlier window does not grow
     )

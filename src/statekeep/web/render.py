@@ -21,6 +21,7 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 _ENV.filters.update(pretty=fmt.pretty, text=fmt.text, css_word=fmt.css_word)
+_ENV.tests.update(state_id=fmt.is_id)
 
 
 def render(name: str, **context: Any) -> str:
@@ -94,6 +95,8 @@ def row_view(row: SavedState, children: int, now: datetime | None = None) -> dic
         "updated_iso": row.updated_at.isoformat(),
         "updated": fmt.relative(row.updated_at, now or datetime.now(UTC)),
         "children": children,
+        "parent": row.parent or "",
+        "fork_of": fmt.text(row.forked_from.get("id")) if row.forked_from else "",
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import sys
@@ -10,11 +11,12 @@ import webbrowser
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
+from urllib.parse import urlencode
 
 import uvicorn
 
 from .._store import Store
-from .app import create_app
+from .app import check_token, create_app
 from .guard import is_loopback
 
 
@@ -49,18 +51,32 @@ def _announce(url: str) -> None:
 
 
 def check_host(host: str, token: str | None) -> None:
-    """ValueError when ``host`` is not loopback and no token guards the viewer."""
+    """ValueError when ``token`` is empty, or ``host`` is not loopback and no token guards
+    the viewer."""
+    check_token(token)
     if token is None and not is_loopback(host):
         raise ValueError(
             f"--host {host} lets other machines in: give a --token (or $STATEKEEP_TOKEN), or bind 127.0.0.1"
         )
 
 
+class _GoneClients(logging.Filter):
+    """Drops asyncio's "socket.send() raised exception." lines: a browser tab closed while
+    its live stream was being written, which is no news (the stream ends on its own)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "socket.send() raised exception."
+
+
+_QUIET = _GoneClients()
+
+
 def _server(
     store: Store, host: str, port: int, token: str | None, on_ready: Callable[[str], None]
 ) -> tuple[_Server, socket.socket]:
     check_host(host, token)
-    app = create_app(store, token=token)
+    logging.getLogger("asyncio").addFilter(_QUIET)  # once: a filter is added only once
+    app = create_app(store, token=token, host=host)
     config = uvicorn.Config(
         app,
         host=host,
@@ -87,14 +103,20 @@ def serve(
 
     ``port=0`` picks a free port; ``on_ready`` gets the URL once the server listens (by
     default it prints "statekeep: serving URL"). A non-loopback ``host`` needs a ``token``
-    (ValueError otherwise); a port that cannot be bound is an OSError. The store is not
+    (ValueError otherwise, as for an empty token); a port that cannot be bound is an OSError. The store is not
     closed. To serve while the program goes on (a :class:`MemoryStore`), use :func:`start`.
     """
 
     def ready(url: str) -> None:
         on_ready(url)
         if open_browser:
-            webbrowser.open(url)
+            # With the token once in the URL (the viewer turns it into a cookie). In a thread:
+            # a console browser ($BROWSER=lynx) returns only when the user quits it, and the
+            # event loop must go on serving, and stopping on SIGTERM, meanwhile.
+            target = f"{url}?{urlencode({'token': token})}" if token else url
+            threading.Thread(
+                target=webbrowser.open, args=(target,), name="statekeep-open", daemon=True
+            ).start()
 
     server, listener = _server(store, host, port, token, ready)
     # uvicorn raises the signal again once it has stopped, to let the caller see it: we

@@ -63,6 +63,11 @@
         tbody.insertBefore(row, tbody.firstElementChild);
         var empty = document.getElementById("empty");
         if (empty) empty.remove();
+      },
+      remove: function (data) {
+        // A run updated so that it no longer matches the page's filters.
+        var old = tbody.querySelector('tr.run[data-id="' + CSS.escape(data.id) + '"]');
+        if (old) old.remove();
       }
     });
   }
@@ -88,6 +93,12 @@
       end: function (data, source) {
         source.close();
         body.setAttribute("data-live", "off");
+        if (data.reason === "deleted") {
+          // Gone from the store while open: say so, rather than look as it was.
+          var status = document.getElementById("status");
+          status.textContent = "deleted";
+          status.className = "status-deleted";
+        }
       }
     });
   }

@@ -1,0 +1,94 @@
+"""The runs feed's one poller: it lists the States updated lately and hands them to every
+open runs page of the app.
+
+A listing by ``updated_after`` is a scan of every State on a FileStore, so each open tab
+polling on its own cost a core on a large store. One :class:`Changes` per app polls every
+:data:`POLL_MIN` seconds while States change, backing off to :data:`POLL_MAX` while none
+do, and only while a runs page is open. Each feed then filters the rows itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from .._records import SavedState
+from .._redaction import redact_text
+from .._store import Store
+from .children import children_counts
+from .render import render, row_view
+
+POLL_MIN = 2.0  # seconds between two listings while States change
+POLL_MAX = 5.0  # ... and at most, while none does
+#: Writers' clocks differ from the server's: each listing reaches this far back, and what
+#: was already handed out (the same id and updated_at) is not handed out again.
+OVERLAP = timedelta(seconds=30)
+ROWS = 500  # the most rows one listing hands out (the newest)
+
+_log = logging.getLogger("statekeep.web")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A State updated: its listing row and its ``<tr>`` (escaped, rendered once for all)."""
+
+    row: SavedState
+    html: str
+
+
+class Changes:
+    """The poller shared by the app's open runs feeds (see the module's docstring)."""
+
+    def __init__(self, store: Store, stopping: threading.Event) -> None:
+        self.store = store
+        self.stopping = stopping
+        self.queues: set[asyncio.Queue[list[Change]]] = set()
+        self.task: asyncio.Task[None] | None = None
+
+    def subscribe(self) -> asyncio.Queue[list[Change]]:
+        """A queue that gets each batch of changes from now on (unsubscribe when done)."""
+        queue: asyncio.Queue[list[Change]] = asyncio.Queue()
+        self.queues.add(queue)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._poll(), name="statekeep-feed")
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[list[Change]]) -> None:
+        self.queues.discard(queue)
+
+    async def _poll(self) -> None:
+        handed: dict[str, datetime] = {}  # id -> the updated_at last handed out
+        since = datetime.now(UTC) - OVERLAP
+        wait = POLL_MIN
+        while self.queues and not self.stopping.is_set():
+            now = datetime.now(UTC)
+            try:
+                changes = await self._changes(since, handed)
+            except Exception as exc:  # a store gone for a while: try again later
+                _log.error("statekeep: the runs feed failed: %s", redact_text(f"{type(exc).__name__}: {exc}"))
+                changes = []
+            since = now - OVERLAP  # the server's clock: a writer's clock ahead cannot skip ours
+            for stale in [sid for sid, at in handed.items() if at <= since]:
+                del handed[stale]  # older than the next listing reaches: never listed again
+            if changes:
+                for queue in self.queues:
+                    queue.put_nowait(changes)
+                wait = POLL_MIN
+            else:
+                wait = min(POLL_MAX, wait * 1.5)
+            await asyncio.sleep(wait)
+
+    async def _changes(self, since: datetime, handed: dict[str, datetime]) -> list[Change]:
+        rows = await self.store.alist(updated_after=since, limit=ROWS)
+        fresh = [row for row in rows if handed.get(row.id) != row.updated_at]
+        for row in fresh:
+            handed[row.id] = row.updated_at
+        return rendered(fresh, await children_counts(self.store, fresh))
+
+
+def rendered(rows: list[SavedState], counts: dict[str, int]) -> list[Change]:
+    now = datetime.now(UTC)
+    return [Change(row, render("_row.html", r=row_view(row, counts[row.id], now))) for row in rows]
