@@ -113,6 +113,23 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
         raise AssertionError(f"no way to plant a snapshot in {store!r}")
 
 
+def store_url(kind: str, tmp_path: Path, prefix: str) -> str:
+    """A URL of a store another process can open: a folder or SQLite file under ``tmp_path``, or
+    the shared PostgreSQL or Redis in a namespace of its own (named from ``prefix``)."""
+    if kind == "file":
+        return str(tmp_path / "store")
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    name = servers().unique_name(prefix)
+    if kind == "postgres":
+        return f"{servers().shared_postgres().dsn}?namespace={name}"
+    return f"{servers().shared_redis().url}?namespace={name}"
+
+
+#: The kinds :func:`store_url` makes: every store a second process can open.
+URL_KINDS = ["file", "sqlite", "postgres", "redis"]
+
+
 @pytest.fixture(params=sorted(STORE_FACTORIES))
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
     s = STORE_FACTORIES[request.param](tmp_path)

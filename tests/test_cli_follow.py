@@ -22,20 +22,13 @@ from statekeep import State, Store, agent_info
 from statekeep._urls import open_store
 from statekeep.cli._follow import stopped_after
 from tests.cli_follower import DEADLINE, Follower
-from tests.conftest import servers
+from tests.conftest import URL_KINDS, store_url
 
 
-@pytest.fixture(params=["file", "sqlite", "postgres", "redis"])
+@pytest.fixture(params=URL_KINDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store URL another process can open; server stores in a namespace of their own."""
-    name = servers().unique_name("follow")
-    if request.param == "file":
-        return str(tmp_path / "store")
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/store.db"
-    if request.param == "postgres":
-        return f"{servers().shared_postgres().dsn}?namespace={name}"
-    return f"{servers().shared_redis().url}?namespace={name}"
+    return store_url(request.param, tmp_path, "follow")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from statekeep import State, Store, agent_info
 from statekeep._urls import open_store
 from statekeep.cli import main
-from tests.conftest import servers
+from tests.conftest import URL_KINDS, store_url
 
 STAMP = "2026-01-01T00:00:00+00:00"
 
@@ -29,16 +29,9 @@ def cli(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
 
 
-@pytest.fixture(params=["file", "sqlite", "postgres", "redis"])
+@pytest.fixture(params=URL_KINDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    name = servers().unique_name("stats")
-    if request.param == "file":
-        return str(tmp_path / "store")
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/store.db"
-    if request.param == "postgres":
-        return f"{servers().shared_postgres().dsn}?namespace={name}"
-    return f"{servers().shared_redis().url}?namespace={name}"
+    return store_url(request.param, tmp_path, "stats")
 
 
 def run(task: str, agent: str, sid: str, replies: int) -> State:
