@@ -10,14 +10,13 @@ runs), or ended. Trio's cancellation is level-triggered, so that last wait is sh
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from ._handoff import Job, _delivered, _of_task
+from ._handoff import CallerWait
 
 T = TypeVar("T")
 
@@ -35,43 +34,25 @@ def _poster() -> Callable[..., object]:
     return post
 
 
-class ElsewhereCall(Generic[T]):
+class ElsewhereCall(CallerWait[T]):
     """An async caller's wait, on a loop that is not asyncio's, for one owner-loop operation.
 
     The same interface as :class:`~statekeep._handoff.Call` (``done``, ``deliver``, ``ticket``,
     ``outcome``), so the owner loop treats both alike.
     """
 
-    __slots__ = ("_event", "_outcome", "_post", "ticket")
-
-    runs_batches = False  # never commits in the caller's loop thread, which it would block
+    __slots__ = ("_event", "_poster")
 
     def __init__(self) -> None:
-        self._post = _poster()
+        super().__init__()
+        self._poster = _poster()
         self._event = anyio.Event()
-        self._outcome: Callable[[], T] | None = None
-        self.ticket: list[None] = [None]
 
-    def done(self, task: asyncio.Task[T]) -> None:
-        """On the owner loop: hand the finished task over to the caller's loop (never blocks)."""
-        self._send(_of_task(task))
+    def _post(self, fn: Callable[[Callable[[], T]], None], outcome: Callable[[], T]) -> None:
+        self._poster(fn, outcome)
 
-    def deliver(self, error: BaseException | None) -> None:
-        self._send(_delivered(error))
-
-    def grant(self, job: Job) -> None:
-        raise AssertionError("an async caller is never granted a batch")
-
-    def _send(self, outcome: Callable[[], T]) -> None:
-        try:
-            self._post(self._settle, outcome)
-        except RuntimeError:
-            pass  # the caller's run has ended (trio.RunFinishedError): the outcome stands
-
-    def _settle(self, outcome: Callable[[], T]) -> None:
-        if self._outcome is None:  # the first is the outcome; the task's end may follow
-            self._outcome = outcome
-            self._event.set()
+    def _wake_up(self) -> None:
+        self._event.set()
 
     async def outcome(self, coro: Coroutine[Any, Any, T]) -> T:
         """On the caller's loop: the operation's result or error, or the caller's own

@@ -139,7 +139,51 @@ class Waiter(Generic[T]):
         return outcome()
 
 
-class Call(Generic[T]):
+class CallerWait(Generic[T]):
+    """What an async caller's wait (:class:`Call`, or trio's in :mod:`statekeep._elsewhere`)
+    does on the owner loop: take the first outcome, hand it to the caller's loop with that
+    loop's thread-safe, non-blocking call (:meth:`_post`), and wake the caller there
+    (:meth:`_wake_up`). ``ticket`` decides whether the operation starts (see :class:`Call`)."""
+
+    __slots__ = ("_outcome", "ticket")
+
+    runs_batches = False  # never commits in the caller's loop thread, which it would block
+
+    def __init__(self) -> None:
+        self._outcome: Callable[[], T] | None = None
+        self.ticket: list[None] = [None]
+
+    def done(self, task: asyncio.Task[T]) -> None:
+        """On the owner loop: hand the finished task over to the caller's loop (never blocks)."""
+        self._send(_of_task(task))
+
+    def deliver(self, error: BaseException | None) -> None:
+        self._send(_delivered(error))
+
+    def grant(self, job: Job) -> None:
+        raise AssertionError("an async caller is never granted a batch")
+
+    def _send(self, outcome: Callable[[], T]) -> None:
+        try:
+            self._post(self._settle, outcome)
+        except RuntimeError:
+            pass  # the caller's loop is closed (or its trio run ended): the outcome stands
+
+    def _post(self, fn: Callable[[Callable[[], T]], None], outcome: Callable[[], T]) -> None:
+        """From any thread: have ``fn(outcome)`` called on the caller's loop soon (never blocks)."""
+        raise NotImplementedError
+
+    def _settle(self, outcome: Callable[[], T]) -> None:
+        if self._outcome is None:  # the first is the outcome; the task's end may follow
+            self._outcome = outcome
+            self._wake_up()
+
+    def _wake_up(self) -> None:
+        """On the caller's loop: the outcome is in."""
+        raise NotImplementedError
+
+
+class Call(CallerWait[T]):
     """An async caller's wait, on its own loop, for one operation on the owner loop.
 
     The owner loop hands the finished task over with ``call_soon_threadsafe``, which never
@@ -151,37 +195,19 @@ class Call(Generic[T]):
     exactly one side gets it, and neither ever waits for the other.
     """
 
-    __slots__ = ("_loop", "_outcome", "_wake", "ticket")
-
-    runs_batches = False  # never commits in the caller's loop thread, which it would block
+    __slots__ = ("_loop", "_wake")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self._loop = loop
         self._wake: asyncio.Future[None] = loop.create_future()
-        self._outcome: Callable[[], T] | None = None
-        self.ticket: list[None] = [None]
 
-    def done(self, task: asyncio.Task[T]) -> None:
-        """On the owner loop: hand the finished task over to the caller's loop (never blocks)."""
-        self._post(_of_task(task))
+    def _post(self, fn: Callable[[Callable[[], T]], None], outcome: Callable[[], T]) -> None:
+        self._loop.call_soon_threadsafe(fn, outcome)
 
-    def deliver(self, error: BaseException | None) -> None:
-        self._post(_delivered(error))
-
-    def grant(self, job: Job) -> None:
-        raise AssertionError("an async caller is never granted a batch")
-
-    def _post(self, outcome: Callable[[], T]) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._settle, outcome)
-        except RuntimeError:
-            pass  # the caller's loop is closed: nobody waits any more; the outcome stands
-
-    def _settle(self, outcome: Callable[[], T]) -> None:
-        if self._outcome is None:  # the first is the outcome; the task's end may follow
-            self._outcome = outcome
-            if not self._wake.done():
-                self._wake.set_result(None)
+    def _wake_up(self) -> None:
+        if not self._wake.done():
+            self._wake.set_result(None)
 
     async def outcome(self, coro: Coroutine[Any, Any, T]) -> T:
         """On the caller's loop: the operation's result or error, or CancelledError (the
