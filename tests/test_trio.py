@@ -9,6 +9,7 @@ generous deadline that only turns a hang into a failure; nothing sleeps to synch
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import re
 import subprocess
@@ -311,11 +312,39 @@ def test_errors_carry_the_same_types_under_both_backends(store: Store, backend: 
     store.write("e", entries(0, 1), snapshot(), create=True)
 
     async def main() -> None:
-        with pytest.raises(kind):
+        with pytest.raises(kind) as raised:
             await call(store)()
+        # Not chained to asyncio's "no running event loop" the trio path once came through.
+        assert raised.value.__context__ is None
 
     anyio.run(main, backend=backend)
     assert store.read("e") == Record(entries(0, 1), snapshot())
+
+
+def test_trio_in_guest_mode_on_an_asyncio_loop_writes_and_reads(tmp_path: Path) -> None:
+    """asyncio's loop runs trio's tasks there, but they are trio's: they take the trio path
+    (once, the write ran and its caller got trio's TypeError for an asyncio future)."""
+    store = FileStore(tmp_path)
+    seen: list[Record | None] = []
+
+    async def guest() -> None:
+        await store.awrite("g", entries(0, 2), snapshot(), create=True)
+        seen.append(await store.aread("g"))
+
+    async def host() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        trio.lowlevel.start_guest_run(
+            guest,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            done_callback=done.set_result,
+            host_uses_signal_set_wakeup_fd=True,
+        )
+        (await done).unwrap()  # the guest's outcome: its error, if it failed
+
+    asyncio.run(host())
+    assert seen == [Record(entries(0, 2), snapshot())]
+    store.close()
 
 
 def test_a_closed_store_refuses_trio_callers_with_runtime_error(tmp_path: Path) -> None:

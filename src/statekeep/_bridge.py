@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import contextvars
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -256,9 +257,8 @@ async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:
     committed the batch (three hand-offs instead of four).
     """
     own = owner()
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio: trio, through anyio (see statekeep._elsewhere)
+    loop = _asyncio_loop()
+    if loop is None:  # not asyncio's: trio, through anyio (see statekeep._elsewhere)
         return await _run_elsewhere(own, coro, direct)
     if loop is own.loop:
         ctx = None
@@ -292,13 +292,28 @@ async def _run_elsewhere(own: _Owner, coro: Coroutine[Any, Any, T], direct: bool
     return await call.outcome(coro)
 
 
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The caller's asyncio event loop, or None when the caller is not asyncio code: trio
+    (through anyio), also in trio's guest mode, where asyncio's loop runs trio's tasks but
+    none of asyncio's. (Returned rather than raised, so that no error of the trio path is
+    chained to asyncio's "no running event loop".)"""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    if asyncio.current_task(loop) is None and _in_trio_task():
+        return None
+    return loop
+
+
+def _in_trio_task() -> bool:
+    trio = sys.modules.get("trio")  # never imported here: only a caller running trio has it
+    return trio is not None and bool(trio.lowlevel.in_trio_task())
+
+
 def _on_asyncio() -> bool:
     """Whether the caller runs on an asyncio event loop (else trio, say, through anyio)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return _asyncio_loop() is not None
 
 
 async def to_thread(fn: Callable[[], T]) -> T:
@@ -313,9 +328,8 @@ async def in_thread(fn: Callable[[], T]) -> T:
     """``asyncio.to_thread(fn)``, except that a cancelled caller gets CancelledError (or
     trio's Cancelled) only once ``fn`` has returned or raised, or it had not started and
     never will."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # trio: the owner loop runs this, and run_async keeps the rule
+    loop = _asyncio_loop()
+    if loop is None:  # trio: the owner loop runs this, and run_async keeps the rule
         return await run_async(in_thread(fn))
     ticket: list[None] = [None]
     ctx = contextvars.copy_context()
