@@ -170,12 +170,16 @@ def test_a_save_refused_under_trio_after_a_takeover_saves_nothing_more(store: St
     assert store.current_lease("job") == taken["lease"]
 
 
-def test_a_cancelled_trio_caller_still_releases_the_runs_lease(store: Store) -> None:
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_caller_cancelled_by_an_anyio_scope_still_releases_the_runs_lease(
+    store: Store, backend: str
+) -> None:
+    """On asyncio too: anyio cancels again at every await, which once dropped the release."""
     asked = anyio.Event()
 
     async def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         asked.set()
-        await trio.sleep_forever()
+        await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
     async def main() -> None:
@@ -190,7 +194,7 @@ def test_a_cancelled_trio_caller_still_releases_the_runs_lease(store: Store) -> 
                 await Agent(model, store=store, lease_ttl=30, owner="worker-a").arun(State("t", id="job"))
         assert scope.cancelled_caught
 
-    under_trio(main)
+    anyio.run(main, backend=backend)
     assert store.current_lease("job") is None  # released although the caller was cancelled
     assert history(store, "job")[-1]["kind"] == "model_request"
 

@@ -16,7 +16,7 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -129,8 +129,11 @@ class LeaseKeeper:
             raise self.lost from None
         finally:
             beat.cancel()
-            await asyncio.gather(beat, return_exceptions=True)
-            await self._end()
+            await _settled(self._stop(beat))
+
+    async def _stop(self, beat: asyncio.Task[None]) -> None:
+        await asyncio.gather(beat, return_exceptions=True)
+        await self._end()
 
     async def _run_elsewhere(self, body: Callable[[], Awaitable[T]]) -> T:
         """:meth:`run` under trio (through anyio): the body in the caller's task, inside a
@@ -170,3 +173,19 @@ class LeaseKeeper:
                 await self.store.arelease(self.lease)
             except StaleLeaseError:
                 pass
+
+
+async def _settled(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` to its end as a task of its own, whatever cancels the caller meanwhile
+    (anyio's cancel scopes cancel again at every await, which would drop the lease's
+    release before it started); then raise the caller's cancellation, if any, or its error."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait((task,))
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
