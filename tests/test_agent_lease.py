@@ -92,10 +92,11 @@ def test_a_leased_run_needs_a_store() -> None:
         Agent(ScriptedModel(["x"]), lease_ttl=5).run(State("t"))
 
 
-def test_a_stalled_worker_taken_over_saves_nothing_more_and_raises(store: Any) -> None:
-    """The agent's loop stalls inside a model call past its lease; another owner takes the
-    State over and writes; the first worker's next save is refused and it stops."""
-    taken: dict[str, Any] = {}
+def stalls_until_taken_over(store: Any, taken: dict[str, Any], reply: Reply) -> Any:
+    """A model whose call blocks its event loop (heartbeat and all: a stalled worker) until
+    the State's lease has lapsed by the store's clock and "worker-b" has acquired it and saved
+    a user message; then it answers ``reply``. ``taken`` gets worker-b's lease and the history
+    it left ("lease", "entries")."""
 
     def take_over() -> None:
         while store.current_lease("job") is not None:  # until the store's clock ends the lease
@@ -109,8 +110,17 @@ def test_a_stalled_worker_taken_over_saves_nothing_more_and_raises(store: Any) -
     async def stalling_model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         thief = threading.Thread(target=take_over)
         thief.start()
-        thief.join()  # blocks this loop, heartbeat and all: a stalled worker
-        return Reply("", [call("c1", "tool")])
+        thief.join()
+        return reply
+
+    return stalling_model
+
+
+def test_a_stalled_worker_taken_over_saves_nothing_more_and_raises(store: Any) -> None:
+    """The agent's loop stalls inside a model call past its lease; another owner takes the
+    State over and writes; the first worker's next save is refused and it stops."""
+    taken: dict[str, Any] = {}
+    stalling_model = stalls_until_taken_over(store, taken, Reply("", [call("c1", "tool")]))
 
     ran: list[str] = []
 

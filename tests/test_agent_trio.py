@@ -18,7 +18,7 @@ import trio
 
 from statekeep import Agent, Reply, ScriptedModel, StaleLeaseError, State, Store
 from tests.conftest import STORE_FACTORIES
-from tests.test_agent_lease import call, history, store_now
+from tests.test_agent_lease import call, history, stalls_until_taken_over, store_now
 
 #: Keys of a saved entry that differ between two runs of the same story.
 VARYING = {"at", "agent"}
@@ -144,21 +144,7 @@ def test_a_takeover_under_trio_stops_the_run_at_the_next_renewal(store: Store) -
 
 def test_a_save_refused_under_trio_after_a_takeover_saves_nothing_more(store: Store) -> None:
     taken: dict[str, Any] = {}
-
-    def take_over() -> None:
-        while store.current_lease("job") is not None:  # until the store's clock ends the lease
-            pass
-        lease = store.acquire("job", "worker-b", 30)
-        state = store.load("job")
-        state.add_user("worker-b was here")
-        store.save(state, lease=lease)
-        taken["lease"], taken["entries"] = lease, history(store, "job")
-
-    async def stalling_model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
-        thief = threading.Thread(target=take_over)
-        thief.start()
-        thief.join()  # blocks the trio loop, heartbeat and all: a stalled worker
-        return Reply("", [call("c1", "lookup", city="Paris")])
+    stalling_model = stalls_until_taken_over(store, taken, Reply("", [call("c1", "lookup", city="Paris")]))
 
     async def main() -> None:
         first = await store.aacquire("job", "worker-a", 0.5)
