@@ -171,6 +171,16 @@ def owner_loop_settled() -> None:
     bridge.run_sync(others_done(), "others_done")
 
 
+def warnings_once_settled() -> list[str]:
+    """The warnings raised while the owner loop settles and garbage is collected: a dropped
+    operation's coroutine left unawaited would show here ("coroutine ... was never awaited")."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        owner_loop_settled()
+        gc.collect()
+    return [str(w.message) for w in caught]
+
+
 def sqlite_looks(path: Path) -> tuple[bytes, str, list[str], list[str]]:
     """What a test compares before and after: the file's bytes, its journal mode, its
     tables, and the files next to it."""

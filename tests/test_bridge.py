@@ -19,7 +19,6 @@ import sys
 import textwrap
 import threading
 import traceback
-import warnings
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ import pytest
 from statekeep import FileStore, MemoryStore, Record, StateConflictError, Store
 from statekeep import _bridge as bridge
 from statekeep.stores import OsIO
-from tests.conftest import entries, owner_loop_settled, snapshot
+from tests.conftest import entries, owner_loop_settled, snapshot, warnings_once_settled
 
 JOIN = 120.0  # seconds; a bound that turns a deadlock into a failure, not a speed limit
 SID = "shared"
@@ -532,11 +531,7 @@ async def test_a_cancelled_awrite_the_owner_loop_has_not_started_never_runs(tmp_
         assert write in done and write.cancelled()
     finally:
         free.set()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        owner_loop_settled()
-        gc.collect()
-    assert [str(w.message) for w in caught] == []  # no "coroutine ... was never awaited"
+    assert warnings_once_settled() == []  # no "coroutine ... was never awaited"
     assert await store.aread("a") == Record(entries(0, 1), snapshot())  # and it never ran
 
 

@@ -10,13 +10,11 @@ generous deadline that only turns a hang into a failure; nothing sleeps to synch
 from __future__ import annotations
 
 import asyncio
-import gc
 import re
 import subprocess
 import sys
 import textwrap
 import threading
-import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -40,7 +38,7 @@ from statekeep import (
     arekey,
 )
 from statekeep import _bridge as bridge
-from tests.conftest import entries, owner_loop_settled, snapshot
+from tests.conftest import entries, snapshot, warnings_once_settled
 from tests.test_bridge import JOIN, HeldFsync
 
 #: After how many checkpoints of the trio caller a write is cancelled.
@@ -147,11 +145,7 @@ def test_a_cancelled_trio_write_the_owner_loop_has_not_started_never_runs() -> N
         under_trio(main)
     finally:
         free.set()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        owner_loop_settled()
-        gc.collect()
-    assert [str(w.message) for w in caught] == []  # no "coroutine ... was never awaited"
+    assert warnings_once_settled() == []  # no "coroutine ... was never awaited"
     assert store.read("a") == Record(entries(0, 1), snapshot())  # and it never ran
 
 
