@@ -12,13 +12,9 @@ with ``statekeep serve`` in a process of its own, and writes ``runs.png`` (the r
 from __future__ import annotations
 
 import argparse
-import queue
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -26,12 +22,16 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from statekeep import FileStore, State, agent_info
-
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.web_serving import serving  # noqa: E402  (statekeep serve in a process of its own)
+
+from statekeep import FileStore, State, agent_info  # noqa: E402
+
 WIDTH, HEIGHT, MAX_HEIGHT = 1280, 900, 2400
-SERVING = "statekeep: serving "
-DEADLINE = 60.0  # seconds: for the server's first line, and for a page to show
+DEADLINE = 60.0  # seconds: for a page to show
 
 TRAVEL = agent_info(
     "travel-agent", "claude-sonnet", system="You plan trips.", tools=["search_flights", "spawn_subagent"]
@@ -139,41 +139,6 @@ def build_demo(path: Path) -> FileStore:
 
 
 @contextmanager
-def serving(store_path: Path) -> Iterator[str]:
-    """``statekeep serve`` on ``store_path`` in a process of its own; yields its URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "statekeep", "serve", "--store", str(store_path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        while True:
-            line = lines.get(timeout=DEADLINE)
-            if line is None:
-                raise SystemExit(f"statekeep serve exited ({proc.wait()}) before serving")
-            if line.startswith(SERVING):
-                yield line[len(SERVING) :].split()[0]
-                return
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextmanager
 def chromium() -> Iterator[Any]:
     """Debian's headless Chromium through its chromedriver, given by path (nothing downloaded)."""
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
@@ -233,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="statekeep-screenshots-") as folder:
         store = build_demo(Path(folder) / "store")
         store.close()
-        with serving(Path(folder) / "store") as url, chromium() as browser:
+        with serving("--store", str(Path(folder) / "store")) as url, chromium() as browser:
             shoot(browser, url, "#runs tbody tr.run", args.out / "runs.png")
             # The run whose refund call has an unknown outcome: what the viewer makes stand out.
             shoot(browser, url + "runs/refund-4821", "#timeline li.entry.unknown", args.out / "run.png")
