@@ -13,23 +13,17 @@ fixture hands it to a test with no cookies and a blank page.
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import signal
 import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-# The one line ``statekeep serve`` prints once it listens (viewer contract).
-SERVING = "statekeep: serving "
-START_DEADLINE = 60.0  # seconds for the server's first line: generous, the machine is shared
+from tests.web_serving import start_serve, url_of
+
 STOP_DEADLINE = 20.0
 WAIT = 20.0  # seconds a test waits for something to show in the page
 
@@ -101,70 +95,34 @@ def wait_for(driver: Any, condition: Callable[[Any], Any], what: str, timeout: f
 class Server:
     """A running ``statekeep serve`` process and the URL it printed (ends with ``/``)."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[bytes]
     url: str
-    stderr: Path
-    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if it has not exited in time; the exit code."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(STOP_DEADLINE)
+                self.proc.communicate(timeout=STOP_DEADLINE)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.communicate()
         return self.proc.returncode
 
 
-def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    """Read the server's stdout to its end, so it never blocks on a full pipe."""
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
-def start_server(store_url: str, *args: str, folder: Path, env: dict[str, str] | None = None) -> Server:
+def start_server(store_url: str, *args: str, env: dict[str, str] | None = None) -> Server:
     """Start ``statekeep serve --store STORE_URL --port 0 ARGS`` and wait for its serving line."""
-    stderr = folder / f"serve-{time.monotonic_ns()}.stderr"
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "statekeep", "serve", "--store", store_url, "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-    assert proc.stdout is not None
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-    deadline = time.monotonic() + START_DEADLINE
-    while True:
-        try:
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            proc.kill()
-            proc.wait()
-            pytest.fail(
-                f"statekeep serve printed no serving line in {START_DEADLINE:.0f} s: {stderr.read_text()}"
-            )
-        if line is None:
-            proc.wait()
-            pytest.fail(f"statekeep serve exited ({proc.returncode}) before serving: {stderr.read_text()}")
-        if line.startswith(SERVING):
-            url = line[len(SERVING) :].split()[0]
-            return Server(proc, url, stderr, lines)
+    proc = start_serve("--store", store_url, "--port", "0", *args, env=env)
+    return Server(proc, url_of(proc))
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+def serve() -> Iterator[Callable[..., Server]]:
     """``serve(store_url, *args)``: a ``statekeep serve`` process, stopped after the test."""
     started: list[Server] = []
 
     def start(store_url: str, *args: str, env: dict[str, str] | None = None) -> Server:
-        server = start_server(store_url, *args, folder=tmp_path, env=env)
+        server = start_server(store_url, *args, env=env)
         started.append(server)
         return server
 
