@@ -94,9 +94,24 @@ def row_ids(driver: Any) -> list[str]:
     return [row.get_attribute("data-id") for row in by_css(driver, "#runs tbody tr.run")]
 
 
+def left_the_document(element: Any) -> Callable[[Any], bool]:
+    """A wait condition: ``element`` is no longer in the page. Mid-navigation Chromium may say
+    so with "Node with given id does not belong to the document" rather than the stale-element
+    error selenium's ``staleness_of`` expects, which then failed the wait."""
+    from selenium.common.exceptions import WebDriverException
+
+    def gone(driver: Any) -> bool:
+        try:
+            element.is_enabled()
+        except WebDriverException:  # StaleElementReferenceException is one
+            return True
+        return False
+
+    return gone
+
+
 def submit_filter(driver: Any, **fields: str) -> None:
     """Type ``fields`` into the filter form, submit it, and wait for the new page."""
-    from selenium.webdriver.support import expected_conditions as ec
 
     form = one(driver, "form#filters")
     for name, value in fields.items():
@@ -104,7 +119,7 @@ def submit_filter(driver: Any, **fields: str) -> None:
         box.clear()
         box.send_keys(value)
     one(driver, "#apply").click()
-    wait_for(driver, ec.staleness_of(form), "the filtered page")
+    wait_for(driver, left_the_document(form), "the filtered page")
     wait_for(driver, shown("form#filters"), "the filter form")
 
 
