@@ -316,10 +316,8 @@ def test_walking_a_store_lists_a_filestore_once_and_pages_through_the_others(
     """Each FileStore listing reads every State: paging would cost one such scan per page
     (n² reads for n States); the other stores page by keyset."""
     import statekeep._store
-    import statekeep._transfer
 
     monkeypatch.setattr(statekeep._store, "ITER_PAGE", 2)
-    monkeypatch.setattr(statekeep._transfer, "PAGE", 2)
     store = FileStore(tmp_path / "src") if kind == "file" else SQLiteStore(tmp_path / "src.db")
     with store:
         ids = make_runs(store, 4)

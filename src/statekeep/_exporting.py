@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from ._exportfile import header_line, state_lines, states, trailer_line, verify
-from ._ids import validate_id
-from ._labels import validate_namespace
 from ._records import Record
 from ._store import Store
 from ._transfer import (
@@ -21,6 +19,8 @@ from ._transfer import (
     Rename,
     aput_one,
     check_renames,
+    chosen_ids,
+    chosen_scopes,
     memory_view,
     source_ids,
     unstamped,
@@ -62,14 +62,11 @@ async def aexport(
     ``memory_scopes``: the agent memory scopes written too, after the States (the file is
     then format version 2, which statekeep before it refuses).
     """
-    if isinstance(memory_scopes, str):
-        raise TypeError("memory_scopes takes a list of scope names, not one str")
-    scopes = [validate_namespace(scope) for scope in memory_scopes]
+    scopes = chosen_scopes(memory_scopes)
     if isinstance(out, str | Path) and not Path(out).absolute().parent.is_dir():
         folder = Path(out).absolute().parent
         raise FileNotFoundError(f"{folder}: no such folder to write {Path(out).name} in; create it first")
-    listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(store, filters or {})
-    wanted = list(dict.fromkeys(listed))
+    wanted = await chosen_ids(store, ids, filters)
     missing: list[str] = []
     count = entries = gone = 0
     # The header holds the counts, so the States go to a scratch file first.

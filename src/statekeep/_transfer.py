@@ -72,8 +72,6 @@ __all__ = [
 CHUNK = 1000
 #: States copied at once (each its own chain of reads and writes).
 CONCURRENCY = 8
-#: States listed per page when walking a source.
-PAGE = 500
 
 #: Called after each State with (States done, States in all).
 Progress = Callable[[int, int], None]
@@ -150,9 +148,23 @@ async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
         if walked is not None:
             return walked
     ids: list[str] = []
-    async for row in src.aiter_states(**{"limit": None if src._lists_by_scan else PAGE, **filters}):
+    async for row in src.aiter_states(**filters):
         ids.append(row.id)
     return ids
+
+
+async def chosen_ids(src: Store, ids: Iterable[str] | None, filters: Mapping[str, Any] | None) -> list[str]:
+    """The States to move, in order and once each: ``ids`` (each checked against the id
+    rule), else :func:`source_ids` of ``filters``."""
+    listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
+    return list(dict.fromkeys(listed))
+
+
+def chosen_scopes(memory_scopes: Iterable[str]) -> list[str]:
+    """The agent memory scopes to move too, each checked (before anything is written)."""
+    if isinstance(memory_scopes, str):
+        raise TypeError("memory_scopes takes a list of scope names, not one str")
+    return [validate_namespace(scope) for scope in memory_scopes]
 
 
 async def aput_one(
@@ -200,11 +212,8 @@ async def acopy(
     the States, key by key with the same rules (never renamed); their counts are in
     ``report.memory`` and their failures in ``report.failed`` as ``"memory SCOPE: key"``.
     """
-    if isinstance(memory_scopes, str):
-        raise TypeError("memory_scopes takes a list of scope names, not one str")
-    scopes = [validate_namespace(scope) for scope in memory_scopes]  # before anything is written
-    listed = [validate_id(i) for i in ids] if ids is not None else await source_ids(src, filters or {})
-    wanted = list(dict.fromkeys(listed))
+    scopes = chosen_scopes(memory_scopes)
+    wanted = await chosen_ids(src, ids, filters)
     check_renames(wanted, rename_prefix)
     rename = Rename(rename_prefix, frozenset(wanted)) if rename_prefix else None
     report = CopyReport()
