@@ -227,9 +227,9 @@ INTERRUPTED = (
 )
 #: And for a write: how to go on, and to tell which.
 INTERRUPTED_WRITE = (
-    " To go on, save the State again (it sends only what the store lacks) or send the same write "
-    "again (entries that landed are skipped; a create that landed raises StateExistsError): either "
-    "waits for the interrupted one, and a read after it shows the State as it is"
+    " A write to the same State waits for it: to go on, save the State again (it sends only what the "
+    "store lacks) or send the same write again (entries that landed are skipped); to tell which "
+    "happened, write(id, [], None) then read(id)"
 )
 
 
