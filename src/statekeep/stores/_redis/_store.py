@@ -77,8 +77,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ``namespace`` (also ``?namespace=`` in the URL): stores of two namespaces under one
     prefix never see each other's States, listings, memory or gc. The default namespace
     keeps the keys statekeep used before namespaces; another lives under
-    ``<prefix>ns:<name>:``. Keys of an older statekeep (layout 1) are upgraded on first
-    connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
+    ``<prefix>ns:<name>:``. Keys of an older statekeep (layouts 1 and 2) are upgraded on
+    first connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
 
     ``list()`` answers from indexes kept by the write script (by agent, parent, label,
     status and stop reason, and one in listing order), never reading every State's
