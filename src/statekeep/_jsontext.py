@@ -7,6 +7,7 @@ Read so that writing it back loses nothing: an object is kept as its list of pai
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 
@@ -27,9 +28,13 @@ _DECODER = json.JSONDecoder(
 )
 
 
+_START = re.compile(r"[ \t\r\n]*\{")
+
+
 def looks_like_object(text: str) -> bool:
-    """Cheap: does ``text`` start with ``{`` and end with ``}`` (white space around allowed)?"""
-    return text[:1] in "{ \t\r\n" and text.rstrip()[-1:] == "}" and text.lstrip()[:1] == "{"
+    """Cheap: does ``text`` start with ``{`` and end with ``}`` (white space around allowed)?
+    Most strings fail at their first character, without a copy."""
+    return _START.match(text) is not None and text.rstrip(" \t\r\n").endswith("}")
 
 
 def read_object(text: str) -> Pairs | None:
