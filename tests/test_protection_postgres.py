@@ -372,7 +372,7 @@ async def test_a_fenced_out_write_in_a_batch_fails_alone(opened: Any) -> None:
         await store.awrite(sid, [], None, create=True)
     held = await store.aacquire("s3", "holder", 60)
     await store.arelease(await store.aacquire("s6", "old", 60))
-    stale = sk.Lease("s6", "old", 1, held.expires_at)
+    stale = sk.Lease("s6", "old", 1, held.expires_at, namespace="default")
     sizes: list[int] = []
     send = store._send_batch
 
@@ -416,7 +416,7 @@ dsn, schema, old = sys.argv[1:4]
 store = PostgresStore(dsn, schema=schema)
 if old:
     o = json.loads(old)
-    store.release(sk.Lease("job", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"])))
+    store.release(sk.Lease("job", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"]), namespace="default"))
 lease = store.acquire("job", "worker-B", 60)
 state = store.read("job")
 print(json.dumps([lease.token, None if state is None else state.entries]))
@@ -492,7 +492,7 @@ try:
     lease = store.acquire("a", name, 60)
 except sk.LeaseHeldError:
     o = json.loads(old)
-    lease = sk.Lease("a", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"]))
+    lease = sk.Lease("a", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"]), namespace="default")
 try:
     store.write("a", [{"seq": 1, "by": name}], None, lease=lease)
     print("wrote", lease.token, flush=True)

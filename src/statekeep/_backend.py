@@ -243,7 +243,7 @@ class Backend(Leasing, Store):
         """A write redacted, checked, encoded and sealed, in the caller's thread."""
         write = self._protection.write(self.namespace, state_id, entries, self._stamp(snapshot), create)
         if lease is not None:
-            write = dataclasses.replace(write, lease=check_lease(lease, state_id))
+            write = dataclasses.replace(write, lease=check_lease(lease, state_id, self.namespace))
         return write
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
@@ -325,18 +325,18 @@ class Backend(Leasing, Store):
     async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
             root = self._check_open(validate_id(state_id))
-            await run_async(self._check_tree_leases(root, check_lease(lease, root)))
+            await run_async(self._check_tree_leases(root, check_lease(lease, root, self.namespace)))
             await super().adelete(state_id, children=True, lease=lease)
             return
         sid = self._check_open(validate_id(state_id))
-        await run_async(self._locked_delete(sid, check_lease(lease, sid)), direct=True)
+        await run_async(self._locked_delete(sid, check_lease(lease, sid, self.namespace)), direct=True)
 
     def delete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
             super().delete(state_id, children=True, lease=lease)
             return
         sid = self._check_open(validate_id(state_id))
-        run_sync(self._locked_delete(sid, check_lease(lease, sid)), "adelete", direct=True)
+        run_sync(self._locked_delete(sid, check_lease(lease, sid, self.namespace)), "adelete", direct=True)
 
     async def afork(
         self,
@@ -352,7 +352,11 @@ class Backend(Leasing, Store):
         sid = self._check_open(validate_id(state_id))
         held = await self.acurrent_lease(sid)
         check_fence(
-            sid, held, check_lease(lease, sid), await run_async(self._server_now()), "nothing was forked"
+            sid,
+            held,
+            check_lease(lease, sid, self.namespace),
+            await run_async(self._server_now()),
+            "nothing was forked",
         )
         return await super().afork(state_id, at_seq=at_seq, new_id=new_id, labels=labels)
 

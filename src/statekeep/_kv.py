@@ -65,7 +65,9 @@ class Memory:
       with ``.next`` as listings have.
 
     Each method has an async twin (``aget``, ``aput``, ``adelete``, ``aitems``). A put or
-    delete is durable on return as the store's ``write`` is. Values are JSON values.
+    delete is durable on return as the store's ``write`` is. Values are JSON values; with
+    the store's ``redact=``, a key with a secret name has its value masked whole in what
+    the store keeps, as a ``data`` entry's is (``put`` returns the value given).
     """
 
     def __init__(self, store: Store, scope: str) -> None:

@@ -58,6 +58,12 @@ def memory_namespace(namespace: str, scope: str) -> str:
     return f"{namespace}.memory.{scope}"
 
 
+def is_memory_namespace(namespace: str) -> bool:
+    """Is ``namespace`` one that :func:`memory_namespace` makes (a user's name never is)?"""
+    parts = namespace.split(".")
+    return len(parts) == 3 and parts[1] == "memory"
+
+
 def aware_time(when: object, what: str) -> datetime:
     """``when`` (an aware datetime or an ISO 8601 str with an offset) as a UTC datetime."""
     if isinstance(when, str):

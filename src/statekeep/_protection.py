@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from ._errors import DecryptionError
+from ._labels import is_memory_namespace
 from ._query import Page
 from ._records import Entries, Record, SavedState, Snapshot
 from ._redactor import Redactor
@@ -70,7 +71,8 @@ class Protection:
         snap = None if write.snapshot is None else orjson.loads(write.snapshot)
         if redactor is not None:
             plain = [redactor.entry(entry) for entry in plain]
-            snap = None if snap is None else redactor.snapshot(snap)
+            memory = is_memory_namespace(namespace)  # a memory key's value is judged by its name
+            snap = None if snap is None else redactor.snapshot(snap, memory=memory)
             write = prepare_write(state_id, plain, snap, create)
         if ring is None:
             return write

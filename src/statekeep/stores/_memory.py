@@ -194,7 +194,9 @@ class MemoryStore(Backend):
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
         leases = self._space.leases
-        lease = leases[state_id] = acquired(state_id, owner, ttl, leases.get(state_id), self._now())
+        lease = leases[state_id] = acquired(
+            state_id, owner, ttl, leases.get(state_id), self._now(), self.namespace
+        )
         return lease
 
     async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:

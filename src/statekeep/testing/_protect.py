@@ -5,6 +5,7 @@ opened without the option, shows what was kept."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -17,6 +18,7 @@ from .._sealing import Keyring
 from .._state import State
 from .._store import Store
 from ._helpers import Api, entries, snapshot
+from ._spaces import MemoryApi
 
 asyncio_test = pytest.mark.asyncio
 modes = pytest.mark.parametrize("mode", ["sync", "async"])
@@ -73,6 +75,71 @@ class ProtectionContract:
             final = await clear.read("r")
             assert final is not None and len(final.entries) == 4
             assert SECRET not in str(final)
+        finally:
+            await api.store.aclose()
+            await clear.store.aclose()
+
+    @modes
+    @asyncio_test
+    async def test_protect_redaction_judges_memory_keys_by_name(self, tmp_path: Path, mode: str) -> None:
+        """A memory key is judged by the key-name rule, as a ``data`` entry's key is."""
+        self.needs("supports_protection", "supports_memory")
+        api = self.opened(tmp_path, mode, redact=Redactor())
+        clear = self.opened(tmp_path, mode)
+        try:
+            masked = MemoryApi(api.store.memory("s"), mode)
+            kept = MemoryApi(clear.store.memory("s"), mode)
+            await masked.put("password", "pw")
+            await masked.put("API-Key", {"nested": "sk-live-1"})
+            await masked.put("color", {"token": "t", "shade": "blue"})
+            for memory in (masked, kept):
+                got = {k: await memory.get(k) for k in ("password", "API-Key", "color")}
+                assert {k: None if i is None else i.value for k, i in got.items()} == {
+                    "password": "[REDACTED]",
+                    "API-Key": "[REDACTED]",
+                    "color": {"token": "[REDACTED]", "shade": "blue"},
+                }
+            again = await masked.put("password", "pw2", revision=1)  # its revision still holds
+            assert again.revision == 2 and (await kept.get("password")).value == "[REDACTED]"  # type: ignore[union-attr]
+        finally:
+            await api.store.aclose()
+            await clear.store.aclose()
+
+    @modes
+    @asyncio_test
+    async def test_protect_redaction_masks_header_pairs_and_json_text(
+        self, tmp_path: Path, mode: str
+    ) -> None:
+        api = self.opened(tmp_path, mode, redact=Redactor())
+        clear = self.opened(tmp_path, mode)
+        try:
+            state = State("call a tool", id="h")
+            headers = [["Authorization", "Bearer x"], ("Accept", "text/plain"), ["cookie", "c=1"]]
+            state.set_data("request", {"headers": headers, "note": '["password", "kept"]'})
+            state.set_data("arguments", '{"city": "Oslo", "password": "x", "deep": {"apiKey": "k"}}')
+            state.set_data("not an object", '{"password": broken')
+            await api.save(state)
+            kept = await clear.read("h")
+            assert kept is not None
+            assert kept.entries[1]["value"] == {
+                "headers": [
+                    ["Authorization", "[REDACTED]"],
+                    ["Accept", "text/plain"],
+                    ["cookie", "[REDACTED]"],
+                ],
+                "note": '["password", "kept"]',
+            }
+            args = json.loads(kept.entries[2]["value"])
+            assert args == {"city": "Oslo", "password": "[REDACTED]", "deep": {"apiKey": "[REDACTED]"}}
+            assert kept.entries[3]["value"] == '{"password": broken'
+            await api.write("h", state.history, None)  # the same batch again: skipped as identical
+            loaded = await api.load("h")
+            loaded.add_user("more")
+            await api.save(loaded)
+            await api.save(loaded)
+            final = await clear.read("h")
+            assert final is not None and final.entries[:4] == kept.entries
+            assert len(final.entries) == 5
         finally:
             await api.store.aclose()
             await clear.store.aclose()

@@ -30,6 +30,7 @@ class FileLeasing:
     _handles: SpaceHandles
     _copies: Copies
     _now: Callable[[], datetime]  # Backend's: the store's clock, which judges leases
+    namespace: str
 
     def _fence(self, sid: str, lease: Lease | None, doing: str, root: int) -> bool:
         """Apply the fence to a create or delete of ``sid`` (raises if refused)."""
@@ -44,7 +45,7 @@ class FileLeasing:
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
         def take(held: Lease | None, now: datetime) -> Lease:
-            return acquired(state_id, owner, ttl, held, now)
+            return acquired(state_id, owner, ttl, held, now, self.namespace)
 
         return cast(Lease, await self._change_lease(state_id, take))
 

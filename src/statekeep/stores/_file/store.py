@@ -181,7 +181,7 @@ class FileStore(FileLeasing, Backend):
         self._handles = handles.space(self.namespace)  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
         self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
-        self._leases = LeaseRows(self._folder)  # .leases/: one row per leased State
+        self._leases = LeaseRows(self._folder, self.namespace)  # .leases/: one row per leased State
         self._appender = Appender(
             self._folder, self._tails, self._handles, self._copies, self._now, self._leases
         )

@@ -189,7 +189,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
             if status == servercommon.OK:
                 return
             if status == FENCED:
-                refused(sid, row[3:], write.lease, "nothing was written")
+                refused(self.namespace, sid, row[3:], write.lease, "nothing was written")
             servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the
@@ -230,7 +230,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
             "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease)
         )
         if row[0] == FENCED:
-            refused(state_id, row[1:], lease, "nothing was deleted")
+            refused(self.namespace, state_id, row[1:], lease, "nothing was deleted")
 
     # -- writes: one at a time, or batched -----------------------------------------
 

@@ -7,8 +7,12 @@ sorted set ``index`` scored by updated_at. Layout 2 keeps the first two as they 
 the default namespace's) and replaces ``index`` by the indexes of :mod:`._keys`: the first
 store to connect builds them from the snapshots (:func:`upgrade`, safe to run from several
 processes at once and to run again after a crash half-way), then sets ``layout`` to 2 and
-removes ``index``. Stop processes running an older statekeep first: once the layout is 2
-they refuse to start, but one already running would write States the indexes miss.
+removes ``index``. Layout 3 keeps every key of layout 2; it says that every process on the
+prefix honours the lease rows (``lease:{id}``, checked by the write, delete and fork
+scripts), which a statekeep of layout 2 may not: the first store to connect sets it
+(:func:`upgrade_2_to_3`, which changes no other key). Stop processes running an older
+statekeep first: once the layout is new they refuse to start, but one already running
+would write States the indexes miss, or past a lease.
 """
 
 from __future__ import annotations
@@ -26,7 +30,18 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 #: The key layout this statekeep writes; a prefix holding a newer one is refused.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
+
+#: Set the layout key ``KEYS[1]`` to ``ARGV[2]`` only if it still holds ``ARGV[1]`` (and
+#: then delete ``KEYS[2..]``): an upgrade step that ends after another process's never
+#: moves the layout back.
+_BUMP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2])
+    for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+end
+return 0
+"""
 
 # Servers already checked for durability settings, so that each is warned about once.
 _checked: set[Hashable] = set()
@@ -73,7 +88,10 @@ async def check_server(
         found = -1
     if found == 1:
         await upgrade(client, prefix.encode("utf-8"))
-        found = LAYOUT_VERSION
+        found = 2
+    if found == 2:
+        await upgrade_2_to_3(client, prefix.encode("utf-8"))
+        found = 3
     # None: no layout key, and a read-only server (a replica) would not take one.
     if found is not None and found != LAYOUT_VERSION:
         if found > LAYOUT_VERSION:
@@ -174,7 +192,16 @@ async def upgrade(client: Redis, prefix: bytes, chunk: int = 500) -> None:
                 keys=[keys.state + raw_id, keys.entries + raw_id, *keys.common],
                 args=[raw_id, snapshot, found.member, found.expiry, len(found.indexes), *found.indexes],
             )
-    async with client.pipeline(transaction=True) as pipe:
-        pipe.set(prefix + b"layout", str(LAYOUT_VERSION))
-        pipe.delete(old)
-        await pipe.execute()
+    await client.eval(_BUMP, 2, prefix + b"layout", old, "1", "2")
+
+
+async def upgrade_2_to_3(client: Redis, prefix: bytes) -> None:
+    """Layout 2 -> 3 under ``prefix``: the lease rows are already where layout 3 keeps them,
+    so only the layout key changes (see the module's docstring). A read-only replica reads
+    layout 2 keys as they are: its primary's first new process upgrades them."""
+    from redis.exceptions import ReadOnlyError
+
+    try:
+        await client.eval(_BUMP, 1, prefix + b"layout", "2", "3")
+    except ReadOnlyError:
+        pass

@@ -77,8 +77,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ``namespace`` (also ``?namespace=`` in the URL): stores of two namespaces under one
     prefix never see each other's States, listings, memory or gc. The default namespace
     keeps the keys statekeep used before namespaces; another lives under
-    ``<prefix>ns:<name>:``. Keys of an older statekeep (layout 1) are upgraded on first
-    connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
+    ``<prefix>ns:<name>:``. Keys of an older statekeep (layouts 1 and 2) are upgraded on
+    first connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
 
     ``list()`` answers from indexes kept by the write script (by agent, parent, label,
     status and stop reason, and one in listing order), never reading every State's
@@ -197,7 +197,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             if status == servercommon.OK:
                 return
             if _leases.is_refusal(reply):
-                _leases.refuse(sid, reply, write.lease, "nothing was written")
+                _leases.refuse(self._keys_of, sid, reply, write.lease, "nothing was written")
             if status == WRONGTYPE:
                 key, held, wanted = (_as_bytes(part).decode("utf-8", "replace") for part in reply[1:4])
                 raise CorruptStateError(
@@ -258,7 +258,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
                 args=[state_id, *lease_args(lease)],
             )
         if _leases.is_refusal(reply):
-            _leases.refuse(state_id, reply, lease, "nothing was deleted")
+            _leases.refuse(self._keys_of, state_id, reply, lease, "nothing was deleted")
 
     # -- leases: one script each, judged by the server's clock (see ._lease_lua) ----------
 
@@ -294,7 +294,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
         reply = await run_async(self._fork(keys, args, new_id))
         if _leases.is_refusal(reply):
-            _leases.refuse(new_id, reply, None, "nothing was forked")
+            _leases.refuse(self._keys_of, new_id, reply, None, "nothing was forked")
         status = int(reply[0])
         if status == servercommon.MISSING:
             raise missing_error(source_id)
