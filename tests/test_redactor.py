@@ -136,3 +136,10 @@ def test_json_text_of_an_object_is_masked_and_stays_json_of_the_same_shape() -> 
 def test_a_string_that_is_not_a_json_object_is_plain_text(text: str) -> None:
     assert Redactor(values=["a"]).value(text) == Redactor(values=["a"]).text(text)
     assert Redactor().value(text) == text
+
+
+def test_a_literal_secret_used_as_a_key_inside_json_text_is_masked_too() -> None:
+    redactor = Redactor(values=["s3cr3t"], patterns=[r"sk-[a-z]+"])
+    masked = redactor.value('{"s3cr3t": "x", "password": "sk-abc", "note": "sk-def"}')
+    assert "s3cr3t" not in masked and "sk-" not in masked
+    assert redactor.value(masked) == masked  # idempotent

@@ -182,7 +182,9 @@ class Redactor:
         if parsed is None:  # looks like an object, is not one: a plain string
             return self.text(text)
         masked = self.value(parsed)
-        return text if masked == parsed else write(masked)
+        # Keys are names, kept as written; but a literal secret or pattern anywhere in the
+        # text (a key included) is masked, as in any other string.
+        return self.text(text if masked == parsed else write(masked))
 
     def entry(self, entry: dict[str, Any]) -> dict[str, Any]:
         """An entry masked, its own keys (:data:`ENTRY_KEYS`) kept as they are. A ``data``
