@@ -140,7 +140,8 @@ def test_encrypted_source_exported_and_copied_clear_then_sealed_again(tmp_path: 
     sealed_url = str(tmp_path / "sealed")
     without = cli("copy", sealed_url, str(tmp_path / "clear0"))
     assert without.exit_code == 2 and "--src-keys" in without.stderr
-    assert cli("copy", sealed_url, str(tmp_path / "clear"), "--src-keys", str(keys)).exit_code == 0
+    clear = cli("copy", sealed_url, str(tmp_path / "clear"), "--src-keys", str(keys), "--plaintext")
+    assert clear.exit_code == 0
     with FileStore(tmp_path / "clear") as clear:
         assert contents(clear, ids) == held
     out = tmp_path / "runs.jsonl"
@@ -267,7 +268,7 @@ def test_keys_from_the_environment_do_not_silently_make_plaintext_copies(tmp_pat
     with FileStore(tmp_path / "clear") as copied:
         assert len(copied.list()) == len(ids)
     # the destination is sealed, its keys not given: the hint names the destination's option
-    again = cli("copy", sealed_url, str(tmp_path / "sealed2"), "--src-keys", str(keys))
+    again = cli("copy", sealed_url, str(tmp_path / "sealed2"), "--src-keys", str(keys), "--plaintext")
     assert again.exit_code == 2 and "give the destination's keys with --dst-keys" in again.stderr
 
 
@@ -366,3 +367,22 @@ def test_export_and_import_carry_agent_memory(source: tuple[str, list[str]], tmp
         assert dst.memory().get("user-prefs").value == {"tone": "terse"}
     one = cli("export", ids[0], "-o", str(tmp_path / "one.jsonl"), "--store", src)
     assert one.output.startswith("export: 1 State (")  # chosen States: no memory unless asked
+
+
+@pytest.mark.parametrize("opened_by", ["--src-keys", "$STATEKEEP_KEYS"])
+def test_a_sealed_source_is_never_copied_in_clear_without_plaintext(opened_by: str, tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    document = orjson.dumps({"current": "k1", "keys": {"k1": base64.b64encode(KEY).decode()}}).decode()
+    keys.write_text(document)
+    with FileStore(tmp_path / "sealed", encrypt=Keyring({"k1": KEY}, current="k1")) as sealed:
+        ids = make_runs(sealed, 2)
+    given = ["--src-keys", str(keys)] if opened_by == "--src-keys" else []
+    env = {"STATEKEEP_KEYS": document} if opened_by == "$STATEKEEP_KEYS" else {}
+    args = ["copy", str(tmp_path / "sealed"), str(tmp_path / "clear"), *given]
+    refused = CliRunner().invoke(main, args, env=env)
+    assert refused.exit_code == 2, refused.output
+    assert "--dst-keys" in refused.stderr and "--plaintext" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and not (tmp_path / "clear").exists()
+    assert CliRunner().invoke(main, [*args, "--plaintext"], env=env).exit_code == 0
+    with FileStore(tmp_path / "clear") as copied:
+        assert len(copied.list()) == len(ids)

@@ -205,7 +205,7 @@ def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 @click.option(
     "--plaintext",
     is_flag=True,
-    help=f"with ${KEYS_ENV} set and no --dst-keys: write the copies in clear (else refused)",
+    help=f"with --src-keys or ${KEYS_ENV} and no --dst-keys: write the copies in clear (else refused)",
 )
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar and no summary")
 def copy_states(
@@ -229,8 +229,8 @@ def copy_states(
     crash or Ctrl-C and it finishes; identical States are skipped, the source's snapshot
     replaces a destination's that differs, and a State whose history differs in the
     destination is left as it is and named (exit 3). Each copy is read back and checked.
-    With $STATEKEEP_KEYS opening the source, give --dst-keys (or --plaintext to write the
-    copies in clear)."""
+    With --src-keys or $STATEKEEP_KEYS opening the source, give --dst-keys (or --plaintext
+    to write the copies in clear)."""
     from .._transfer import acopy
 
     filters = listing_filters(status, agent, labels, id_prefix)
@@ -241,9 +241,10 @@ def copy_states(
             filters.setdefault("labels", {})[key] = value
     if ids and filters:
         fail("copy: give --ids, or filters, not both", USAGE)
-    if src_keys is None and dst_keys is None and not plaintext and os.environ.get(KEYS_ENV):
+    opener = "--src-keys" if src_keys is not None else f"${KEYS_ENV}" if os.environ.get(KEYS_ENV) else None
+    if opener is not None and dst_keys is None and not plaintext:
         fail(
-            f"copy: ${KEYS_ENV} opens the source but the destination gets no keys, so the copies "
+            f"copy: {opener} opens the source but the destination gets no keys, so the copies "
             "would be written in clear: give --dst-keys FILE to seal them, or --plaintext to "
             "write them in clear",
             USAGE,
