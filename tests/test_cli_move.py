@@ -386,3 +386,29 @@ def test_a_sealed_source_is_never_copied_in_clear_without_plaintext(opened_by: s
     assert CliRunner().invoke(main, [*args, "--plaintext"], env=env).exit_code == 0
     with FileStore(tmp_path / "clear") as copied:
         assert len(copied.list()) == len(ids)
+
+
+def test_import_dash_reads_what_export_dash_writes_and_checks_it_first(
+    source: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    src, ids = source
+    dst = f"sqlite:///{tmp_path}/dst.db"
+    statekeep = [sys.executable, "-m", "statekeep"]
+    with subprocess.Popen(
+        [*statekeep, "export", "--all", "-o", "-", "--store", src, "-q"], stdout=subprocess.PIPE
+    ) as out:
+        into = subprocess.run(
+            [*statekeep, "import", "-", "--store", dst], stdin=out.stdout, capture_output=True, timeout=120
+        )
+        assert out.stdout is not None
+        out.stdout.close()
+        assert out.wait(timeout=60) == 0
+    assert into.returncode == 0, into.stderr
+    assert into.stdout.decode() == f"import: {len(ids)} copied, 0 extended, 0 already there (skipped)\n"
+    with FileStore(src) as a, SQLiteStore(tmp_path / "dst.db") as b:
+        assert contents(b, ids) == contents(a, ids)
+    exported = cli("export", "--all", "-o", "-", "--store", src, "-q").stdout_bytes
+    edited = exported.replace(b"please do it", b"please do IT", 1)
+    damaged = CliRunner().invoke(main, ["import", "-", "--store", str(tmp_path / "d2")], input=edited)
+    assert damaged.exit_code == 3 and "checksum" in damaged.stderr, damaged.output
+    assert not (tmp_path / "d2").exists() or not any((tmp_path / "d2").iterdir())

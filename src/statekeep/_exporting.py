@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -141,14 +143,33 @@ def _write_file(path: Path, head: bytes, body: IO[bytes], count: int, entries: i
         raise
 
 
+@contextmanager
+def _opened(source: str | Path | IO[bytes]) -> Iterator[IO[bytes]]:
+    """The export file to read twice (checked whole, then imported): a path opened, or a
+    stream (standard input) copied to a scratch file first, as it can be read only once."""
+    if not isinstance(source, str | Path):
+        with tempfile.TemporaryFile() as spooled:
+            shutil.copyfileobj(source, spooled, 1 << 20)
+            spooled.seek(0)
+            yield spooled
+        return
+    try:
+        file = open(source, "rb")  # noqa: SIM115 (closed below, after the caller is done)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{Path(source).absolute()}: no such export file") from None
+    with file:
+        yield file
+
+
 async def aimport(
     store: Store,
-    path: str | Path,
+    source: str | Path | IO[bytes],
     *,
     rename_prefix: str | None = None,
     progress: Progress | None = None,
 ) -> CopyReport:
-    """Put every State of the export file at ``path`` into ``store``, as :func:`acopy` does
+    """Put every State of the export file ``source`` (a path, or a binary stream such as
+    standard input) into ``store``, as :func:`acopy` does
     (new ones created, prefixes extended, identical ones skipped, different ones left
     unchanged and named in ``report.failed``).
 
@@ -160,7 +181,7 @@ async def aimport(
     one State at a time. Each State is durable on return as ``store.awrite`` is.
     """
     report = CopyReport()
-    with open(path, "rb") as file:
+    with _opened(source) as file:
         header = verify(file)
         check_renames(header.ids, rename_prefix)
         rename = Rename(rename_prefix, frozenset(header.ids)) if rename_prefix else None

@@ -156,7 +156,7 @@ def export_states(
 
 
 @main.command("import")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @store_option
 @click.option(
     "--rename-prefix", callback=prefix_arg, help="put each State under PREFIX+id (to avoid clashes)"
@@ -166,15 +166,23 @@ def export_states(
 def import_states(
     file: str, store_url: str, rename_prefix: str | None, keys_file: str | None, quiet: bool
 ) -> None:
-    """Put the States of an export file into a store (created if missing). The whole file is
-    checked first (format, version, counts, checksum); identical States are skipped, and a
-    State that differs in the store is left as it is and named (exit 3)."""
+    """Put the States of an export file (- reads standard input) into a store (created if
+    missing). The whole file is checked first (format, version, counts, checksum);
+    identical States are skipped, and a State that differs in the store is left as it is
+    and named (exit 3)."""
     from .._exporting import aimport
 
+    if file == "-" and sys.stdin.isatty():
+        fail(
+            "import -: standard input is a terminal; pipe an export file into it "
+            "(statekeep export ... -o - | statekeep import - ...), or give its path",
+            USAGE,
+        )
+    source: Any = sys.stdin.buffer if file == "-" else file
     bar = ProgressBar.on_terminal("importing", quiet=quiet)
     with reporting(), open_destination(store_url, keys_file) as store:
-        report = _run(aimport(store, file, rename_prefix=rename_prefix, progress=bar), bar, "import")
-    _finish("import", report, file, quiet)
+        report = _run(aimport(store, source, rename_prefix=rename_prefix, progress=bar), bar, "import")
+    _finish("import", report, "standard input" if file == "-" else file, quiet)
 
 
 def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
