@@ -16,6 +16,8 @@ from ._errors import (
     StateConflictError,
     StateExistsError,
     StatekeepError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
 )
 from ._records import Record
 from ._sealing import STORE_MANAGED
@@ -64,6 +66,17 @@ class CopyWriteError(StatekeepError):
     def __init__(self, state_id: str, what: str) -> None:
         super().__init__(f"State {state_id!r} was not (fully) written to the destination: {what}")
         self.state_id = state_id
+
+
+#: What reading one State of a source can raise that leaves that State behind while the
+#: others move: a damaged record, a State of a newer format, a State folder another user
+#: could change. A store-wide problem (keys, a connection, a store that is not one) stops.
+UNREADABLE = (CorruptStateError, UnsupportedFormatError, UnsafeStoreError)
+
+
+def unreadable(state_id: str, why: str) -> str:
+    """Why a State was left behind: the source could not read it (``why``: what it said)."""
+    return f"State {state_id!r} cannot be read in the source: {why}"
 
 
 @contextmanager

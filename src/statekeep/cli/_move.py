@@ -12,6 +12,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -19,6 +20,7 @@ import click
 from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option
 from .._errors import DecryptionError
 from .._ids import MAX_ID_LENGTH
+from .._redaction import redact_text
 from .._transfer import CopyReport, RenameError
 from ._common import (
     DATA_ERROR,
@@ -74,14 +76,27 @@ def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str, again: str =
         bar.close()
 
 
+def _named(name: str) -> str:
+    """A State's id, or an agent memory key's ``memory SCOPE: key``, as a message names it."""
+    return f"agent {name}" if name.startswith("memory ") else f"State {name!r}"
+
+
+def _left_behind(lines: list[str]) -> None:
+    """Each State a move left behind, one line each on stderr saying why; then exit 3."""
+    for line in lines[:-1]:
+        say(f"statekeep: {redact_text(line)}", err=True)
+    if lines:
+        fail(lines[-1], DATA_ERROR)
+
+
 def _finish(command: str, report: CopyReport, source: str, quiet: bool) -> None:
-    """The summary, then the exit status: 3 naming the States refused, 1 the missing."""
+    """The summary; what the export file left out (an import: notes); then the exit status:
+    3 naming each State left behind, 1 the missing."""
     if not quiet:
         say(f"{command}: {report}")
-    if report.failed:
-        why, more = next(iter(report.failed.values())), len(report.failed) - 1
-        tail = f" ({more} more failed likewise: {', '.join(list(report.failed)[1:6])})" if more else ""
-        fail(why + tail, DATA_ERROR)
+    for name, why in report.left_out.items():
+        say(f"statekeep: note: the file lacks {_named(name)}: the export left it out ({why})", err=True)
+    _left_behind([why if name in why else f"{name}: {why}" for name, why in sorted(report.failed.items())])
     if report.missing:
         fail(
             f"not in {source}: {', '.join(report.missing[:10])} (check the ids with statekeep list)",
@@ -139,18 +154,20 @@ def export_states(
         scoped = memory_scopes(scopes, chosen is None and not filters)
         work = aexport(store, out, ids=chosen, filters=filters, progress=bar, memory_scopes=scoped)
         try:
-            count, entries, missing, gone, kept = _run(work, bar, "export", _STARTS_OVER)
+            count, entries, missing, gone, kept, left = _run(work, bar, "export", _STARTS_OVER)
         except BrokenPipeError:  # the reader went away (| head): done, quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
     if not quiet:
-        where = "stdout" if output == "-" else output
+        where = "stdout" if output == "-" else str(Path(output).absolute())
         skipped = f"; {gone} expired or deleted meanwhile (skipped)" if gone else ""
         memory = f" and {kept} agent memory keys" if kept else ""
+        lacks = f"; {_states(len(left))} left out (named below)" if left else ""
         say(
-            f"export: {_states(count)}{memory} ({entries} entries) written to {where}{skipped}",
+            f"export: {_states(count)}{memory} ({entries} entries) written to {where}{skipped}{lacks}",
             err=output == "-",
         )
+    _left_behind([f"{_named(item.name)} cannot be read in the source: {item.why}" for item in left])
     if missing:
         fail(f"not in {store_url}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
 
