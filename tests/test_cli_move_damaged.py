@@ -137,3 +137,25 @@ def test_an_older_statekeep_imports_the_states_of_a_file_that_left_some_out(tmp_
     with FileStore(tmp_path / "src") as src, FileStore(tmp_path / "dst") as dst:
         good = [i for i in ids if i != ids[1]]
         assert contents(dst, good) == contents(src, good)
+
+
+@pytest.mark.parametrize("command", ["copy", "import"])
+def test_a_damaged_state_in_the_destination_is_left_as_it_is_and_named(command: str, tmp_path: Path) -> None:
+    with FileStore(tmp_path / "src") as src:
+        ids = make_runs(src, 4)
+    assert cli("copy", str(tmp_path / "src"), str(tmp_path / "dst"), "--ids", ids[3]).exit_code == 0
+    with FileStore(tmp_path / "dst") as dst:
+        damage("file", dst, ids[3])
+    broken = (tmp_path / "dst" / ids[3] / "log.jsonl").read_bytes()
+    out = tmp_path / "runs.jsonl"
+    assert cli("export", "--all", "-o", str(out), "--store", str(tmp_path / "src")).exit_code == 0
+    if command == "copy":
+        result = cli("copy", str(tmp_path / "src"), str(tmp_path / "dst"))
+    else:
+        result = cli("import", str(out), "--store", str(tmp_path / "dst"))
+    assert result.exit_code == 3, result.output
+    named_each(result.stderr, [ids[3]], "cannot be read in the destination")
+    assert (tmp_path / "dst" / ids[3] / "log.jsonl").read_bytes() == broken
+    good = [i for i in ids if i != ids[3]]
+    with FileStore(tmp_path / "src") as src, FileStore(tmp_path / "dst") as dst:
+        assert contents(dst, good) == contents(src, good)

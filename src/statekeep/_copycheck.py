@@ -74,9 +74,9 @@ class CopyWriteError(StatekeepError):
 UNREADABLE = (CorruptStateError, UnsupportedFormatError, UnsafeStoreError)
 
 
-def unreadable(state_id: str, why: str) -> str:
-    """Why a State was left behind: the source could not read it (``why``: what it said)."""
-    return f"State {state_id!r} cannot be read in the source: {why}"
+def unreadable(state_id: str, why: str, side: str = "source") -> str:
+    """Why a State was left behind: the ``side`` could not read it (``why``: what it said)."""
+    return f"State {state_id!r} cannot be read in the {side}: {why}"
 
 
 @contextmanager

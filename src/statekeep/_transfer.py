@@ -173,7 +173,8 @@ async def aput_one(
     dst: Store, state_id: str, record: Record, report: CopyReport, rename: Rename | None
 ) -> None:
     """Put one State, counting it in ``report`` (a conflict, a write the destination
-    refused or a failed check is counted as failed, and the copy goes on)."""
+    refused, a failed check or a damaged State there is counted as failed, and the copy
+    goes on)."""
     if rename is not None:
         state_id, record = renamed(state_id, record, rename)
     try:
@@ -182,6 +183,8 @@ async def aput_one(
         raise CopyKeysError("destination", exc) from None
     except (CopyConflictError, CopyVerifyError, CopyWriteError) as exc:
         report.failed[state_id] = str(exc)
+    except UNREADABLE as exc:  # the destination's copy is damaged: left as it is, for a person
+        report.failed[state_id] = unreadable(state_id, str(exc), "destination")
 
 
 async def acopy(
