@@ -369,25 +369,6 @@ def test_export_and_import_carry_agent_memory(source: tuple[str, list[str]], tmp
     assert one.output.startswith("export: 1 State (")  # chosen States: no memory unless asked
 
 
-@pytest.mark.parametrize("opened_by", ["--src-keys", "$STATEKEEP_KEYS"])
-def test_a_sealed_source_is_never_copied_in_clear_without_plaintext(opened_by: str, tmp_path: Path) -> None:
-    keys = tmp_path / "keys.json"
-    document = orjson.dumps({"current": "k1", "keys": {"k1": base64.b64encode(KEY).decode()}}).decode()
-    keys.write_text(document)
-    with FileStore(tmp_path / "sealed", encrypt=Keyring({"k1": KEY}, current="k1")) as sealed:
-        ids = make_runs(sealed, 2)
-    given = ["--src-keys", str(keys)] if opened_by == "--src-keys" else []
-    env = {"STATEKEEP_KEYS": document} if opened_by == "$STATEKEEP_KEYS" else {}
-    args = ["copy", str(tmp_path / "sealed"), str(tmp_path / "clear"), *given]
-    refused = CliRunner().invoke(main, args, env=env)
-    assert refused.exit_code == 2, refused.output
-    assert "--dst-keys" in refused.stderr and "--plaintext" in refused.stderr
-    assert len(refused.stderr.splitlines()) == 1 and not (tmp_path / "clear").exists()
-    assert CliRunner().invoke(main, [*args, "--plaintext"], env=env).exit_code == 0
-    with FileStore(tmp_path / "clear") as copied:
-        assert len(copied.list()) == len(ids)
-
-
 def test_import_dash_reads_what_export_dash_writes_and_checks_it_first(
     source: tuple[str, list[str]], tmp_path: Path
 ) -> None:

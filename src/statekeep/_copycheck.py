@@ -24,18 +24,14 @@ from ._sealing import STORE_MANAGED
 from ._store import Store
 from ._writes import same_json
 
-_RESOLVE = (
-    "Nothing of it was changed; delete that State in the destination (statekeep delete ID "
-    "--store DST) to replace it, or copy under other ids with --rename-prefix"
-)
-
 
 class CopyConflictError(StateConflictError):
     """The destination holds a different State under the same id: nothing of it was changed.
-    ``state_id`` names it; the message says what differs and how to resolve it."""
+    ``state_id`` names it; the message says what differs (delete it there to replace it, or
+    move it under another id: the command line says how, in its own options)."""
 
     def __init__(self, state_id: str, what: str) -> None:
-        super().__init__(f"State {state_id!r} differs in the destination: {what}. {_RESOLVE}")
+        super().__init__(f"State {state_id!r} differs in the destination: {what}; nothing of it was changed")
         self.state_id = state_id
 
 
@@ -45,7 +41,7 @@ class CopyVerifyError(CorruptStateError):
     def __init__(self, state_id: str, what: str) -> None:
         super().__init__(
             f"State {state_id!r} was written to the destination but reads back {what}; "
-            "check the destination store, then run the copy again"
+            "check the destination store, then run it again"
         )
         self.state_id = state_id
 
@@ -91,12 +87,10 @@ def refusals(state_id: str) -> Iterator[None]:
         raise CopyWriteError(
             state_id,
             f"another worker ({exc.owner!r}) holds its lease there until {exc.expires_at}; run "
-            "the copy again once that lease is released or has expired",
+            "it again once that lease is released or has expired",
         ) from None
     except StateConflictError:
-        raise CopyWriteError(
-            state_id, "another writer saved to it there meanwhile; run the copy again"
-        ) from None
+        raise CopyWriteError(state_id, "another writer saved to it there meanwhile; run it again") from None
     except ValueError as exc:
         raise CopyWriteError(state_id, f"the destination refused it ({exc})") from None
 

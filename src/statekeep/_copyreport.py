@@ -28,6 +28,8 @@ class CopyReport:
     gone: int = 0
     #: Per agent memory scope copied, what was done to its keys.
     memory: dict[str, CopyReport] = field(default_factory=dict)
+    #: The ids in ``failed`` because their history differs in the destination (a conflict).
+    differ: list[str] = field(default_factory=list)
     #: An import's file: the States its export left out (name -> why), as its trailer says.
     left_out: dict[str, str] = field(default_factory=dict)
 

@@ -74,6 +74,11 @@ async def aexport(
     if isinstance(out, str | Path) and not Path(out).absolute().parent.is_dir():
         folder = Path(out).absolute().parent
         raise FileNotFoundError(f"{folder}: no such folder to write {Path(out).name} in; create it first")
+    if isinstance(out, str | Path) and Path(out).is_dir():
+        folder = Path(out).absolute()
+        raise IsADirectoryError(
+            f"{folder} is a folder; name a file to write, such as {folder / 'runs.jsonl'}"
+        )
     wanted = await chosen_ids(store, ids, filters)
     missing: list[str] = []
     left: list[LeftOut] = []

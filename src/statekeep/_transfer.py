@@ -181,7 +181,10 @@ async def aput_one(
         report.count(await aput_state(dst, state_id, record))
     except DecryptionError as exc:  # the destination's records: it needs its keys
         raise CopyKeysError("destination", exc) from None
-    except (CopyConflictError, CopyVerifyError, CopyWriteError) as exc:
+    except CopyConflictError as exc:
+        report.failed[state_id] = str(exc)
+        report.differ.append(state_id)
+    except (CopyVerifyError, CopyWriteError) as exc:
         report.failed[state_id] = str(exc)
     except UNREADABLE as exc:  # the destination's copy is damaged: left as it is, for a person
         report.failed[state_id] = unreadable(state_id, str(exc), "destination")

@@ -89,17 +89,32 @@ def _left_behind(lines: list[str]) -> None:
         fail(lines[-1], DATA_ERROR)
 
 
-def _finish(command: str, report: CopyReport, source: str, quiet: bool) -> None:
+def _full(url: str) -> str:
+    """A store as a message names it: a plain path made absolute, a URL as given."""
+    return url if "://" in url else str(Path(url).absolute())
+
+
+def _finish(command: str, report: CopyReport, source: str, destination: str, quiet: bool) -> None:
     """The summary; what the export file left out (an import: notes); then the exit status:
-    3 naming each State left behind, 1 the missing."""
+    3 naming each State left behind and why (with how to resolve a State that differs in
+    ``destination``), 1 the States ``source`` does not hold."""
     if not quiet:
         say(f"{command}: {report}")
     for name, why in report.left_out.items():
         say(f"statekeep: note: the file lacks {_named(name)}: the export left it out ({why})", err=True)
-    _left_behind([why if name in why else f"{name}: {why}" for name, why in sorted(report.failed.items())])
+    lines = []
+    for name, why in sorted(report.failed.items()):
+        if name in report.differ:
+            why += (
+                f". Delete it there to replace it (statekeep delete {name} --store {destination}), "
+                f"or {command} it under another id with --rename-prefix PREFIX"
+            )
+        lines.append(why if name in why else f"{name}: {why}")
+    _left_behind(lines)
     if report.missing:
         fail(
-            f"not in {source}: {', '.join(report.missing[:10])} (check the ids with statekeep list)",
+            f"not in {source}: {', '.join(report.missing[:10])} (check the ids with "
+            f"statekeep list --store {source})",
             NOT_FOUND,
         )
 
@@ -169,7 +184,7 @@ def export_states(
         )
     _left_behind([f"{_named(item.name)} cannot be read in the source: {item.why}" for item in left])
     if missing:
-        fail(f"not in {store_url}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
+        fail(f"not in {_full(store_url)}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
 
 
 @main.command("import")
@@ -199,7 +214,7 @@ def import_states(
     bar = ProgressBar.on_terminal("importing", quiet=quiet)
     with reporting(), open_destination(store_url, keys_file) as store:
         report = _run(aimport(store, source, rename_prefix=rename_prefix, progress=bar), bar, "import")
-    _finish("import", report, "standard input" if file == "-" else file, quiet)
+    _finish("import", report, "standard input" if file == "-" else file, _full(store_url), quiet)
 
 
 def _filter_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -277,7 +292,7 @@ def copy_states(
     bar = ProgressBar.on_terminal("copying", quiet=quiet)
     with (
         reporting(),
-        open_store_at(src_url, src_keys) as src,
+        open_store_at(src_url, src_keys, missing="check SRC_URL, the store to copy from") as src,
         open_destination(dst_url, dst_keys, env=False) as dst,
     ):
         if src == dst:
@@ -300,4 +315,4 @@ def copy_states(
             else:
                 hint = f"give the source's keys with --src-keys FILE or ${KEYS_ENV}"
             fail(f"{exc} ({hint})", USAGE)
-    _finish("copy", report, src_url, quiet)
+    _finish("copy", report, _full(src_url), _full(dst_url), quiet)
