@@ -132,3 +132,43 @@ def test_a_sealed_source_is_never_copied_in_clear_without_plaintext(opened_by: s
     assert CliRunner().invoke(main, [*args, "--plaintext"], env=env).exit_code == 0
     with FileStore(tmp_path / "clear") as copied:
         assert len(copied.list()) == len(ids)
+
+
+def no_library_words(text: str) -> None:
+    for words in ("encrypt=", "allow_plaintext", "Keyring(", "create="):
+        assert words not in text, text
+
+
+def test_keys_trouble_is_told_in_the_options_of_the_command(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_bytes(orjson.dumps({"current": "k1", "keys": {"k1": base64.b64encode(KEY).decode()}}))
+    with FileStore(tmp_path / "sealed", encrypt=Keyring({"k1": KEY}, current="k1")) as sealed:
+        make_runs(sealed, 1)
+    with FileStore(tmp_path / "clear") as clear:
+        make_runs(clear, 1)
+    sealed_url, clear_url, k = str(tmp_path / "sealed"), str(tmp_path / "clear"), str(keys)
+    cases = [  # (command line, what it must tell)
+        (["copy", sealed_url, str(tmp_path / "d1")], "--src-keys FILE"),
+        (["copy", clear_url, str(tmp_path / "d2"), "--src-keys", k, "--plaintext"], "without --src-keys"),
+        (["copy", sealed_url, clear_url, "--src-keys", k, "--dst-keys", k], "without --dst-keys"),
+        (["copy", clear_url, sealed_url, "--plaintext"], "--dst-keys FILE"),
+        (["export", "--all", "-o", str(tmp_path / "x.jsonl"), "--store", sealed_url], "--keys FILE"),
+        (
+            ["export", "--all", "-o", str(tmp_path / "y.jsonl"), "--store", clear_url, "--keys", k],
+            "without --keys",
+        ),
+    ]
+    assert (
+        cli("export", "--all", "-o", str(tmp_path / "s.jsonl"), "--store", sealed_url, "--keys", k).exit_code
+        == 0
+    )
+    cases += [
+        (["import", str(tmp_path / "s.jsonl"), "--store", clear_url, "--keys", k], "without --keys"),
+        (["import", str(tmp_path / "s.jsonl"), "--store", sealed_url], "--keys FILE"),
+    ]
+    for args, told in cases:
+        result = cli(*args)
+        assert result.exit_code in (2, 3), (args, result.output)
+        assert told in result.stderr and "State 'run-" in result.stderr, (args, result.stderr)
+        speaks_in_its_own_flags(args[0], result.stderr)
+        no_library_words(result.stderr)

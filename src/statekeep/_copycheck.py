@@ -53,6 +53,7 @@ class CopyKeysError(DecryptionError):
     def __init__(self, side: str, error: DecryptionError) -> None:
         super().__init__(f"in the {side}: {error}")
         self.side = side
+        self.error = error
 
 
 class CopyWriteError(StatekeepError):

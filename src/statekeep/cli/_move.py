@@ -36,6 +36,7 @@ from ._common import (
 )
 from ._destination import open_destination
 from ._group import main
+from ._keyadvice import keys_trouble
 from ._moveopts import (
     filter_options,
     ids_arg,
@@ -56,11 +57,18 @@ def _states(count: int) -> str:
 _AGAIN = "stopped part way; run it again to finish (what is done is skipped)"
 
 
-def _run(work: Coroutine[Any, Any, T], bar: ProgressBar, what: str, again: str = _AGAIN) -> T:
+def _run(
+    work: Coroutine[Any, Any, T], bar: ProgressBar, what: str, stores: dict[str, str], again: str = _AGAIN
+) -> T:
     """Run a move on an event loop of its own; Ctrl-C is exit 130 (saying ``again``);
-    a rename prefix that makes ids too long is bad usage (exit 2), before anything is written."""
+    a rename prefix that makes ids too long is bad usage (exit 2), before anything is written;
+    so is a record that needs other keys (or none), said in the command's options
+    (``stores``: the source's and the destination's, as messages name them)."""
     try:
         return asyncio.run(work)
+    except DecryptionError as exc:
+        bar.close()
+        fail(keys_trouble(what, exc, stores), USAGE)
     except RenameError as exc:
         bar.close()
         shown = ", ".join(f"{i[:40]}... ({len(i)} characters)" if len(i) > 40 else i for i in exc.ids[:5])
@@ -169,7 +177,8 @@ def export_states(
         scoped = memory_scopes(scopes, chosen is None and not filters)
         work = aexport(store, out, ids=chosen, filters=filters, progress=bar, memory_scopes=scoped)
         try:
-            count, entries, missing, gone, kept, left = _run(work, bar, "export", _STARTS_OVER)
+            done = _run(work, bar, "export", {"source": _full(store_url)}, _STARTS_OVER)
+            count, entries, missing, gone, kept, left = done
         except BrokenPipeError:  # the reader went away (| head): done, quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
@@ -213,7 +222,8 @@ def import_states(
     source: Any = sys.stdin.buffer if file == "-" else file
     bar = ProgressBar.on_terminal("importing", quiet=quiet)
     with reporting(), open_destination(store_url, keys_file) as store:
-        report = _run(aimport(store, source, rename_prefix=rename_prefix, progress=bar), bar, "import")
+        work = aimport(store, source, rename_prefix=rename_prefix, progress=bar)
+        report = _run(work, bar, "import", {"destination": _full(store_url)})
     _finish("import", report, "standard input" if file == "-" else file, _full(store_url), quiet)
 
 
@@ -307,12 +317,6 @@ def copy_states(
             progress=bar,
             memory_scopes=memory_scopes(scopes, whole),
         )
-        try:
-            report = _run(work, bar, "copy")
-        except DecryptionError as exc:
-            if getattr(exc, "side", "source") == "destination":
-                hint = "give the destination's keys with --dst-keys FILE"
-            else:
-                hint = f"give the source's keys with --src-keys FILE or ${KEYS_ENV}"
-            fail(f"{exc} ({hint})", USAGE)
-    _finish("copy", report, _full(src_url), _full(dst_url), quiet)
+        stores = {"source": _full(src_url), "destination": _full(dst_url)}
+        report = _run(work, bar, "copy", stores)
+    _finish("copy", report, stores["source"], stores["destination"], quiet)
