@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, Keyring, SQLiteStore, State
 from statekeep.cli import main
-from tests.move_runs import contents, make_runs
+from tests.move_runs import contents, cut_short_and_leased, make_runs
 from tests.test_cli_protect import run_on_a_terminal
 
 KEY = os.urandom(32)
@@ -234,19 +234,23 @@ def test_a_rename_prefix_too_long_is_bad_usage_and_writes_nothing(
             assert dst.list() == []
 
 
-def test_a_leased_state_fails_with_cli_words_and_the_others_are_copied(
-    source: tuple[str, list[str]], tmp_path: Path
+@pytest.mark.parametrize("command", ["copy", "import"])
+def test_a_leased_state_fails_with_cli_words_and_the_others_are_moved(
+    command: str, source: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     src, ids = source
     with FileStore(src) as store, SQLiteStore(tmp_path / "dst.db") as dst:
-        record = store.read(ids[2])
-        assert record is not None
-        dst.write(ids[2], record.entries[:1], None, create=True)  # a copy cut short
-        dst.acquire(ids[2], "worker-1", 600)
-    result = cli("copy", src, f"sqlite:///{tmp_path}/dst.db")
+        cut_short_and_leased(store, dst, ids[2])
+    dst_url, out = f"sqlite:///{tmp_path}/dst.db", str(tmp_path / "runs.jsonl")
+    if command == "copy":
+        result = cli("copy", src, dst_url)
+    else:
+        assert cli("export", "--all", "-o", out, "--store", src).exit_code == 0
+        result = cli("import", out, "--store", dst_url)
     assert result.exit_code == 3
     assert f"State {ids[2]!r}" in result.stderr and "worker-1" in result.stderr
     assert "lease=" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "run it again" in result.stderr and "the copy" not in result.stderr  # import's words too
     with SQLiteStore(tmp_path / "dst.db") as dst:
         assert len(dst.list()) == len(ids) - 1
 

@@ -72,21 +72,6 @@ def test_a_state_that_differs_is_resolved_with_the_full_destination(
     assert "--rename-prefix" in result.stderr
 
 
-def test_an_import_refused_by_a_lease_says_to_run_the_import_again(
-    source: tuple[str, list[str]], tmp_path: Path
-) -> None:
-    src, ids = source
-    with FileStore(src) as store, FileStore(tmp_path / "dst") as dst:
-        record = store.read(ids[1])
-        assert record is not None
-        dst.write(ids[1], record.entries[:1], None, create=True)
-        dst.acquire(ids[1], "worker-1", 600)
-    assert cli("export", "--all", "-o", str(tmp_path / "runs.jsonl"), "--store", src).exit_code == 0
-    result = cli("import", str(tmp_path / "runs.jsonl"), "--store", str(tmp_path / "dst"))
-    assert result.exit_code == 3 and "worker-1" in result.stderr
-    assert "copy" not in result.stderr and "run it again" in result.stderr
-
-
 def test_ids_not_in_the_source_name_how_to_list_that_source(
     source: tuple[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
