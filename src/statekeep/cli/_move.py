@@ -2,7 +2,8 @@
 
 Each shows a progress bar on stderr when it is a terminal (none with ``--quiet`` or when
 piped) and ends with a summary line (none with ``--quiet``). A State that differs in the
-destination, or fails its check after writing, is left unchanged and named: exit 3. A
+destination, fails its check after writing, or cannot be read (damaged), is left as it is
+and named on stderr with why, one line each, while the others move: exit 3 at the end. A
 State named on the command line that the source does not hold: exit 1.
 """
 
@@ -165,7 +166,8 @@ def export_states(
 ) -> None:
     """Write States to a portable JSON Lines file: a header (format version, source, counts),
     each State's snapshot and entries, and a trailer with a checksum. It holds what reading
-    gives: decrypted with --keys, labels and expiry included. The file appears once whole;
+    gives: decrypted with --keys, labels and expiry included. A State the store cannot read
+    is left out, named (exit 3) and listed in the trailer. The file appears once whole;
     a new one is readable by its owner only (0600), one replaced keeps its mode."""
     from .._exporting import aexport
 
@@ -210,7 +212,7 @@ def import_states(
     """Put the States of an export file (- reads standard input) into a store (created if
     missing). The whole file is checked first (format, version, counts, checksum);
     identical States are skipped, and a State that differs in the store is left as it is
-    and named (exit 3)."""
+    and named (exit 3). States the export left out (its trailer says) are named too."""
     from .._exporting import aimport
 
     if file == "-" and sys.stdin.isatty():
@@ -278,7 +280,8 @@ def copy_states(
     those the filters select, else all. Resumable and idempotent: run it again after a
     crash or Ctrl-C and it finishes; identical States are skipped, the source's snapshot
     replaces a destination's that differs, and a State whose history differs in the
-    destination is left as it is and named (exit 3). Each copy is read back and checked.
+    destination, or that the source cannot read, is left as it is and named (exit 3).
+    Each copy is read back and checked.
     With --src-keys or $STATEKEEP_KEYS opening the source, give --dst-keys (or --plaintext
     to write the copies in clear)."""
     from .._transfer import acopy
