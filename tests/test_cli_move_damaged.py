@@ -159,3 +159,18 @@ def test_a_damaged_state_in_the_destination_is_left_as_it_is_and_named(command: 
     good = [i for i in ids if i != ids[3]]
     with FileStore(tmp_path / "src") as src, FileStore(tmp_path / "dst") as dst:
         assert contents(dst, good) == contents(src, good)
+
+
+def test_states_left_behind_and_ids_not_in_the_source_are_both_named(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "src") as store:
+        ids = make_runs(store, 3)
+        damage("file", store, ids[1])
+    chosen = [ids[0], ids[1], "no-such-run"]
+    copied = cli(
+        "copy", str(tmp_path / "src"), str(tmp_path / "dst"), *(a for i in chosen for a in ("--ids", i))
+    )
+    exported = cli("export", *chosen, "-o", str(tmp_path / "runs.jsonl"), "--store", str(tmp_path / "src"))
+    for result in (copied, exported):
+        assert result.exit_code == 3, result.output
+        lines = result.stderr.splitlines()
+        assert len(lines) == 2 and "no-such-run" in lines[0] and repr(ids[1]) in lines[1], result.stderr

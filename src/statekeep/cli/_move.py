@@ -90,12 +90,15 @@ def _named(name: str) -> str:
     return f"agent {name}" if name.startswith("memory ") else f"State {name!r}"
 
 
-def _left_behind(lines: list[str]) -> None:
-    """Each State a move left behind, one line each on stderr saying why; then exit 3."""
+def _end(left_behind: list[str], missing: str | None) -> None:
+    """The last lines on stderr, one each: every State left behind and why, and the States
+    asked for that the source does not hold (``missing``); then exit 3 if any was left
+    behind, else 1 if any is missing."""
+    lines = [*([missing] if missing else []), *left_behind]
     for line in lines[:-1]:
         say(f"statekeep: {redact_text(line)}", err=True)
     if lines:
-        fail(lines[-1], DATA_ERROR)
+        fail(lines[-1], DATA_ERROR if left_behind else NOT_FOUND)
 
 
 def _full(url: str) -> str:
@@ -119,13 +122,8 @@ def _finish(command: str, report: CopyReport, source: str, destination: str, qui
                 f"or {command} it under another id with --rename-prefix PREFIX"
             )
         lines.append(why if name in why else f"{name}: {why}")
-    _left_behind(lines)
-    if report.missing:
-        fail(
-            f"not in {source}: {', '.join(report.missing[:10])} (check the ids with "
-            f"statekeep list --store {source})",
-            NOT_FOUND,
-        )
+    missing = f"not in {source}: {', '.join(report.missing[:10])} (check the ids with statekeep list --store {source})"
+    _end(lines, missing if report.missing else None)
 
 
 def _choose(
@@ -193,9 +191,12 @@ def export_states(
             f"export: {_states(count)}{memory} ({entries} entries) written to {where}{skipped}{lacks}",
             err=output == "-",
         )
-    _left_behind([f"{_named(item.name)} cannot be read in the source: {item.why}" for item in left])
-    if missing:
-        fail(f"not in {_full(store_url)}: {', '.join(missing[:10])} (the file holds the others)", NOT_FOUND)
+    _end(
+        [f"{_named(item.name)} cannot be read in the source: {item.why}" for item in left],
+        f"not in {_full(store_url)}: {', '.join(missing[:10])} (the file holds the others)"
+        if missing
+        else None,
+    )
 
 
 @main.command("import")
