@@ -106,7 +106,8 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
 
         client = aioredis.Redis.from_url(servers().shared_redis().url)
         try:
-            await client.hset(store.prefix + "state:" + state_id, "snapshot", raw)
+            # the State's key in the store's own namespace (the default one: prefix + "state:")
+            await client.hset(store._keys_of.state + state_id.encode(), "snapshot", raw)
         finally:
             await client.aclose()
     else:

@@ -36,6 +36,7 @@ from .._store import Store
 from .._urls import _looks_sqlite, open_store
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
+_NO_STORE = "pass --store or run 'statekeep demo' first"
 
 #: Exit statuses (and 130: stopped with Ctrl-C, as shells report SIGINT).
 OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
@@ -138,9 +139,12 @@ def reporting(stopped: str | None = STOPPED) -> Iterator[None]:
         fail(text, exit_code(failure))
 
 
-def open_store_at(url: str, keys_file: str | None = None, *, allow_plaintext: bool = False) -> Store:
+def open_store_at(
+    url: str, keys_file: str | None = None, *, allow_plaintext: bool = False, missing: str = _NO_STORE
+) -> Store:
     """Open an existing store (with the keys ``--keys``/``$STATEKEEP_KEYS`` give, if any);
-    the commands never create one, nor write to one they read."""
+    the commands never create one, nor write to one they read. ``missing``: what to do
+    when there is no store there, in the words of the command's own arguments."""
     keyring = load_keyring(keys_file)
     protect = {} if keyring is None else {"encrypt": keyring, "allow_plaintext": allow_plaintext}
     store = open_store(url, create=False, **protect)
@@ -151,9 +155,7 @@ def open_store_at(url: str, keys_file: str | None = None, *, allow_plaintext: bo
             if "://" not in url and _looks_sqlite(url)
             else ""
         )
-        fail(
-            f"no store at {url!r} ({local} does not exist){hint}; pass --store or run 'statekeep demo' first"
-        )
+        fail(f"no store at {url!r} ({local} does not exist){hint}; {missing}")
     return store
 
 
