@@ -29,9 +29,14 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from alpineagents.errors import fix_message  # type: ignore[import-untyped]  # no py.typed marker
-from alpineagents.state import check_id  # type: ignore[import-untyped]
-from alpineagents.store import Record, StateInfo, Store  # type: ignore[import-untyped]
+from ._needs import framework_missing
+
+try:
+    from alpineagents.errors import fix_message  # type: ignore[import-untyped]  # no py.typed marker
+    from alpineagents.state import check_id  # type: ignore[import-untyped]
+    from alpineagents.store import Record, StateInfo, Store  # type: ignore[import-untyped]
+except ImportError as exc:
+    raise framework_missing("alpineagents", "alpineagents", "alpineagents", exc) from exc
 
 from .._errors import StateExistsError, StateNotFoundError
 from .._ranges import SNAPSHOT_ONLY

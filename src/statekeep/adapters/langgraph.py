@@ -14,16 +14,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from ._needs import framework_missing
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        DeltaChannelHistory,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:
+    raise framework_missing("langgraph", "LangGraph", "langgraph", exc) from exc
 
 from .._store import Store
 from . import _langgraph_flows as flows

@@ -14,8 +14,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+from ._needs import framework_missing
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as exc:
+    raise framework_missing("openai_agents", "the OpenAI Agents SDK", "openai-agents", exc) from exc
 
 from .._codec import check
 from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
