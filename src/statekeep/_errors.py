@@ -30,7 +30,9 @@ class StateExistsError(StatekeepError, ValueError):
 
 class UnsupportedFormatError(StatekeepError, ValueError):
     """Written by a newer statekeep (a newer history format or store schema): upgrade
-    statekeep to read it. Nothing was changed."""
+    statekeep to read it. Also what ``load`` raises for a State a framework adapter wrote
+    (a LangGraph thread, an OpenAI Agents session, an alpineagents State), naming the
+    adapter that reads it. Nothing was changed."""
 
 
 class StateConflictError(StatekeepError, ValueError):

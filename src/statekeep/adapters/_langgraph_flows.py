@@ -22,7 +22,7 @@ from .._errors import (
 )
 from .._ranges import SNAPSHOT_ONLY
 from .._records import Record
-from .._store import Store
+from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import (
     FORMAT,
@@ -72,7 +72,7 @@ Call = Read | Write | Delete | Threads
 Flow = Generator[Call, Any, Any]
 
 
-def drive(store: Store, flow: Flow | Call) -> Any:
+def drive(store: Home, flow: Flow | Call) -> Any:
     """Run ``flow`` (or one call) with the store's sync methods; its result."""
     if isinstance(flow, Call):
         return _call(store, flow)
@@ -89,7 +89,7 @@ def drive(store: Store, flow: Flow | Call) -> Any:
         return stop.value
 
 
-async def adrive(store: Store, flow: Flow | Call) -> Any:
+async def adrive(store: Home, flow: Flow | Call) -> Any:
     """Run ``flow`` (or one call) awaiting the store's native coroutines; its result."""
     if isinstance(flow, Call):
         return await _acall(store, flow)
@@ -106,7 +106,7 @@ async def adrive(store: Store, flow: Flow | Call) -> Any:
         return stop.value
 
 
-def _call(store: Store, call: Call) -> Any:
+def _call(store: Home, call: Call) -> Any:
     if isinstance(call, Read):
         return store.read(call.state_id, since=call.since)
     if isinstance(call, Write):
@@ -116,7 +116,7 @@ def _call(store: Store, call: Call) -> Any:
     return [row.task for row in store.iter_states(labels=LABELS)]
 
 
-async def _acall(store: Store, call: Call) -> Any:
+async def _acall(store: Home, call: Call) -> Any:
     if isinstance(call, Read):
         return await store.aread(call.state_id, since=call.since)
     if isinstance(call, Write):

@@ -155,7 +155,7 @@ async def run_page(request: Request) -> Response:
     previous_at = window[hidden - 1].get("at") if hidden else None
     # Rendering thousands of entries takes a while: not on the event loop, which serves
     # every other page and live stream meanwhile.
-    rendered = await run_in_threadpool(entries_html, shown, previous_at)
+    rendered = await run_in_threadpool(entries_html, shown, previous_at, record.snapshot)
     return page(
         "run.html",
         id=state_id,
@@ -164,7 +164,7 @@ async def run_page(request: Request) -> Response:
         status_class=f"status-{fmt.css_word(status)}",
         agent=fmt.text(snap.get("agent")),
         turn=fmt.text(snap.get("turn")),
-        tokens=fmt.token_sum(record.entries).text(),
+        tokens=fmt.token_sum(record.entries, record.snapshot).text(),
         parent=parent,
         children=children,
         fork_source=fork_source,
