@@ -20,6 +20,7 @@ from .._redaction import redact_text
 from .._store import Store
 from .children import children_counts
 from .render import render, row_view
+from .statuses import Statuses
 
 POLL_MIN = 2.0  # seconds between two listings while States change
 POLL_MAX = 5.0  # ... and at most, while none does
@@ -42,8 +43,9 @@ class Change:
 class Changes:
     """The poller shared by the app's open runs feeds (see the module's docstring)."""
 
-    def __init__(self, store: Store, stopping: threading.Event) -> None:
+    def __init__(self, store: Store, stopping: threading.Event, statuses: Statuses) -> None:
         self.store = store
+        self.statuses = statuses  # told of each row handed out: a new stop reason is offered
         self.stopping = stopping
         self.queues: set[asyncio.Queue[list[Change]]] = set()
         self.task: asyncio.Task[None] | None = None
@@ -86,6 +88,7 @@ class Changes:
         fresh = [row for row in rows if handed.get(row.id) != row.updated_at]
         for row in fresh:
             handed[row.id] = row.updated_at
+        self.statuses.note(fresh)
         return rendered(fresh, await children_counts(self.store, fresh))
 
 
