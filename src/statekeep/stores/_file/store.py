@@ -277,6 +277,10 @@ class FileStore(FileLeasing, Backend):
     async def _state_ids(self) -> list[str] | None:
         return await owner().io.run(state_ids, self._folder)
 
+    async def _change_stamp(self) -> Hashable | None:
+        """One ``stat`` of the namespace's folder (see :meth:`StoreFolder.stamp`)."""
+        return self._folder.stamp()
+
     async def _size_bytes(self) -> int | None:
         """The bytes of every file in the store's folder (every namespace)."""
         return await asyncio.to_thread(tree_bytes, self.path)
