@@ -82,13 +82,13 @@ def test_times_read_relative_with_the_exact_time_on_hover(store: FileStore) -> N
     row = store.list()[0]
     with TestClient(create_app(store), base_url=LOCAL) as client:
         when = page(client, "/").one("tr", data_id="done").one("td", cls="updated").one("time")
-        assert when.text == "just now"
+        assert when.text == "just now" or when.text.endswith(" s ago"), when.text  # a slow machine
         assert when.attrs["title"] == row.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
         run = page(client, "/runs/done")
     snapshot = store.read("done")
     assert snapshot is not None and snapshot.snapshot is not None
     for field, key in (("created", "created_at"), ("updated", "updated_at")):
         shown = run.one("dd", id=field).one("time")
-        assert shown.text == "just now"
+        assert shown.text == "just now" or shown.text.endswith(" s ago"), shown.text
         assert shown.attrs["datetime"] == snapshot.snapshot[key]
         assert shown.attrs["title"] == exact(snapshot.snapshot[key])
