@@ -19,6 +19,7 @@ from ._common import (
     store_option,
 )
 from ._group import main
+from ._moveopts import prefix_arg
 
 
 @main.command("list")
@@ -29,6 +30,7 @@ from ._group import main
     "--label", "labels", multiple=True, callback=labels_arg, help="KEY=VALUE; repeat: all must match"
 )
 @click.option("--status", help="finished, running, or why a run stopped (limit, ...)")
+@click.option("--prefix", "id_prefix", callback=prefix_arg, help="only States whose id starts with this")
 @click.option(
     "--limit", type=int, help="at most this many rows (one page; the next page's --after is printed)"
 )
@@ -41,6 +43,7 @@ def list_states(
     parent: str | None,
     labels: dict[str, str],
     status: str | None,
+    id_prefix: str | None,
     limit: int | None,
     after: str | None,
     as_json: bool,
@@ -50,13 +53,23 @@ def list_states(
     The task of an encrypted State shows as [sealed] without --keys."""
     with reporting(), open_store_at(store_url, keys_file) as store:
         rows = store.list(
-            agent=agent, parent=parent, labels=labels or None, status=status, limit=limit, after=after
+            agent=agent,
+            parent=parent,
+            labels=labels or None,
+            status=status,
+            id_prefix=id_prefix,
+            limit=limit,
+            after=after,
         )
         following = getattr(rows, "next", None)
         if as_json:
             emit(row_json(row) for row in rows)
         elif not rows:
-            say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
+            say(
+                "no saved States"
+                if not any((agent, parent, labels, status, id_prefix, after))
+                else "no States match"
+            )
         else:
             emit(listing(rows))
         if following is not None:

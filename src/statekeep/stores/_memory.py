@@ -21,15 +21,17 @@ from ._file.expiry import encoded_expiry
 class _Space:
     """One namespace's States: entry lines, encoded snapshot and expiry, by id."""
 
-    __slots__ = ("expires", "leases", "lines", "snapshots")
+    __slots__ = ("changes", "expires", "leases", "lines", "snapshots")
 
     def __init__(self) -> None:
+        self.changes = 0  # the change stamp: counts snapshots kept and States dropped
         self.lines: dict[str, list[bytes]] = {}
         self.snapshots: dict[str, bytes | None] = {}
         self.expires: dict[str, datetime] = {}  # only States that expire
         self.leases: dict[str, Lease] = {}  # each State's lease row; kept by drop()
 
     def drop(self, sid: str) -> None:
+        self.changes += 1
         self.lines.pop(sid, None)
         self.snapshots.pop(sid, None)
         self.expires.pop(sid, None)
@@ -125,6 +127,7 @@ class MemoryStore(Backend):
     def _keep_snapshot(self, sid: str, snapshot: bytes | None) -> None:
         space = self._space
         space.snapshots[sid] = snapshot
+        space.changes += 1
         when = encoded_expiry(snapshot)
         if when is None:
             space.expires.pop(sid, None)
@@ -149,6 +152,10 @@ class MemoryStore(Backend):
             return await super()._read_snapshot(state_id)  # a read slides the expiry
         raw = self._space.snapshots.get(state_id)
         return None if raw is None or self._gone(state_id) else cast(dict[str, Any], orjson.loads(raw))
+
+    async def _change_stamp(self) -> Hashable | None:
+        """A count of the snapshots kept and States dropped (see :mod:`statekeep._changes`)."""
+        return self._space.changes
 
     async def _state_ids(self) -> list[str] | None:
         return sorted(self._space.lines)

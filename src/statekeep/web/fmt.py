@@ -46,6 +46,11 @@ def relative(when: datetime | None, now: datetime | None = None) -> str:
     return "just now"  # pragma: no cover  (seconds >= 10 always meets a unit)
 
 
+def exact(when: datetime | None) -> str:
+    """``when`` to the second in UTC, as a relative time's hover text: "2026-12-02 04:47:48 UTC"."""
+    return "" if when is None else when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def gap(previous: Any, current: Any) -> str:
     """The time between two entries' ``at``: "+350 ms", "+1.2 s", "+2 min 3 s", "+1 h 2 min";
     empty when either is not a time."""

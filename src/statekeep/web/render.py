@@ -105,6 +105,7 @@ def row_view(row: SavedState, children: int, now: datetime | None = None) -> dic
         "status_class": f"status-{fmt.css_word(row.status)}",
         "updated_iso": row.updated_at.isoformat(),
         "updated": fmt.relative(row.updated_at, now or datetime.now(UTC)),
+        "updated_exact": fmt.exact(row.updated_at),
         "children": children,
         "parent": row.parent or "",
         "fork_of": fmt.text(row.forked_from.get("id")) if row.forked_from else "",

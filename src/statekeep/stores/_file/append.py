@@ -107,7 +107,7 @@ class Appender:
             for job in jobs:
                 job.result()
             for item in ordered:
-                self._done(item)
+                self._done(item, root)
         finally:
             for item in items:
                 self._put_back(item)
@@ -241,7 +241,7 @@ class Appender:
             stored = scan_whole(self._store, log, item.write.state_id).entries[first : first + skip]
         return stored
 
-    def _done(self, item: Append) -> None:
+    def _done(self, item: Append, root: int | None) -> None:
         """Remember a finished write's log (the tail cache) and its snapshot's copy."""
         sid = item.write.state_id
         if isinstance(item.error, WouldBlock):
@@ -257,8 +257,8 @@ class Appender:
             self._tails.pop(sid, None)  # the write is durable; its log is read again next time
             return
         self._tails[sid] = tail
-        if item.snapshot is not None:  # a write that kept the snapshot leaves its copy current
-            self._copies.written(item.folder, sid, tail, item.snapshot)
+        if item.snapshot is not None and root is not None:  # a kept snapshot leaves its copy current
+            self._copies.written(root, item.folder, sid, tail, item.snapshot)
 
     def _put_back(self, item: Append) -> None:
         """Unlock the State; keep its descriptors open for the next write if all went well."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -38,6 +39,10 @@ from .trust import (
 )
 
 _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached through a link
+#: A change stamp younger than this is not trusted: a change within one tick of the file
+#: system's clock (a coarse kernel tick; whole seconds, or two, on some file systems) may
+#: have left the folder's times as they were.
+SETTLE_NS = 2_000_000_000
 
 
 class StoreFolder:
@@ -191,6 +196,23 @@ class StoreFolder:
                     unlock(folder)
         finally:
             release(root)
+
+    def stamp(self) -> tuple[int, ...] | None:
+        """The change stamp (see :mod:`statekeep._changes`): the modification and change
+        times of this namespace's folder, which a create or a delete (a rename in it) and a
+        refresh of a snapshot copy (.copies) move. None while younger than
+        :data:`SETTLE_NS`, or if the folder cannot be looked at. Writes of a statekeep
+        before this one, and one whose process died before its copy was refreshed, do not
+        move it: pollers list now and then anyway."""
+        try:
+            st = os.stat(self._text)
+        except FileNotFoundError:
+            return (0,)  # no States yet; making the folder changes this
+        except OSError:
+            return None
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < SETTLE_NS:
+            return None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
     def open_state(self, root: int, sid: str) -> int | None:
         """The State's folder, opened and checked; None if there is none."""

@@ -113,6 +113,9 @@ class FileStore(FileLeasing, Backend):
     ``list()``/``alist`` scans: it reads the snapshot copy of every State of the namespace
     (10,000 States take under a second), then filters and pages them; there are no indexes.
     Use SQLiteStore or a server store when listings must not grow with the store.
+    A poller that only needs to know whether anything changed (the viewer's runs feed) asks
+    the change stamp instead, one ``stat`` of the namespace's folder: every create and delete
+    renames in it, and every refresh of a snapshot copy sets its time.
 
     Expiry (``retention``, ``state.expire_at``) is judged by ``clock`` (default: the system
     clock, UTC), so processes sharing a folder must share a clock. An expired State is
@@ -276,6 +279,10 @@ class FileStore(FileLeasing, Backend):
 
     async def _state_ids(self) -> list[str] | None:
         return await owner().io.run(state_ids, self._folder)
+
+    async def _change_stamp(self) -> Hashable | None:
+        """One ``stat`` of the namespace's folder (see :meth:`StoreFolder.stamp`)."""
+        return self._folder.stamp()
 
     async def _size_bytes(self) -> int | None:
         """The bytes of every file in the store's folder (every namespace)."""
