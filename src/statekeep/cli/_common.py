@@ -1,8 +1,9 @@
 """What every ``statekeep`` command shares: opening the store, options, errors and exit codes.
 
 Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
-State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
-file or database that is not a statekeep store, a store of a newer statekeep), 130 stopped
+State), 2 bad usage, 3 data error (a damaged State, a file or database that is not a
+statekeep store, a store of a newer statekeep), 4 store unreachable (its server cannot be
+reached, or refused statekeep: its database, user, password or a setting), 130 stopped
 with Ctrl-C (any command that runs inside :func:`reporting`). Everything printed comes from
 stored data with its control characters escaped, and without passwords.
 """
@@ -38,7 +39,7 @@ from .._urls import _looks_sqlite, open_store
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
 
 #: Exit statuses (and 130: stopped with Ctrl-C, as shells report SIGINT).
-OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
+OK, NOT_FOUND, USAGE, DATA_ERROR, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 STOPPED = "COMMAND stopped (Ctrl-C)"  # reporting()'s default line, the command's name filled in
 
@@ -80,8 +81,10 @@ _DATA_ERRORS = (
 
 def exit_code(exc: Exception) -> int:
     """The exit status of an error a command met (see the module docstring)."""
-    if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | sqlite3.OperationalError):
-        return NOT_FOUND  # no store, State or server to be had (an unopenable or locked database)
+    if isinstance(exc, ConnectionError):
+        return UNREACHABLE  # a server store's: cannot be reached, or refused us
+    if isinstance(exc, FileNotFoundError | LookupError | sqlite3.OperationalError):
+        return NOT_FOUND  # no store or State to be had (an unopenable or locked database)
     if isinstance(exc, _DATA_ERRORS):
         return DATA_ERROR
     if isinstance(exc, OSError):
