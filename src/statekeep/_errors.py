@@ -63,9 +63,14 @@ class NotAStoreError(StatekeepError, ValueError):
     """A store was pointed at something that is not a statekeep store: another program's
     database, a file that is not a database, a key prefix holding no statekeep keys.
 
-    Raised before anything there is changed: the message says what was found and what to
-    pass instead.
+    Raised before anything there is changed: the message says what was found (``found``)
+    and what to pass instead (``advice``, in a Python caller's words; the CLI gives its own).
     """
+
+    def __init__(self, found: str, advice: str = "") -> None:
+        super().__init__(f"{found}. {advice}" if advice else found)
+        self.found = found
+        self.advice = advice
 
 
 class LeaseHeldError(StatekeepError, RuntimeError):

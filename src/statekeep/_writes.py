@@ -166,5 +166,5 @@ def missing_error(state_id: str, where: str = "this store") -> StateNotFoundErro
     load, the CLI. Every store and command raises this one, with this one message."""
     return StateNotFoundError(
         f"no State {state_id!r} in {where}: it was never created (a State is created by its "
-        "first save, or by a write with create=True), or it was deleted"
+        "first save), or it was deleted"
     )

@@ -22,19 +22,21 @@ from typing import NoReturn
 import click
 
 from .._agentcheck import ResumeWarning
-from .._clikeys import KEYS_ENV, load_keyring
+from .._clikeys import load_keyring
 from .._errors import (
     CorruptStateError,
-    DecryptionError,
     NotAStoreError,
     UnsafeStoreError,
     UnsupportedFormatError,
 )
 from .._ids import ID_RULE, validate_id
+from .._labels import LABEL_RULE, check_labels
+from .._query import decode_cursor
 from .._redaction import redact_text
 from .._render import DEFAULT_STORE, safe
 from .._store import Store
 from .._urls import _looks_sqlite, open_store
+from ._words import cli_text
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
 
@@ -136,9 +138,7 @@ def reporting(stopped: str | None = STOPPED) -> Iterator[None]:
             sqlite3.Error,
         )
         text = str(failure) if isinstance(failure, known) else f"{type(failure).__name__}: {failure}"
-        if isinstance(failure, DecryptionError):
-            text += f" (give the keys with --keys FILE or ${KEYS_ENV})"
-        fail(text, exit_code(failure))
+        fail(cli_text(failure, text), exit_code(failure))
 
 
 def open_store_at(url: str, keys_file: str | None = None, *, allow_plaintext: bool = False) -> Store:
@@ -182,5 +182,28 @@ def labels_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
         key, eq, text = value.partition("=")
         if not eq:
             raise click.BadParameter(f"{value!r} is not KEY=VALUE")
+        try:
+            check_labels({key: text})
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not a label: {LABEL_RULE}") from None
         labels[key] = text
     return labels
+
+
+def text_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A filter's value: given empty, it would match nothing, so it is refused."""
+    if value is not None and not value:
+        raise click.BadParameter("is empty: give a value, or leave the option out")
+    return value
+
+
+def after_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--after``: what a previous page printed, checked before the store is opened."""
+    if value is not None:
+        try:
+            decode_cursor(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r} is not what a listing printed after --after; start again without it"
+            ) from None
+    return value
