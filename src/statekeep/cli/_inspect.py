@@ -111,7 +111,7 @@ def show(
         record = store.read(state_id)
         if record is None:
             if not wait:
-                fail(str(missing_error(state_id, store_url)))
+                fail(missing_error(state_id, store_url).found)
             say(
                 f"statekeep: no State {state_id!r} yet; waiting for it to be saved (Ctrl-C to stop)", err=True
             )

@@ -65,7 +65,7 @@ def delete(state_id: str, store_url: str, children: bool, yes: bool, keys_file: 
         except CorruptStateError as exc:
             record, damage = None, str(exc)
         if record is None and damage is None:
-            fail(str(missing_error(state_id, store_url)))
+            fail(missing_error(state_id, store_url).found)
         tree = run_sync(store._atree(state_id), "alist") if children else [state_id]
         kids = f" and the {len(tree) - 1} States spawned from it" if len(tree) > 1 else ""
         if not yes:
