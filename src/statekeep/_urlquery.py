@@ -55,8 +55,11 @@ def take_ours(url: str) -> tuple[str, dict[str, str], list[str]]:
             taken[key] = unquote(item.partition("=")[2])
         else:
             kept.append(item)
+    names = [unquote(item.partition("=")[0]) for item in kept]
+    if not taken:
+        return url, {}, names  # as written, to the last character
     rest = ("?" + "&".join(kept) if kept else "") + hash_mark + fragment
-    return head + rest, taken, [unquote(item.partition("=")[0]) for item in kept]
+    return head + rest, taken, names
 
 
 def check_names(
