@@ -124,7 +124,7 @@ def test_list_json_escapes_what_a_terminal_would_act_on(tmp_path: Path) -> None:
     ("args", "named"),
     [
         (["--label", "novalue"], "KEY=VALUE"),
-        (["--label", "bad key!=x"], "labels"),
+        (["--label", "bad key!=x"], "--label"),
         (["--limit", "0"], "limit"),
         (["--limit", "many"], "limit"),
         (["--after", "junk"], "after"),

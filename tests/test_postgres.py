@@ -224,19 +224,19 @@ def test_quote_identifier() -> None:
 @pytest.mark.parametrize(
     ("dsn", "shown"),
     [
-        ("postgresql://u:s3cr%40t@h:5432/db", "postgresql://***@h:5432/db"),
-        ("postgres://u:p@ss@h/db", "postgres://***@h/db"),
-        ("postgresql://u:pa/ss@h/db", "postgresql://***@h/db"),
-        ("postgresql://u:p?a#s@h:5432/db?sslmode=require", "postgresql://***@h:5432/db?sslmode=require"),
+        ("postgresql://u:s3cr%40t@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
+        ("postgresql://u:pa/ss@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:p?a#s@h:5432/db?sslmode=require", "postgresql://u:***@h:5432/db?sslmode=require"),
         (
             "postgresql://h/db?user=u&password=s3cret&sslmode=verify-full",
             "postgresql://h/db?user=u&password=***&sslmode=verify-full",
         ),
-        ("postgresql://u@h/db", "postgresql://***@h/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),  # a user name alone is no secret
         ("postgresql://h/db", "postgresql://h/db"),
         ("host=h password=s3cret user=u", "host=h password=*** user=u"),
         ("host=h password='s3 cret' user=u", "host=h password=*** user=u"),
-        ("postgresql://u:s3cret@h1:1,h2:2/db", "postgresql://***@h1:1,h2:2/db"),
+        ("postgresql://u:s3cret@h1:1,h2:2/db", "postgresql://u:***@h1:1,h2:2/db"),
     ],
 )
 def test_redact_dsn(dsn: str, shown: str) -> None:

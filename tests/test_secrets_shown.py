@@ -189,4 +189,4 @@ def test_an_agent_under_a_lease_logs_and_raises_no_secret() -> None:
     with pytest.raises(StaleLeaseError) as caught:
         agent.run(store.load("s"))
     assert_clean(str(caught.value), repr(caught.value))
-    assert re.search(r"redis://\*\*\*@cache", str(caught.value))
+    assert re.search(r"redis://:\*\*\*@cache", str(caught.value))

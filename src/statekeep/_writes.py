@@ -165,6 +165,6 @@ def missing_error(state_id: str, where: str = "this store") -> StateNotFoundErro
     """The error for a State id that ``where`` does not hold: a ``create=False`` write, a
     load, the CLI. Every store and command raises this one, with this one message."""
     return StateNotFoundError(
-        f"no State {state_id!r} in {where}: it was never created (a State is created by its "
-        "first save, or by a write with create=True), or it was deleted"
+        f"no State {state_id!r} in {where}: it was never created, or it was deleted",
+        "A State is created by its first save, or by a write with create=True",
     )

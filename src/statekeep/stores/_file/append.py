@@ -137,6 +137,8 @@ class Appender:
         try:
             step(item, *args)
         except BaseException as exc:
+            if isinstance(exc, OSError):
+                self._store.name_paths(exc, item.write.state_id)
             item.error = exc
             self._undo(item)
 

@@ -30,8 +30,11 @@ from .trust import (
     DELETING,
     DIR,
     LOG,
+    LOG_TMP,
     MARKER_FORMAT,
     NAMESPACE_DIR,
+    SNAPSHOT,
+    SNAPSHOT_TMP,
     check_adoptable,
     check_owner,
     read_marker,
@@ -43,6 +46,7 @@ _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached
 #: system's clock (a coarse kernel tick; whole seconds, or two, on some file systems) may
 #: have left the folder's times as they were.
 SETTLE_NS = 2_000_000_000
+_IN_A_STATE = frozenset({LOG, LOG_TMP, SNAPSHOT, SNAPSHOT_TMP})  # the files in a State's folder
 
 
 class StoreFolder:
@@ -265,6 +269,19 @@ class StoreFolder:
             return self.io.read_all(fd)
         finally:
             os.close(fd)
+
+    def name_paths(self, exc: OSError, sid: str | None = None) -> None:
+        """Give ``exc`` the full paths of the files it names: the store opens them relative
+        to a folder it holds open, so the system names them bare (``'log.jsonl'``). A name
+        of a State's own files is in State ``sid``'s folder, any other in the States' folder."""
+        for attr in ("filename", "filename2"):
+            name = getattr(exc, attr, None)
+            if not isinstance(name, str) or not name or os.path.isabs(name):
+                continue
+            if sid and name in _IN_A_STATE:
+                setattr(exc, attr, self.where(sid, name))
+            else:
+                setattr(exc, attr, self._text if name == "." else f"{self._text}{os.sep}{name}")
 
     def where(self, sid: str, name: str | None = None) -> str:
         """The path of a State's folder, or of ``name`` in it, for messages (plain strings:

@@ -86,7 +86,11 @@ class FileLeasing:
         # A new log renamed over the old one, under the State's flock (see .reseal).
         self._handles.drop(state_id)
         self._copies.forget(state_id)
-        return await owner().io.run(reseal, self._folder, self._tails, state_id, entries, snapshot)
+        try:
+            return await owner().io.run(reseal, self._folder, self._tails, state_id, entries, snapshot)
+        except OSError as exc:
+            self._folder.name_paths(exc, state_id)
+            raise
 
     async def _current_lease(self, state_id: str) -> Lease | None:
         return await owner().io.run(self._read_lease, state_id)

@@ -153,7 +153,6 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         self._migrated = False
         self._create = create
         self._server_name = f"PostgreSQL at {self._where.host}:{self._where.port}"
-        self._secrets = self._where.secrets
         self._lost = _pool.connection_errors(self._asyncpg)
         self._user_conn = pool
         super().__init__()
@@ -300,6 +299,9 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
             return await _pool.run(self._asyncpg, local.pool, method, query, *args)
 
     # -- the pool -------------------------------------------------------------------
+
+    def _refusal(self, exc: BaseException) -> str | None:
+        return _pool.refusal(self._asyncpg, exc, self._where.user, self._where.database)
 
     async def _open(self, local: PoolLocal) -> Pool:
         pool = await _pool.make_pool(

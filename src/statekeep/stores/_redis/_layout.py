@@ -79,8 +79,8 @@ async def check_server(
     if version is None and not create:
         raise NotAStoreError(
             f"{store}: no statekeep keys under prefix {prefix!r} (the key "
-            f"{layout.decode(errors='replace')!r} is missing); nothing was changed. Pass the "
-            "URL and prefix statekeep saved to"
+            f"{layout.decode(errors='replace')!r} is missing); nothing was changed",
+            "Pass the URL and prefix statekeep saved to",
         )
     try:
         found = None if version is None else int(version)

@@ -18,6 +18,7 @@ from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, Snapshot
 from ..._redactor import Redactor
 from ..._sealing import Keyring
+from ..._urlquery import our_values
 from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
@@ -128,11 +129,15 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, got {type(url).__name__}")
         redaction.check_userinfo(url)
-        url, in_url = _client.take_namespace(url)
-        if in_url is not None:
-            if namespace != DEFAULT_NAMESPACE and namespace != in_url:
-                raise ValueError(f"namespace {namespace!r} differs from the URL's namespace={in_url!r}")
-            namespace = in_url
+        url, in_url = _client.take_options(url)
+        if "namespace" in in_url:
+            if namespace != DEFAULT_NAMESPACE and namespace != in_url["namespace"]:
+                raise ValueError(
+                    f"namespace {namespace!r} differs from the URL's namespace={in_url['namespace']!r}"
+                )
+            namespace = in_url["namespace"]
+        if retention is None and "retention" in in_url:
+            retention = our_values({"retention": in_url["retention"]})["retention"]
         self._lifecycle(namespace, retention)
         self._protect(redact, encrypt, allow_plaintext)
         if type(prefix) is not str:
@@ -146,7 +151,6 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         self._user_client = client
         self._create = create
         self._server = _client.server_key(url, client)
-        self._secrets = redaction.url_secrets(url)
         self._keys_of = Keys.of(self._prefix, self.namespace)
         self._server_name = f"Redis at {_client.where(self._server)}"
         self._lost = _client.lost(self._aioredis)
@@ -348,6 +352,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     async def _close(self) -> None:
         if self._parent is None:  # a sibling leaves the parent's client alone
             await super()._close()
+
+    def _refusal(self, exc: BaseException) -> str | None:
+        return _client.refusal(self._errors, exc, self._server[2])
 
     async def _open(self, local: ClientLocal) -> Redis:
         if self._user_client is not None:

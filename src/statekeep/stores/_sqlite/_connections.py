@@ -57,8 +57,8 @@ def refuse_not_a_database(path: Path, exc: sqlite3.DatabaseError) -> None:
     """Raise NotAStoreError if ``exc`` says the file is not a SQLite database."""
     if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
         raise NotAStoreError(
-            f"{path} is not a SQLite database ({exc}); nothing was changed. "
-            "Pass a statekeep SQLite database, or a folder for a FileStore"
+            f"{path} is not a SQLite database ({exc}); nothing was changed",
+            "Pass a statekeep SQLite database, or a folder for a FileStore",
         ) from None
 
 
