@@ -124,7 +124,14 @@ def test_list_leaves_out_states_it_did_not_write(tmp_path: Path) -> None:
         store = StatekeepStore(raw)
         agent(["Done"], store).run(State(id="mine", messages=[Message.user("Go")]))
         at = "2030-01-01T00:00:00+00:00"
-        not_ours = {"task": "x", "created_at": at, "updated_at": at, "turn": 0}
+        not_ours = {
+            "task": "x",
+            "created_at": at,
+            "updated_at": at,
+            "turn": 0,
+            "stopped_by": None,
+            "finished": False,
+        }
         raw.write("theirs", [{"seq": 0, "kind": "note"}], not_ours, create=True)
         assert store.read("theirs") is None  # the default namespace's: another program's, unseen
         store.store.write(  # in the adapter's namespace: seen, and refused
