@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._bridge import in_thread, run_sync, to_thread
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
+from ._expect import expecting, takes_expect_next
 from ._lineage import fork_state, tree_order
 from ._query import given
 from ._ranges import with_since
@@ -83,7 +84,13 @@ class Store(ABC):  # noqa: B024
     # -- async (native) -------------------------------------------------------------
 
     async def awrite(
-        self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False
+        self,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        *,
+        create: bool = False,
+        expect_next: int | None = None,
     ) -> None:
         """Add history ``entries`` to a State and replace its snapshot.
 
@@ -103,7 +110,15 @@ class Store(ABC):  # noqa: B024
         that lease is the State's current, live one, checked atomically with the write, else
         :class:`StaleLeaseError` and nothing is written. Without it, a live lease on the State
         refuses the write with :class:`LeaseHeldError`. A store opened with ``redact=`` or
-        ``encrypt=`` masks and seals the entries and snapshot before they leave the process.
+        ``encrypt=`` masks and seals the entries and snapshot before they leave the process;
+        one without ``encrypt=`` refuses to write to a sealed State (:class:`DecryptionError`).
+
+        ``expect_next=N`` (built-in stores; a store of your own may take it too): the write
+        is accepted only if the State's next seq (the seq after its last entry) is exactly
+        ``N``, checked atomically with the write, else :class:`StateConflictError` saying
+        what it is, and nothing is written: the writer's view of the State is stale (another
+        writer appended, or it was deleted and made again, maybe shorter); read it again.
+        Pass the next seq as you last read or wrote it. (:meth:`asave` passes it.)
 
         Cancelled (``task.cancel()``, or ``asyncio.timeout``/``wait_for``, which turn it into
         TimeoutError), it raises only once the write is settled: written whole, or never
@@ -112,7 +127,8 @@ class Store(ABC):  # noqa: B024
         which runs ``write`` in a worker thread, does so; a store of your own with an async
         ``awrite`` must too, which the conformance kit checks.)
         """
-        await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create))
+        expected = _expected(self, expect_next, "write")
+        await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create, **expected))
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         """What the store has for ``state_id``: the history entries with seq >= ``since``
@@ -286,9 +302,18 @@ class Store(ABC):  # noqa: B024
 
     # -- sync, derived --------------------------------------------------------------
 
-    def write(self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False) -> None:
+    def write(
+        self,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        *,
+        create: bool = False,
+        expect_next: int | None = None,
+    ) -> None:
         """Sync :meth:`awrite`, same contract and durability."""
-        run_sync(self.awrite(state_id, entries, snapshot, create=create), "awrite")
+        expected = _expected(self, expect_next, "awrite")
+        run_sync(self.awrite(state_id, entries, snapshot, create=create, **expected), "awrite")
 
     def read(self, state_id: str, *, since: int = 0) -> Record | None:
         """Sync :meth:`aread`."""
@@ -374,8 +399,9 @@ class Store(ABC):  # noqa: B024
         is taken by another State.
         Durable as the store's ``awrite``. A State is saved in one store only (ValueError
         elsewhere). If the write fails, nothing is marked saved and the next save sends it
-        again, whole. If another writer appended to the State meanwhile,
-        :class:`StateConflictError` says to load it again; :class:`StateNotFoundError` if it
+        again, whole. If another writer appended to the State meanwhile (or deleted and made
+        it again), :class:`StateConflictError` says to load it again (the save passes
+        ``expect_next`` to a store whose write takes it); :class:`StateNotFoundError` if it
         was deleted. Cancelled, it raises once the write is settled, as :meth:`awrite` does,
         and the State stays ready to save: the next save sends what the store lacks.
 
@@ -385,7 +411,7 @@ class Store(ABC):  # noqa: B024
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
-        leased = _leased(lease)
+        leased = {**_leased(lease), **expecting(self, state._expected_next())}
         try:
             if unsure:
                 # An earlier create failed after it may have been stored: append instead,
@@ -464,6 +490,19 @@ class Store(ABC):  # noqa: B024
 def _leased(lease: Lease | None) -> dict[str, Any]:
     """``lease=`` for a call, only when given (a store of one's own need not take it)."""
     return {} if lease is None else {"lease": lease}
+
+
+def _expected(store: Store, expect_next: int | None, other: str) -> dict[str, Any]:
+    """``expect_next=`` for the other side of a store of one's own: only when given, and
+    NotImplementedError when that side does not take it (a precondition cannot be emulated)."""
+    if expect_next is None:
+        return {}
+    if not takes_expect_next(store):
+        raise NotImplementedError(
+            f"{type(store).__name__}.{other}() does not take expect_next: add the parameter and "
+            "check it atomically with the write, or write without it"
+        )
+    return {"expect_next": expect_next}
 
 
 def _no_leases(store: Store, lease: Lease | None) -> None:

@@ -19,6 +19,7 @@ from ._cancel import CancellationContract
 from ._family import ErrorFamilyContract
 from ._helpers import Api, entries, snapshot
 from ._leases import LeaseContract
+from ._preconditions import PreconditionContract
 from ._protect import ProtectionContract
 from ._ranges import RangeContract
 from ._runs import RunsContract
@@ -43,6 +44,7 @@ class StoreContract(
     RangeContract,
     LeaseContract,
     ProtectionContract,
+    PreconditionContract,
     ErrorFamilyContract,
     CancellationContract,
 ):
