@@ -337,6 +337,8 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
                 None,
                 None,
                 None,
+                None,  # expect_next: none
+                True,  # a clear write
                 False,
             )
             assert row["o_status"] == 0

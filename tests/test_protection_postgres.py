@@ -568,4 +568,4 @@ def test_version_2_tables_gain_leases(postgres_server: PostgresServer) -> None:
         assert len(store.read("a").entries) == 3  # type: ignore[union-attr]
     finally:
         store.close()
-    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION == 3
+    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION

@@ -16,7 +16,7 @@ the same step (see :mod:`._lease_lua`); gc leaves a State with a live lease alon
 
 from __future__ import annotations
 
-from .._server import COMPARE, EXISTS, GAP, MISSING, OK
+from .._server import COMPARE, EXISTS, GAP, MISSING, OK, SEALED_STATE, UNEXPECTED
 from ._keys import STAMPED
 from ._lease_lua import FENCE
 
@@ -24,7 +24,7 @@ from ._lease_lua import FENCE
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
 # ARGV slots of the write before the index keys, and its keys.
-HEAD = 13
+HEAD = 15
 WRITE_KEYS = 7
 
 # Helpers every changing script starts with. ``ns`` is the table of namespace keys.
@@ -135,8 +135,9 @@ WRITE = (
     + f"""
 -- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
---       exp, retention, n index keys, lease token ('' for none), lease owner, then the
---       index keys, the n entries, then the approved stored entries
+--       exp, retention, n index keys, lease token ('' for none), lease owner, expect_next
+--       ('' for none), clear ('1': the write is not sealed), then the index keys, the n
+--       entries, then the approved stored entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -156,6 +157,14 @@ for i = 1, {WRITE_KEYS} do
 end
 local refused = fence(KEYS[7], ARGV[12], ARGV[13])
 if refused then return refused end
+
+-- Whether the State is sealed: its snapshot, else its last entry, ends with the sealed
+-- record's last key (see statekeep._expect.sealed_text).
+local function sealed_state(state, entries, nxt)
+  local rec = redis.call('HGET', state, 'snapshot')
+  if not rec and nxt > 0 then rec = redis.call('LINDEX', entries, nxt - 1) end
+  return rec and string.find(rec, '"sk%.sealed":"[^"]*"}}$') ~= nil
+end
 
 local function push(from, to)
   local i = from
@@ -184,6 +193,8 @@ if create then
 end
 if not is_live then return {{{MISSING}}} end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
+if ARGV[14] ~= '' and tonumber(ARGV[14]) ~= nxt then return {{{UNEXPECTED}, nxt}} end
+if ARGV[15] == '1' and sealed_state(KEYS[1], KEYS[2], nxt) then return {{{SEALED_STATE}}} end
 local skip = 0
 if n > 0 then
   if first > nxt then return {{{GAP}, nxt}} end
