@@ -19,6 +19,7 @@ from agents.memory.session_settings import SessionSettings, coerce_session_setti
 
 from .._codec import check
 from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from .._expect import expecting
 from .._ranges import SNAPSHOT_ONLY
 from .._store import Store
 from ._ids import state_id_for
@@ -192,7 +193,11 @@ class StatekeepSession:
         ``after``; False if the write lost to another writer (nothing was written)."""
         try:
             await self.store.awrite(
-                self.state_id, entries, snapshot_for(self.session_id, after), create=tail is None
+                self.state_id,
+                entries,
+                snapshot_for(self.session_id, after),
+                create=tail is None,
+                **expecting(self.store, None if tail is None else tail.end),
             )
         except (StateConflictError, StateExistsError, StateNotFoundError):
             self._seen = None
