@@ -23,7 +23,7 @@ from statekeep import (
     Store,
     validate_id,
 )
-from statekeep.testing import StoreContract
+from statekeep.testing import Api, StoreContract
 from tests.conftest import STORE_FACTORIES, drop_and_collect, entries, snapshot
 
 
@@ -122,13 +122,71 @@ class TestSyncDictStore(StoreContract):
 
 
 class TestAsyncDictStore(StoreContract):
-    durable = checks_data = refuses_closed = False
-    supports_query = False  # alist() takes no filters or pages
+    durable = checks_data = refuses_closed = False  # its alist() takes no filters: Store adds them
     supports_expiry = supports_namespaces = supports_memory = False
     supports_trio = False  # its awrite asks asyncio for the running loop
 
     def make_store(self, tmp_path: Path) -> Store:
         return AsyncDictStore()
+
+
+class ListingDictStore(SyncDictStore):
+    """A store written with sync methods, its list() written without filters or pages."""
+
+    def list(self) -> list[SavedState]:
+        rows = []
+        with self.lock:
+            for sid, record in self.data.items():
+                if record.snapshot is not None:
+                    try:
+                        rows.append(SavedState.from_snapshot(sid, record.snapshot))
+                    except ValueError as exc:
+                        warnings.warn(f"State {sid!r} left out: {exc}", RuntimeWarning, stacklevel=2)
+        return rows  # in no particular order: Store puts them in listing order
+
+    def delete(self, state_id: str) -> None:
+        with self.lock:
+            self.data.pop(validate_id(state_id), None)
+
+
+class TestListingDictStore(StoreContract):
+    """A plain list() gets the query: filtered and paged by Store, by the rules of every store."""
+
+    durable = checks_data = refuses_closed = False
+    supports_expiry = supports_namespaces = supports_memory = False
+
+    def make_store(self, tmp_path: Path) -> Store:
+        return ListingDictStore()
+
+
+def test_a_plain_list_takes_the_query_with_the_same_rules() -> None:
+    store = ListingDictStore()
+    for i, agent in enumerate(["a", "b", "a"]):
+        snap = {**snapshot(f"t{i}", updated=f"2026-01-0{i + 1}T00:00:00+00:00"), "agent": agent}
+        store.write(f"s{i}", [{"seq": 0}], snap, create=True)
+    assert [r.id for r in store.list(agent="a")] == ["s2", "s0"]
+    first = store.list(limit=2)
+    assert [r.id for r in first] == ["s2", "s1"] and first.next is not None  # type: ignore[attr-defined]
+    assert [r.id for r in store.list(limit=2, after=first.next)] == ["s0"]  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="limit must be"):
+        store.list(limit=0)
+    assert [r.id for r in asyncio.run(store.alist(agent="b"))] == ["s1"]
+
+
+class ClaimsDelete(StoreContract):
+    """Not collected (no Test prefix): a class whose flags say its store deletes, which it cannot."""
+
+    def make_store(self, tmp_path: Path) -> Store:
+        return SyncDictStore()
+
+
+def test_the_kit_names_the_flag_of_a_capability_the_store_lacks() -> None:
+    kit = ClaimsDelete()
+    api = Api(SyncDictStore(), "sync")
+    with pytest.raises(
+        pytest.fail.Exception, match=r"ClaimsDelete.supports_delete says .*set supports_delete = False"
+    ):
+        asyncio.run(kit.test_delete_absent_id_does_nothing(api))
 
 
 async def test_async_methods_derived_from_sync_ones() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from abc import ABC
 from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime
@@ -12,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._bridge import in_thread, run_sync, to_thread
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
-from ._expect import expecting, takes_expect_next
+from ._expect import expecting
 from ._lineage import fork_state, tree_order
 from ._query import given
-from ._ranges import with_since
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
+from ._shims import expected, fill_in, leased, no_leases
 from ._state import State
 from ._writes import missing_error
 
@@ -64,11 +63,7 @@ class Store(ABC):  # noqa: B024
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # A store written before range reads: its read/aread gain ``since`` (read whole, cut).
-        for name in ("read", "aread"):
-            method = cls.__dict__.get(name)
-            if method is not None and "since" not in inspect.signature(method).parameters:
-                setattr(cls, name, with_since(method))
+        fill_in(cls)  # what a store written before a part of this contract lacks (see _shims)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
         missing = [
@@ -127,8 +122,8 @@ class Store(ABC):  # noqa: B024
         which runs ``write`` in a worker thread, does so; a store of your own with an async
         ``awrite`` must too, which the conformance kit checks.)
         """
-        expected = _expected(self, expect_next, "write")
-        await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create, **expected))
+        extra = expected(self, expect_next, "write")
+        await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create, **extra))
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         """What the store has for ``state_id``: the history entries with seq >= ``since``
@@ -223,9 +218,9 @@ class Store(ABC):  # noqa: B024
         """
         if children:
             for sid in await self._atree(state_id):
-                await self.adelete(sid, **_leased(lease if sid == state_id else None))
+                await self.adelete(sid, **leased(lease if sid == state_id else None))
             return
-        _no_leases(self, lease)
+        no_leases(self, lease)
         if type(self).delete is Store.delete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         await in_thread(functools.partial(self.delete, state_id))
@@ -268,7 +263,7 @@ class Store(ABC):  # noqa: B024
         its next save; it keeps the source's ``parent`` too (a fork of a subagent's run is
         another child of the same parent, and goes with that parent's tree delete).
         """
-        _no_leases(self, lease)
+        no_leases(self, lease)
         record = await self.aread(state_id)
         if record is None:
             raise missing_error(state_id)
@@ -312,8 +307,8 @@ class Store(ABC):  # noqa: B024
         expect_next: int | None = None,
     ) -> None:
         """Sync :meth:`awrite`, same contract and durability."""
-        expected = _expected(self, expect_next, "awrite")
-        run_sync(self.awrite(state_id, entries, snapshot, create=create, **expected), "awrite")
+        extra = expected(self, expect_next, "awrite")
+        run_sync(self.awrite(state_id, entries, snapshot, create=create, **extra), "awrite")
 
     def read(self, state_id: str, *, since: int = 0) -> Record | None:
         """Sync :meth:`aread`."""
@@ -368,7 +363,7 @@ class Store(ABC):  # noqa: B024
         if children:
             run_sync(self.adelete(state_id, children=True, lease=lease), "adelete")
             return
-        _no_leases(self, lease)
+        no_leases(self, lease)
         if type(self).adelete is Store.adelete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         run_sync(self.adelete(state_id), "adelete")
@@ -411,17 +406,17 @@ class Store(ABC):  # noqa: B024
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
-        leased = {**_leased(lease), **expecting(self, state._expected_next())}
+        options = {**leased(lease), **expecting(self, state._expected_next())}
         try:
             if unsure:
                 # An earlier create failed after it may have been stored: append instead,
                 # which skips what is there already.
                 try:
-                    await self.awrite(state.id, entries, snapshot, **leased)
+                    await self.awrite(state.id, entries, snapshot, **options)
                 except LookupError:
-                    await self.awrite(state.id, entries, snapshot, create=True, **leased)
+                    await self.awrite(state.id, entries, snapshot, create=True, **options)
             else:
-                await self.awrite(state.id, entries, snapshot, create=create, **leased)
+                await self.awrite(state.id, entries, snapshot, create=create, **options)
         except (StaleLeaseError, LeaseHeldError):
             raise  # nothing was written, and the advice is the lease's
         except StateConflictError as exc:
@@ -485,26 +480,3 @@ class Store(ABC):  # noqa: B024
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def _leased(lease: Lease | None) -> dict[str, Any]:
-    """``lease=`` for a call, only when given (a store of one's own need not take it)."""
-    return {} if lease is None else {"lease": lease}
-
-
-def _expected(store: Store, expect_next: int | None, other: str) -> dict[str, Any]:
-    """``expect_next=`` for the other side of a store of one's own: only when given, and
-    NotImplementedError when that side does not take it (a precondition cannot be emulated)."""
-    if expect_next is None:
-        return {}
-    if not takes_expect_next(store):
-        raise NotImplementedError(
-            f"{type(store).__name__}.{other}() does not take expect_next: add the parameter and "
-            "check it atomically with the write, or write without it"
-        )
-    return {"expect_next": expect_next}
-
-
-def _no_leases(store: Store, lease: Lease | None) -> None:
-    if lease is not None and not hasattr(store, "aacquire"):
-        raise NotImplementedError(f"{type(store).__name__} does not support leases")
