@@ -67,6 +67,18 @@ def read_from(data: dict[str, Record], state_id: str) -> Record | None:
     return None if record is None else Record(*orjson.loads(orjson.dumps([record.entries, record.snapshot])))
 
 
+def rows_of(data: dict[str, Record]) -> list[SavedState]:
+    """A listing row for each State with a snapshot; one that cannot be read is left out with a warning."""
+    rows = []
+    for sid, record in data.items():
+        if record.snapshot is not None:
+            try:
+                rows.append(SavedState.from_snapshot(sid, record.snapshot))
+            except ValueError as exc:
+                warnings.warn(f"State {sid!r} left out: {exc}", RuntimeWarning, stacklevel=3)
+    return rows
+
+
 class SyncDictStore(Store):
     """A store written with sync methods only, and no list or delete."""
 
@@ -98,14 +110,7 @@ class AsyncDictStore(Store):
         return read_from(self.data, state_id)
 
     async def alist(self) -> list[Any]:
-        rows = []
-        for sid, record in self.data.items():
-            if record.snapshot is not None:
-                try:
-                    rows.append(SavedState.from_snapshot(sid, record.snapshot))
-                except ValueError as exc:
-                    warnings.warn(f"State {sid!r} left out: {exc}", RuntimeWarning, stacklevel=2)
-        return sorted(rows, key=lambda row: (-row.updated_at.timestamp(), row.id))
+        return sorted(rows_of(self.data), key=lambda row: (-row.updated_at.timestamp(), row.id))
 
     async def adelete(self, state_id: str) -> None:
         self.data.pop(validate_id(state_id), None)
@@ -134,15 +139,8 @@ class ListingDictStore(SyncDictStore):
     """A store written with sync methods, its list() written without filters or pages."""
 
     def list(self) -> list[SavedState]:
-        rows = []
         with self.lock:
-            for sid, record in self.data.items():
-                if record.snapshot is not None:
-                    try:
-                        rows.append(SavedState.from_snapshot(sid, record.snapshot))
-                    except ValueError as exc:
-                        warnings.warn(f"State {sid!r} left out: {exc}", RuntimeWarning, stacklevel=2)
-        return rows  # in no particular order: Store puts them in listing order
+            return rows_of(self.data)  # in no particular order: Store puts them in listing order
 
     def delete(self, state_id: str) -> None:
         with self.lock:
