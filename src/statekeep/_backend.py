@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._bridge import owner, run_async, run_sync
-from ._expect import check_expect
+from ._expect import expecting_next
 from ._ids import validate_id
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
 from ._leases import Lease, check_fence, check_lease
@@ -224,7 +224,7 @@ class Backend(Leasing, Store):
         lease: Lease | None = None,
         expect_next: int | None = None,
     ) -> None:
-        write = self._prepared(state_id, entries, snapshot, create, lease, expect_next)
+        write = expecting_next(self._prepared(state_id, entries, snapshot, create, lease), expect_next)
         await run_async(self._locked_write(self._check_open(write)), direct=True)
 
     def write(
@@ -237,25 +237,16 @@ class Backend(Leasing, Store):
         lease: Lease | None = None,
         expect_next: int | None = None,
     ) -> None:
-        write = self._prepared(state_id, entries, snapshot, create, lease, expect_next)
+        write = expecting_next(self._prepared(state_id, entries, snapshot, create, lease), expect_next)
         run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
 
     def _prepared(
-        self,
-        state_id: str,
-        entries: Entries,
-        snapshot: Snapshot,
-        create: bool,
-        lease: Lease | None,
-        expect_next: int | None = None,
+        self, state_id: str, entries: Entries, snapshot: Snapshot, create: bool, lease: Lease | None
     ) -> PreparedWrite:
         """A write redacted, checked, encoded and sealed, in the caller's thread."""
-        expected = check_expect(expect_next, create)
         write = self._protection.write(self.namespace, state_id, entries, self._stamp(snapshot), create)
         if lease is not None:
             write = dataclasses.replace(write, lease=check_lease(lease, state_id))
-        if expected is not None:
-            write = dataclasses.replace(write, expect_next=expected)
         return write
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:

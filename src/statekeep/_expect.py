@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,12 @@ def check_expect(expect_next: object, create: bool) -> int | None:
             f"expect_next={expect_next} with create=True: a new State's next seq is 0; nothing was written"
         )
     return expect_next
+
+
+def expecting_next(write: PreparedWrite, expect_next: object) -> PreparedWrite:
+    """``write`` with the caller's ``expect_next`` (checked: :func:`check_expect`)."""
+    expected = check_expect(expect_next, write.create)
+    return write if expected is None else dataclasses.replace(write, expect_next=expected)
 
 
 def check_next(write: PreparedWrite, next_seq: int) -> None:

@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._expect import takes_expect_next
+from ._expect import expecting, takes_expect_next
 from ._query import takes_no_query, with_query
 from ._ranges import with_since
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["expected", "expecting", "fill_in", "leased", "no_leases", "with_children"]
 
 
 def fill_in(cls: type) -> None:

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._bridge import in_thread, run_sync, to_thread
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
-from ._expect import expecting
-from ._lineage import fork_state, tree_order
+from ._lineage import fork_state, walk_tree
 from ._query import given
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
-from ._shims import expected, fill_in, leased, no_leases
+from ._shims import expected, expecting, fill_in, leased, no_leases
 from ._state import State
 from ._writes import missing_error
 
@@ -108,12 +107,11 @@ class Store(ABC):  # noqa: B024
         ``encrypt=`` masks and seals the entries and snapshot before they leave the process;
         one without ``encrypt=`` refuses to write to a sealed State (:class:`DecryptionError`).
 
-        ``expect_next=N`` (built-in stores; a store of your own may take it too): the write
-        is accepted only if the State's next seq (the seq after its last entry) is exactly
-        ``N``, checked atomically with the write, else :class:`StateConflictError` saying
-        what it is, and nothing is written: the writer's view of the State is stale (another
-        writer appended, or it was deleted and made again, maybe shorter); read it again.
-        Pass the next seq as you last read or wrote it. (:meth:`asave` passes it.)
+        ``expect_next=N`` (built-in stores; :meth:`asave` passes it): accepted only if the
+        State's next seq (after its last entry) is exactly ``N``, checked atomically with the
+        write, else :class:`StateConflictError` saying what it is, and nothing is written: the
+        writer's view is stale (another writer appended, or the State was deleted and made
+        again, maybe shorter). Pass the next seq as you last read or wrote it.
 
         Cancelled (``task.cancel()``, or ``asyncio.timeout``/``wait_for``, which turn it into
         TimeoutError), it raises only once the write is settled: written whole, or never
@@ -227,15 +225,7 @@ class Store(ABC):  # noqa: B024
 
     async def _atree(self, root: str) -> list[str]:
         """``root`` and every descendant, deepest first."""
-        found: dict[str, str | None] = {root: None}
-        frontier = [root]
-        while frontier:
-            sid = frontier.pop()
-            for child in await self._child_ids(sid):
-                if child not in found:
-                    found[child] = sid
-                    frontier.append(child)
-        return tree_order(root, found)
+        return await walk_tree(root, self._child_ids)
 
     async def _child_ids(self, state_id: str) -> list[str]:
         """The ids of ``state_id``'s children (built-in stores include expired ones)."""
@@ -394,9 +384,8 @@ class Store(ABC):  # noqa: B024
         is taken by another State.
         Durable as the store's ``awrite``. A State is saved in one store only (ValueError
         elsewhere). If the write fails, nothing is marked saved and the next save sends it
-        again, whole. If another writer appended to the State meanwhile (or deleted and made
-        it again), :class:`StateConflictError` says to load it again (the save passes
-        ``expect_next`` to a store whose write takes it); :class:`StateNotFoundError` if it
+        again, whole. If another writer appended to (or re-made) the State meanwhile,
+        :class:`StateConflictError` says to load it again (``expect_next``, where taken); :class:`StateNotFoundError` if it
         was deleted. Cancelled, it raises once the write is settled, as :meth:`awrite` does,
         and the State stays ready to save: the next save sends what the store lacks.
 
@@ -428,7 +417,7 @@ class Store(ABC):  # noqa: B024
         except (ValueError, TypeError, LookupError):
             raise
         except BaseException:  # failed, cancelled or interrupted: it may be stored or not
-            state._mark_failed(create)
+            state._mark_failed()
             raise
         state._mark_saved(self, sent)
 

@@ -16,7 +16,8 @@ the same step (see :mod:`._lease_lua`); gc leaves a State with a live lease alon
 
 from __future__ import annotations
 
-from .._server import COMPARE, EXISTS, GAP, MISSING, OK, SEALED_STATE, UNEXPECTED
+from .._server import COMPARE, EXISTS, GAP, MISSING, OK
+from ._expect_lua import PRECONDITIONS
 from ._keys import STAMPED
 from ._lease_lua import FENCE
 
@@ -132,6 +133,7 @@ end
 WRITE = (
     _COMMON
     + FENCE
+    + PRECONDITIONS
     + f"""
 -- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
@@ -157,14 +159,6 @@ for i = 1, {WRITE_KEYS} do
 end
 local refused = fence(KEYS[7], ARGV[12], ARGV[13])
 if refused then return refused end
-
--- Whether the State is sealed: its snapshot, else its last entry, ends with the sealed
--- record's last key (see statekeep._expect.sealed_text).
-local function sealed_state(state, entries, nxt)
-  local rec = redis.call('HGET', state, 'snapshot')
-  if not rec and nxt > 0 then rec = redis.call('LINDEX', entries, nxt - 1) end
-  return rec and string.find(rec, '"sk%.sealed":"[^"]*"}}$') ~= nil
-end
 
 local function push(from, to)
   local i = from
@@ -193,8 +187,8 @@ if create then
 end
 if not is_live then return {{{MISSING}}} end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
-if ARGV[14] ~= '' and tonumber(ARGV[14]) ~= nxt then return {{{UNEXPECTED}, nxt}} end
-if ARGV[15] == '1' and sealed_state(KEYS[1], KEYS[2], nxt) then return {{{SEALED_STATE}}} end
+local unmet = preconditions(KEYS[1], KEYS[2], nxt)
+if unmet then return unmet end
 local skip = 0
 if n > 0 then
   if first > nxt then return {{{GAP}, nxt}} end
