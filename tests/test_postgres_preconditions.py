@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from statekeep import StateConflictError
-from tests.conftest import entries
+from tests.conftest import entries, snapshot
+from tests.older import run_older
 from tests.servers import PostgresServer, unique_name
 from tests.test_postgres import old_tables, raw
 
@@ -31,3 +32,27 @@ def test_version_3_tables_gain_the_write_preconditions(postgres_server: Postgres
     finally:
         store.close()
     assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION == 4
+
+
+def test_the_last_release_refuses_version_4_tables(postgres_server: PostgresServer) -> None:
+    schema = unique_name("sk")
+    store = PostgresStore(postgres_server.dsn, schema=schema)
+    try:
+        store.write("a", entries(0, 1), snapshot(), create=True)  # makes the version 4 tables
+    finally:
+        store.close()
+    older = run_older(
+        f"""
+        from statekeep.stores import PostgresStore
+        try:
+            PostgresStore({postgres_server.dsn!r}, schema={schema!r}).write("a", [{{"seq": 1}}], None)
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+    assert "newer statekeep" in older.stdout, older.stdout + older.stderr
+    assert store_entries(postgres_server, schema) == 1  # it wrote nothing
+
+
+def store_entries(server: PostgresServer, schema: str) -> int:
+    return int(raw(server, f'SELECT count(*) FROM "{schema}".entries')[0][0])
