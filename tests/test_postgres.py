@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from statekeep import Record, UnsupportedFormatError
@@ -22,6 +23,8 @@ asyncpg = pytest.importorskip("asyncpg")
 
 from statekeep.stores import PostgresStore  # noqa: E402
 from statekeep.stores._postgres import SCHEMA_VERSION, quote_identifier, redact_dsn  # noqa: E402
+from statekeep.stores._postgres._schema import bootstrap, migrations  # noqa: E402
+from statekeep.stores._postgres._sql import Sql  # noqa: E402
 
 
 @pytest.fixture
@@ -42,6 +45,30 @@ def raw(server: PostgresServer, query: str, *args: Any) -> Any:
             await conn.close()
 
     return asyncio.run(go())
+
+
+def old_tables(server: PostgresServer, sql: Sql, version: int, nargs: int) -> None:
+    """Tables made by an older statekeep at schema ``version`` (its migrations, as it ran
+    them), holding State "a" with entries 0 and 1, written by that version's write function
+    (``nargs`` arguments)."""
+    steps = migrations(sql)[:version]
+    statements = [*bootstrap(sql), *(s for step in steps for s in step)]
+    statements.append(f"INSERT INTO {sql.version} (version) VALUES ({version})")
+    write = f"SELECT o_status FROM {sql.write_fn}({', '.join(f'${i}' for i in range(1, nargs + 1))})"
+
+    async def make() -> None:
+        conn = await asyncpg.connect(server.dsn)
+        try:
+            async with conn.transaction():
+                for statement in statements:
+                    await conn.execute(statement)
+            lines = [orjson.dumps(e).decode() for e in entries(0, 2)]
+            args = ("default", "a", True, 0, lines, orjson.dumps(snapshot("old")).decode())
+            assert await conn.fetchval(write, *args, *[None] * (nargs - 7), False) == 0
+        finally:
+            await conn.close()
+
+    asyncio.run(make())
 
 
 # -- row locks and batches ----------------------------------------------------------------
@@ -337,6 +364,8 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
                 None,
                 None,
                 None,
+                None,  # expect_next: none
+                True,  # a clear write
                 False,
             )
             assert row["o_status"] == 0

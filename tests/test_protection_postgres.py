@@ -27,14 +27,13 @@ from statekeep._protection import Protection
 from tests import servers
 from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name
-from tests.test_postgres import raw
+from tests.test_postgres import old_tables, raw
 
 asyncpg = pytest.importorskip("asyncpg")
 pytest.importorskip("cryptography")
 
 from statekeep.stores import PostgresStore  # noqa: E402
 from statekeep.stores._postgres import SCHEMA_VERSION, quote_identifier  # noqa: E402
-from statekeep.stores._postgres._schema import bootstrap, migrations  # noqa: E402
 from statekeep.stores._postgres._sql import Sql  # noqa: E402
 
 K1, K2 = Keyring.generate_key(), Keyring.generate_key()
@@ -541,23 +540,7 @@ def test_two_processes_race_to_take_over(
 def test_version_2_tables_gain_leases(postgres_server: PostgresServer) -> None:
     schema = unique_name("sk")
     sql = Sql(schema, "")
-    steps = migrations(sql)
-    statements = [*bootstrap(sql), *steps[0], *steps[1], f"INSERT INTO {sql.version} (version) VALUES (2)"]
-    write_v2 = f"SELECT o_status FROM {sql.write_fn}({', '.join(f'${i}' for i in range(1, 22))})"
-
-    async def make_version_2() -> None:
-        conn = await asyncpg.connect(postgres_server.dsn)
-        try:
-            async with conn.transaction():
-                for statement in statements:
-                    await conn.execute(statement)
-            lines = [orjson.dumps(e).decode() for e in entries(0, 2)]
-            args = ("default", "a", True, 0, lines, orjson.dumps(snapshot("old")).decode())
-            assert await conn.fetchval(write_v2, *args, *[None] * 14, False) == 0
-        finally:
-            await conn.close()
-
-    asyncio.run(make_version_2())
+    old_tables(postgres_server, sql, 2, 21)
     store = PostgresStore(postgres_server.dsn, schema=schema)
     try:
         assert store.read("a").entries == entries(0, 2)  # type: ignore[union-attr]
@@ -568,4 +551,4 @@ def test_version_2_tables_gain_leases(postgres_server: PostgresServer) -> None:
         assert len(store.read("a").entries) == 3  # type: ignore[union-attr]
     finally:
         store.close()
-    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION == 3
+    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._bridge import owner, run_async, run_sync
+from ._expect import expecting_next
 from ._ids import validate_id
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
 from ._leases import Lease, check_fence, check_lease
@@ -221,8 +222,9 @@ class Backend(Leasing, Store):
         *,
         create: bool = False,
         lease: Lease | None = None,
+        expect_next: int | None = None,
     ) -> None:
-        write = self._prepared(state_id, entries, snapshot, create, lease)
+        write = expecting_next(self._prepared(state_id, entries, snapshot, create, lease), expect_next)
         await run_async(self._locked_write(self._check_open(write)), direct=True)
 
     def write(
@@ -233,8 +235,9 @@ class Backend(Leasing, Store):
         *,
         create: bool = False,
         lease: Lease | None = None,
+        expect_next: int | None = None,
     ) -> None:
-        write = self._prepared(state_id, entries, snapshot, create, lease)
+        write = expecting_next(self._prepared(state_id, entries, snapshot, create, lease), expect_next)
         run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
 
     def _prepared(

@@ -41,6 +41,9 @@ class PreparedWrite:
     #: (seq, stored dict) so that an overlap is compared as plaintext.
     plain: tuple[bytes, ...] | None = None
     opener: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
+    #: The caller's ``expect_next`` (None: none): the store refuses the write, atomically
+    #: with it, unless the State's next seq is exactly this (:mod:`~statekeep._expect`).
+    expect_next: int | None = None
 
     @property
     def end_seq(self) -> int:

@@ -28,6 +28,7 @@ except ImportError as exc:
 
 from .._codec import check
 from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from .._expect import expecting
 from .._ranges import SNAPSHOT_ONLY
 from .._store import Store
 from ._home import Home
@@ -212,7 +213,11 @@ class StatekeepSession:
         ``after``; False if the write lost to another writer (nothing was written)."""
         try:
             await self._home.awrite(
-                self.state_id, entries, snapshot_for(self.session_id, after), create=tail is None
+                self.state_id,
+                entries,
+                snapshot_for(self.session_id, after),
+                create=tail is None,
+                **expecting(self.store, None if tail is None else tail.end),
             )
         except (StateConflictError, StateExistsError, StateNotFoundError):
             self._seen = None

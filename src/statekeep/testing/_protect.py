@@ -217,3 +217,40 @@ class ProtectionContract:
         finally:
             await strict.store.aclose()
             await lenient.store.aclose()
+
+    @modes
+    @asyncio_test
+    async def test_protect_a_clear_store_never_writes_to_a_sealed_state(
+        self, tmp_path: Path, mode: str
+    ) -> None:
+        sealed = self.opened(tmp_path, mode, encrypt=ring())
+        clear = self.opened(tmp_path, mode)
+        lenient = self.opened(tmp_path, mode, encrypt=ring(), allow_plaintext=True)
+        try:
+            state = State("sealed run", id="r")
+            state.add_user("hello")
+            await sealed.save(state)
+            kept = await sealed.read("r")
+            assert kept is not None
+            plain = entries(len(kept.entries), 1)
+            with pytest.raises(DecryptionError, match="'r' is sealed"):
+                await clear.write("r", plain, None)
+            with pytest.raises(DecryptionError, match="'r' is sealed"):
+                await clear.write("r", [], snapshot("plain"))
+            assert await sealed.read("r") == kept
+            # Without a snapshot, the State's last entry says it is sealed.
+            await sealed.write("e", entries(0, 2), None, create=True)
+            with pytest.raises(DecryptionError, match="'e' is sealed"):
+                await clear.write("e", entries(2, 1), None)
+            assert await sealed.read("e") == Record(entries(0, 2), None)
+            # A clear State this store knows, sealed since by another store: refused too.
+            await clear.write("w", entries(0, 1), snapshot("plain"), create=True)
+            await clear.write("w", entries(1, 1), snapshot("plain"))
+            await lenient.write("w", entries(2, 1), snapshot("sealed now"))
+            with pytest.raises(DecryptionError, match="'w' is sealed"):
+                await clear.write("w", entries(3, 1), snapshot("plain again"))
+            assert await lenient.read("w") == Record(entries(0, 3), snapshot("sealed now"))
+        finally:
+            await sealed.store.aclose()
+            await clear.store.aclose()
+            await lenient.store.aclose()

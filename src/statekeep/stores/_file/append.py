@@ -19,6 +19,7 @@ import orjson
 from ..._batching import WouldBlock
 from ..._bridge import owner
 from ..._errors import StateNotFoundError
+from ..._expect import check_clear, check_next, sealed_after
 from ..._leases import check_fence
 from ..._logframe import closing_record, frame
 from ..._logtail import entries_back, reader
@@ -31,7 +32,7 @@ from .folder import StoreFolder, log_named, still_named
 from .handles import SpaceHandles, close_pair
 from .leases import LeaseRows
 from .locking import hold
-from .recovery import Tail, read_tail, scan_whole
+from .recovery import Tail, read_tail, scan_whole, sealed_log
 from .staged import Append, Doubt
 from .trust import LOG, SNAPSHOT
 
@@ -167,6 +168,11 @@ class Appender:
         if expires is not None and expires <= self._now():
             raise missing_error(sid)
         item.expires_at = expires if write.snapshot is None else encoded_expiry(write.snapshot)
+        check_next(write, found.next_seq)
+        sealed = found.sealed
+        if sealed is None and write.opener is None:
+            sealed = sealed_log(item.log, found)
+        check_clear(write, bool(sealed))
         skip = plan_append(write, found.next_seq)
         item.next_seq = found.next_seq + len(write.lines) - skip
         if skip:
@@ -182,6 +188,7 @@ class Appender:
                 if snapshot is None
                 else orjson.dumps(decode_snapshot(snapshot, store.where(sid, SNAPSHOT)))
             )
+        item.sealed = sealed_after(sealed, snapshot, found.snapshot_at, lines)
         if lines or snapshot is not None:
             entries = b"".join([frame(line) for line in lines])
             item.snapshot = snapshot
@@ -253,7 +260,12 @@ class Appender:
             return
         try:
             tail = Tail.of(
-                item.log, item.next_seq, item.snapshot_at, framed=item.framed, expiry=(item.expires_at,)
+                item.log,
+                item.next_seq,
+                item.snapshot_at,
+                framed=item.framed,
+                expiry=(item.expires_at,),
+                sealed=item.sealed,
             )
         except OSError:
             self._tails.pop(sid, None)  # the write is durable; its log is read again next time

@@ -60,9 +60,10 @@ def migration(sql: Sql) -> tuple[str, ...]:
     )
 
 
-def _write_body(sql: Sql) -> str:
+def _write_body(sql: Sql, checks: str = "") -> str:
     """Version 2's write (seq rules, compare, append and snapshot under the State's row
-    lock), with the fence run once the row is held, before anything else is decided."""
+    lock), with the fence run once the row is held, before anything else is decided.
+    ``checks``: more preconditions, run once the State is known live (version 4's)."""
     row = f"{sql.states} s WHERE s.ns = p_ns AND s.id = p_id"
     live = "s.expires_at IS NULL OR s.expires_at > now()"
     sets = ",\n            ".join(
@@ -107,7 +108,7 @@ BEGIN
         o_status := {MISSING};
         RETURN;
     END IF;
-    o_next := v_next;
+    o_next := v_next;{checks}
     IF v_n > 0 THEN
         IF p_first > v_next THEN
             o_status := {GAP};

@@ -30,6 +30,7 @@ from ._listing import listing
 from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
 from ._schema import BUSY, FENCED
+from ._schema_v4 import precondition_args
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         head = (self.namespace, sid, write.create, write.first_seq, lines, snapshot, *columns, self.retention)
         approved: list[str] | None = None
         for _ in range(servercommon.MAX_COMPARES):
-            row = await self._send((*head, approved, *lease_args(write.lease)))
+            row = await self._send((*head, approved, *lease_args(write.lease), *precondition_args(write)))
             status, next_seq, stored = row[0], row[1], row[2]
             if status == servercommon.OK:
                 return

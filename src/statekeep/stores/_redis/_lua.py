@@ -17,6 +17,7 @@ the same step (see :mod:`._lease_lua`); gc leaves a State with a live lease alon
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
+from ._expect_lua import PRECONDITIONS
 from ._keys import STAMPED
 from ._lease_lua import FENCE
 
@@ -24,7 +25,7 @@ from ._lease_lua import FENCE
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
 # ARGV slots of the write before the index keys, and its keys.
-HEAD = 13
+HEAD = 15
 WRITE_KEYS = 7
 
 # Helpers every changing script starts with. ``ns`` is the table of namespace keys.
@@ -132,11 +133,13 @@ end
 WRITE = (
     _COMMON
     + FENCE
+    + PRECONDITIONS
     + f"""
 -- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
---       exp, retention, n index keys, lease token ('' for none), lease owner, then the
---       index keys, the n entries, then the approved stored entries
+--       exp, retention, n index keys, lease token ('' for none), lease owner, expect_next
+--       ('' for none), clear ('1': the write is not sealed), then the index keys, the n
+--       entries, then the approved stored entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -184,6 +187,8 @@ if create then
 end
 if not is_live then return {{{MISSING}}} end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
+local unmet = preconditions(KEYS[1], KEYS[2], nxt)
+if unmet then return unmet end
 local skip = 0
 if n > 0 then
   if first > nxt then return {{{GAP}, nxt}} end

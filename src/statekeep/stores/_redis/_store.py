@@ -208,7 +208,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
                     f"{self!r}: the key {key!r} holds a {held}, where statekeep keeps a {wanted}; "
                     f"nothing of the write to State {sid!r} was saved. Is the prefix used by something else?"
                 )
-            servercommon.check_outcome(status, write, reply[1] if status == servercommon.GAP else None)
+            next_seq = reply[1] if status in (servercommon.GAP, servercommon.UNEXPECTED) else None
+            servercommon.check_outcome(status, write, next_seq)
             stored = [_as_bytes(b) for b in reply[2]]
             # a real difference raises StateConflictError
             check_overlap(write, servercommon.decode_stored(stored, sid, "Redis"))

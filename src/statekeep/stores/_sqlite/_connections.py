@@ -24,6 +24,7 @@ from typing import Any
 
 from ..._bridge import Closer, _Owner, owner
 from ..._errors import NotAStoreError
+from ..._expect import sealed_text
 from ..._slot import ProcessSlot
 from . import _sql as sql
 
@@ -41,6 +42,7 @@ def connect(path: Path) -> sqlite3.Connection:
     """A new connection to ``path`` with statekeep's settings (autocommit: transactions
     are begun explicitly). Refuses a file that is not a SQLite database."""
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False)
+    conn.create_function("statekeep_sealed", 1, sealed_text, deterministic=True)
     with closed_on_error(conn):
         try:
             conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=int(BUSY_TIMEOUT_SECONDS * 1000)))
