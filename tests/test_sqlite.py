@@ -43,6 +43,7 @@ from statekeep.stores._sqlite import _connections, _store
 from statekeep.stores._sqlite._batch import Delete, Op
 from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.testing import StoreMachine
+from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +93,7 @@ def test_file_settings_and_schema(store: SQLiteStore, db: Path) -> None:
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     with raw(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"schema_version", "states", "entries", "labels", "leases"} <= tables
         # Entries are the encoded JSON, as text a person (or SQLite's JSON functions) can read.
@@ -557,7 +558,7 @@ def test_empty_file_gets_the_schema(db: Path) -> None:
     assert store.read("a") is None
     store.close()
     with raw(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 # -- locks ---------------------------------------------------------------------------------------

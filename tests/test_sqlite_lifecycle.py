@@ -23,6 +23,7 @@ from statekeep._lineage import fork_state
 from statekeep._query import make_query
 from statekeep.stores._sqlite import _schema, _sql
 from statekeep.stores._sqlite._listing import listing_sql
+from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from tests.conftest import entries, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +128,7 @@ def test_a_version_1_file_upgrades_in_place_as_the_default_namespace(db: Path) -
     assert SQLiteStore(db, namespace="other").list() == []
     store.close()
     with raw(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "states_v1" not in tables and "entries_v1" not in tables
     conn.close()

@@ -20,6 +20,12 @@ last complete write that does not close another complete write is an unfinished 
 it was never acknowledged, and is left out (cut before the next append). A complete write
 after a damaged line is :class:`CorruptStateError`: acknowledged data is damaged.
 
+Format 3 is format 2 whose closing records also carry ``"sk.inc"``, the State's
+incarnation (see :mod:`statekeep._incarnations`), before ``sk.snapshot``/``sk.at``: every
+write of a State created with one carries it, so a statekeep that reads format 2 only
+refuses such a State rather than append records its readers could not open. A State
+created before incarnations keeps closing its writes in format 2.
+
 Format 1 (statekeep before 0.4) lines are plain entries, one per line, each a unit of its
 own. A log may start with them (a State written before the upgrade) and go on in format
 2; nothing is rewritten. Format 1 lines never follow format 2 ones.
@@ -35,7 +41,7 @@ import orjson
 
 from ._errors import CorruptStateError, UnsupportedFormatError
 
-FORMAT = 2
+FORMAT = 3
 #: Entries may not carry top-level keys that start with this: the log's own keys do.
 RESERVED = "sk."
 
@@ -56,20 +62,31 @@ def frame(line: bytes) -> bytes:
     return seal(line[:-2])
 
 
-def closing_record(next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None) -> bytes:
+def closing_record(
+    next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None, incarnation: str | None = None
+) -> bytes:
     """The line that closes a write whose entry lines are ``entries``: with the encoded
-    ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``."""
+    ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``; in
+    format 3 with the State's ``incarnation``, else in format 2."""
     head = b'{"sk.v":%d,"sk.next":%d,"sk.bytes":%d,"sk.write":"%08x",' % (
-        FORMAT,
+        2 if incarnation is None else 3,
         next_seq,
         len(entries),
         _crc32(entries),
     )
+    if incarnation is not None:
+        head += b'"sk.inc":"%s",' % incarnation.encode()
     if snapshot is not None:
         body = b'%s"sk.snapshot":%s' % (head, snapshot)
     else:
         body = b'%s"sk.at":%s' % (head, b"null" if at is None else b"%d" % at)
     return seal(body)
+
+
+def incarnation_of(record: dict[str, Any]) -> str | None:
+    """The incarnation a closing record carries (None: format 2, a State without one)."""
+    found = record.get("sk.inc")
+    return found if type(found) is str else None
 
 
 _PLAIN, _CHECKED, _DAMAGED = 0, 1, 2
@@ -132,6 +149,7 @@ class LogScan:
     framed: bool = False  # a format 2 write was seen
     snapshot_at: int | None = None  # where the current snapshot record is (framed only)
     snapshot: dict[str, Any] | None = None  # that record's snapshot, if the scan saw it
+    incarnation: str | None = None  # the State's, from the last closing record seen
 
 
 def scan_log(
@@ -159,6 +177,7 @@ def scan_log(
     framed = False
     at: int | None = None
     snapshot: dict[str, Any] | None = None
+    incarnation: str | None = None
     why = ""
     view = memoryview(data)
     while (nl := find(b"\n", pos)) >= 0:
@@ -196,6 +215,10 @@ def scan_log(
                 if not _closes(record, data, end, pos, seq):
                     why = "closes a write whose entries it does not match"
                     break
+                if framed and incarnation_of(record) != incarnation:
+                    why = "names another incarnation of the State than the writes before it"
+                    break
+                incarnation = incarnation_of(record)
                 if "sk.snapshot" in record:
                     at, snapshot = base + pos, record["sk.snapshot"]
                 elif record.get("sk.at") != at:
@@ -230,7 +253,7 @@ def scan_log(
             data, end, pos, legacy and not framed, name, first_line + data.count(b"\n", start, end)
         )
         del entries[write_seq - start_seq :]
-    return LogScan(entries, end, write_seq, end < len(data), framed, at, snapshot)
+    return LogScan(entries, end, write_seq, end < len(data), framed, at, snapshot, incarnation)
 
 
 def _wrong_seq(entry: object, seq: int) -> str:

@@ -56,12 +56,23 @@ class Protection:
         return self.redactor is not None or self.keyring is not None
 
     def write(
-        self, namespace: str, state_id: str, entries: Entries, snapshot: Snapshot, create: bool
+        self,
+        namespace: str,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        create: bool,
+        incarnation: str | None = None,
+        bound: bool = False,
     ) -> PreparedWrite:
-        """A write redacted, validated (:func:`prepare_write`) and sealed."""
+        """A write redacted, validated (:func:`prepare_write`) and sealed for the State's
+        ``incarnation`` (a create stores it; ``bound``: an append refused unless the State
+        is still that incarnation)."""
         if snapshot is not None and isinstance(snapshot, dict):
             _check_own_keys(snapshot)
         write = prepare_write(state_id, entries, snapshot, create)
+        if incarnation is not None or bound:
+            write = dataclasses.replace(write, incarnation=incarnation, bound=bound)
         redactor, ring = self.redactor, self.keyring
         if redactor is None and ring is None:
             return write
@@ -71,32 +82,37 @@ class Protection:
         if redactor is not None:
             plain = [redactor.entry(entry) for entry in plain]
             snap = None if snap is None else redactor.snapshot(snap)
-            write = prepare_write(state_id, plain, snap, create)
+            write = dataclasses.replace(
+                prepare_write(state_id, plain, snap, create), incarnation=incarnation, bound=bound
+            )
         if ring is None:
             return write
         entries = plain
         snapshot = snap
         lines = tuple(
-            seal_entry(ring, line, entry, namespace, state_id)
+            seal_entry(ring, line, entry, namespace, state_id, incarnation)
             for line, entry in zip(write.lines, entries, strict=True)
         )
-        sealed = None if snapshot is None else seal_snapshot(ring, snapshot, namespace, state_id)
-        return dataclasses.replace(
-            write, lines=lines, snapshot=sealed, plain=write.lines, opener=self.opener(namespace, state_id)
-        )
+        sealed = None if snapshot is None else seal_snapshot(ring, snapshot, namespace, state_id, incarnation)
+        opener = self.opener(namespace, state_id, incarnation)
+        return dataclasses.replace(write, lines=lines, snapshot=sealed, plain=write.lines, opener=opener)
 
-    def opener(self, namespace: str, state_id: str) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    def opener(
+        self, namespace: str, state_id: str, incarnation: str | None
+    ) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
         """Opens a stored entry of ``state_id`` for comparing with a write's plaintext."""
 
         def open_stored(seq: int, stored: dict[str, Any]) -> dict[str, Any]:
-            return self.entry(namespace, state_id, seq, stored)
+            return self.entry(namespace, state_id, seq, stored, incarnation)
 
         return open_stored
 
-    def entry(self, namespace: str, state_id: str, seq: int, stored: dict[str, Any]) -> dict[str, Any]:
+    def entry(
+        self, namespace: str, state_id: str, seq: int, stored: dict[str, Any], incarnation: str | None
+    ) -> dict[str, Any]:
         ring = self.keyring
         if ring is not None and is_sealed(stored):
-            return open_entry(ring, stored, namespace, state_id, seq)
+            return open_entry(ring, stored, namespace, state_id, seq, incarnation)
         if ring is not None and not self.allow_plaintext:
             raise _plaintext(state_id, f"entry seq {seq}")
         if ring is None and is_sealed(stored):
@@ -107,18 +123,19 @@ class Protection:
         """A stored Record opened; :class:`DecryptionError` for what cannot be."""
         if record is None:
             return None
-        snapshot = self.snapshot(namespace, state_id, record.snapshot)
+        incarnation = record.incarnation
+        snapshot = self.snapshot(namespace, state_id, record.snapshot, incarnation)
         entries = record.entries
         if self.keyring is None:
             for i, stored in enumerate(entries):  # a dict lookup each: sealed ones are refused
                 if SEALED in stored:
                     raise _no_ring(state_id, f"entry seq {since + i}", stored[SEALED])
             return record
-        opened = [self.entry(namespace, state_id, since + i, e) for i, e in enumerate(entries)]
-        return Record(opened, snapshot)
+        opened = [self.entry(namespace, state_id, since + i, e, incarnation) for i, e in enumerate(entries)]
+        return Record(opened, snapshot, incarnation)
 
     def snapshot(
-        self, namespace: str, state_id: str, snapshot: dict[str, Any] | None
+        self, namespace: str, state_id: str, snapshot: dict[str, Any] | None, incarnation: str | None
     ) -> dict[str, Any] | None:
         if snapshot is None:
             return None
@@ -128,7 +145,7 @@ class Protection:
                 raise _no_ring(state_id, "snapshot", snapshot[SEALED])
             return snapshot
         if is_sealed(snapshot):
-            return open_snapshot(ring, snapshot, namespace, state_id)
+            return open_snapshot(ring, snapshot, namespace, state_id, incarnation)
         if not self.allow_plaintext:
             raise _plaintext(state_id, "snapshot")
         return snapshot

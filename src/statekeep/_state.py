@@ -13,7 +13,7 @@ import orjson
 from ._agentcheck import warn_if_agent_changed
 from ._codec import check, decode
 from ._history import AGENT_KEYS, FORMAT_VERSION, Replay, now
-from ._ids import validate_id
+from ._ids import new_incarnation, validate_id
 from ._labels import aware_time, check_labels, check_period, iso
 
 
@@ -74,6 +74,9 @@ class State:
         # Save bookkeeping, kept by the methods below: where the State is saved, how much of
         # its history that store has, and whether the store has it at all.
         self._store: object = None
+        # The id of this State's life in its store (see ``incarnation``): made now, kept by
+        # the store at the first save; a load takes the stored one.
+        self._incarnation: str | None = new_incarnation()
         self._saved = 0
         self._created = False
         self._create_unsure = False  # a create failed in a way that may have stored it
@@ -170,6 +173,14 @@ class State:
         """The parent's tool call that spawned this State, if it was given."""
         call_id = self.history[0].get("call_id")
         return call_id if isinstance(call_id, str) else None
+
+    @property
+    def incarnation(self) -> str | None:
+        """A random id of this State's life in its store: made when it is created, kept by
+        the store (a fork gets a new one; copy, import and rekey keep it), and different
+        for a State deleted and created again under the same id. None for a State loaded
+        from a store that keeps none (or saved before statekeep kept one)."""
+        return self._incarnation
 
     @property
     def forked_from(self) -> dict[str, Any] | None:

@@ -257,11 +257,13 @@ class Store(ABC):  # noqa: B024
         if record is None:
             raise missing_error(state_id)
         state, entries, snapshot = fork_state(state_id, record, at_seq, new_id, labels)
+        fork = (state_id, entries, snapshot, state.id, state.incarnation)
         if self._may_copy_on_server():
-            await self._afork_write(state_id, entries, snapshot, state.id)
+            await self._afork_write(*fork)
         else:
-            await Store._afork_write(self, state_id, entries, snapshot, state.id)
-        return from_record(state.id, Record(entries, snapshot), self)
+            await Store._afork_write(self, *fork)
+        kept = state.incarnation if _takes_incarnation(type(self)) else None
+        return from_record(state.id, Record(entries, snapshot, kept), self)
 
     def _may_copy_on_server(self) -> bool:
         """Whether a fork may copy the source's stored records as they are (not when
@@ -269,10 +271,16 @@ class Store(ABC):  # noqa: B024
         return True
 
     async def _afork_write(
-        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
+        self,
+        source_id: str,
+        entries: list[dict[str, Any]],
+        snapshot: dict[str, Any],
+        new_id: str,
+        incarnation: str | None,
     ) -> None:
-        """Create the fork: a store may copy the entries on its side instead of sending them."""
-        await self.awrite(new_id, entries, snapshot, create=True)
+        """Create the fork (a new incarnation): a store may copy the entries on its side
+        instead of sending them."""
+        await self.awrite(new_id, entries, snapshot, create=True, **_incarnated(self, incarnation))
 
     def memory(self, scope: str = "default") -> Memory:
         """Agent memory: a durable key/value store beside this store's States (see
@@ -385,7 +393,7 @@ class Store(ABC):  # noqa: B024
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
-        leased = _leased(lease)
+        leased = {**_leased(lease), **_incarnated(self, state.incarnation)}
         try:
             if unsure:
                 # An earlier create failed after it may have been stored: append instead,
@@ -464,6 +472,17 @@ class Store(ABC):  # noqa: B024
 def _leased(lease: Lease | None) -> dict[str, Any]:
     """``lease=`` for a call, only when given (a store of one's own need not take it)."""
     return {} if lease is None else {"lease": lease}
+
+
+def _incarnated(store: Store, incarnation: str | None) -> dict[str, Any]:
+    """``incarnation=`` for a write, only when given and the store's ``awrite`` takes it."""
+    return {} if incarnation is None or not _takes_incarnation(type(store)) else {"incarnation": incarnation}
+
+
+@functools.cache
+def _takes_incarnation(cls: type[Store]) -> bool:
+    """Whether a store class's ``awrite`` keeps incarnations (takes ``incarnation=``)."""
+    return "incarnation" in inspect.signature(cls.awrite).parameters
 
 
 def _no_leases(store: Store, lease: Lease | None) -> None:

@@ -32,6 +32,8 @@ def write_args(
         retention_us if found is not None and found.stamp else "",
         str(0 if found is None else len(found.indexes)),
         *lease_args(write.lease),
+        write.incarnation or "",
+        "1" if write.bound else "0",
         *([] if found is None else found.indexes),
     ]
     lines = [line[:-1] for line in write.lines]
@@ -58,6 +60,7 @@ def fork_args(
     ]  # fmt: skip
     args = [
         write.state_id, str(len(entries) - 1), digest, write.snapshot, found.member, found.expiry,
-        retention_us if found.stamp else "", str(len(found.indexes)), *found.indexes,
+        retention_us if found.stamp else "", str(len(found.indexes)), write.incarnation or "",
+        *found.indexes,
     ]  # fmt: skip
     return names, args

@@ -9,6 +9,12 @@ store to connect builds them from the snapshots (:func:`upgrade`, safe to run fr
 processes at once and to run again after a crash half-way), then sets ``layout`` to 2 and
 removes ``index``. Stop processes running an older statekeep first: once the layout is 2
 they refuse to start, but one already running would write States the indexes miss.
+
+Layout 3 adds a State's incarnation (the field ``inc`` of its ``state:`` hash, set by its
+create and by a fork, never by a later write), which its sealed records are bound to; a
+State of layout 2 has none. Layout 2 keys are layout 3 keys as they are: the first store to
+connect sets ``layout`` to 3, and an older statekeep then refuses the prefix rather than
+append records it cannot bind to a State's incarnation.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 #: The key layout this statekeep writes; a prefix holding a newer one is refused.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 
 # Servers already checked for durability settings, so that each is warned about once.
 _checked: set[Hashable] = set()
@@ -73,6 +79,9 @@ async def check_server(
         found = -1
     if found == 1:
         await upgrade(client, prefix.encode("utf-8"))
+        found = LAYOUT_VERSION
+    if found == 2:  # layout 3 adds a field only States made from now on have
+        await client.set(layout, str(LAYOUT_VERSION))
         found = LAYOUT_VERSION
     # None: no layout key, and a read-only server (a replica) would not take one.
     if found is not None and found != LAYOUT_VERSION:

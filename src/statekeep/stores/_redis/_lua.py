@@ -23,8 +23,11 @@ from ._lease_lua import FENCE
 # The write script's outcomes: those of every server store (OK, MISSING, ...), and its own:
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
+# ... and (after the lease outcomes, 6 and 7) an append bound to another incarnation of
+# the State (deleted and created again): {REBORN, the State's incarnation or ''}.
+REBORN = 8
 # ARGV slots of the write before the index keys, and its keys.
-HEAD = 13
+HEAD = 15
 WRITE_KEYS = 7
 
 # Helpers every changing script starts with. ``ns`` is the table of namespace keys.
@@ -135,8 +138,9 @@ WRITE = (
     + f"""
 -- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
---       exp, retention, n index keys, lease token ('' for none), lease owner, then the
---       index keys, the n entries, then the approved stored entries
+--       exp, retention, n index keys, lease token ('' for none), lease owner, incarnation
+--       ('' for none), bound ('1': refused unless the State's incarnation is that one),
+--       then the index keys, the n entries, then the approved stored entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -179,10 +183,15 @@ if create then
   purge(ns, id, KEYS[1], KEYS[2])  -- an expired State, or what native expiry left
   push(base + 1, base + n)
   redis.call('HSET', KEYS[1], 'next', string.format('%d', n))
+  if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'inc', ARGV[14]) end
   snapshot_and_expiry()
   return {{{OK}, n}}
 end
 if not is_live then return {{{MISSING}}} end
+if ARGV[15] == '1' then
+  local inc = redis.call('HGET', KEYS[1], 'inc') or ''
+  if inc ~= ARGV[14] then return {{{REBORN}, inc}} end
+end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local skip = 0
 if n > 0 then
@@ -222,7 +231,8 @@ FORK = (
 -- KEYS: source state, source entries, new state, new entries, then the namespace keys,
 --       then the new State's lease row
 -- ARGV: new id, at seq, sha1 of the entries 0..at joined by newlines, snapshot, member,
---       exp, retention, n index keys, then the index keys
+--       exp, retention, n index keys, the new State's incarnation ('' for none), then the
+--       index keys
 local ns = ns_keys(5)
 if not live(KEYS[1]) then return {{{MISSING}}} end
 local refused = fence(KEYS[9], '', '')
@@ -241,7 +251,8 @@ while i <= #copied do
   i = j + 1
 end
 redis.call('HSET', KEYS[3], 'next', string.format('%d', #copied))
-set_snapshot(ns, ARGV[1], KEYS[3], ARGV[4], ARGV[5], 9, tonumber(ARGV[8]), ARGV[6], ARGV[7])
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[3], 'inc', ARGV[9]) end
+set_snapshot(ns, ARGV[1], KEYS[3], ARGV[4], ARGV[5], 10, tonumber(ARGV[8]), ARGV[6], ARGV[7])
 expire(KEYS[3], KEYS[4])
 return {{{OK}}}
 """

@@ -4,6 +4,7 @@ its client: :mod:`._client`; the package docstring tells how States are kept).""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from collections.abc import Hashable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,14 @@ from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, Snapshot
 from ..._redactor import Redactor
 from ..._sealing import Keyring
-from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
+from ..._writes import (
+    PreparedWrite,
+    check_incarnation,
+    check_overlap,
+    exists_error,
+    missing_error,
+    prepare_write,
+)
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _client, _leases, _listing, _reads
@@ -26,7 +34,7 @@ from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
 from ._layout import check_server
-from ._lua import WRONGTYPE
+from ._lua import REBORN, WRONGTYPE
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -204,6 +212,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
                     f"{self!r}: the key {key!r} holds a {held}, where statekeep keeps a {wanted}; "
                     f"nothing of the write to State {sid!r} was saved. Is the prefix used by something else?"
                 )
+            if status == REBORN:
+                check_incarnation(write, _as_bytes(reply[1]).decode() or None)
             servercommon.check_outcome(status, write, reply[1] if status == servercommon.GAP else None)
             stored = [_as_bytes(b) for b in reply[2]]
             # a real difference raises StateConflictError
@@ -285,11 +295,16 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             return await _leases.reseal(local, self._keys_of, state_id, entries, snapshot)
 
     async def _afork_write(
-        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
+        self,
+        source_id: str,
+        entries: list[dict[str, Any]],
+        snapshot: dict[str, Any],
+        new_id: str,
+        incarnation: str | None,
     ) -> None:
         """One script copies the source's entries on the server (checking they are still
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
-        write = prepare_write(new_id, [], self._stamp(snapshot), True)
+        write = replace(prepare_write(new_id, [], self._stamp(snapshot), True), incarnation=incarnation)
         self._check_open(None)
         keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
         reply = await run_async(self._fork(keys, args, new_id))

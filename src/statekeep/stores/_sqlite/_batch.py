@@ -22,7 +22,14 @@ import orjson
 from ..._errors import CorruptStateError, StateConflictError
 from ..._labels import iso
 from ..._leases import Lease, check_fence
-from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from ..._writes import (
+    PreparedWrite,
+    check_incarnation,
+    check_overlap,
+    exists_error,
+    missing_error,
+    plan_append,
+)
 from . import _sql as sql
 from ._connections import is_busy, rolled_back_on_error
 from ._leases import read_leases
@@ -212,7 +219,7 @@ class _Batch:
     def _plan(self, indexes: list[int]) -> Changes:
         """Check ``ops[i]`` for each i against the stored States (reads only) and collect
         the changes of those accepted; a refused op gets its error in ``errors[i]``."""
-        known: dict[tuple[str, str], tuple[int, str | None]] = {}
+        known: dict[tuple[str, str], tuple[int, str | None, str | None]] = {}
         leases: dict[tuple[str, str], Lease] = {}
         by_ns: dict[str, list[str]] = {}
         for i in indexes:
@@ -220,8 +227,10 @@ class _Batch:
             by_ns.setdefault(ns, []).append(sid)
         for ns, ids in by_ns.items():
             marks = ",".join("?" * len(ids))
-            for sid, next_seq, expires in self.conn.execute(sql.KNOWN.format(marks=marks), (ns, *ids)):
-                known[ns, sid] = (next_seq, expires)
+            for sid, next_seq, expires, incarnation in self.conn.execute(
+                sql.KNOWN.format(marks=marks), (ns, *ids)
+            ):
+                known[ns, sid] = (next_seq, expires, incarnation)
             leases.update(((ns, sid), lease) for sid, lease in read_leases(self.conn, ns, ids).items())
         changes = Changes()
         for i in indexes:
@@ -248,7 +257,7 @@ class _Batch:
         return expires is not None and expires <= self.now
 
     def _plan_one(
-        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None]], changes: Changes
+        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None, str | None]], changes: Changes
     ) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
         _, ns, value = op
@@ -258,7 +267,7 @@ class _Batch:
         fork = value if isinstance(value, Fork) else None
         write = value.write if isinstance(value, Fork) else value
         sid = write.state_id
-        next_seq, expires = known.get((ns, sid), (None, None))
+        next_seq, expires, incarnation = known.get((ns, sid), (None, None, None))
         expired = next_seq is not None and self._expired(expires)
         if expired:
             next_seq = None  # expired is absent: a create replaces it, an update finds nothing
@@ -271,7 +280,7 @@ class _Batch:
                 changes.deletes.append((ns, sid))
             columns, labels = listing_columns(sid, write.snapshot)
             end = fork.count if fork is not None else write.end_seq
-            changes.creates.append((ns, sid, end, write.snapshot, *columns))
+            changes.creates.append((ns, sid, end, write.snapshot, *columns, write.incarnation))
             changes.add_labels(ns, sid, columns, labels)
             if fork is not None:
                 changes.copies.append((ns, sid, ns, fork.source, fork.count))
@@ -279,6 +288,7 @@ class _Batch:
             return
         if next_seq is None:
             raise missing_error(sid)
+        check_incarnation(write, incarnation)
         skip = plan_append(write, next_seq)
         if skip:
             self._check_stored(ns, write, next_seq, skip)

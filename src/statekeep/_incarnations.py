@@ -1,0 +1,77 @@
+"""A State's incarnation, as a store's client knows it: which one a write is sealed for.
+
+Every State gets a random incarnation id when it is created (:func:`~._ids.new_incarnation`),
+kept by the store beside it and never changed by a later write; a State deleted and
+created again under the same id has a new one. Sealed records are bound to it (see
+:mod:`._sealing`), so a record of an earlier State of the id fails to open.
+
+A sealed append must be sealed for the State's current incarnation: the caller gives it
+(``save`` passes the State's), or the store's client knows it from an earlier read or write
+of this store object (:class:`Known`), or reads it (once). The write then carries it, and
+the store refuses it in its atomic step if the State was created again meanwhile
+(:func:`~._writes.check_incarnation`): nothing unreadable is ever written. Unsealed
+appends carry none unless the caller gives one, and cost nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ._errors import StateConflictError
+from ._ids import new_incarnation, validate_id, validate_incarnation
+from ._writes import PreparedWrite
+
+#: How many States' incarnations a store object remembers (then it starts again).
+_REMEMBERED = 4096
+
+#: (incarnation, bound) of a write: what it is sealed for, and whether the store checks it.
+Binding = tuple[str | None, bool]
+
+
+class Known:
+    """The incarnations a store object saw, by State id (None: a State created before
+    incarnations). Only a hint: the store checks the write's against its own."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self) -> None:
+        self._ids: dict[str, str | None] = {}
+
+    def binding(self, state_id: str, create: bool, given: object, sealed: bool) -> Binding | None:
+        """The write's binding, or None when it must be learned first (:meth:`learned`).
+
+        A create stores ``given`` or a new one; an append given one is bound to it; a
+        sealed append is bound to the one known, else to one read; an unsealed one to none.
+        """
+        validate_id(state_id)
+        incarnation = validate_incarnation(given)
+        if create:
+            return (incarnation or new_incarnation(), False)
+        if incarnation is not None:
+            return (incarnation, True)
+        if not sealed:
+            return (None, False)
+        if state_id in self._ids:
+            return (self._ids[state_id], True)
+        return None
+
+    def put(self, state_id: str, incarnation: str | None) -> None:
+        if len(self._ids) >= _REMEMBERED and state_id not in self._ids:
+            self._ids.clear()
+        self._ids[state_id] = incarnation
+
+    def drop(self, state_id: str) -> None:
+        self._ids.pop(state_id, None)
+
+    @contextmanager
+    def watching(self, write: PreparedWrite) -> Iterator[None]:
+        """Remember the incarnation of a write that went through; forget the State's after
+        a conflict (it may have been created again)."""
+        try:
+            yield
+        except StateConflictError:
+            self.drop(write.state_id)
+            raise
+        if write.create or write.bound:
+            self.put(write.state_id, write.incarnation)
