@@ -18,7 +18,6 @@ import pytest
 
 import statekeep as sk
 from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, StateConflictError, Store
-
 from statekeep.stores import RedisStore
 
 from .conftest import plant_entry, plant_snapshot, servers, stored_record
@@ -179,3 +178,31 @@ def test_a_retention_stamp_may_only_move_later(opener: Opener, moved: timedelta,
     else:
         with pytest.raises(DecryptionError, match="'expires_at' differs"):
             store.load("job")
+
+
+# -- what keeps the incarnation: copy, export and import, rekey -----------------------------
+
+
+def test_copy_export_import_and_rekey_keep_the_incarnation(opener: Opener, tmp_path: Path) -> None:
+    from statekeep._exporting import aexport, aimport
+    from statekeep._transfer import acopy
+
+    source = opener()
+    state = job()
+    source.save(state)
+    copied = MemoryStore(encrypt=Keyring({"k9": bytes(range(1, 33))}, current="k9"))
+    asyncio.run(acopy(source, copied))
+    assert copied.load("job").incarnation == state.incarnation
+    asyncio.run(aexport(source, tmp_path / "out.jsonl"))
+    head = orjson.loads((tmp_path / "out.jsonl").read_bytes().split(b"\n")[0])
+    assert head["version"] == 3  # older statekeeps, which would drop it, refuse the file
+    imported = MemoryStore()
+    asyncio.run(aimport(imported, tmp_path / "out.jsonl"))
+    assert imported.load("job").incarnation == state.incarnation
+    rotated = Keyring({"k1": bytes(range(32)), "k2": bytes(range(32, 64))}, current="k2")
+    rekeyed = opener(encrypt=rotated) if not isinstance(source, MemoryStore) else source
+    if rekeyed is source:
+        source._protection.keyring = rotated  # type: ignore[attr-defined]  # one memory, a new ring
+    assert sk.rekey(rekeyed).records > 0
+    again = rekeyed.load("job")
+    assert again.incarnation == state.incarnation and again.history == state.history

@@ -42,8 +42,8 @@ from statekeep._writes import prepare_write
 from statekeep.stores._sqlite import _connections, _store
 from statekeep.stores._sqlite._batch import Delete, Op
 from statekeep.stores._sqlite._listing import listing_sql
-from statekeep.testing import StoreMachine
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
+from statekeep.testing import StoreMachine
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 
 REPO = Path(__file__).resolve().parent.parent

@@ -69,6 +69,7 @@ async def aexport(
     wanted = await chosen_ids(store, ids, filters)
     missing: list[str] = []
     count = entries = gone = 0
+    incarnations = False  # some State line carries its incarnation: format version 3
     # The header holds the counts, so the States go to a scratch file first.
     with tempfile.TemporaryFile() as body:
         for done, state_id in enumerate(wanted, 1):
@@ -81,7 +82,9 @@ async def aexport(
                 count += 1
                 entries += len(record.entries)
                 # The source store's retention stamp is its policy, not the State's.
-                body.writelines(state_lines(state_id, Record(record.entries, unstamped(record.snapshot))))
+                incarnations |= record.incarnation is not None
+                kept_record = Record(record.entries, unstamped(record.snapshot), record.incarnation)
+                body.writelines(state_lines(state_id, kept_record))
             if progress is not None:
                 progress(done, len(wanted))
         kept: dict[str, int] = {}
@@ -91,7 +94,9 @@ async def aexport(
                 entries += len(record.entries)
                 body.writelines(state_lines(key, Record(record.entries, unstamped(record.snapshot)), scope))
         count_all = count + sum(kept.values())
-        head = header_line(type(store).__name__, count_all, entries, memory_scopes=list(kept))
+        head = header_line(
+            type(store).__name__, count_all, entries, memory_scopes=list(kept), incarnations=incarnations
+        )
         if isinstance(out, str | Path):
             _write_file(Path(out), head, body, count_all, entries)
         else:

@@ -273,7 +273,7 @@ def _check_clear(
         )
         raise DecryptionError(f"{what}: {detail} after it was written. Nothing was returned")
     stamp = snapshot.get("expiry") == "retention"
-    for key in names:
+    for key in sorted(listed):
         value = stored[key]
         if key == "task" and isinstance(value, str) and value.startswith(TASK_MARK):
             value = open_task(ring, value, namespace, state_id)

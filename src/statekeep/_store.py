@@ -280,7 +280,7 @@ class Store(ABC):  # noqa: B024
     ) -> None:
         """Create the fork (a new incarnation): a store may copy the entries on its side
         instead of sending them."""
-        await self.awrite(new_id, entries, snapshot, create=True, **_incarnated(self, incarnation))
+        await self.awrite(new_id, entries, snapshot, create=True, **incarnated(self, incarnation))
 
     def memory(self, scope: str = "default") -> Memory:
         """Agent memory: a durable key/value store beside this store's States (see
@@ -393,7 +393,7 @@ class Store(ABC):  # noqa: B024
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
-        leased = {**_leased(lease), **_incarnated(self, state.incarnation)}
+        leased = {**_leased(lease), **incarnated(self, state.incarnation)}
         try:
             if unsure:
                 # An earlier create failed after it may have been stored: append instead,
@@ -474,7 +474,7 @@ def _leased(lease: Lease | None) -> dict[str, Any]:
     return {} if lease is None else {"lease": lease}
 
 
-def _incarnated(store: Store, incarnation: str | None) -> dict[str, Any]:
+def incarnated(store: Store, incarnation: str | None) -> dict[str, Any]:
     """``incarnation=`` for a write, only when given and the store's ``awrite`` takes it."""
     return {} if incarnation is None or not _takes_incarnation(type(store)) else {"incarnation": incarnation}
 

@@ -151,11 +151,16 @@ def check_incarnation(write: PreparedWrite, stored: str | None) -> None:
     """In a store's atomic step, for an append: StateConflictError unless the State is
     still the incarnation ``write`` is bound to (it was deleted and created again since)."""
     if write.bound and not write.create and stored != write.incarnation:
-        raise StateConflictError(
-            f"State {write.state_id!r} was deleted and created again since this write was made "
-            "for it (another incarnation of the id); nothing was written. Read the State again "
-            "and continue from what it holds"
-        )
+        raise reborn(write.state_id)
+
+
+def reborn(state_id: str) -> StateConflictError:
+    """The error of an append bound to an incarnation the State no longer has."""
+    return StateConflictError(
+        f"State {state_id!r} was deleted and created again since this write was made for it "
+        "(another incarnation of the id); nothing was written. Read the State again and "
+        "continue from what it holds"
+    )
 
 
 def same_json(a: Any, b: Any) -> bool:

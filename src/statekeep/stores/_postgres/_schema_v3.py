@@ -31,6 +31,8 @@ from ._schema_v2 import (
 from ._sql import Sql
 
 _HEAD = "LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS"
+#: A write's outcome (version 4): an append bound to another incarnation of the State.
+REBORN = 7
 #: The lease a write or delete is given: its owner and token (both NULL: none).
 _LEASE_ARGS = ("p_lease_owner text", "p_lease_token bigint")
 
@@ -60,21 +62,33 @@ def migration(sql: Sql) -> tuple[str, ...]:
     )
 
 
-def _write_body(sql: Sql) -> str:
+def _write_body(sql: Sql, *, incarnation: bool = False) -> str:
     """Version 2's write (seq rules, compare, append and snapshot under the State's row
-    lock), with the fence run once the row is held, before anything else is decided."""
+    lock), with the fence run once the row is held, before anything else is decided.
+    ``incarnation`` (version 4): a create stores ``p_incarnation``; an append with
+    ``p_bound`` is refused (REBORN) unless the State's incarnation is ``p_incarnation``."""
     row = f"{sql.states} s WHERE s.ns = p_ns AND s.id = p_id"
     live = "s.expires_at IS NULL OR s.expires_at > now()"
     sets = ",\n            ".join(
         f"{c} = CASE WHEN p_snapshot IS NULL THEN {c} ELSE p_{c} END" for c in _COLUMNS
     )
     fence = leases.fence(sql, "p_lease_owner", "p_lease_token")
+    inc, store_inc, check_inc = "", "", ""
+    if incarnation:
+        inc = ", s.incarnation"
+        store_inc = f"UPDATE {sql.states} SET incarnation = p_incarnation WHERE ns = p_ns AND id = p_id;"
+        check_inc = f"""IF p_bound AND v_inc IS DISTINCT FROM p_incarnation THEN
+        o_status := {REBORN};
+        RETURN;
+    END IF;"""
+    into = "v_next, v_live, v_labelled" + (", v_inc" if incarnation else "")
+    declare = "\n    v_inc text;" if incarnation else ""
     return f"""
 DECLARE
     v_n integer := coalesce(cardinality(p_lines), 0);
     v_next bigint;
     v_live boolean;
-    v_labelled boolean;
+    v_labelled boolean;{declare}
     v_skip integer := 0;{_DECLARE}
 BEGIN
     {DURABLE}
@@ -85,6 +99,7 @@ BEGIN
         PERFORM 1 FROM {row} FOR UPDATE;
         {fence}
         {_create_row(sql, "SELECT p_ns, p_id, u.o - 1, u.d FROM unnest(p_lines) WITH ORDINALITY AS u(d, o)")}
+        {store_inc}
         o_status := {OK};
         o_next := v_n;
         RETURN;
@@ -92,14 +107,14 @@ BEGIN
     IF p_nowait THEN
         -- In a batch: never wait for another transaction's lock (that would hold up the
         -- whole batch); the client sends this write again on its own.
-        SELECT s.next_seq, {live}, s.labels IS NOT NULL INTO v_next, v_live, v_labelled
+        SELECT s.next_seq, {live}, s.labels IS NOT NULL{inc} INTO {into}
             FROM {row} FOR UPDATE SKIP LOCKED;
         IF NOT FOUND AND EXISTS (SELECT 1 FROM {row}) THEN
             o_status := {BUSY};
             RETURN;
         END IF;
     ELSE
-        SELECT s.next_seq, {live}, s.labels IS NOT NULL INTO v_next, v_live, v_labelled
+        SELECT s.next_seq, {live}, s.labels IS NOT NULL{inc} INTO {into}
             FROM {row} FOR UPDATE;
     END IF;
     {fence}
@@ -107,6 +122,7 @@ BEGIN
         o_status := {MISSING};
         RETURN;
     END IF;
+    {check_inc}
     o_next := v_next;
     IF v_n > 0 THEN
         IF p_first > v_next THEN
@@ -164,10 +180,14 @@ END
 """
 
 
-def _fork_body(sql: Sql) -> str:
+def _fork_body(sql: Sql, *, incarnation: bool = False) -> str:
     """Version 2's fork (the source held FOR SHARE, checked live and still holding the
     entries that were read, then the new row and one INSERT ... SELECT of its entries),
-    refusing (FENCED) to create the new State while another worker holds its lease."""
+    refusing (FENCED) to create the new State while another worker holds its lease.
+    ``incarnation`` (version 4): the new State gets ``p_incarnation``."""
+    store_inc = ""
+    if incarnation:
+        store_inc = f"UPDATE {sql.states} SET incarnation = p_incarnation WHERE ns = p_ns AND id = p_id;"
     copy = f"""SELECT p_ns, p_id, e.seq, e.data FROM {sql.entries} e
             WHERE e.ns = p_ns AND e.state_id = p_src AND e.seq <= p_at"""
     return f"""
@@ -193,6 +213,7 @@ BEGIN
     PERFORM 1 FROM {sql.states} s WHERE s.ns = p_ns AND s.id = p_id FOR UPDATE;
     {leases.fence(sql, "NULL::text", "NULL::bigint")}
     {_create_row(sql, copy)}
+    {store_inc}
     o_status := {OK};
 END
 """

@@ -19,7 +19,7 @@ from ..._leases import Lease
 from ..._records import Record, decode_snapshot
 from ..._redactor import Redactor
 from ..._sealing import Keyring
-from ..._writes import PreparedWrite, check_overlap
+from ..._writes import PreparedWrite, check_overlap, reborn
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
@@ -29,7 +29,7 @@ from ._lifecycle import Lifecycle
 from ._listing import listing
 from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
-from ._schema import BUSY, FENCED
+from ._schema import BUSY, FENCED, REBORN
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
 
 if TYPE_CHECKING:
@@ -184,12 +184,16 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         head = (self.namespace, sid, write.create, write.first_seq, lines, snapshot, *columns, self.retention)
         approved: list[str] | None = None
         for _ in range(servercommon.MAX_COMPARES):
-            row = await self._send((*head, approved, *lease_args(write.lease)))
+            row = await self._send(
+                (*head, approved, *lease_args(write.lease), write.incarnation, write.bound)
+            )
             status, next_seq, stored = row[0], row[1], row[2]
             if status == servercommon.OK:
                 return
             if status == FENCED:
                 refused(sid, row[3:], write.lease, "nothing was written")
+            if status == REBORN:
+                raise reborn(sid)
             servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the
@@ -203,7 +207,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         rows = await self._query("read", "fetch", self._sql.read, self.namespace, state_id, since)
         if not rows:
             return None
-        _, snapshot_text, next_seq = rows[0]
+        _, snapshot_text, next_seq, incarnation = rows[0]
         expected = max(0, next_seq - since)
         if len(rows) - 1 != expected:
             raise CorruptStateError(
@@ -223,6 +227,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         return Record(
             entries,
             decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
+            incarnation,
         )
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:

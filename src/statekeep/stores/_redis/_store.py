@@ -4,8 +4,8 @@ its client: :mod:`._client`; the package docstring tells how States are kept).""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from collections.abc import Hashable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
