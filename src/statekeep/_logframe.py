@@ -21,10 +21,10 @@ it was never acknowledged, and is left out (cut before the next append). A compl
 after a damaged line is :class:`CorruptStateError`: acknowledged data is damaged.
 
 Format 3 is format 2 whose closing records also carry ``"sk.inc"``, the State's
-incarnation (see :mod:`statekeep._incarnations`), before ``sk.snapshot``/``sk.at``: every
-write of a State created with one carries it, so a statekeep that reads format 2 only
-refuses such a State rather than append records its readers could not open. A State
-created before incarnations keeps closing its writes in format 2.
+incarnation (see :mod:`statekeep._incarnations`; none for a State created before), before
+``sk.snapshot``/``sk.at``. Every write closes in format 3, so a statekeep that reads format 2
+only refuses a State this one wrote to, rather than misread it (a snapshot sealed with the
+names of its clear fields) or append records its readers could not open.
 
 Format 1 (statekeep before 0.4) lines are plain entries, one per line, each a unit of its
 own. A log may start with them (a State written before the upgrade) and go on in format
@@ -66,10 +66,10 @@ def closing_record(
     next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None, incarnation: str | None = None
 ) -> bytes:
     """The line that closes a write whose entry lines are ``entries``: with the encoded
-    ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``; in
-    format 3 with the State's ``incarnation``, else in format 2."""
+    ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``; with
+    the State's ``incarnation``, if it has one."""
     head = b'{"sk.v":%d,"sk.next":%d,"sk.bytes":%d,"sk.write":"%08x",' % (
-        2 if incarnation is None else 3,
+        FORMAT,
         next_seq,
         len(entries),
         _crc32(entries),
@@ -84,7 +84,7 @@ def closing_record(
 
 
 def incarnation_of(record: dict[str, Any]) -> str | None:
-    """The incarnation a closing record carries (None: format 2, a State without one)."""
+    """The incarnation a closing record carries (None: a State without one, or format 2)."""
     found = record.get("sk.inc")
     return found if type(found) is str else None
 
