@@ -8,7 +8,6 @@ fails before any storage is touched.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Hashable, Mapping
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._bridge import owner, run_async, run_sync
 from ._ids import validate_id
-from ._incarnations import Binding, Known
+from ._incarnations import Incarnated
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
 from ._leases import Lease, check_fence, check_lease
 from ._leasing import Leasing
@@ -42,7 +41,7 @@ def system_clock() -> datetime:
     return datetime.now(UTC)
 
 
-class Backend(Leasing, Store):
+class Backend(Leasing, Incarnated, Store):
     """The base of the built-in stores; private (third-party stores subclass :class:`Store`).
 
     On top of :class:`Store` it gives: ids and data validated and encoded in the caller's
@@ -59,14 +58,6 @@ class Backend(Leasing, Store):
     retention: timedelta | None = None
     _clock: Clock = staticmethod(system_clock)
     _protection = Protection()
-
-    @property
-    def _known(self) -> Known:
-        """The incarnations this store object saw (made on first use)."""
-        known: Known | None = self.__dict__.get("_known_ids")
-        if known is None:
-            known = self.__dict__["_known_ids"] = Known()
-        return known
 
     def _lifecycle(
         self,
@@ -185,13 +176,9 @@ class Backend(Leasing, Store):
     async def aread_snapshot(self, state_id: str) -> dict[str, Any] | None:
         """Internal: :meth:`_read_snapshot` on the owner loop, for agent memory."""
         sid = self._check_open(validate_id(state_id))
-        if self._protection.keyring is None:
-            return self._protection.snapshot(
-                self.namespace, sid, await run_async(self._read_snapshot(sid)), None
-            )
-        # Sealed: opening it needs the State's incarnation, which a read of the snapshot gives.
-        opened = self._opened(sid, _built(await run_async(self._read(sid, SNAPSHOT_ONLY))), SNAPSHOT_ONLY)
-        return None if opened is None else opened.snapshot
+        if self._protection.keyring is not None:  # opening needs the State's incarnation: read it too
+            return getattr(await self.aread(sid, since=SNAPSHOT_ONLY), "snapshot", None)
+        return self._protection.snapshot(self.namespace, sid, await run_async(self._read_snapshot(sid)), None)
 
     async def _gc(self, limit: int | None) -> int:
         """Remove expired States; by default each one found by :meth:`_list` is read again
@@ -238,12 +225,8 @@ class Backend(Leasing, Store):
         lease: Lease | None = None,
         incarnation: str | None = None,
     ) -> None:
-        """As :meth:`Store.awrite`. ``incarnation``: with ``create=True``, the id the new State
-        gets (default: a new random one); else the State's (:attr:`Record.incarnation`) this
-        write continues: :class:`StateConflictError` if it was deleted and created again."""
-        binding = self._binding(state_id, create, incarnation)
-        if binding is None:
-            binding = (await run_async(self._learn(state_id)), True)
+        """As :meth:`Store.awrite`; ``incarnation``: see :meth:`Incarnated._binding`."""
+        binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         with self._known.watching(write):
             await run_async(self._locked_write(self._check_open(write)), direct=True)
@@ -258,37 +241,10 @@ class Backend(Leasing, Store):
         lease: Lease | None = None,
         incarnation: str | None = None,
     ) -> None:
-        binding = self._binding(state_id, create, incarnation)
-        if binding is None:
-            binding = (run_sync(self._learn(state_id), "aread"), True)
+        binding = self._binding(state_id, create, incarnation) or run_sync(self._alearn(state_id), "aread")
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         with self._known.watching(write):
             run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
-
-    def _binding(self, state_id: str, create: bool, incarnation: object) -> Binding | None:
-        sealed = self._protection.keyring is not None
-        return self._known.binding(self._check_open(state_id), create, incarnation, sealed)
-
-    async def _learn(self, state_id: str) -> str | None:
-        """The State's incarnation, read (its snapshot, no entries) for a sealed append."""
-        return getattr(_built(await self._read(state_id, SNAPSHOT_ONLY)), "incarnation", None)
-
-    def _prepared(
-        self,
-        state_id: str,
-        entries: Entries,
-        snapshot: Snapshot,
-        create: bool,
-        lease: Lease | None,
-        binding: Binding = (None, False),
-    ) -> PreparedWrite:
-        """A write redacted, checked, encoded and sealed, in the caller's thread."""
-        write = self._protection.write(
-            self.namespace, state_id, entries, self._stamp(snapshot), create, *binding
-        )
-        if lease is not None:
-            write = dataclasses.replace(write, lease=check_lease(lease, state_id))
-        return write
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))

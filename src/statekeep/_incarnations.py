@@ -15,11 +15,18 @@ appends carry none unless the caller gives one, and cost nothing more.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
+from ._bridge import run_async
 from ._errors import StateConflictError
 from ._ids import new_incarnation, validate_id, validate_incarnation
+from ._leases import Lease, check_lease
+from ._protection import Protection
+from ._ranges import SNAPSHOT_ONLY
+from ._records import Entries, Record, Snapshot
 from ._writes import PreparedWrite
 
 #: How many States' incarnations a store object remembers (then it starts again).
@@ -75,3 +82,59 @@ class Known:
             raise
         if write.create or write.bound:
             self.put(write.state_id, write.incarnation)
+
+
+class Incarnated:
+    """The part of the built-in stores' base that binds each write to an incarnation (a
+    mixin: the store supplies the attributes declared here)."""
+
+    namespace: str
+    _protection: Protection
+
+    def _check_open(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def _stamp(self, snapshot: Snapshot) -> Snapshot:
+        raise NotImplementedError
+
+    async def _read(self, state_id: str, since: int = 0) -> Record | Callable[[], Record] | None:
+        raise NotImplementedError
+
+    @property
+    def _known(self) -> Known:
+        """The incarnations this store object saw (made on first use)."""
+        known: Known | None = self.__dict__.get("_known_ids")
+        if known is None:
+            known = self.__dict__["_known_ids"] = Known()
+        return known
+
+    def _binding(self, state_id: str, create: bool, incarnation: object) -> Binding | None:
+        """The binding of a write given ``incarnation=`` (with ``create=True``, the id the new
+        State gets, default a new one; else the State's, :attr:`Record.incarnation`, this
+        write continues: StateConflictError if it was deleted and created again), or None
+        when it must be learned first (:meth:`_alearn`; see :meth:`Known.binding`)."""
+        sealed = self._protection.keyring is not None
+        return self._known.binding(self._check_open(state_id), create, incarnation, sealed)
+
+    async def _alearn(self, state_id: str) -> Binding:
+        """A sealed append's binding: the State's incarnation, read (its snapshot, no entries)
+        on the owner loop."""
+        found = await run_async(self._read(state_id, SNAPSHOT_ONLY))
+        record = found() if callable(found) else found
+        return (None if record is None else record.incarnation, True)
+
+    def _prepared(
+        self,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        create: bool,
+        lease: Lease | None,
+        binding: Binding = (None, False),
+    ) -> PreparedWrite:
+        """A write redacted, checked, encoded and sealed for its binding, in the caller's thread."""
+        stamped = self._stamp(snapshot)
+        write = self._protection.write(self.namespace, state_id, entries, stamped, create, *binding)
+        if lease is not None:
+            write = dataclasses.replace(write, lease=check_lease(lease, state_id))
+        return write

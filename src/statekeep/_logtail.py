@@ -48,7 +48,6 @@ class LastWrite:
     snapshot_at: int | None  # where the current snapshot record is; None: the State has none
     snapshot: bytes | None  # the encoded snapshot, if this write's record carries it
     incarnation: str | None = None  # the State's (format 3), else None
-    incarnation: str | None = None  # the State's (format 3), else None
 
 
 def last_write(read_at: ReadAt, size: int) -> LastWrite | None:

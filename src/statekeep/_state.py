@@ -51,6 +51,7 @@ class State:
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         self._setup(uuid.uuid4().hex if id is None else validate_id(id))
+        self._incarnation: str | None = new_incarnation()
         self.labels.update(check_labels(labels))
         lineage: dict[str, Any] = {}
         if parent is not None:
@@ -74,9 +75,7 @@ class State:
         # Save bookkeeping, kept by the methods below: where the State is saved, how much of
         # its history that store has, and whether the store has it at all.
         self._store: object = None
-        # The id of this State's life in its store (see ``incarnation``): made now, kept by
-        # the store at the first save; a load takes the stored one.
-        self._incarnation: str | None = new_incarnation()
+        self._incarnation = None  # see ``incarnation``: __init__, fork_state or a load sets it
         self._saved = 0
         self._created = False
         self._create_unsure = False  # a create failed in a way that may have stored it
@@ -176,10 +175,9 @@ class State:
 
     @property
     def incarnation(self) -> str | None:
-        """A random id of this State's life in its store: made when it is created, kept by
-        the store (a fork gets a new one; copy, import and rekey keep it), and different
-        for a State deleted and created again under the same id. None for a State loaded
-        from a store that keeps none (or saved before statekeep kept one)."""
+        """A random id of this State's life in its store, made with it (a fork gets a new one;
+        copy, import and rekey keep it; one deleted and created again has a new one). None
+        when loaded from a store that keeps none, or saved before statekeep kept one."""
         return self._incarnation
 
     @property
