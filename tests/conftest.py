@@ -88,29 +88,39 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
             )
         conn.close()
     elif isinstance(store, PostgresStore):
-        import asyncpg
-
-        conn = await asyncpg.connect(servers().shared_postgres().dsn)
-        try:  # the listing columns empty: list() reads the snapshot itself
-            await conn.execute(
-                f"UPDATE {quote_identifier(store.schema)}.states SET snapshot = $2, task = NULL, "
-                "created_at = NULL, updated_at = NULL, turn = NULL, stopped_by = NULL, "
-                "finished = NULL, unlisted = NULL WHERE id = $1",
-                state_id,
-                raw.decode(),
-            )
-        finally:
-            await conn.close()
+        await _postgres_execute(  # the listing columns empty: list() reads the snapshot itself
+            f"UPDATE {quote_identifier(store.schema)}.states SET snapshot = $2, task = NULL, "
+            "created_at = NULL, updated_at = NULL, turn = NULL, stopped_by = NULL, "
+            "finished = NULL, unlisted = NULL WHERE id = $1",
+            state_id,
+            raw.decode(),
+        )
     elif isinstance(store, RedisStore):
-        import redis.asyncio as aioredis
-
-        client = aioredis.Redis.from_url(servers().shared_redis().url)
-        try:
-            await client.hset(store.prefix + "state:" + state_id, "snapshot", raw)
-        finally:
-            await client.aclose()
+        await _redis_call("hset", store.prefix + "state:" + state_id, "snapshot", raw)
     else:
         raise AssertionError(f"no way to plant a snapshot in {store!r}")
+
+
+async def _postgres_execute(statement: str, *args: Any) -> None:
+    """Run one statement on the shared PostgreSQL server, on a connection of its own."""
+    import asyncpg
+
+    conn = await asyncpg.connect(servers().shared_postgres().dsn)
+    try:
+        await conn.execute(statement, *args)
+    finally:
+        await conn.close()
+
+
+async def _redis_call(command: str, *args: Any) -> None:
+    """Run one command (a method of the redis client) on the shared Redis server."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(servers().shared_redis().url)
+    try:
+        await getattr(client, command)(*args)
+    finally:
+        await client.aclose()
 
 
 def stored_record(store: Store, state_id: str) -> Any:
@@ -148,26 +158,14 @@ async def plant_entry(store: Store, state_id: str, seq: int, raw: bytes) -> None
             )
         conn.close()
     elif isinstance(store, PostgresStore):
-        import asyncpg
-
-        conn = await asyncpg.connect(servers().shared_postgres().dsn)
-        try:
-            await conn.execute(
-                f"UPDATE {quote_identifier(store.schema)}.entries SET data = $3 WHERE state_id = $1 AND seq = $2",
-                state_id,
-                seq,
-                raw.decode(),
-            )
-        finally:
-            await conn.close()
+        await _postgres_execute(
+            f"UPDATE {quote_identifier(store.schema)}.entries SET data = $3 WHERE state_id = $1 AND seq = $2",
+            state_id,
+            seq,
+            raw.decode(),
+        )
     elif isinstance(store, RedisStore):
-        import redis.asyncio as aioredis
-
-        client = aioredis.Redis.from_url(servers().shared_redis().url)
-        try:
-            await client.lset(store.prefix + "entries:" + state_id, seq, raw)
-        finally:
-            await client.aclose()
+        await _redis_call("lset", store.prefix + "entries:" + state_id, seq, raw)
     else:
         raise AssertionError(f"no way to plant an entry in {store!r}")
 

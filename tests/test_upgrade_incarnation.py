@@ -125,7 +125,10 @@ store.save(state)
         assert state.incarnation is None  # made before incarnations: its records bind none
         state.add_user("from this statekeep")
         store.save(state)
-        assert [e.get("text") for e in store.load("old").history][1:] == ["from before", "from this statekeep"]
+        assert [e.get("text") for e in store.load("old").history][1:] == [
+            "from before",
+            "from this statekeep",
+        ]
     # Once this statekeep wrote to it, the older one refuses it (the store, or the State's log).
     lines = older(place, sealed, TRY + 'attempt("load", lambda: store.load("old"))')
     assert [line.split()[:2] for line in lines] == [["load", "UnsupportedFormatError"]], lines

@@ -241,13 +241,19 @@ def open_snapshot(
     what = f"State {state_id!r} snapshot"
     place = aad(namespace, state_id, "snapshot", incarnation)
     copy = orjson.loads(ring.open(stored[SEALED], place, what))
+    unsealed: frozenset[str] = frozenset()
     if type(copy) is dict and copy.get("sk.v") == _COPY and type(copy.get("snapshot")) is dict:
         snapshot: dict[str, Any] = copy["snapshot"]
-        _check_clear(ring, stored, snapshot, copy.get("clear"), namespace, state_id, what)
-        return {**snapshot, **{k: stored[k] for k in STORE_MANAGED if k in stored}}
-    if type(copy) is not dict:
+        names = copy.get("clear")
+    elif type(copy) is dict:
+        # Sealed before the copy named its clear fields, and without the expiry: each clear
+        # field but the expiry must equal its sealed copy.
+        snapshot, unsealed = copy, STORE_MANAGED
+        names = sorted(set(stored) - {SEALED} - unsealed)
+    else:
         raise DecryptionError(f"{what} opens to something that is not a snapshot")
-    return _open_v1(ring, stored, copy, namespace, state_id, what)
+    _check_clear(ring, stored, snapshot, names, namespace, state_id, what, unsealed)
+    return {**snapshot, **{k: stored[k] for k in STORE_MANAGED if k in stored}}
 
 
 def _check_clear(
@@ -258,11 +264,13 @@ def _check_clear(
     namespace: str,
     state_id: str,
     what: str,
+    unsealed: frozenset[str],
 ) -> None:
-    """Raise unless the clear part holds exactly the fields ``names`` lists, each equal
-    to the sealed snapshot's: only a retention stamp (sealed ``"expiry": "retention"``)
-    may be later than sealed, as a store stamps it with its clock or slides it on a read."""
-    held = set(stored) - {SEALED}
+    """Raise unless the clear part holds exactly the fields ``names`` lists (and the
+    ``unsealed`` ones, not checked), each equal to the sealed snapshot's: only a retention
+    stamp (sealed ``"expiry": "retention"``) may be later than sealed, as a store stamps it
+    with its clock or slides it on a read."""
+    held = set(stored) - {SEALED} - unsealed
     listed = set(names) if type(names) is list else set()
     if held != listed:
         gone, added = sorted(listed - held), sorted(held - listed)
@@ -299,32 +307,6 @@ def _not_earlier(value: object, sealed: object) -> bool:
         return stamped >= utc_time(sealed)
     except ValueError:
         return isinstance(sealed, str)
-
-
-def _open_v1(
-    ring: Keyring,
-    stored: Mapping[str, Any],
-    snapshot: dict[str, Any],
-    namespace: str,
-    state_id: str,
-    what: str,
-) -> dict[str, Any]:
-    """A snapshot sealed by statekeep before the sealed copy named its clear fields: each
-    clear field must equal its sealed copy (the expiry, not sealed then, excepted)."""
-    for key, value in stored.items():
-        if key == SEALED or key in STORE_MANAGED:
-            continue
-        if key == "task" and isinstance(value, str) and value.startswith(TASK_MARK):
-            value = open_task(ring, value, namespace, state_id)
-        if key not in snapshot or not same_json(value, snapshot[key]):
-            raise DecryptionError(
-                f"{what}: its clear field {key!r} differs from the sealed copy: it was changed "
-                "after it was written. Nothing was returned"
-            )
-    for key in STORE_MANAGED:
-        if key in stored:
-            snapshot[key] = stored[key]
-    return snapshot
 
 
 def open_task(ring: Keyring, task: str, namespace: str, state_id: str) -> str:
