@@ -214,7 +214,10 @@ def test_reseal_replaces_only_records_still_as_they_were_read(
     old = opened(encrypt=ring("k1"))
     old.write("a", entries(0, 3), snapshot("the task"), create=True)
     schema = old.schema
-    new = Protection(encrypt=ring("k2")).write("default", "a", entries(0, 3), snapshot("the task"), False)
+    incarnation = old.read("a").incarnation  # the records are sealed for it
+    new = Protection(encrypt=ring("k2")).write(
+        "default", "a", entries(0, 3), snapshot("the task"), False, incarnation
+    )
     before = [stored(postgres_server, schema, "a", s).encode() for s in range(3)]
     row = raw(postgres_server, f"SELECT snapshot FROM {quote_identifier(schema)}.states WHERE id = 'a'")
     snap = row[0][0].encode()
@@ -568,4 +571,4 @@ def test_version_2_tables_gain_leases(postgres_server: PostgresServer) -> None:
         assert len(store.read("a").entries) == 3  # type: ignore[union-attr]
     finally:
         store.close()
-    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION == 3
+    assert raw(postgres_server, f"SELECT version FROM {sql.version}")[0][0] == SCHEMA_VERSION

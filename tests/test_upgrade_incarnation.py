@@ -166,3 +166,41 @@ store.save(state)
         with pytest.raises(DecryptionError, match="entry seq 1"):
             store.load("job")
     assert Keyring  # the ring the code builds
+
+
+def test_an_export_file_of_the_older_statekeep_imports_and_the_older_refuses_a_new_one(
+    tmp_path: Path,
+) -> None:
+    from statekeep._exporting import aexport, aimport
+
+    old_file, new_file = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    place = Place("file", tmp_path)
+    older(
+        place,
+        False,
+        f"""
+import asyncio
+import statekeep as sk
+from statekeep._exporting import aexport
+state = sk.State("exported by the older statekeep", id="old")
+store.save(state)
+asyncio.run(aexport(store, {str(old_file)!r}))
+""",
+    )
+    import asyncio
+
+    import orjson
+
+    assert orjson.loads(old_file.read_bytes().splitlines()[0])["version"] == 1
+    target = sk.MemoryStore()
+    asyncio.run(aimport(target, old_file))  # the old format is still read
+    kept = target.load("old")
+    assert kept.task == "exported by the older statekeep" and kept.incarnation is not None
+    asyncio.run(aexport(target, new_file))
+    lines = older(
+        place,
+        False,
+        TRY
+        + f"from statekeep._exporting import verify\nattempt('verify', lambda: verify(open({str(new_file)!r}, 'rb')))",
+    )
+    assert [line.split()[:2] for line in lines] == [["verify", "UnsupportedFormatError"]], lines
