@@ -337,6 +337,8 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
                 None,
                 None,
                 None,
+                None,  # no incarnation, and not bound to one
+                False,
                 False,
             )
             assert row["o_status"] == 0

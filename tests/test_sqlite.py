@@ -47,6 +47,8 @@ from statekeep.testing import StoreMachine
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 
 REPO = Path(__file__).resolve().parent.parent
+#: A schema version newer than this statekeep's.
+NEWER = SCHEMA_VERSION + 1
 
 
 @pytest.fixture
@@ -433,9 +435,9 @@ def test_newer_schema_is_refused(db: Path) -> None:
     store.write("a", entries(0, 1), snapshot(), create=True)
     store.close()
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 4")
+        conn.execute(f"UPDATE schema_version SET version = {NEWER}")
     newer = SQLiteStore(db)
-    message = r"written by a newer statekeep \(database schema version 4.*Upgrade statekeep"
+    message = rf"written by a newer statekeep \(database schema version {NEWER}.*Upgrade statekeep"
     with pytest.raises(UnsupportedFormatError, match=message):
         newer.read("a")
     with pytest.raises(UnsupportedFormatError, match=message):
@@ -445,7 +447,7 @@ def test_newer_schema_is_refused(db: Path) -> None:
     newer.close()
     with raw(db) as conn:  # nothing was changed
         assert conn.execute("SELECT count(*) FROM entries").fetchone() == (1,)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(NEWER,)]
 
 
 @pytest.mark.parametrize("agent", [None, "nobody"], ids=["rows", "no-rows"])
@@ -455,7 +457,7 @@ def test_a_page_read_after_another_process_upgraded_the_file_is_refused(db: Path
     store.write("a", entries(0, 1), snapshot(), create=True)
     assert [row.id for row in store.list(limit=5)] == ["a"]
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 4")
+        conn.execute(f"UPDATE schema_version SET version = {NEWER}")
     with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.list(limit=5, agent=agent)
     store.close()
@@ -466,7 +468,7 @@ def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
     # switch it to WAL.
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    conn.execute("INSERT INTO schema_version VALUES (4)")
+    conn.execute(f"INSERT INTO schema_version VALUES ({NEWER})")
     conn.commit()
     conn.close()
     before = sqlite_looks(db)

@@ -160,7 +160,7 @@ def test_a_migration_that_fails_leaves_the_version_1_file_whole(
 def test_create_false_refuses_a_version_1_file_unchanged(db: Path) -> None:
     make_v1_file(db)
     before = db.read_bytes()
-    with pytest.raises(Exception, match="version 1, older than this statekeep's 3"):
+    with pytest.raises(Exception, match=f"version 1, older than this statekeep's {SCHEMA_VERSION}"):
         SQLiteStore(db, create=False).read("old")
     assert db.read_bytes() == before
 
@@ -533,7 +533,7 @@ def test_a_fork_of_a_source_deleted_and_written_again_meanwhile_creates_nothing(
     store.delete("src")  # between the fork's read and its write: another history, as long
     store.write("src", [{**e, "text": "other"} for e in hist(3)], snap(), create=True)
     with pytest.raises(StateConflictError, match="src"):
-        asyncio.run(store._afork_write("src", forked, fork_snapshot, "f"))
+        asyncio.run(store._afork_write("src", forked, fork_snapshot, "f", None))
     assert store.read("f") is None and ids(store.list()) == ["src"]
 
 
