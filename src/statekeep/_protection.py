@@ -70,9 +70,7 @@ class Protection:
         is still that incarnation)."""
         if snapshot is not None and isinstance(snapshot, dict):
             _check_own_keys(snapshot)
-        write = prepare_write(state_id, entries, snapshot, create)
-        if incarnation is not None or bound:
-            write = dataclasses.replace(write, incarnation=incarnation, bound=bound)
+        write = prepare_write(state_id, entries, snapshot, create, incarnation, bound)
         redactor, ring = self.redactor, self.keyring
         if redactor is None and ring is None:
             return write
@@ -82,9 +80,7 @@ class Protection:
         if redactor is not None:
             plain = [redactor.entry(entry) for entry in plain]
             snap = None if snap is None else redactor.snapshot(snap)
-            write = dataclasses.replace(
-                prepare_write(state_id, plain, snap, create), incarnation=incarnation, bound=bound
-            )
+            write = prepare_write(state_id, plain, snap, create, incarnation, bound)
         if ring is None:
             return write
         entries = plain

@@ -54,9 +54,15 @@ class PreparedWrite:
 
 
 def prepare_write(
-    state_id: str, entries: Sequence[dict[str, Any]], snapshot: dict[str, Any] | None, create: bool
+    state_id: str,
+    entries: Sequence[dict[str, Any]],
+    snapshot: dict[str, Any] | None,
+    create: bool,
+    incarnation: str | None = None,
+    bound: bool = False,
 ) -> PreparedWrite:
-    """Validate and encode a write; raise TypeError/ValueError for bad input.
+    """Validate and encode a write (bound to ``incarnation``: see :class:`PreparedWrite`);
+    raise TypeError/ValueError for bad input.
 
     A snapshot's ``created_at`` and ``updated_at``, when present, must be times listings
     can read (ISO 8601 with a UTC offset, within the years 1 to 9999 in UTC).
@@ -89,7 +95,9 @@ def prepare_write(
         _check_times(snapshot)
     if create and lines and first_seq != 0:
         raise ValueError(f"a new State's history starts at seq 0, got {first_seq}")
-    return PreparedWrite(state_id, first_seq, tuple(lines), snap, bool(create))
+    return PreparedWrite(
+        state_id, first_seq, tuple(lines), snap, bool(create), incarnation=incarnation, bound=bound
+    )
 
 
 def _check_reserved(entry: dict[str, Any], i: int) -> None:

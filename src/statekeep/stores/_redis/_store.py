@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Hashable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -304,7 +303,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ) -> None:
         """One script copies the source's entries on the server (checking they are still
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
-        write = replace(prepare_write(new_id, [], self._stamp(snapshot), True), incarnation=incarnation)
+        write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         self._check_open(None)
         keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
         reply = await run_async(self._fork(keys, args, new_id))

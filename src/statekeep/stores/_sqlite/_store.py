@@ -10,7 +10,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -237,7 +236,7 @@ class SQLiteStore(LeaseRows, Backend):
         # encoded here (not sent) to compare with the source's, which may have been deleted
         # and written again since they were read.
         lines = prepare_write(source_id, entries, None, False).lines
-        write = replace(prepare_write(new_id, [], self._stamp(snapshot), True), incarnation=incarnation)
+        write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
         await run_async(self._locked_submit(new_id, op), direct=True)
 
