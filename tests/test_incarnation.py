@@ -127,6 +127,20 @@ def test_a_raw_sealed_append_learns_the_incarnation_and_is_refused_once_stale(op
     assert store.load("job").history[3]["text"] == "raw"
 
 
+def test_a_raw_write_names_the_incarnation_it_creates_or_continues(opener: Opener) -> None:
+    store = opener(encrypt=None)
+    mine, other = "a" * 32, "b" * 32
+    entry = {"seq": 0, "kind": "task", "at": "2026-01-01T00:00:00+00:00", "text": "t"}
+    store.write("raw", [entry], None, create=True, incarnation=mine)
+    assert store.read("raw").incarnation == mine
+    with pytest.raises(StateConflictError, match="deleted and created again"):
+        store.write("raw", [{**entry, "seq": 1}], None, incarnation=other)
+    with pytest.raises(ValueError, match="32 lowercase hex digits"):
+        store.write("raw", [{**entry, "seq": 1}], None, incarnation="not-one")
+    store.write("raw", [{**entry, "seq": 1}], None, incarnation=mine)
+    assert len(store.read("raw").entries) == 2  # refused writes wrote nothing
+
+
 # -- item 3: a sealed snapshot's clear fields are authenticated -------------------------
 
 
