@@ -46,7 +46,7 @@ class Known:
         self._ids: dict[str, str | None] = {}
 
     def binding(self, state_id: str, create: bool, given: object, sealed: bool) -> Binding | None:
-        """The write's binding, or None when it must be learned first (:meth:`learned`).
+        """The write's binding, or None when it must be learned first (:meth:`Incarnated._alearn`).
 
         A create stores ``given`` or a new one; an append given one is bound to it; a
         sealed append is bound to the one known, else to one read; an unsealed one to none.
