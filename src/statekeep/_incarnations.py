@@ -16,6 +16,7 @@ appends carry none unless the caller gives one, and cost nothing more.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,6 +35,23 @@ _REMEMBERED = 4096
 
 #: (incarnation, bound) of a write: what it is sealed for, and whether the store checks it.
 Binding = tuple[str | None, bool]
+
+
+def incarnated(store: Any, incarnation: str | None) -> dict[str, Any]:
+    """``incarnation=`` for a store's write, only when given and its ``awrite`` takes it (a
+    store of one's own written against the public API keeps working)."""
+    return {} if incarnation is None or not takes_incarnation(type(store)) else {"incarnation": incarnation}
+
+
+_TAKES: dict[Any, bool] = {}
+
+
+def takes_incarnation(cls: Any) -> bool:
+    """Whether a store class's ``awrite`` keeps incarnations (takes ``incarnation=``)."""
+    found = _TAKES.get(cls)
+    if found is None:
+        found = _TAKES[cls] = "incarnation" in inspect.signature(cls.awrite).parameters
+    return found
 
 
 class Known:

@@ -175,9 +175,8 @@ class State:
 
     @property
     def incarnation(self) -> str | None:
-        """A random id of this State's life in its store, made with it (a fork gets a new one;
-        copy, import and rekey keep it; one deleted and created again has a new one). None
-        when loaded from a store that keeps none, or saved before statekeep kept one."""
+        """This State's life in its store: a random id (README, "Incarnations"); None if its
+        store keeps none, or it was saved before statekeep kept one."""
         return self._incarnation
 
     @property

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._bridge import in_thread, run_sync, to_thread
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
+from ._incarnations import incarnated, takes_incarnation
 from ._lineage import fork_state, tree_order
 from ._query import given
 from ._ranges import with_since
@@ -257,12 +258,11 @@ class Store(ABC):  # noqa: B024
         if record is None:
             raise missing_error(state_id)
         state, entries, snapshot = fork_state(state_id, record, at_seq, new_id, labels)
-        fork = (state_id, entries, snapshot, state.id, state.incarnation)
-        if self._may_copy_on_server():
-            await self._afork_write(*fork)
-        else:
-            await Store._afork_write(self, *fork)
-        kept = state.incarnation if _takes_incarnation(type(self)) else None
+        fork = (
+            self._afork_write if self._may_copy_on_server() else functools.partial(Store._afork_write, self)
+        )
+        await fork(state_id, entries, snapshot, state.id, state.incarnation)
+        kept = state.incarnation if takes_incarnation(type(self)) else None
         return from_record(state.id, Record(entries, snapshot, kept), self)
 
     def _may_copy_on_server(self) -> bool:
@@ -271,15 +271,10 @@ class Store(ABC):  # noqa: B024
         return True
 
     async def _afork_write(
-        self,
-        source_id: str,
-        entries: list[dict[str, Any]],
-        snapshot: dict[str, Any],
-        new_id: str,
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
         incarnation: str | None,
-    ) -> None:
-        """Create the fork (a new incarnation): a store may copy the entries on its side
-        instead of sending them."""
+    ) -> None:  # fmt: skip
+        """Create the fork (a new incarnation): a store may copy the entries on its side."""
         await self.awrite(new_id, entries, snapshot, create=True, **incarnated(self, incarnation))
 
     def memory(self, scope: str = "default") -> Memory:
@@ -472,17 +467,6 @@ class Store(ABC):  # noqa: B024
 def _leased(lease: Lease | None) -> dict[str, Any]:
     """``lease=`` for a call, only when given (a store of one's own need not take it)."""
     return {} if lease is None else {"lease": lease}
-
-
-def incarnated(store: Store, incarnation: str | None) -> dict[str, Any]:
-    """``incarnation=`` for a write, only when given and the store's ``awrite`` takes it."""
-    return {} if incarnation is None or not _takes_incarnation(type(store)) else {"incarnation": incarnation}
-
-
-@functools.cache
-def _takes_incarnation(cls: type[Store]) -> bool:
-    """Whether a store class's ``awrite`` keeps incarnations (takes ``incarnation=``)."""
-    return "incarnation" in inspect.signature(cls.awrite).parameters
 
 
 def _no_leases(store: Store, lease: Lease | None) -> None:

@@ -49,10 +49,11 @@ from ._copycheck import (
 from ._copyreport import CopyReport, Outcome
 from ._errors import DecryptionError, StateExistsError
 from ._ids import validate_id
+from ._incarnations import incarnated
 from ._labels import memory_namespace, validate_namespace
 from ._records import Record
 from ._renaming import Rename, RenameError, check_renames, renamed
-from ._store import Store, incarnated
+from ._store import Store
 
 __all__ = [
     "CopyConflictError",

@@ -112,13 +112,9 @@ class Lifecycle(Backend):
     # -- fork ----------------------------------------------------------------------------
 
     async def _afork_write(
-        self,
-        source_id: str,
-        entries: list[dict[str, Any]],
-        snapshot: dict[str, Any],
-        new_id: str,
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
         incarnation: str | None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Create the fork in one transaction: its row, and its entries copied on the server
         (one INSERT ... SELECT) from the source, which must still hold what was read; refused
         while another worker holds the lease of ``new_id``."""

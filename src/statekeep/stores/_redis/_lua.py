@@ -23,9 +23,7 @@ from ._lease_lua import FENCE
 # The write script's outcomes: those of every server store (OK, MISSING, ...), and its own:
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
-# ... and (after the lease outcomes, 6 and 7) an append bound to another incarnation of
-# the State (deleted and created again): {REBORN, the State's incarnation or ''}.
-REBORN = 8
+REBORN = 8  # (after the lease outcomes) bound to another incarnation: {REBORN, the State's}
 # ARGV slots of the write before the index keys, and its keys.
 HEAD = 15
 WRITE_KEYS = 7
@@ -138,9 +136,8 @@ WRITE = (
     + f"""
 -- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
---       exp, retention, n index keys, lease token ('' for none), lease owner, incarnation
---       ('' for none), bound ('1': refused unless the State's incarnation is that one),
---       then the index keys, the n entries, then the approved stored entries
+--       exp, retention, n index keys, lease token ('' for none), lease owner, incarnation ('' for
+--       none), bound ('1': the State's must be it), index keys, the n entries, approved entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -188,10 +185,8 @@ if create then
   return {{{OK}, n}}
 end
 if not is_live then return {{{MISSING}}} end
-if ARGV[15] == '1' then
-  local inc = redis.call('HGET', KEYS[1], 'inc') or ''
-  if inc ~= ARGV[14] then return {{{REBORN}, inc}} end
-end
+local inc = ARGV[15] == '1' and (redis.call('HGET', KEYS[1], 'inc') or '')
+if inc and inc ~= ARGV[14] then return {{{REBORN}, inc}} end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local skip = 0
 if n > 0 then
@@ -231,8 +226,7 @@ FORK = (
 -- KEYS: source state, source entries, new state, new entries, then the namespace keys,
 --       then the new State's lease row
 -- ARGV: new id, at seq, sha1 of the entries 0..at joined by newlines, snapshot, member,
---       exp, retention, n index keys, the new State's incarnation ('' for none), then the
---       index keys
+--       exp, retention, n index keys, the new State's incarnation ('' for none), index keys
 local ns = ns_keys(5)
 if not live(KEYS[1]) then return {{{MISSING}}} end
 local refused = fence(KEYS[9], '', '')

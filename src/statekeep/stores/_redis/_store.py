@@ -294,13 +294,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             return await _leases.reseal(local, self._keys_of, state_id, entries, snapshot)
 
     async def _afork_write(
-        self,
-        source_id: str,
-        entries: list[dict[str, Any]],
-        snapshot: dict[str, Any],
-        new_id: str,
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
         incarnation: str | None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """One script copies the source's entries on the server (checking they are still
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)

@@ -224,13 +224,9 @@ class SQLiteStore(LeaseRows, Backend):
         return await owner().io.run(self._retry_busy, self._read_snapshot_once, conns, state_id)
 
     async def _afork_write(
-        self,
-        source_id: str,
-        entries: list[dict[str, Any]],
-        snapshot: dict[str, Any],
-        new_id: str,
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
         incarnation: str | None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         # The entries are copied inside the database (INSERT ... SELECT), in the transaction
         # that creates the fork, which first checks the source still holds them: they are
         # encoded here (not sent) to compare with the source's, which may have been deleted
