@@ -96,7 +96,8 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
             raw.decode(),
         )
     elif isinstance(store, RedisStore):
-        await _redis_call("hset", store.prefix + "state:" + state_id, "snapshot", raw)
+        # the State's key in the store's own namespace (the default one: prefix + "state:")
+        await _redis_call("hset", store._keys_of.state + state_id.encode(), "snapshot", raw)
     else:
         raise AssertionError(f"no way to plant a snapshot in {store!r}")
 
@@ -165,7 +166,7 @@ async def plant_entry(store: Store, state_id: str, seq: int, raw: bytes) -> None
             raw.decode(),
         )
     elif isinstance(store, RedisStore):
-        await _redis_call("lset", store.prefix + "entries:" + state_id, seq, raw)
+        await _redis_call("lset", store._keys_of.entries + state_id.encode(), seq, raw)
     else:
         raise AssertionError(f"no way to plant an entry in {store!r}")
 

@@ -45,6 +45,7 @@ def lease_to_json(lease: Any) -> dict[str, Any] | None:
         "token": lease.token,
         "expires_at": lease.expires_at.isoformat(),
         "ttl": lease.ttl.total_seconds(),
+        "namespace": lease.namespace,
     }
 
 
@@ -57,6 +58,7 @@ def lease_from_json(data: dict[str, Any] | None) -> Any:
         token=data["token"],
         expires_at=datetime.fromisoformat(data["expires_at"]),
         ttl=timedelta(seconds=data["ttl"]),
+        namespace=data["namespace"],
     )
 
 

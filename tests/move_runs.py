@@ -49,3 +49,11 @@ def contents(store: Store, ids: list[str]) -> dict[str, Any]:
         record = store.read(sid)
         out[sid] = None if record is None else (record.entries, record.snapshot)
     return out
+
+
+def cut_short_and_leased(src: Store, dst: Store, state_id: str, owner: str = "worker-1") -> None:
+    """Leave in ``dst`` the first entry of ``src``'s State (a copy cut short), leased by ``owner``."""
+    record = src.read(state_id)
+    assert record is not None
+    dst.write(state_id, record.entries[:1], None, create=True)
+    dst.acquire(state_id, owner, 600)

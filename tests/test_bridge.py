@@ -920,6 +920,55 @@ def test_ctrl_c_during_a_sync_call_leaves_the_operation_running_to_its_end(tmp_p
     assert "Traceback" not in result.stderr and "Exception in callback" not in result.stderr, result.stderr
 
 
+CTRL_C_DURING_A_SAVE = """
+import os, signal, sys, threading
+from statekeep import FileStore, State
+from statekeep.stores import OsIO
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in CTRL_C_WHILE_WAITING
+main = threading.main_thread().ident
+release = threading.Event()
+
+class CtrlCInFsync(OsIO):
+    # Ctrl-C reaches the caller while its save is in the log's fsync, which then waits.
+    armed = False
+    def fsync(self, fd):
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith("/log.jsonl"):
+            self.armed = False
+            signal.pthread_kill(main, signal.SIGINT)
+            release.wait()
+        super().fsync(fd)
+
+io = CtrlCInFsync()
+store = FileStore(sys.argv[1], io=io)
+state = State("t", id="job")
+state.add_user("hello")
+store.save(state)
+state.add_user("again")
+io.armed = True
+try:
+    store.save(state)
+except KeyboardInterrupt as exc:
+    print("NOTE", *exc.__notes__)
+release.set()
+store.write("job", [], None)  # the README's way to tell which: waits for the interrupted save
+print("USERS", [e["text"] for e in store.read("job").entries if e["kind"] == "user"])
+store.save(state)  # and to go on: nothing is missing, nothing conflicts
+print("USERS", [e["text"] for e in store.load("job").history if e["kind"] == "user"])
+"""
+
+
+def test_ctrl_c_during_a_save_says_what_became_of_it_and_saving_again_is_whole(tmp_path: Path) -> None:
+    result = run_script(CTRL_C_DURING_A_SAVE, str(tmp_path / "store"), timeout=60)
+    assert result.returncode == 0, result.stderr
+    note, told, users = result.stdout.splitlines()
+    assert note.startswith("NOTE statekeep: save() was interrupted while it waited;"), note
+    assert (
+        "whole or not at all" in note and "save the State again" in note and "write(id, [], None)" in note
+    ), note
+    assert told == users == "USERS ['hello', 'again']"
+
+
 def test_an_error_nobody_waits_for_any_more_is_not_logged_as_never_retrieved(tmp_path: Path) -> None:
     io = HeldFsync(fail=True)
     store = FileStore(tmp_path, io=io)

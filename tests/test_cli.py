@@ -510,7 +510,7 @@ def test_an_unreachable_server_is_one_line() -> None:
     port = servers.free_port()  # loopback, nothing listening
     for url in (f"postgresql://u:pw@127.0.0.1:{port}/db", f"redis://127.0.0.1:{port}/0"):
         pytest.importorskip("asyncpg" if url.startswith("postgresql") else "redis")
-        one_line(cli("list", "--store", url), 1, f"127.0.0.1:{port}", "could not be reached")
+        one_line(cli("list", "--store", url), 4, f"127.0.0.1:{port}", "could not be reached")
 
 
 def test_redis_durability_warning_is_one_short_note() -> None:

@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, Keyring, SQLiteStore, State
 from statekeep.cli import main
-from tests.move_runs import contents, make_runs
+from tests.move_runs import contents, cut_short_and_leased, make_runs
 from tests.test_cli_protect import run_on_a_terminal
 
 KEY = os.urandom(32)
@@ -140,7 +140,8 @@ def test_encrypted_source_exported_and_copied_clear_then_sealed_again(tmp_path: 
     sealed_url = str(tmp_path / "sealed")
     without = cli("copy", sealed_url, str(tmp_path / "clear0"))
     assert without.exit_code == 2 and "--src-keys" in without.stderr
-    assert cli("copy", sealed_url, str(tmp_path / "clear"), "--src-keys", str(keys)).exit_code == 0
+    clear = cli("copy", sealed_url, str(tmp_path / "clear"), "--src-keys", str(keys), "--plaintext")
+    assert clear.exit_code == 0
     with FileStore(tmp_path / "clear") as clear:
         assert contents(clear, ids) == held
     out = tmp_path / "runs.jsonl"
@@ -233,19 +234,23 @@ def test_a_rename_prefix_too_long_is_bad_usage_and_writes_nothing(
             assert dst.list() == []
 
 
-def test_a_leased_state_fails_with_cli_words_and_the_others_are_copied(
-    source: tuple[str, list[str]], tmp_path: Path
+@pytest.mark.parametrize("command", ["copy", "import"])
+def test_a_leased_state_fails_with_cli_words_and_the_others_are_moved(
+    command: str, source: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     src, ids = source
     with FileStore(src) as store, SQLiteStore(tmp_path / "dst.db") as dst:
-        record = store.read(ids[2])
-        assert record is not None
-        dst.write(ids[2], record.entries[:1], None, create=True)  # a copy cut short
-        dst.acquire(ids[2], "worker-1", 600)
-    result = cli("copy", src, f"sqlite:///{tmp_path}/dst.db")
+        cut_short_and_leased(store, dst, ids[2])
+    dst_url, out = f"sqlite:///{tmp_path}/dst.db", str(tmp_path / "runs.jsonl")
+    if command == "copy":
+        result = cli("copy", src, dst_url)
+    else:
+        assert cli("export", "--all", "-o", out, "--store", src).exit_code == 0
+        result = cli("import", out, "--store", dst_url)
     assert result.exit_code == 3
     assert f"State {ids[2]!r}" in result.stderr and "worker-1" in result.stderr
     assert "lease=" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "run it again" in result.stderr and "the copy" not in result.stderr  # import's words too
     with SQLiteStore(tmp_path / "dst.db") as dst:
         assert len(dst.list()) == len(ids) - 1
 
@@ -267,7 +272,7 @@ def test_keys_from_the_environment_do_not_silently_make_plaintext_copies(tmp_pat
     with FileStore(tmp_path / "clear") as copied:
         assert len(copied.list()) == len(ids)
     # the destination is sealed, its keys not given: the hint names the destination's option
-    again = cli("copy", sealed_url, str(tmp_path / "sealed2"), "--src-keys", str(keys))
+    again = cli("copy", sealed_url, str(tmp_path / "sealed2"), "--src-keys", str(keys), "--plaintext")
     assert again.exit_code == 2 and "give the destination's keys with --dst-keys" in again.stderr
 
 
@@ -366,3 +371,29 @@ def test_export_and_import_carry_agent_memory(source: tuple[str, list[str]], tmp
         assert dst.memory().get("user-prefs").value == {"tone": "terse"}
     one = cli("export", ids[0], "-o", str(tmp_path / "one.jsonl"), "--store", src)
     assert one.output.startswith("export: 1 State (")  # chosen States: no memory unless asked
+
+
+def test_import_dash_reads_what_export_dash_writes_and_checks_it_first(
+    source: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    src, ids = source
+    dst = f"sqlite:///{tmp_path}/dst.db"
+    statekeep = [sys.executable, "-m", "statekeep"]
+    with subprocess.Popen(
+        [*statekeep, "export", "--all", "-o", "-", "--store", src, "-q"], stdout=subprocess.PIPE
+    ) as out:
+        into = subprocess.run(
+            [*statekeep, "import", "-", "--store", dst], stdin=out.stdout, capture_output=True, timeout=120
+        )
+        assert out.stdout is not None
+        out.stdout.close()
+        assert out.wait(timeout=60) == 0
+    assert into.returncode == 0, into.stderr
+    assert into.stdout.decode() == f"import: {len(ids)} copied, 0 extended, 0 already there (skipped)\n"
+    with FileStore(src) as a, SQLiteStore(tmp_path / "dst.db") as b:
+        assert contents(b, ids) == contents(a, ids)
+    exported = cli("export", "--all", "-o", "-", "--store", src, "-q").stdout_bytes
+    edited = exported.replace(b"please do it", b"please do IT", 1)
+    damaged = CliRunner().invoke(main, ["import", "-", "--store", str(tmp_path / "d2")], input=edited)
+    assert damaged.exit_code == 3 and "checksum" in damaged.stderr, damaged.output
+    assert not (tmp_path / "d2").exists() or not any((tmp_path / "d2").iterdir())

@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, State, agent_info, open_store
 from statekeep.cli import main
+from tests.conftest import URL_KINDS, store_url
 from tests.test_cli import on_terminal
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
@@ -123,7 +124,7 @@ def test_list_json_escapes_what_a_terminal_would_act_on(tmp_path: Path) -> None:
     ("args", "named"),
     [
         (["--label", "novalue"], "KEY=VALUE"),
-        (["--label", "bad key!=x"], "labels"),
+        (["--label", "bad key!=x"], "--label"),
         (["--limit", "0"], "limit"),
         (["--limit", "many"], "limit"),
         (["--after", "junk"], "after"),
@@ -135,6 +136,27 @@ def test_list_bad_filters_exit_2_naming_them(fleet: Path, args: list[str], named
     result = cli("list", "--store", str(fleet), *args)
     assert result.exit_code == 2, result.output
     assert named in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("kind", URL_KINDS)
+def test_list_prefix_keeps_the_ids_that_start_with_it(kind: str, tmp_path: Path) -> None:
+    url = store_url(kind, tmp_path, "prefix")
+    with open_store(url, create=True) as store:
+        for sid in ("job-1", "job-2", "jobless", "other"):
+            store.save(State(sid, id=sid))
+    result = cli("list", "--store", url, "--prefix", "job-")
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    assert sorted(ids(result.stdout)) == ["job-1", "job-2"]
+    both = cli("list", "--store", url, "--prefix", "job", "--json", "--status", "running")
+    assert sorted(json.loads(line)["id"] for line in both.stdout.splitlines()) == [
+        "job-1",
+        "job-2",
+        "jobless",
+    ]
+    none = cli("list", "--store", url, "--prefix", "nobody")
+    assert (none.exit_code, none.stdout) == (0, "no States match\n")
+    bad = cli("list", "--store", url, "--prefix", "no way")
+    assert bad.exit_code == 2 and "--prefix" in bad.output and "A-Z a-z 0-9 _ -" in bad.output
 
 
 # -- gc -------------------------------------------------------------------------------------------

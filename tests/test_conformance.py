@@ -27,6 +27,7 @@ def namespace(tmp_path: Path) -> str:
 
 class BuiltinContract(StoreContract):
     statekeep_messages = True
+    supports_expect_next = True
 
     async def plant_snapshot(self, store: Store, state_id: str, raw: bytes) -> None:
         await plant_snapshot(store, state_id, raw)

@@ -197,3 +197,22 @@ def test_agent_memory_travels_in_an_export_file(tmp_path: Path) -> None:
         assert dst.memory().get("user-prefs").value == {"tone": "terse"}  # never renamed
         assert dst.memory("team").get("style").value == "short"
         assert import_(dst, tmp_path / "runs.jsonl", rename_prefix="x-").memory["default"].same == 1
+
+
+@pytest.mark.parametrize(
+    "left_out", [{"state": "run-1"}, [{"state": "bad id!", "why": "x"}], [{"state": "run-1"}], ["run-1"]]
+)
+def test_a_trailer_whose_list_of_what_was_left_out_is_not_one_is_refused(
+    exported: tuple[Path, list[str], dict[str, Any]], left_out: Any
+) -> None:
+    out = exported[0]
+    lines = out.read_bytes().splitlines(keepends=True)
+    trailer = orjson.loads(lines[-1])
+    out.write_bytes(b"".join(lines[:-1]) + orjson.dumps({**trailer, "left_out": left_out}) + b"\n")
+    _refused(out, "left_out")
+    good = [{"state": "run-1", "why": "damaged"}, {"state": "k", "memory": "team", "why": "too"}]
+    out.write_bytes(b"".join(lines[:-1]) + orjson.dumps({**trailer, "left_out": good}) + b"\n")
+    with MemoryStore() as dst:
+        report = import_(dst, out)
+        assert report.left_out == {"run-1": "damaged", "memory team: k": "too"}
+        assert len(dst.list()) == len(exported[1])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import pickle
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from statekeep import LeaseHeldError, MemoryStore, StaleLeaseError, State
 from statekeep.testing import FakeClock
+from tests.older import run_older
 
 
 def test_a_released_lease_stays_ended_when_the_clock_steps_back() -> None:
@@ -62,3 +65,28 @@ def test_gc_dry_run_leaves_leased_states_out_of_its_count() -> None:
     clock.advance(timedelta(seconds=20))
     assert store.gc(dry_run=True) == 1
     assert store.gc() == 1
+
+
+def test_a_lease_pickles_with_its_namespace_and_one_from_the_last_release_is_refused() -> None:
+    store = MemoryStore(namespace="team")
+    lease = store.acquire("x", "w1", 60)
+    assert pickle.loads(pickle.dumps(lease)) == lease and lease.namespace == "team"
+    assert repr(lease).endswith(", namespace='team')")
+    # The last release's statekeep pickles its Lease (no namespace), and reads ours.
+    older = run_older(
+        f"""
+        import base64, pickle, sys
+        from datetime import datetime, UTC
+        from statekeep import Lease
+        ours = pickle.loads(base64.b64decode({base64.b64encode(pickle.dumps(lease)).decode()!r}))
+        assert (ours.state_id, ours.owner, ours.token) == ("x", "w1", {lease.token}), ours
+        theirs = Lease("x", "w1", {lease.token}, datetime.fromisoformat({lease.expires_at.isoformat()!r}))
+        sys.stdout.write(base64.b64encode(pickle.dumps(theirs)).decode())
+        """
+    )
+    assert older.returncode == 0, older.stderr
+    legacy = pickle.loads(base64.b64decode(older.stdout))
+    assert legacy.namespace is None and legacy.token == lease.token and legacy.owner == lease.owner
+    with pytest.raises(StaleLeaseError, match="names no namespace"):
+        store.write("x", [], None, create=True, lease=legacy)
+    assert store.current_lease("x") == lease and store.read("x") is None

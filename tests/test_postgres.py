@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from statekeep import Record, UnsupportedFormatError
@@ -22,6 +23,8 @@ asyncpg = pytest.importorskip("asyncpg")
 
 from statekeep.stores import PostgresStore  # noqa: E402
 from statekeep.stores._postgres import SCHEMA_VERSION, quote_identifier, redact_dsn  # noqa: E402
+from statekeep.stores._postgres._schema import bootstrap, migrations  # noqa: E402
+from statekeep.stores._postgres._sql import Sql  # noqa: E402
 
 
 @pytest.fixture
@@ -42,6 +45,30 @@ def raw(server: PostgresServer, query: str, *args: Any) -> Any:
             await conn.close()
 
     return asyncio.run(go())
+
+
+def old_tables(server: PostgresServer, sql: Sql, version: int, nargs: int) -> None:
+    """Tables made by an older statekeep at schema ``version`` (its migrations, as it ran
+    them), holding State "a" with entries 0 and 1, written by that version's write function
+    (``nargs`` arguments)."""
+    steps = migrations(sql)[:version]
+    statements = [*bootstrap(sql), *(s for step in steps for s in step)]
+    statements.append(f"INSERT INTO {sql.version} (version) VALUES ({version})")
+    write = f"SELECT o_status FROM {sql.write_fn}({', '.join(f'${i}' for i in range(1, nargs + 1))})"
+
+    async def make() -> None:
+        conn = await asyncpg.connect(server.dsn)
+        try:
+            async with conn.transaction():
+                for statement in statements:
+                    await conn.execute(statement)
+            lines = [orjson.dumps(e).decode() for e in entries(0, 2)]
+            args = ("default", "a", True, 0, lines, orjson.dumps(snapshot("old")).decode())
+            assert await conn.fetchval(write, *args, *[None] * (nargs - 7), False) == 0
+        finally:
+            await conn.close()
+
+    asyncio.run(make())
 
 
 # -- row locks and batches ----------------------------------------------------------------
@@ -224,19 +251,19 @@ def test_quote_identifier() -> None:
 @pytest.mark.parametrize(
     ("dsn", "shown"),
     [
-        ("postgresql://u:s3cr%40t@h:5432/db", "postgresql://***@h:5432/db"),
-        ("postgres://u:p@ss@h/db", "postgres://***@h/db"),
-        ("postgresql://u:pa/ss@h/db", "postgresql://***@h/db"),
-        ("postgresql://u:p?a#s@h:5432/db?sslmode=require", "postgresql://***@h:5432/db?sslmode=require"),
+        ("postgresql://u:s3cr%40t@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
+        ("postgresql://u:pa/ss@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:p?a#s@h:5432/db?sslmode=require", "postgresql://u:***@h:5432/db?sslmode=require"),
         (
             "postgresql://h/db?user=u&password=s3cret&sslmode=verify-full",
             "postgresql://h/db?user=u&password=***&sslmode=verify-full",
         ),
-        ("postgresql://u@h/db", "postgresql://***@h/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),  # a user name alone is no secret
         ("postgresql://h/db", "postgresql://h/db"),
         ("host=h password=s3cret user=u", "host=h password=*** user=u"),
         ("host=h password='s3 cret' user=u", "host=h password=*** user=u"),
-        ("postgresql://u:s3cret@h1:1,h2:2/db", "postgresql://***@h1:1,h2:2/db"),
+        ("postgresql://u:s3cret@h1:1,h2:2/db", "postgresql://u:***@h1:1,h2:2/db"),
     ],
 )
 def test_redact_dsn(dsn: str, shown: str) -> None:
@@ -337,6 +364,8 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
                 None,
                 None,
                 None,
+                None,  # expect_next: none
+                True,  # a clear write
                 None,  # no incarnation, and not bound to one
                 False,
                 False,

@@ -27,14 +27,13 @@ from statekeep._protection import Protection
 from tests import servers
 from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name
-from tests.test_postgres import raw
+from tests.test_postgres import old_tables, raw
 
 asyncpg = pytest.importorskip("asyncpg")
 pytest.importorskip("cryptography")
 
 from statekeep.stores import PostgresStore  # noqa: E402
 from statekeep.stores._postgres import SCHEMA_VERSION, quote_identifier  # noqa: E402
-from statekeep.stores._postgres._schema import bootstrap, migrations  # noqa: E402
 from statekeep.stores._postgres._sql import Sql  # noqa: E402
 
 K1, K2 = Keyring.generate_key(), Keyring.generate_key()
@@ -375,7 +374,7 @@ async def test_a_fenced_out_write_in_a_batch_fails_alone(opened: Any) -> None:
         await store.awrite(sid, [], None, create=True)
     held = await store.aacquire("s3", "holder", 60)
     await store.arelease(await store.aacquire("s6", "old", 60))
-    stale = sk.Lease("s6", "old", 1, held.expires_at)
+    stale = sk.Lease("s6", "old", 1, held.expires_at, namespace="default")
     sizes: list[int] = []
     send = store._send_batch
 
@@ -419,7 +418,7 @@ dsn, schema, old = sys.argv[1:4]
 store = PostgresStore(dsn, schema=schema)
 if old:
     o = json.loads(old)
-    store.release(sk.Lease("job", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"])))
+    store.release(sk.Lease("job", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"]), namespace="default"))
 lease = store.acquire("job", "worker-B", 60)
 state = store.read("job")
 print(json.dumps([lease.token, None if state is None else state.entries]))
@@ -495,7 +494,7 @@ try:
     lease = store.acquire("a", name, 60)
 except sk.LeaseHeldError:
     o = json.loads(old)
-    lease = sk.Lease("a", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"]))
+    lease = sk.Lease("a", o["owner"], o["token"], datetime.fromisoformat(o["expires_at"]), namespace="default")
 try:
     store.write("a", [{"seq": 1, "by": name}], None, lease=lease)
     print("wrote", lease.token, flush=True)
@@ -544,23 +543,7 @@ def test_two_processes_race_to_take_over(
 def test_version_2_tables_gain_leases(postgres_server: PostgresServer) -> None:
     schema = unique_name("sk")
     sql = Sql(schema, "")
-    steps = migrations(sql)
-    statements = [*bootstrap(sql), *steps[0], *steps[1], f"INSERT INTO {sql.version} (version) VALUES (2)"]
-    write_v2 = f"SELECT o_status FROM {sql.write_fn}({', '.join(f'${i}' for i in range(1, 22))})"
-
-    async def make_version_2() -> None:
-        conn = await asyncpg.connect(postgres_server.dsn)
-        try:
-            async with conn.transaction():
-                for statement in statements:
-                    await conn.execute(statement)
-            lines = [orjson.dumps(e).decode() for e in entries(0, 2)]
-            args = ("default", "a", True, 0, lines, orjson.dumps(snapshot("old")).decode())
-            assert await conn.fetchval(write_v2, *args, *[None] * 14, False) == 0
-        finally:
-            await conn.close()
-
-    asyncio.run(make_version_2())
+    old_tables(postgres_server, sql, 2, 21)
     store = PostgresStore(postgres_server.dsn, schema=schema)
     try:
         assert store.read("a").entries == entries(0, 2)  # type: ignore[union-attr]

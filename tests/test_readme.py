@@ -45,6 +45,19 @@ def test_readme_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.Monk
     assert not any(p.name.startswith(".creating-") for p in tmp_path.rglob("*"))
 
 
+def test_readme_examples_run_in_order_in_one_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a reader runs them one after the other in one folder: each adapter keeps its
+    States in a namespace of its own, so sharing ``./runs`` meets nothing of another's."""
+    monkeypatch.chdir(tmp_path)
+    for i, code in enumerate(EXAMPLES):
+        module = types.ModuleType(f"__readme_{i}__")
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        try:
+            exec(compile(code, str(README), "exec", dont_inherit=True), module.__dict__)
+        except Exception as exc:
+            raise AssertionError(f"example {i} fails after examples 0 to {i - 1}: {exc!r}") from exc
+
+
 def run_kit(code: str, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` as a test file of its own with pytest, outside this project (no
     asyncio_mode setting: the kit's async tests must run in pytest-asyncio's strict mode)."""

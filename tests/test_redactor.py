@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import OrderedDict
 
@@ -99,3 +100,46 @@ def test_bad_arguments_and_a_repr_without_secrets() -> None:
         repr(r)
         == f"Redactor(keys={len(DEFAULT_KEYS) + 1} names, values=1 secrets, patterns=1, mask='[REDACTED]')"
     )
+
+
+def test_header_pairs_mask_the_value_of_a_secret_name() -> None:
+    r = Redactor()
+    headers = [("Authorization", "Bearer x"), ["Accept", "text/plain"], ("X-Api-Key", {"k": 1})]
+    assert r.value({"headers": headers}) == {
+        "headers": [["Authorization", "[REDACTED]"], ["Accept", "text/plain"], ["X-Api-Key", "[REDACTED]"]]
+    }
+    assert r.value(["password", "reset"]) == ["password", "reset"]  # two words, not a list of pairs
+    assert r.value([["token", "t"], "loose"]) == [["token", "t"], "loose"]
+
+
+def test_json_text_of_an_object_is_masked_and_stays_json_of_the_same_shape() -> None:
+    r = Redactor(values=["hunter2"])
+    args = (
+        '{"city": "Oslo", "password": "x", "n": 1e400, "big": 123456789012345678901234567890, "s": "hunter2"}'
+    )
+    once = r.value(args)
+    assert once == (
+        '{"city": "Oslo", "password": "[REDACTED]", "n": 1e400, "big": 123456789012345678901234567890, '
+        '"s": "[REDACTED]"}'
+    )
+    assert r.value(once) == once  # idempotent
+    dup = '{"token": "a", "token": "b", "nested": "{\\"apiKey\\": \\"k\\"}"}'
+    assert json.loads(r.value(dup)) == {"token": "[REDACTED]", "nested": '{"apiKey": "[REDACTED]"}'}
+    assert r.value(dup).count('"token"') == 2  # every pair kept, each masked
+    clean = '{ "city":"Oslo" }'
+    assert r.value(clean) is clean  # nothing to mask: the text as it was
+
+
+@pytest.mark.parametrize(
+    "text", ['{"password": broken', '{"password": "x"', "[1, 2]", '"{}"', "{NaN}", '{"a": NaN}', "{}x"]
+)
+def test_a_string_that_is_not_a_json_object_is_plain_text(text: str) -> None:
+    assert Redactor(values=["a"]).value(text) == Redactor(values=["a"]).text(text)
+    assert Redactor().value(text) == text
+
+
+def test_a_literal_secret_used_as_a_key_inside_json_text_is_masked_too() -> None:
+    redactor = Redactor(values=["s3cr3t"], patterns=[r"sk-[a-z]+"])
+    masked = redactor.value('{"s3cr3t": "x", "password": "sk-abc", "note": "sk-def"}')
+    assert "s3cr3t" not in masked and "sk-" not in masked
+    assert redactor.value(masked) == masked  # idempotent

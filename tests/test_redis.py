@@ -228,9 +228,9 @@ def test_warning_when_config_is_disabled() -> None:
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("redis://:s3cret@h:6379/0", "redis://***@h:6379/0"),
-        ("rediss://user:s3%40cret@h/1", "rediss://***@h/1"),
-        ("redis://:pa/ss?x#y@h:6379/0", "redis://***@h:6379/0"),
+        ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://user:s3%40cret@h/1", "rediss://user:***@h/1"),
+        ("redis://:pa/ss?x#y@h:6379/0", "redis://:***@h:6379/0"),
         ("redis://h:6379/0?password=s3cret&db=1", "redis://h:6379/0?password=***&db=1"),
         ("unix:///run/redis.sock?password=s3cret", "unix:///run/redis.sock?password=***"),
         ("redis://h:6379/0", "redis://h:6379/0"),

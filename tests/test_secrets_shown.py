@@ -120,7 +120,9 @@ def test_lease_errors_hide_a_password_in_an_owner() -> None:
         store.acquire("job", "someone", 30)
     with pytest.raises(LeaseHeldError) as write:
         store.write("job", [], {"task": "t"}, create=True)
-    stale = Lease("job", f"other postgresql://u:{PASSWORD}@h/db", held.token - 1, held.expires_at)
+    stale = Lease(
+        "job", f"other postgresql://u:{PASSWORD}@h/db", held.token - 1, held.expires_at, namespace="default"
+    )
     with pytest.raises(StaleLeaseError) as refused:
         store.write("job", [], {"task": "t"}, create=True, lease=stale)
     with pytest.raises(StaleLeaseError) as renewed:
@@ -187,4 +189,4 @@ def test_an_agent_under_a_lease_logs_and_raises_no_secret() -> None:
     with pytest.raises(StaleLeaseError) as caught:
         agent.run(store.load("s"))
     assert_clean(str(caught.value), repr(caught.value))
-    assert re.search(r"redis://\*\*\*@cache", str(caught.value))
+    assert re.search(r"redis://:\*\*\*@cache", str(caught.value))

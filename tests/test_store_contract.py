@@ -23,7 +23,7 @@ from statekeep import (
     Store,
     validate_id,
 )
-from statekeep.testing import StoreContract
+from statekeep.testing import Api, StoreContract
 from tests.conftest import STORE_FACTORIES, drop_and_collect, entries, snapshot
 
 
@@ -67,6 +67,18 @@ def read_from(data: dict[str, Record], state_id: str) -> Record | None:
     return None if record is None else Record(*orjson.loads(orjson.dumps([record.entries, record.snapshot])))
 
 
+def rows_of(data: dict[str, Record]) -> list[SavedState]:
+    """A listing row for each State with a snapshot; one that cannot be read is left out with a warning."""
+    rows = []
+    for sid, record in data.items():
+        if record.snapshot is not None:
+            try:
+                rows.append(SavedState.from_snapshot(sid, record.snapshot))
+            except ValueError as exc:
+                warnings.warn(f"State {sid!r} left out: {exc}", RuntimeWarning, stacklevel=3)
+    return rows
+
+
 class SyncDictStore(Store):
     """A store written with sync methods only, and no list or delete."""
 
@@ -98,14 +110,7 @@ class AsyncDictStore(Store):
         return read_from(self.data, state_id)
 
     async def alist(self) -> list[Any]:
-        rows = []
-        for sid, record in self.data.items():
-            if record.snapshot is not None:
-                try:
-                    rows.append(SavedState.from_snapshot(sid, record.snapshot))
-                except ValueError as exc:
-                    warnings.warn(f"State {sid!r} left out: {exc}", RuntimeWarning, stacklevel=2)
-        return sorted(rows, key=lambda row: (-row.updated_at.timestamp(), row.id))
+        return sorted(rows_of(self.data), key=lambda row: (-row.updated_at.timestamp(), row.id))
 
     async def adelete(self, state_id: str) -> None:
         self.data.pop(validate_id(state_id), None)
@@ -122,13 +127,64 @@ class TestSyncDictStore(StoreContract):
 
 
 class TestAsyncDictStore(StoreContract):
-    durable = checks_data = refuses_closed = False
-    supports_query = False  # alist() takes no filters or pages
+    durable = checks_data = refuses_closed = False  # its alist() takes no filters: Store adds them
     supports_expiry = supports_namespaces = supports_memory = False
     supports_trio = False  # its awrite asks asyncio for the running loop
 
     def make_store(self, tmp_path: Path) -> Store:
         return AsyncDictStore()
+
+
+class ListingDictStore(SyncDictStore):
+    """A store written with sync methods, its list() written without filters or pages."""
+
+    def list(self) -> list[SavedState]:
+        with self.lock:
+            return rows_of(self.data)  # in no particular order: Store puts them in listing order
+
+    def delete(self, state_id: str) -> None:
+        with self.lock:
+            self.data.pop(validate_id(state_id), None)
+
+
+class TestListingDictStore(StoreContract):
+    """A plain list() gets the query: filtered and paged by Store, by the rules of every store."""
+
+    durable = checks_data = refuses_closed = False
+    supports_expiry = supports_namespaces = supports_memory = False
+
+    def make_store(self, tmp_path: Path) -> Store:
+        return ListingDictStore()
+
+
+def test_a_plain_list_takes_the_query_with_the_same_rules() -> None:
+    store = ListingDictStore()
+    for i, agent in enumerate(["a", "b", "a"]):
+        snap = {**snapshot(f"t{i}", updated=f"2026-01-0{i + 1}T00:00:00+00:00"), "agent": agent}
+        store.write(f"s{i}", [{"seq": 0}], snap, create=True)
+    assert [r.id for r in store.list(agent="a")] == ["s2", "s0"]
+    first = store.list(limit=2)
+    assert [r.id for r in first] == ["s2", "s1"] and first.next is not None  # type: ignore[attr-defined]
+    assert [r.id for r in store.list(limit=2, after=first.next)] == ["s0"]  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="limit must be"):
+        store.list(limit=0)
+    assert [r.id for r in asyncio.run(store.alist(agent="b"))] == ["s1"]
+
+
+class ClaimsDelete(StoreContract):
+    """Not collected (no Test prefix): a class whose flags say its store deletes, which it cannot."""
+
+    def make_store(self, tmp_path: Path) -> Store:
+        return SyncDictStore()
+
+
+def test_the_kit_names_the_flag_of_a_capability_the_store_lacks() -> None:
+    kit = ClaimsDelete()
+    api = Api(SyncDictStore(), "sync")
+    with pytest.raises(
+        pytest.fail.Exception, match=r"ClaimsDelete.supports_delete says .*set supports_delete = False"
+    ):
+        asyncio.run(kit.test_delete_absent_id_does_nothing(api))
 
 
 async def test_async_methods_derived_from_sync_ones() -> None:

@@ -113,9 +113,14 @@ def left_the_document(element: Any) -> Callable[[Any], bool]:
 def submit_filter(driver: Any, **fields: str) -> None:
     """Type ``fields`` into the filter form, submit it, and wait for the new page."""
 
+    from selenium.webdriver.support.ui import Select
+
     form = one(driver, "form#filters")
     for name, value in fields.items():
-        box = one(driver, f"form#filters input[name={name}]")
+        box = one(driver, f"form#filters [name={name}]")
+        if box.tag_name == "select":  # the status: a choice, by its value ("" is any)
+            Select(box).select_by_value(value)
+            continue
         box.clear()
         box.send_keys(value)
     one(driver, "#apply").click()
@@ -158,6 +163,40 @@ def test_filters_show_only_the_matching_runs(serve: Any, page: Any, store: FileS
     submit_filter(page, label="", agent="nobody")
     assert row_ids(page) == []
     assert one(page, "#empty").is_displayed()
+
+
+def test_the_status_filter_is_a_choice_of_the_statuses_seen(serve: Any, page: Any, store: FileStore) -> None:
+    server: Server = serve(str(store.path))
+    page.get(server.url)
+    wait_for(page, shown("#runs tbody tr.run"), "the runs")
+    from selenium.webdriver.support.ui import Select
+
+    status = Select(one(page, "form#filters select[name=status]"))
+    assert [o.get_attribute("value") for o in status.options] == ["", "running", "finished", "limit"]
+    assert [o.text for o in status.options] == ["any", "running", "finished", "limit"]
+    assert status.first_selected_option.text == "any"
+    submit_filter(page, status="limit")
+    assert row_ids(page) == ["beta-1"]
+    assert Select(one(page, "select[name=status]")).first_selected_option.text == "limit"
+    submit_filter(page, status="")
+    assert len(row_ids(page)) == 4
+
+
+def test_times_read_ago_with_the_exact_time_on_hover(serve: Any, page: Any, store: FileStore) -> None:
+    server: Server = serve(str(store.path))
+    page.get(server.url)
+    wait_for(page, shown("#runs tbody tr.run"), "the runs")
+    row = store.list(id_prefix="alpha-2")[0]
+    when = one(page, 'tr.run[data-id="alpha-2"] td.updated time')
+    assert when.text == "just now" or when.text.endswith(" ago"), when.text
+    assert when.get_attribute("title") == row.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    page.get(server.url + "runs/alpha-2")
+    wait_for(page, shown("#timeline li.entry"), "the timeline")
+    created = one(page, "#created time")
+    assert created.text == "just now" or created.text.endswith(" ago"), created.text
+    assert created.get_attribute("title").endswith(" UTC")
+    snapshot = store.load("alpha-2")
+    assert created.get_attribute("datetime") == snapshot.created_at
 
 
 def entry_style(driver: Any, css: str) -> list[str]:

@@ -21,7 +21,8 @@ from tests.web_serving import DEADLINE, client, events, until
 
 
 class Listings(MemoryStore):
-    """A MemoryStore that notes which asyncio task made each listing."""
+    """A MemoryStore that notes which asyncio task made each look at it: a listing, or a
+    read of its change stamp (an idle poll's only look)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -29,11 +30,17 @@ class Listings(MemoryStore):
         self.listed = threading.Condition()
 
     async def alist(self, **filters: Any) -> Any:
-        task = asyncio.current_task()
-        with self.listed:
-            self.tasks.append(str(id(task)))
-            self.listed.notify_all()
+        self.note()
         return await super().alist(**filters)
+
+    async def _change_stamp(self) -> Any:
+        self.note()
+        return await super()._change_stamp()
+
+    def note(self) -> None:
+        with self.listed:
+            self.tasks.append(str(id(asyncio.current_task())))
+            self.listed.notify_all()
 
     def wait_listings(self, count: int) -> None:
         with self.listed:

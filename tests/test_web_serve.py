@@ -23,7 +23,17 @@ from statekeep._urls import open_store
 from statekeep.web import start
 from tests import servers
 from tests.web_runs import EVIL, finished, running
-from tests.web_serving import client, events, reap_servers, serving, start_serve, stop, until, url_of
+from tests.web_serving import (
+    client,
+    events,
+    read_line,
+    reap_servers,
+    serving,
+    start_serve,
+    stop,
+    until,
+    url_of,
+)
 from tests.webpage import parse
 
 
@@ -177,6 +187,26 @@ def test_serve_without_a_store_says_so(tmp_path: Path) -> None:
     proc = start_serve("--store", str(tmp_path / "nothing"), "--port", "0")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "no store at" in err.decode()
+
+
+@pytest.mark.parametrize(
+    ("where", "status", "said"), [("memory", 2, "memory://"), ("not-a-store", 3, "not a statekeep store")]
+)
+def test_serve_refuses_a_store_it_could_show_nothing_of(
+    tmp_path: Path, where: str, status: int, said: str
+) -> None:
+    # It once served both, and every page was then an error.
+    url = "memory://"
+    if where == "not-a-store":
+        (tmp_path / "notes").mkdir()
+        (tmp_path / "notes" / "shopping.txt").write_text("milk\n")
+        url = str(tmp_path / "notes")
+    proc = start_serve("--store", url, "--port", "0")
+    assert read_line(proc) == ""  # no serving line: it ends at once
+    _, err = proc.communicate(timeout=60)
+    lines = err.decode().splitlines()
+    assert proc.returncode == status, lines
+    assert len(lines) == 1 and lines[0].startswith("statekeep: ") and said in lines[0], lines
 
 
 def test_serve_without_the_web_extra_says_what_to_install(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ loop: asyncio, or trio and anyio), however deep in statekeep or the event loop t
 from __future__ import annotations
 
 import asyncio
+import importlib.machinery
 import os
 import sys
 import warnings
@@ -72,5 +73,16 @@ def _warn_at_caller(warning: Warning) -> None:
         frame.f_lineno,
         module_globals.get("__name__", "<string>"),
         module_globals.setdefault("__warningregistry__", {}),
-        module_globals,
+        module_globals if _gives_source(module_globals) else None,
     )
+
+
+# The loaders of code that has no source file to show: ``python -c``, stdin, the REPL.
+_NO_SOURCE = (importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter)
+
+
+def _gives_source(module_globals: dict[str, Any]) -> bool:
+    """Whether warn_explicit may ask the module's loader for its source (to show the line
+    from a zip, say): the builtin importer, which ``__main__`` has under ``python -c``, on
+    stdin and in the REPL, raises ImportError instead of giving it."""
+    return module_globals.get("__loader__") not in _NO_SOURCE

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._bridge import owner, run_async, run_sync
+from ._expect import expecting_next
 from ._ids import validate_id
 from ._incarnations import Incarnated
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
@@ -224,10 +225,12 @@ class Backend(Leasing, Incarnated, Store):
         create: bool = False,
         lease: Lease | None = None,
         incarnation: str | None = None,
+        expect_next: int | None = None,
     ) -> None:
         """As :meth:`Store.awrite`; ``incarnation``: see :meth:`Incarnated._binding`."""
         binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
+        write = expecting_next(write, expect_next)
         with self._known.watching(write):
             await run_async(self._locked_write(self._check_open(write)), direct=True)
 
@@ -240,9 +243,11 @@ class Backend(Leasing, Incarnated, Store):
         create: bool = False,
         lease: Lease | None = None,
         incarnation: str | None = None,
+        expect_next: int | None = None,
     ) -> None:
         binding = self._binding(state_id, create, incarnation) or run_sync(self._alearn(state_id), "aread")
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
+        write = expecting_next(write, expect_next)
         with self._known.watching(write):
             run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
 
@@ -327,18 +332,18 @@ class Backend(Leasing, Incarnated, Store):
     async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
             root = self._check_open(validate_id(state_id))
-            await run_async(self._check_tree_leases(root, check_lease(lease, root)))
+            await run_async(self._check_tree_leases(root, check_lease(lease, root, self.namespace)))
             await super().adelete(state_id, children=True, lease=lease)
             return
         sid = self._check_open(validate_id(state_id))
-        await run_async(self._locked_delete(sid, check_lease(lease, sid)), direct=True)
+        await run_async(self._locked_delete(sid, check_lease(lease, sid, self.namespace)), direct=True)
 
     def delete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
             super().delete(state_id, children=True, lease=lease)
             return
         sid = self._check_open(validate_id(state_id))
-        run_sync(self._locked_delete(sid, check_lease(lease, sid)), "adelete", direct=True)
+        run_sync(self._locked_delete(sid, check_lease(lease, sid, self.namespace)), "adelete", direct=True)
 
     async def afork(
         self,
@@ -354,7 +359,11 @@ class Backend(Leasing, Incarnated, Store):
         sid = self._check_open(validate_id(state_id))
         held = await self.acurrent_lease(sid)
         check_fence(
-            sid, held, check_lease(lease, sid), await run_async(self._server_now()), "nothing was forked"
+            sid,
+            held,
+            check_lease(lease, sid, self.namespace),
+            await run_async(self._server_now()),
+            "nothing was forked",
         )
         return await super().afork(state_id, at_seq=at_seq, new_id=new_id, labels=labels)
 

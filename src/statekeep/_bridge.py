@@ -220,6 +220,19 @@ def _made_meanwhile() -> _Owner | None:
     return _owner
 
 
+#: The note a KeyboardInterrupt that stopped a sync call's wait carries (Ctrl-C).
+INTERRUPTED = (
+    "statekeep: {name}() was interrupted while it waited; the operation goes on to its end on "
+    "statekeep's private loop, whole or not at all, never half."
+)
+#: And for a write: how to go on, and to tell which.
+INTERRUPTED_WRITE = (
+    " A write to the same State waits for it: to go on, save the State again (it sends only what the "
+    "store lacks) or send the same write again (entries that landed are skipped); to tell which "
+    "happened, write(id, [], None) then read(id)"
+)
+
+
 def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = False) -> T:
     """Run ``coro`` on the owner loop and block until it is done (the sync API's path).
 
@@ -227,7 +240,7 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = Fa
     for the call), and from a signal handler that interrupted a sync call. On the owner
     loop's own thread it raises RuntimeError at once, since waiting there would deadlock.
     A caller interrupted while waiting (KeyboardInterrupt) leaves the operation running
-    to its end.
+    to its end; the KeyboardInterrupt carries a note (:data:`INTERRUPTED`) saying so.
 
     ``direct``: the operation's outcome is that of the one batch item it submits (a
     built-in store's write or delete); the caller is then woken as soon as that batch is
@@ -243,7 +256,12 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = Fa
         )
     waiter: Waiter[T] = Waiter(runs_batches=direct and may_run_batches())
     own.start(coro, waiter.settle, direct=waiter if direct else None)
-    return waiter.wait()
+    try:
+        return waiter.wait()
+    except KeyboardInterrupt as interrupt:
+        note = INTERRUPTED.format(name=async_name.removeprefix("a"))
+        interrupt.add_note(note + INTERRUPTED_WRITE if async_name in ("awrite", "asave") else note)
+        raise
 
 
 async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:

@@ -40,7 +40,7 @@ def load_keyring(keys_file: str | None, environ: Any = None) -> Keyring | None:
     """The Keyring ``--keys FILE`` (or else ``$STATEKEEP_KEYS``) gives, or None if neither is set."""
     env = os.environ if environ is None else environ
     if keys_file is not None:
-        where = f"the keys file {keys_file!r}"
+        where = f"the keys file {str(Path(keys_file).absolute())!r}"
         try:
             text = Path(keys_file).read_bytes()
         except FileNotFoundError:

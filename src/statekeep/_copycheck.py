@@ -16,24 +16,22 @@ from ._errors import (
     StateConflictError,
     StateExistsError,
     StatekeepError,
+    UnsafeStoreError,
+    UnsupportedFormatError,
 )
 from ._records import Record
 from ._sealing import STORE_MANAGED
 from ._store import Store
 from ._writes import same_json
 
-_RESOLVE = (
-    "Nothing of it was changed; delete that State in the destination (statekeep delete ID "
-    "--store DST) to replace it, or copy under other ids with --rename-prefix"
-)
-
 
 class CopyConflictError(StateConflictError):
     """The destination holds a different State under the same id: nothing of it was changed.
-    ``state_id`` names it; the message says what differs and how to resolve it."""
+    ``state_id`` names it; the message says what differs (delete it there to replace it, or
+    move it under another id: the command line says how, in its own options)."""
 
     def __init__(self, state_id: str, what: str) -> None:
-        super().__init__(f"State {state_id!r} differs in the destination: {what}. {_RESOLVE}")
+        super().__init__(f"State {state_id!r} differs in the destination: {what}; nothing of it was changed")
         self.state_id = state_id
 
 
@@ -43,7 +41,7 @@ class CopyVerifyError(CorruptStateError):
     def __init__(self, state_id: str, what: str) -> None:
         super().__init__(
             f"State {state_id!r} was written to the destination but reads back {what}; "
-            "check the destination store, then run the copy again"
+            "check the destination store, then run it again"
         )
         self.state_id = state_id
 
@@ -55,6 +53,7 @@ class CopyKeysError(DecryptionError):
     def __init__(self, side: str, error: DecryptionError) -> None:
         super().__init__(f"in the {side}: {error}")
         self.side = side
+        self.error = error
 
 
 class CopyWriteError(StatekeepError):
@@ -64,6 +63,17 @@ class CopyWriteError(StatekeepError):
     def __init__(self, state_id: str, what: str) -> None:
         super().__init__(f"State {state_id!r} was not (fully) written to the destination: {what}")
         self.state_id = state_id
+
+
+#: What reading one State of a source can raise that leaves that State behind while the
+#: others move: a damaged record, a State of a newer format, a State folder another user
+#: could change. A store-wide problem (keys, a connection, a store that is not one) stops.
+UNREADABLE = (CorruptStateError, UnsupportedFormatError, UnsafeStoreError)
+
+
+def unreadable(state_id: str, why: str, side: str = "source") -> str:
+    """Why a State was left behind: the ``side`` could not read it (``why``: what it said)."""
+    return f"State {state_id!r} cannot be read in the {side}: {why}"
 
 
 @contextmanager
@@ -78,12 +88,10 @@ def refusals(state_id: str) -> Iterator[None]:
         raise CopyWriteError(
             state_id,
             f"another worker ({exc.owner!r}) holds its lease there until {exc.expires_at}; run "
-            "the copy again once that lease is released or has expired",
+            "it again once that lease is released or has expired",
         ) from None
     except StateConflictError:
-        raise CopyWriteError(
-            state_id, "another writer saved to it there meanwhile; run the copy again"
-        ) from None
+        raise CopyWriteError(state_id, "another writer saved to it there meanwhile; run it again") from None
     except ValueError as exc:
         raise CopyWriteError(state_id, f"the destination refused it ({exc})") from None
 

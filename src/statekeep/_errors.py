@@ -20,7 +20,17 @@ class StatekeepError(Exception):
     """The base of every exception statekeep raises on purpose."""
 
 
-class StateNotFoundError(StatekeepError, LookupError):
+class AdvisedError(StatekeepError):
+    """An error whose message is what was found (``found``), then what to do about it
+    (``advice``, in a Python caller's words: the CLI gives its own, in flags)."""
+
+    def __init__(self, found: str, advice: str = "") -> None:
+        super().__init__(f"{found}. {advice}" if advice else found)
+        self.found = found
+        self.advice = advice
+
+
+class StateNotFoundError(AdvisedError, LookupError):
     """There is no State with that id (never created, deleted, or expired)."""
 
 
@@ -30,7 +40,9 @@ class StateExistsError(StatekeepError, ValueError):
 
 class UnsupportedFormatError(StatekeepError, ValueError):
     """Written by a newer statekeep (a newer history format or store schema): upgrade
-    statekeep to read it. Nothing was changed."""
+    statekeep to read it. Also what ``load`` raises for a State a framework adapter wrote
+    (a LangGraph thread, an OpenAI Agents session, an alpineagents State), naming the
+    adapter that reads it. Nothing was changed."""
 
 
 class StateConflictError(StatekeepError, ValueError):
@@ -59,7 +71,7 @@ class UnsafeStoreError(StatekeepError, PermissionError):
     """
 
 
-class NotAStoreError(StatekeepError, ValueError):
+class NotAStoreError(AdvisedError, ValueError):
     """A store was pointed at something that is not a statekeep store: another program's
     database, a file that is not a database, a key prefix holding no statekeep keys.
 

@@ -10,6 +10,11 @@ lines given and returned).
     ... its other entries, one line each; then the next State ...
     {"end": true, "states": 2, "entries": 7, "sha256": "<hex>"}
 
+A trailer may also say what the export left out (States it could not read, a damaged one
+say), each with why: ``"left_out": [{"state": "run-3", "why": "..."}]`` (an agent memory
+key: with ``"memory": SCOPE``). A file without that key left nothing out, as every file
+before it did; a reader that does not know it imports the States the file holds.
+
 One line per entry, after a line holding the State's id, entry count and snapshot: a
 State of any length streams in and out one entry at a time, and a reader knows where each
 State ends. The trailer's ``sha256`` is over every byte before it (header included). A
@@ -93,8 +98,30 @@ def state_lines(state_id: str, record: Record, memory: str | None = None) -> Ite
         yield orjson.dumps({"entry": entry}) + b"\n"
 
 
-def trailer_line(states: int, entries: int, sha256: str) -> bytes:
-    return orjson.dumps({"end": True, "states": states, "entries": entries, "sha256": sha256}) + b"\n"
+@dataclass(frozen=True)
+class LeftOut:
+    """A State (or agent memory key, of scope ``memory``) an export could not read, and why."""
+
+    state: str
+    why: str
+    memory: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The State's id, or ``memory SCOPE: key``."""
+        return self.state if self.memory is None else f"memory {self.memory}: {self.state}"
+
+    def line(self) -> dict[str, str]:
+        """As the trailer lists it."""
+        item = {"state": self.state, "why": self.why}
+        return item if self.memory is None else {**item, "memory": self.memory}
+
+
+def trailer_line(states: int, entries: int, sha256: str, left_out: Sequence[LeftOut] = ()) -> bytes:
+    trailer: dict[str, Any] = {"end": True, "states": states, "entries": entries, "sha256": sha256}
+    if left_out:
+        trailer["left_out"] = [item.line() for item in left_out]
+    return orjson.dumps(trailer) + b"\n"
 
 
 @dataclass(frozen=True)
@@ -107,6 +134,8 @@ class Header:
     created_at: str
     #: The ids of the States the file holds, in order (filled by :func:`verify`).
     ids: tuple[str, ...] = ()
+    #: What the export left out, as the trailer says (filled by :func:`verify`).
+    left_out: tuple[LeftOut, ...] = ()
 
 
 def _parse(line: bytes, where: str) -> dict[str, Any]:
@@ -230,6 +259,7 @@ def _check_trailer(
             f"the checksum in the trailer ({where}) does not match the file: it was changed after "
             "the export; export it again"
         )
+    _left_out(item, where)
     counted = (states, entries)
     for name, said in (
         ("header", (header.states, header.entries)),
@@ -242,18 +272,42 @@ def _check_trailer(
             )
 
 
+def _left_out(trailer: Mapping[str, Any], where: str) -> tuple[LeftOut, ...]:
+    """The trailer's list of what the export left out (none if it has no such key)."""
+    listed = trailer.get("left_out", [])
+    if type(listed) is not list:
+        raise ExportFileError(f"the trailer ({where}) has a 'left_out' that is not a list")
+    found = []
+    for item in listed:
+        try:
+            if type(item) is not dict or type(item["why"]) is not str:
+                raise TypeError
+            memory = item.get("memory")
+            scope = None if memory is None else validate_namespace(memory)
+            found.append(LeftOut(validate_id(item["state"]), item["why"], scope))
+        except (KeyError, TypeError, ValueError):
+            raise ExportFileError(
+                f"the trailer ({where}) lists in 'left_out' something that is not a State and why: "
+                "the file was damaged or edited"
+            ) from None
+    return tuple(found)
+
+
 def verify(lines: Iterable[bytes]) -> Header:
     """Check a whole export file (its lines, ``\\n`` kept): header, structure, counts and
-    checksum, holding one line at a time (and the States' ids, agent memory's left out). ExportFileError (or UnsupportedFormatError) if any
-    is wrong; the header if all is well."""
+    checksum, holding one line at a time (and the States' ids, agent memory's left out).
+    ExportFileError (or UnsupportedFormatError) if any is wrong; the header if all is well,
+    with the ids and what the trailer says the export left out."""
     it = iter(lines)
     first = next(it, None)
-    ids = [
-        item["state"]
-        for kind, item, _ in _walk(_chain(first, it))
-        if kind == "state" and "memory" not in item
-    ]
-    return dataclasses.replace(read_header(first), ids=tuple(ids))
+    ids: list[str] = []
+    left: tuple[LeftOut, ...] = ()
+    for kind, item, number in _walk(_chain(first, it)):
+        if kind == "state" and "memory" not in item:
+            ids.append(item["state"])
+        elif kind == "end":
+            left = _left_out(item, f"line {number}")
+    return dataclasses.replace(read_header(first), ids=tuple(ids), left_out=left)
 
 
 def _chain(first: bytes | None, rest: Iterator[bytes]) -> Iterator[bytes]:

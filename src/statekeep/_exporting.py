@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from ._exportfile import header_line, state_lines, states, trailer_line, verify
+from ._copycheck import UNREADABLE
+from ._exportfile import LeftOut, header_line, state_lines, states, trailer_line, verify
 from ._records import Record
 from ._store import Store
 from ._transfer import (
@@ -38,6 +41,8 @@ class Exported(NamedTuple):
     gone: int = 0
     #: Agent memory keys written (of the scopes asked for), not counted in ``states``.
     memory: int = 0
+    #: What the store could not read (a damaged State, say): not in the file, which says so.
+    left_out: tuple[LeftOut, ...] = ()
 
 
 async def aexport(
@@ -61,75 +66,103 @@ async def aexport(
 
     ``memory_scopes``: the agent memory scopes written too, after the States (the file is
     then format version 2, which statekeep before it refuses).
+
+    A State the store cannot read (damaged: see :data:`~._copycheck.UNREADABLE`) is left out
+    and the export goes on; the file's trailer lists it with why, as ``left_out`` does.
     """
     scopes = chosen_scopes(memory_scopes)
     if isinstance(out, str | Path) and not Path(out).absolute().parent.is_dir():
         folder = Path(out).absolute().parent
         raise FileNotFoundError(f"{folder}: no such folder to write {Path(out).name} in; create it first")
+    if isinstance(out, str | Path) and Path(out).is_dir():
+        folder = Path(out).absolute()
+        raise IsADirectoryError(
+            f"{folder} is a folder; name a file to write, such as {folder / 'runs.jsonl'}"
+        )
     wanted = await chosen_ids(store, ids, filters)
     missing: list[str] = []
+    left: list[LeftOut] = []
     count = entries = gone = 0
     incarnations = False  # some State line carries its incarnation: format version 3
     # The header holds the counts, so the States go to a scratch file first.
     with tempfile.TemporaryFile() as body:
         for done, state_id in enumerate(wanted, 1):
-            record = await store.aread(state_id)
-            if record is None and ids is None:
-                gone += 1  # walked, then expired or deleted before this read
-            elif record is None:
-                missing.append(state_id)
+            try:
+                record = await store.aread(state_id)
+            except UNREADABLE as exc:  # this State only: the others go on
+                left.append(LeftOut(state_id, str(exc)))
             else:
-                count += 1
-                entries += len(record.entries)
-                # The source store's retention stamp is its policy, not the State's.
-                incarnations |= record.incarnation is not None
-                kept_record = Record(record.entries, unstamped(record.snapshot), record.incarnation)
-                body.writelines(state_lines(state_id, kept_record))
+                if record is None and ids is None:
+                    gone += 1  # walked, then expired or deleted before this read
+                elif record is None:
+                    missing.append(state_id)
+                else:
+                    count += 1
+                    incarnations |= record.incarnation is not None
+                    entries += _write_state(body, state_id, record)
             if progress is not None:
                 progress(done, len(wanted))
         kept: dict[str, int] = {}
         for scope in scopes:
-            for key, record in await _memory(store, scope):
+            for key, record in await _memory(store, scope, left):
                 kept[scope] = kept.get(scope, 0) + 1
-                entries += len(record.entries)
-                body.writelines(state_lines(key, Record(record.entries, unstamped(record.snapshot)), scope))
+                entries += _write_state(body, key, record, scope)
         count_all = count + sum(kept.values())
         head = header_line(
             type(store).__name__, count_all, entries, memory_scopes=list(kept), incarnations=incarnations
         )
+        tail = (count_all, entries, left)
         if isinstance(out, str | Path):
-            _write_file(Path(out), head, body, count_all, entries)
+            _write_file(Path(out), head, body, *tail)
         else:
-            _write_stream(out, head, body, count_all, entries)
-    return Exported(count, entries, missing, gone, count_all - count)
+            _write_stream(out, head, body, *tail)
+    return Exported(count, entries, missing, gone, count_all - count, tuple(left))
 
 
-async def _memory(store: Store, scope: str) -> list[tuple[str, Record]]:
+def _write_state(body: IO[bytes], state_id: str, record: Record, scope: str | None = None) -> int:
+    """Write one State's lines (with its incarnation; without the source store's retention
+    stamp: its policy, not the State's); return its entry count. An agent memory key
+    (``scope``) is written without an incarnation."""
+    incarnation = record.incarnation if scope is None else None
+    kept = Record(record.entries, unstamped(record.snapshot), incarnation)
+    body.writelines(state_lines(state_id, kept, scope))
+    return len(record.entries)
+
+
+async def _memory(store: Store, scope: str, left: list[LeftOut]) -> list[tuple[str, Record]]:
     """The keys of ``store``'s agent memory of ``scope``, as States (none for a store of
-    one's own)."""
+    one's own); a key that cannot be read goes to ``left``."""
     view = memory_view(store, scope)
     if view is None:
         return []
     found = []
     for key in await source_ids(view, {}):
-        record = await view.aread(key)
+        try:
+            record = await view.aread(key)
+        except UNREADABLE as exc:
+            left.append(LeftOut(key, str(exc), scope))
+            continue
         if record is not None:  # else removed meanwhile
             found.append((key, record))
     return found
 
 
-def _write_stream(out: IO[bytes], head: bytes, body: IO[bytes], count: int, entries: int) -> None:
+def _write_stream(
+    out: IO[bytes], head: bytes, body: IO[bytes], count: int, entries: int, left: list[LeftOut]
+) -> None:
     digest = hashlib.sha256(head)
     out.write(head)
     body.seek(0)
     while block := body.read(1 << 20):
         digest.update(block)
         out.write(block)
-    out.write(trailer_line(count, entries, digest.hexdigest()))
+    out.write(trailer_line(count, entries, digest.hexdigest(), left))
     out.flush()
 
 
-def _write_file(path: Path, head: bytes, body: IO[bytes], count: int, entries: int) -> None:
+def _write_file(
+    path: Path, head: bytes, body: IO[bytes], count: int, entries: int, left: list[LeftOut]
+) -> None:
     try:
         mode = stat.S_IMODE(path.stat().st_mode)  # replacing a file: keep who may read it
     except FileNotFoundError:
@@ -138,7 +171,7 @@ def _write_file(path: Path, head: bytes, body: IO[bytes], count: int, entries: i
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:
-            _write_stream(out, head, body, count, entries)
+            _write_stream(out, head, body, count, entries, left)
             os.fsync(out.fileno())
         os.replace(scratch, path)
     except BaseException:
@@ -146,14 +179,33 @@ def _write_file(path: Path, head: bytes, body: IO[bytes], count: int, entries: i
         raise
 
 
+@contextmanager
+def _opened(source: str | Path | IO[bytes]) -> Iterator[IO[bytes]]:
+    """The export file to read twice (checked whole, then imported): a path opened, or a
+    stream (standard input) copied to a scratch file first, as it can be read only once."""
+    if not isinstance(source, str | Path):
+        with tempfile.TemporaryFile() as spooled:
+            shutil.copyfileobj(source, spooled, 1 << 20)
+            spooled.seek(0)
+            yield spooled
+        return
+    try:
+        file = open(source, "rb")  # noqa: SIM115 (closed below, after the caller is done)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{Path(source).absolute()}: no such export file") from None
+    with file:
+        yield file
+
+
 async def aimport(
     store: Store,
-    path: str | Path,
+    source: str | Path | IO[bytes],
     *,
     rename_prefix: str | None = None,
     progress: Progress | None = None,
 ) -> CopyReport:
-    """Put every State of the export file at ``path`` into ``store``, as :func:`acopy` does
+    """Put every State of the export file ``source`` (a path, or a binary stream such as
+    standard input) into ``store``, as :func:`acopy` does
     (new ones created, prefixes extended, identical ones skipped, different ones left
     unchanged and named in ``report.failed``).
 
@@ -162,11 +214,13 @@ async def aimport(
     imports nothing (:class:`~statekeep._exportfile.ExportFileError`), and so does a
     ``rename_prefix`` that makes an id too long (:class:`~statekeep._transfer.RenameError`).
     Then it is read again,
-    one State at a time. Each State is durable on return as ``store.awrite`` is.
+    one State at a time. Each State is durable on return as ``store.awrite`` is. What the
+    file's export left out (its trailer says) is in ``report.left_out``.
     """
     report = CopyReport()
-    with open(path, "rb") as file:
+    with _opened(source) as file:
         header = verify(file)
+        report.left_out = {item.name: item.why for item in header.left_out}
         check_renames(header.ids, rename_prefix)
         rename = Rename(rename_prefix, frozenset(header.ids)) if rename_prefix else None
         file.seek(0)

@@ -154,5 +154,5 @@ class Incarnated:
         stamped = self._stamp(snapshot)
         write = self._protection.write(self.namespace, state_id, entries, stamped, create, *binding)
         if lease is not None:
-            write = dataclasses.replace(write, lease=check_lease(lease, state_id))
+            write = dataclasses.replace(write, lease=check_lease(lease, state_id, self.namespace))
         return write

@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._bridge import run_sync
-from ._errors import CorruptStateError, StateConflictError, StateExistsError, UnsupportedFormatError
+from ._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from ._expect import expecting
 from ._history import now
 from ._query import Page
 from ._records import utc_time
@@ -65,7 +66,9 @@ class Memory:
       with ``.next`` as listings have.
 
     Each method has an async twin (``aget``, ``aput``, ``adelete``, ``aitems``). A put or
-    delete is durable on return as the store's ``write`` is. Values are JSON values.
+    delete is durable on return as the store's ``write`` is. Values are JSON values; with
+    the store's ``redact=``, a key with a secret name has its value masked whole in what
+    the store keeps, as a ``data`` entry's is (``put`` returns the value given).
     """
 
     def __init__(self, store: Store, scope: str) -> None:
@@ -116,11 +119,14 @@ class Memory:
         if revision is not None and (type(revision) is not int or revision < 0):
             raise ValueError(f"revision must be an int >= 0 or None, got {revision!r}")
         op = uuid.uuid4().hex
+        headless = False  # the key's record exists, maybe without a snapshot (see _next_seq)
         for _ in range(_RETRIES):
             snapshot = await self._snapshot(sid)
             # A key's snapshot holds its revision, which is also its count of changes: the
             # seq the next change takes.
             held = 0 if snapshot is None else _revision(snapshot)
+            if snapshot is None and headless:
+                held = await self._next_seq(sid)
             live = snapshot is not None and not snapshot.get("finished", False)
             current = held if live else 0  # a deleted key is at revision 0, as one never put
             if revision is not None and revision != current:
@@ -138,18 +144,30 @@ class Memory:
                 "finished": deleted,
                 "value": None if deleted else value,
             }
+            create = snapshot is None and not held
             try:
-                await self._store.awrite(sid, [entry], new, create=snapshot is None)
-            except (CorruptStateError, UnsupportedFormatError):
-                raise
-            except (StateConflictError, StateExistsError, LookupError, ValueError) as exc:
-                # Another writer got ahead (a conflict at this seq, or a gap: it deleted and
-                # the key was made again): with a revision that is stale, else go again.
+                # expect_next: a key deleted and made again since its read is a conflict,
+                # never a gap or a change on top of another history.
+                await self._store.awrite(sid, [entry], new, create=create, **expecting(self._store, held))
+            except StateExistsError:
+                # Made by another writer since its read, or left with changes but no
+                # snapshot (a copy or import cut short): read it again, then repair it.
+                headless = True
+                continue
+            except (StateConflictError, StateNotFoundError) as exc:
+                # Another writer got ahead (a change at this seq, or a delete): with a
+                # revision that is stale, else go again.
                 if revision is not None:
                     raise _stale(key, revision, None) from exc
                 continue
             return None if deleted else Item(key, _copy(value), held + 1, utc_time(at))
         raise StateConflictError(f"memory key {key!r}: {_RETRIES} writers got ahead of this one; try again")
+
+    async def _next_seq(self, record_id: str) -> int:
+        """The seq after the last change of a key's record (0 if there is none): for a
+        record that has changes but no snapshot, which says its revision."""
+        record = await self._store.aread(record_id)
+        return 0 if record is None else len(record.entries)
 
     # -- sync ---------------------------------------------------------------------------
 

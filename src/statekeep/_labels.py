@@ -9,7 +9,7 @@ from typing import Any
 
 LABEL_RULE = (
     "a label key is 1 to 63 characters from A-Z, a-z, 0-9, '_', '-', '.' and '/', starting with a "
-    "letter or digit; a value is a str of at most 256 characters without NUL"
+    "letter or digit; a value is at most 256 characters, without NUL"
 )
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,62}")
 MAX_LABELS = 64
@@ -56,6 +56,12 @@ def memory_namespace(namespace: str, scope: str) -> str:
     """The internal namespace holding agent memory ``scope`` of ``namespace``."""
     validate_namespace(scope)
     return f"{namespace}.memory.{scope}"
+
+
+def is_memory_namespace(namespace: str) -> bool:
+    """Is ``namespace`` one that :func:`memory_namespace` makes (a user's name never is)?"""
+    parts = namespace.split(".")
+    return len(parts) == 3 and parts[1] == "memory"
 
 
 def aware_time(when: object, what: str) -> datetime:

@@ -7,16 +7,20 @@ carrying a lease is accepted only while that lease is the State's current one an
 (:func:`check_fence`): a worker that stalled past its expiry, and was replaced, can never
 write again, whatever its own clock says.
 
-Each store keeps one lease row per State: ``(owner, token, expires_at)``. A release ends
+Each store keeps one lease row per State of a namespace: ``(owner, token, expires_at)``.
+Tokens start at 1 in every namespace, so a lease names its namespace too, and a lease of
+another namespace (or of none: made before leases named one) is never this one. A release ends
 the lease by setting ``expires_at`` to :data:`ENDED` (the Unix epoch, so no clock stepping
 back can make it live again), keeping the token.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from ._errors import LeaseHeldError, StaleLeaseError
 from ._redaction import redact_text
@@ -30,9 +34,12 @@ ENDED = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """The right to write one State until ``expires_at``.
+    """The right to write one State (``state_id`` in ``namespace``) until ``expires_at``.
 
     ``token`` strictly increases for each State across takeovers, processes and hosts.
+    Stores give leases of their own ``namespace``, and refuse one of another namespace
+    (ValueError); a Lease without one (``None``: unpickled from an older statekeep, or
+    made by hand without ``namespace=``) is refused as stale (:class:`StaleLeaseError`).
     ``expires_at`` is an aware UTC datetime by the clock that judges expiry: the system
     clock for Memory, File and SQLite stores (one host), the server's for PostgreSQL and
     Redis. Pass the lease as ``lease=`` to ``write``/``save``/``delete``/``fork``, and to
@@ -45,12 +52,24 @@ class Lease:
     expires_at: datetime
     #: The period it was acquired for: what ``renew`` extends it by unless told otherwise.
     ttl: timedelta = field(default=timedelta(seconds=30), compare=False)
+    #: The store namespace of the State (None: a lease from before leases named one).
+    namespace: str | None = None
 
     def __repr__(self) -> str:
         return (
             f"Lease(state_id={self.state_id!r}, owner={shown_owner(self.owner)!r}, "
-            f"token={self.token}, expires_at={self.expires_at.isoformat()!r})"
+            f"token={self.token}, expires_at={self.expires_at.isoformat()!r}, "
+            f"namespace={self.namespace!r})"
         )
+
+    def __getstate__(self) -> list[Any]:
+        return [self.state_id, self.owner, self.token, self.expires_at, self.ttl, self.namespace]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        # A pickle from before leases named their namespace holds five fields: it gets None.
+        names = ("state_id", "owner", "token", "expires_at", "ttl", "namespace")
+        for name, value in zip(names, [*state, None] if len(state) == 5 else state, strict=True):
+            object.__setattr__(self, name, value)
 
 
 def shown_owner(owner: str) -> str:
@@ -85,21 +104,39 @@ def check_ttl(ttl: object, name: str = "ttl") -> timedelta:
     return period
 
 
-def check_lease(lease: object, state_id: str | None = None) -> Lease | None:
-    """``lease`` if it is None or a Lease (for ``state_id`` when given), else TypeError/ValueError."""
+def check_lease(lease: object, state_id: str | None = None, namespace: str | None = None) -> Lease | None:
+    """``lease`` if it is None or a Lease (for ``state_id`` and ``namespace`` when given),
+    else TypeError/ValueError (:func:`given_lease`)."""
     if lease is None:
         return None
-    return given_lease(lease, state_id)
+    return given_lease(lease, state_id, namespace)
 
 
-def given_lease(lease: object, state_id: str | None = None) -> Lease:
-    """``lease`` if it is a Lease (for ``state_id`` when given), else TypeError/ValueError."""
+def given_lease(lease: object, state_id: str | None = None, namespace: str | None = None) -> Lease:
+    """``lease`` if it is a Lease (for ``state_id`` and of ``namespace`` when given), else
+    TypeError/ValueError; :class:`StaleLeaseError` for a lease that names no namespace.
+
+    A store's namespace never changes, nor does a lease's: so this check, made before the
+    store's own fence, is the fence's comparison of namespaces on every store (the lease
+    row a fence reads is always the store's own namespace's)."""
     if not isinstance(lease, Lease):
         raise TypeError(f"lease= takes a Lease from store.acquire(), got {type(lease).__name__}")
     if state_id is not None and lease.state_id != state_id:
         raise ValueError(
             f"the lease is for State {lease.state_id!r}, not {state_id!r}; nothing was written. "
             "Acquire a lease on the State you write"
+        )
+    if namespace is not None and lease.namespace != namespace:
+        if lease.namespace is None:
+            raise StaleLeaseError(
+                f"State {lease.state_id!r}: the lease of {shown_owner(lease.owner)!r} (token "
+                f"{lease.token}) names no namespace (made before leases named theirs, or without "
+                "namespace=), so no store takes it; nothing was written. Stop this worker: acquire "
+                "a new lease and load the State again before going on"
+            )
+        raise ValueError(
+            f"the lease is for State {lease.state_id!r} in namespace {lease.namespace!r}, not "
+            f"{namespace!r}; nothing was written. Acquire the lease from the store you write to"
         )
     return lease
 
@@ -135,7 +172,7 @@ def check_fence(
         if held is not None and is_live(held, now):
             raise held_error(held, doing)
         return
-    if held is None or held.token != lease.token or held.owner != lease.owner:
+    if held is None or not _same(held, lease):
         now_held = (
             "it has no lease now"
             if held is None or not is_live(held, now)
@@ -154,23 +191,30 @@ def check_fence(
         )
 
 
-def acquired(state_id: str, owner: str, ttl: timedelta, held: Lease | None, now: datetime) -> Lease:
+def _same(held: Lease, lease: Lease) -> bool:
+    """Is ``lease`` the lease row ``held`` (same token, owner and namespace)?"""
+    return held.token == lease.token and held.owner == lease.owner and held.namespace == lease.namespace
+
+
+def acquired(
+    state_id: str, owner: str, ttl: timedelta, held: Lease | None, now: datetime, namespace: str
+) -> Lease:
     """The lease an acquire at ``now`` gets, given the State's lease row ``held``;
     :class:`LeaseHeldError` while ``held`` is live (even for the same owner: renew it)."""
     if held is not None and is_live(held, now):
         raise held_error(held, "it was not acquired", " (its holder renews it with renew())")
-    return Lease(state_id, owner, (0 if held is None else held.token) + 1, now + ttl, ttl)
+    return Lease(state_id, owner, (0 if held is None else held.token) + 1, now + ttl, ttl, namespace)
 
 
 def renewed(lease: Lease, held: Lease | None, ttl: timedelta, now: datetime) -> Lease:
     """``lease`` extended to ``now + ttl``; :class:`StaleLeaseError` unless it is current and live."""
     check_fence(lease.state_id, held, lease, now, "it was not renewed")
-    return Lease(lease.state_id, lease.owner, lease.token, now + ttl, ttl)
+    return dataclasses.replace(lease, expires_at=now + ttl, ttl=ttl)
 
 
 def released(lease: Lease, held: Lease | None, now: datetime) -> Lease | None:
     """The lease row after releasing ``lease`` at ``now``: ended (``expires_at`` = now,
     token kept) if it was current and live; None (nothing to change) otherwise."""
-    if held is None or held.token != lease.token or held.owner != lease.owner or not is_live(held, now):
+    if held is None or not _same(held, lease) or not is_live(held, now):
         return None
-    return Lease(held.state_id, held.owner, held.token, ENDED, held.ttl)
+    return dataclasses.replace(held, expires_at=ENDED)

@@ -20,6 +20,8 @@ T = TypeVar("T")
 class Leasing:
     """Fenced leases, mixed into the built-in stores' base."""
 
+    namespace: str
+
     def _check_open(self, value: Any) -> Any:
         raise NotImplementedError
 
@@ -84,13 +86,13 @@ class Leasing:
         return it with its new ``expires_at`` (same token). :class:`StaleLeaseError` if it
         expired, was released or was taken over: stop the work it guarded. Durable on return
         as the store's writes are."""
-        held = self._check_open(given_lease(lease))
+        held = self._check_open(given_lease(lease, namespace=self.namespace))
         period = held.ttl if ttl is None else check_ttl(ttl)
         return await run_async(self._locked(held.state_id, self._renew(held, period)))
 
     def renew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease:
         """Sync :meth:`arenew`."""
-        held = self._check_open(given_lease(lease))
+        held = self._check_open(given_lease(lease, namespace=self.namespace))
         period = held.ttl if ttl is None else check_ttl(ttl)
         return run_sync(self._locked(held.state_id, self._renew(held, period)), "arenew")
 
@@ -98,12 +100,12 @@ class Leasing:
         """End ``lease`` now if it is still current (its token is kept: the next acquire
         gets a greater one); a lease already expired or taken over is left alone. Durable on
         return as the store's writes are."""
-        held = self._check_open(given_lease(lease))
+        held = self._check_open(given_lease(lease, namespace=self.namespace))
         await run_async(self._locked(held.state_id, self._release(held)))
 
     def release(self, lease: Lease) -> None:
         """Sync :meth:`arelease`."""
-        held = self._check_open(given_lease(lease))
+        held = self._check_open(given_lease(lease, namespace=self.namespace))
         run_sync(self._locked(held.state_id, self._release(held)), "arelease")
 
     async def acurrent_lease(self, state_id: str) -> Lease | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._errors import CorruptStateError
@@ -42,6 +43,19 @@ def fork_state(
     state._forked_from = {"id": source_id, "seq": at_seq}
     state._incarnation = new_incarnation()  # a new State: its own life in the store
     return state, entries, state.snapshot()
+
+
+async def walk_tree(root: str, child_ids: Callable[[str], Awaitable[list[str]]]) -> list[str]:
+    """``root`` and every descendant (``child_ids`` gives a State's children), deepest first."""
+    found: dict[str, str | None] = {root: None}
+    frontier = [root]
+    while frontier:
+        sid = frontier.pop()
+        for child in await child_ids(sid):
+            if child not in found:
+                found[child] = sid
+                frontier.append(child)
+    return tree_order(root, found)
 
 
 def tree_order(root: str, parents: dict[str, str | None]) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from ._errors import DecryptionError
+from ._labels import is_memory_namespace
 from ._query import Page
 from ._records import Entries, Record, SavedState, Snapshot
 from ._redactor import Redactor
@@ -79,7 +80,8 @@ class Protection:
         snap = None if write.snapshot is None else orjson.loads(write.snapshot)
         if redactor is not None:
             plain = [redactor.entry(entry) for entry in plain]
-            snap = None if snap is None else redactor.snapshot(snap)
+            memory = is_memory_namespace(namespace)  # a memory key's value is judged by its name
+            snap = None if snap is None else redactor.snapshot(snap, memory=memory)
             write = prepare_write(state_id, plain, snap, create, incarnation, bound)
         if ring is None:
             return write
@@ -180,17 +182,37 @@ def _check_own_keys(snapshot: dict[str, Any]) -> None:
         )
 
 
+class RefusedRecord(DecryptionError):
+    """A record the store may not read as it was opened. The message says what to do in this
+    API's words; ``fact`` says only what was found, for a caller that speaks in others (the
+    command line, in its options)."""
+
+    def __init__(self, message: str, fact: str) -> None:
+        super().__init__(message)
+        self.fact = fact
+
+
+class InClearError(RefusedRecord):
+    """A record stored in clear, read by a store opened with keys (and no allow_plaintext)."""
+
+
+class NoKeysError(RefusedRecord):
+    """A sealed record, read by a store opened without keys."""
+
+
 def _plaintext(state_id: str, what: str) -> DecryptionError:
-    return DecryptionError(
+    return InClearError(
         f"State {state_id!r} {what} is plaintext, and this store was opened with encrypt=, which "
         "reads sealed records only: pass allow_plaintext=True to read it, or run "
-        "`statekeep rekey` to seal it"
+        "`statekeep rekey` to seal it",
+        f"State {state_id!r} {what} is stored in clear, not sealed",
     )
 
 
 def _no_ring(state_id: str, what: str, sealed: object) -> DecryptionError:
     kid = sealed.partition(":")[0] if isinstance(sealed, str) else "?"
-    return DecryptionError(
+    return NoKeysError(
         f"State {state_id!r} {what} is sealed with key {kid!r}, and this store has no keyring: "
-        "open it with encrypt=Keyring({...}) holding that key"
+        "open it with encrypt=Keyring({...}) holding that key",
+        f"State {state_id!r} {what} is sealed with key {kid!r}, and no keys were given",
     )

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+import functools
+import inspect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from ._ids import validate_id
 from ._labels import aware_time, check_labels
-from ._records import SavedState
+from ._records import SavedState, listing_order
 
 MAX_LIMIT = 10_000
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Page(list[SavedState]):
@@ -204,6 +207,49 @@ def select(rows: Iterable[SavedState], query: ListQuery) -> Page:
             break
         page.append(row)
     return page
+
+
+#: The keywords of :meth:`statekeep.Store.list`.
+QUERY_KEYWORDS = frozenset(
+    ("limit", "after", "agent", "parent", "finished", "stopped_by", "status", "labels",
+     "updated_after", "updated_before", "id_prefix"),
+)  # fmt: skip
+
+
+def takes_no_query(method: Callable[..., Any]) -> bool:
+    """Whether a store's ``list``/``alist`` was written without the query's keywords."""
+    params = inspect.signature(method).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return False
+    return not QUERY_KEYWORDS & {p.name for p in params}
+
+
+def with_query(method: F) -> F:
+    """Wrap a store's ``list(self)`` or ``alist`` written without filters so that it takes
+    the query of :meth:`statekeep.Store.list`: it lists every State, and the rows are put in
+    listing order, filtered and paged here, by the rules every store follows (expired
+    States left out)."""
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def alist(self: Any, **filters: Any) -> Page:
+            query = make_query(**filters)
+            return _answer(await method(self), query)
+
+        return alist  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def list_(self: Any, **filters: Any) -> Page:
+        query = make_query(**filters)
+        return _answer(method(self), query)
+
+    return list_  # type: ignore[return-value]
+
+
+def _answer(rows: Iterable[SavedState], query: ListQuery) -> Page:
+    now = datetime.now(UTC)
+    live = [row for row in rows if row.expires_at is None or row.expires_at > now]
+    return select(listing_order(live), query)
 
 
 def given(**filters: Any) -> dict[str, Any]:

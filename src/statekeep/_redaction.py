@@ -2,17 +2,19 @@
 
 A URL's user information is what comes between ``://`` and the last ``@`` before the
 host, where the authority ends at the first ``/``, ``?`` or ``#`` (an ``@`` in the path or
-query is not part of it); it is shown as ``***``, user name included (some services put
-their token there). A password holding ``/``, ``?`` or ``#`` unescaped would end the
+query is not part of it). Its password, what follows the first ``:``, is shown as ``***``
+(``postgresql://app:***@db/runs``); a user name alone is shown, since drivers take it as a
+name, not a secret. A password holding ``/``, ``?`` or ``#`` unescaped would end the
 authority early (``user:pa/ss@host`` reads as host ``user``, port ``pa``): such a URL is
 refused by :func:`check_userinfo`, and shown redacted up to its last ``@``. A
 ``password=`` parameter (URL query or ``key=value`` DSN) is shown as ``password=***``.
+Nothing else of a text is touched: the password is masked where it stands in a URL or
+DSN, not wherever its characters happen to occur (a password ``1`` leaves ``127.0.0.1``).
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 # A URL inside free text ends at white space or a quote.
@@ -90,35 +92,18 @@ def check_userinfo(url: str) -> None:
         )
 
 
-def url_secrets(url: str) -> list[str]:
-    """The passwords a URL or DSN holds, as written and percent-decoded, longest first
-    (for replacing in texts that quote them, such as a driver's error message)."""
-    found: set[str] = set()
-    userinfo, rest = _userinfo_to_hide(url)
-    if userinfo:
-        found.add(userinfo)
-        _, colon, password = userinfo.partition(":")
-        if colon:
-            found.add(password)
-    for match in _QUERY_PASSWORD.finditer(rest):
-        found.add(rest[match.end() :].split("&", 1)[0].split("#", 1)[0])
-    if _SCHEME.match(url) is None:
-        for match in _KEYWORD_PASSWORD.finditer(url):
-            found.add(match.group(2).strip("'"))
-    found |= {unquote(s) for s in found}
-    return sorted((s for s in found if s), key=len, reverse=True)
-
-
 def redact_url(url: str) -> str:
-    """``url`` (a whole URL or ``key=value`` DSN) with its user information and
-    ``password=`` values replaced by ``***``."""
+    """``url`` (a whole URL or ``key=value`` DSN) with its password and ``password=``
+    values replaced by ``***``; the user name stays."""
     if _SCHEME.match(url) is None:
         return _KEYWORD_PASSWORD.sub(r"\1***", url)
     userinfo, rest = _userinfo_to_hide(url)
     if userinfo is not None:
+        user, colon, _ = userinfo.partition(":")
+        shown = f"{user}:***@" if colon else f"{userinfo}@"
         scheme_end = _SCHEME.match(rest)
         assert scheme_end is not None
-        rest = rest[: scheme_end.end()] + "***@" + rest[scheme_end.end() :]
+        rest = rest[: scheme_end.end()] + shown + rest[scheme_end.end() :]
     return _QUERY_PASSWORD.sub(r"\1***", rest)
 
 
@@ -127,10 +112,3 @@ def redact_text(text: str) -> str:
     ``password=`` values replaced by ``***``."""
     text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
     return _KEYWORD_PASSWORD.sub(r"\1***", text)
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with each of ``secrets`` (longest first) and every URL password replaced by ``***``."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return redact_text(text)

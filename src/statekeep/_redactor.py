@@ -6,6 +6,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ._jsontext import Pairs, looks_like_object, read_object, write
+
 #: Names whose values are masked whole by default, at any depth. Matched without regard to
 #: case, ``-`` or ``_`` (``apiKey``, ``API-KEY`` and ``api_key`` are one name), and exactly:
 #: ``max_tokens`` is not ``token``.
@@ -62,6 +64,11 @@ def _norm(name: str) -> str:
     return name.lower().replace("-", "").replace("_", "")
 
 
+def _is_pair(item: object) -> bool:
+    """A name/value pair of a list of them (a header list): ``[name, value]`` or a tuple."""
+    return isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
+
+
 class Redactor:
     """Masks secrets in every entry and snapshot before a store keeps them.
 
@@ -71,7 +78,9 @@ class Redactor:
 
     - ``keys``: the value of a dict key with one of these names is replaced whole by
       ``mask``, at any depth (default :data:`DEFAULT_KEYS`; pass ``DEFAULT_KEYS | {"ssn"}``
-      to add to it). Names match without regard to case, ``-`` and ``_``.
+      to add to it). Names match without regard to case, ``-`` and ``_``. The same holds
+      for a ``data`` entry's key, an agent memory key, a list of name/value pairs and
+      a string holding a JSON object (see :meth:`value`).
     - ``values``: literal secrets, masked inside any string (longest first, so a secret
       that contains another is masked whole).
     - ``patterns``: regular expressions (compiled or str); every match inside a string is
@@ -145,15 +154,37 @@ class Redactor:
         return "".join(out)
 
     def value(self, value: Any) -> Any:
-        """A JSON value with secrets masked (a new value; ``value`` is not changed)."""
+        """A JSON value with secrets masked (a new value; ``value`` is not changed).
+
+        Besides a dict's keys, two shapes name their values: a list of name/value pairs
+        (``[["Authorization", "Bearer x"]]``, as HTTP headers are kept) and a string holding
+        a JSON object (``'{"password": "x"}'``, as a tool call's ``arguments`` are). In
+        both, the value of a masked name is masked whole; the JSON text is written back
+        only if something in it was masked (still JSON text, of the same shape).
+        """
         if isinstance(value, str):
-            return self.text(value)
+            return self._json_text(value) if looks_like_object(value) else self.text(value)
         if isinstance(value, dict):
             keys = self._keys
             return {k: self.mask if _norm(k) in keys else self.value(v) for k, v in value.items()}
+        if isinstance(value, Pairs):  # an object inside JSON text
+            keys = self._keys
+            return Pairs((k, self.mask if _norm(k) in keys else self.value(v)) for k, v in value)
         if isinstance(value, (list, tuple)):
+            if value and all(_is_pair(v) for v in value):
+                keys = self._keys
+                return [[self.value(n), self.mask if _norm(n) in keys else self.value(v)] for n, v in value]
             return [self.value(v) for v in value]
         return value
+
+    def _json_text(self, text: str) -> str:
+        parsed = read_object(text)
+        if parsed is None:  # looks like an object, is not one: a plain string
+            return self.text(text)
+        masked = self.value(parsed)
+        # Keys are names, kept as written; but a literal secret or pattern anywhere in the
+        # text (a key included) is masked, as in any other string.
+        return self.text(text if masked == parsed else write(masked))
 
     def entry(self, entry: dict[str, Any]) -> dict[str, Any]:
         """An entry masked, its own keys (:data:`ENTRY_KEYS`) kept as they are. A ``data``
@@ -174,10 +205,18 @@ class Redactor:
             masked["value"] = self.mask
         return masked
 
-    def snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
-        """A snapshot masked, its listing fields (:data:`INDEX_KEYS`) kept as they are."""
+    def snapshot(self, snapshot: dict[str, Any], *, memory: bool = False) -> dict[str, Any]:
+        """A snapshot masked, its listing fields (:data:`INDEX_KEYS`) kept as they are.
+
+        ``memory``: the snapshot of an agent memory key (``store.memory(scope)``), whose
+        ``task`` is the key and ``value`` its value: a key with a masked name has its
+        ``value`` masked whole, as a ``data`` entry's is."""
         keys = self._keys
-        return {
+        masked = {
             k: v if k in INDEX_KEYS else self.mask if _norm(k) in keys else self.value(v)
             for k, v in snapshot.items()
         }
+        name = snapshot.get("task")
+        if memory and isinstance(name, str) and _norm(name) in keys and "value" in masked:
+            masked["value"] = self.mask
+        return masked

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ._records import Record, SavedState, run_status
+from .adapters._shown import reader
 
 #: The store the command and the demo use when none is given: a folder in the working directory.
 DEFAULT_STORE = ".statekeep"
@@ -71,8 +72,19 @@ def summary(record: Record) -> str:
 def timeline(state_id: str, record: Record) -> list[str]:
     """A readable history: a header, then one line per entry (:func:`entry_line`), long
     texts shortened, control characters escaped. Any entry the store accepts is shown,
-    whatever its fields hold."""
-    return [*heading(state_id, record), *(entry_line(entry) for entry in record.entries)]
+    whatever its fields hold; a framework adapter's State, in its adapter's words."""
+    return [*heading(state_id, record), *lines(record.entries, record.snapshot)]
+
+
+def lines(entries: Iterable[dict[str, Any]], snapshot: object) -> list[str]:
+    """The timeline lines of ``entries`` of the State whose snapshot is ``snapshot``
+    (which says whether an adapter wrote them, and so how to read them)."""
+    show = reader(snapshot)
+    out = []
+    for entry in entries:
+        shown = show(entry)
+        out.append(entry_line(shown.entry, shown.line))
+    return out
 
 
 def heading(state_id: str, record: Record) -> list[str]:
@@ -90,11 +102,13 @@ def heading(state_id: str, record: Record) -> list[str]:
     return [safe(line) for line in lines]
 
 
-def entry_line(entry: dict[str, Any]) -> str:
-    """One timeline line: seq, clock time, kind and what the entry says (escaped)."""
+def entry_line(entry: dict[str, Any], said: str | None = None) -> str:
+    """One timeline line: seq, clock time, kind and what the entry says (``said``, an
+    adapter's summary of it, or else statekeep's own description), escaped."""
     kind = short(str(entry.get("kind", "?")), 30)
     seq = short(str(entry.get("seq", "?")), 20)
-    return safe(f"{seq:>5}  {_time(entry.get('at'), clock=True)}  {kind:<13} {_describe(entry)}")
+    text = _describe(entry) if said is None else short(said, 160)
+    return safe(f"{seq:>5}  {_time(entry.get('at'), clock=True)}  {kind:<13} {text}")
 
 
 def entry_json(entry: dict[str, Any]) -> str:

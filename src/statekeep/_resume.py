@@ -25,6 +25,7 @@ from ._history import FORMAT_VERSION
 from ._records import Record, check_covered
 from ._state import State
 from ._writes import missing_error
+from .adapters._shown import framework_of, not_an_agent_state
 
 INTERRUPTED_TOOL = (
     "The run was interrupted before the result of this tool call was recorded, so the tool "
@@ -62,12 +63,17 @@ def conflict(state: State, exc: StateConflictError) -> StateConflictError:
 def from_record(state_id: str, record: Record | None, store: object) -> State:
     """Rebuild and repair a State that ``store`` read.
 
-    StateNotFoundError for no record, UnsupportedFormatError for a newer history format,
+    StateNotFoundError for no record, UnsupportedFormatError for a newer history format or
+    a State a framework adapter wrote (naming the adapter and how to read it),
     CorruptStateError for a damaged one (all three are LookupError or ValueError).
     """
     if record is None:
         raise missing_error(state_id)
     snapshot = record.snapshot
+    framework = framework_of(snapshot)
+    if framework is not None:
+        assert isinstance(snapshot, dict)
+        raise UnsupportedFormatError(not_an_agent_state(state_id, snapshot, framework))
     version = snapshot.get("v") if isinstance(snapshot, dict) else None
     if type(version) is not int or version < 1:
         what = "no version" if version is None else f"the version {version!r}, which is not one"

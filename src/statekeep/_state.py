@@ -78,7 +78,7 @@ class State:
         self._incarnation = None  # see ``incarnation``: __init__, fork_state or a load sets it
         self._saved = 0
         self._created = False
-        self._create_unsure = False  # a create failed in a way that may have stored it
+        self._unsure = False  # a write failed in a way that may have stored it
         self._check_agent = False  # the first run after a load compares agents
 
     @classmethod
@@ -380,16 +380,20 @@ class State:
                 "Load it from that store, or make a new State for this one"
             )
         create = not self._created
-        return self.history[self._saved :], self.snapshot(), create, create and self._create_unsure
+        return self.history[self._saved :], self.snapshot(), create, create and self._unsure
+
+    def _expected_next(self) -> int | None:
+        """A save's ``expect_next``: None before the create, and after a write that may have landed."""
+        return None if self._unsure or not self._created else self._saved
 
     def _mark_saved(self, store: object, sent: int) -> None:
         """``store`` now holds the first ``sent`` entries (and so holds the State)."""
-        self._store, self._saved, self._created, self._create_unsure = store, sent, True, False
+        self._store, self._saved, self._created, self._unsure = store, sent, True, False
 
-    def _mark_failed(self, create: bool) -> None:
-        """A save failed in a way that may have stored it; a failed create is retried as
-        an append first (which skips what is stored) by the next save."""
-        self._create_unsure = create
+    def _mark_failed(self) -> None:
+        """A save failed in a way that may have stored it; the next save skips what is stored
+        (a failed create is retried as an append first), without ``expect_next``."""
+        self._unsure = True
 
     def _bind_loaded(self, store: object) -> None:
         """The State was just loaded from ``store``, which holds all of it; its first run

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from abc import ABC
 from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime
@@ -13,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from ._bridge import in_thread, run_sync, to_thread
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
 from ._incarnations import incarnated, takes_incarnation
-from ._lineage import fork_state, tree_order
+from ._lineage import fork_state, walk_tree
 from ._query import given
-from ._ranges import with_since
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
+from ._shims import expected, fill_in, leased, no_leases, save_options
 from ._state import State
 from ._writes import missing_error
 
@@ -64,11 +63,7 @@ class Store(ABC):  # noqa: B024
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # A store written before range reads: its read/aread gain ``since`` (read whole, cut).
-        for name in ("read", "aread"):
-            method = cls.__dict__.get(name)
-            if method is not None and "since" not in inspect.signature(method).parameters:
-                setattr(cls, name, with_since(method))
+        fill_in(cls)  # what a store written before a part of this contract lacks (see _shims)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
         missing = [
@@ -84,7 +79,13 @@ class Store(ABC):  # noqa: B024
     # -- async (native) -------------------------------------------------------------
 
     async def awrite(
-        self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False
+        self,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        *,
+        create: bool = False,
+        expect_next: int | None = None,
     ) -> None:
         """Add history ``entries`` to a State and replace its snapshot.
 
@@ -104,7 +105,14 @@ class Store(ABC):  # noqa: B024
         that lease is the State's current, live one, checked atomically with the write, else
         :class:`StaleLeaseError` and nothing is written. Without it, a live lease on the State
         refuses the write with :class:`LeaseHeldError`. A store opened with ``redact=`` or
-        ``encrypt=`` masks and seals the entries and snapshot before they leave the process.
+        ``encrypt=`` masks and seals the entries and snapshot before they leave the process;
+        one without ``encrypt=`` refuses to write to a sealed State (:class:`DecryptionError`).
+
+        ``expect_next=N`` (built-in stores; :meth:`asave` passes it): accepted only if the
+        State's next seq (after its last entry) is exactly ``N``, checked atomically with the
+        write, else :class:`StateConflictError` saying what it is, and nothing is written: the
+        writer's view is stale (another writer appended, or the State was deleted and made
+        again, maybe shorter). Pass the next seq as you last read or wrote it.
 
         Cancelled (``task.cancel()``, or ``asyncio.timeout``/``wait_for``, which turn it into
         TimeoutError), it raises only once the write is settled: written whole, or never
@@ -113,7 +121,8 @@ class Store(ABC):  # noqa: B024
         which runs ``write`` in a worker thread, does so; a store of your own with an async
         ``awrite`` must too, which the conformance kit checks.)
         """
-        await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create))
+        extra = expected(self, expect_next, "write")
+        await in_thread(functools.partial(self.write, state_id, entries, snapshot, create=create, **extra))
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         """What the store has for ``state_id``: the history entries with seq >= ``since``
@@ -208,24 +217,16 @@ class Store(ABC):  # noqa: B024
         """
         if children:
             for sid in await self._atree(state_id):
-                await self.adelete(sid, **_leased(lease if sid == state_id else None))
+                await self.adelete(sid, **leased(lease if sid == state_id else None))
             return
-        _no_leases(self, lease)
+        no_leases(self, lease)
         if type(self).delete is Store.delete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         await in_thread(functools.partial(self.delete, state_id))
 
     async def _atree(self, root: str) -> list[str]:
         """``root`` and every descendant, deepest first."""
-        found: dict[str, str | None] = {root: None}
-        frontier = [root]
-        while frontier:
-            sid = frontier.pop()
-            for child in await self._child_ids(sid):
-                if child not in found:
-                    found[child] = sid
-                    frontier.append(child)
-        return tree_order(root, found)
+        return await walk_tree(root, self._child_ids)
 
     async def _child_ids(self, state_id: str) -> list[str]:
         """The ids of ``state_id``'s children (built-in stores include expired ones)."""
@@ -253,7 +254,7 @@ class Store(ABC):  # noqa: B024
         its next save; it keeps the source's ``parent`` too (a fork of a subagent's run is
         another child of the same parent, and goes with that parent's tree delete).
         """
-        _no_leases(self, lease)
+        no_leases(self, lease)
         record = await self.aread(state_id)
         if record is None:
             raise missing_error(state_id)
@@ -289,9 +290,18 @@ class Store(ABC):  # noqa: B024
 
     # -- sync, derived --------------------------------------------------------------
 
-    def write(self, state_id: str, entries: Entries, snapshot: Snapshot, *, create: bool = False) -> None:
+    def write(
+        self,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        *,
+        create: bool = False,
+        expect_next: int | None = None,
+    ) -> None:
         """Sync :meth:`awrite`, same contract and durability."""
-        run_sync(self.awrite(state_id, entries, snapshot, create=create), "awrite")
+        extra = expected(self, expect_next, "awrite")
+        run_sync(self.awrite(state_id, entries, snapshot, create=create, **extra), "awrite")
 
     def read(self, state_id: str, *, since: int = 0) -> Record | None:
         """Sync :meth:`aread`."""
@@ -346,7 +356,7 @@ class Store(ABC):  # noqa: B024
         if children:
             run_sync(self.adelete(state_id, children=True, lease=lease), "adelete")
             return
-        _no_leases(self, lease)
+        no_leases(self, lease)
         if type(self).adelete is Store.adelete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
         run_sync(self.adelete(state_id), "adelete")
@@ -377,8 +387,8 @@ class Store(ABC):  # noqa: B024
         is taken by another State.
         Durable as the store's ``awrite``. A State is saved in one store only (ValueError
         elsewhere). If the write fails, nothing is marked saved and the next save sends it
-        again, whole. If another writer appended to the State meanwhile,
-        :class:`StateConflictError` says to load it again; :class:`StateNotFoundError` if it
+        again, whole. If another writer appended to (or re-made) the State meanwhile,
+        :class:`StateConflictError` says to load it again (``expect_next``, where taken); :class:`StateNotFoundError` if it
         was deleted. Cancelled, it raises once the write is settled, as :meth:`awrite` does,
         and the State stays ready to save: the next save sends what the store lacks.
 
@@ -388,17 +398,17 @@ class Store(ABC):  # noqa: B024
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
-        leased = {**_leased(lease), **incarnated(self, state.incarnation)}
+        options = save_options(self, lease, state)
         try:
             if unsure:
                 # An earlier create failed after it may have been stored: append instead,
                 # which skips what is there already.
                 try:
-                    await self.awrite(state.id, entries, snapshot, **leased)
+                    await self.awrite(state.id, entries, snapshot, **options)
                 except LookupError:
-                    await self.awrite(state.id, entries, snapshot, create=True, **leased)
+                    await self.awrite(state.id, entries, snapshot, create=True, **options)
             else:
-                await self.awrite(state.id, entries, snapshot, create=create, **leased)
+                await self.awrite(state.id, entries, snapshot, create=create, **options)
         except (StaleLeaseError, LeaseHeldError):
             raise  # nothing was written, and the advice is the lease's
         except StateConflictError as exc:
@@ -410,7 +420,7 @@ class Store(ABC):  # noqa: B024
         except (ValueError, TypeError, LookupError):
             raise
         except BaseException:  # failed, cancelled or interrupted: it may be stored or not
-            state._mark_failed(create)
+            state._mark_failed()
             raise
         state._mark_saved(self, sent)
 
@@ -462,13 +472,3 @@ class Store(ABC):  # noqa: B024
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def _leased(lease: Lease | None) -> dict[str, Any]:
-    """``lease=`` for a call, only when given (a store of one's own need not take it)."""
-    return {} if lease is None else {"lease": lease}
-
-
-def _no_leases(store: Store, lease: Lease | None) -> None:
-    if lease is not None and not hasattr(store, "aacquire"):
-        raise NotImplementedError(f"{type(store).__name__} does not support leases")

@@ -35,6 +35,7 @@ from typing import Any, cast
 
 from ._bridge import run_async
 from ._copycheck import (
+    UNREADABLE,
     CopyConflictError,
     CopyKeysError,
     CopyVerifyError,
@@ -43,6 +44,7 @@ from ._copycheck import (
     check_prefix,
     refusals,
     same_snapshot,
+    unreadable,
     unstamped,
     verify_copy,
 )
@@ -181,15 +183,21 @@ async def aput_one(
     dst: Store, state_id: str, record: Record, report: CopyReport, rename: Rename | None
 ) -> None:
     """Put one State, counting it in ``report`` (a conflict, a write the destination
-    refused or a failed check is counted as failed, and the copy goes on)."""
+    refused, a failed check or a damaged State there is counted as failed, and the copy
+    goes on)."""
     if rename is not None:
         state_id, record = renamed(state_id, record, rename)
     try:
         report.count(await aput_state(dst, state_id, record))
     except DecryptionError as exc:  # the destination's records: it needs its keys
         raise CopyKeysError("destination", exc) from None
-    except (CopyConflictError, CopyVerifyError, CopyWriteError) as exc:
+    except CopyConflictError as exc:
         report.failed[state_id] = str(exc)
+        report.differ.append(state_id)
+    except (CopyVerifyError, CopyWriteError) as exc:
+        report.failed[state_id] = str(exc)
+    except UNREADABLE as exc:  # the destination's copy is damaged: left as it is, for a person
+        report.failed[state_id] = unreadable(state_id, str(exc), "destination")
 
 
 async def acopy(
@@ -210,7 +218,8 @@ async def acopy(
     Each State goes through :func:`aput_state`: new ones are created whole, a prefix left
     by an interrupted copy (or an older copy) is extended, a snapshot that differs is
     replaced by the source's, identical ones are skipped, and ones whose histories differ
-    are left unchanged and named in ``report.failed``. Run it again after a crash: it ends with
+    are left unchanged and named in ``report.failed``, as are States the source cannot read
+    (damaged: see :data:`UNREADABLE`), while the others are copied. Run it again after a crash: it ends with
     every State equal in both stores. ``rename_prefix`` puts each State under
     ``rename_prefix + id`` (see :func:`renamed`); if that makes any id too long, nothing
     is written (:class:`RenameError`). ``progress(done, total)`` is called after
@@ -235,15 +244,21 @@ async def acopy(
             record = await src.aread(state_id)
         except DecryptionError as exc:
             raise CopyKeysError("source", exc) from None
+        except UNREADABLE as exc:  # this State only: the others go on
+            report.failed[state_id] = unreadable(state_id, str(exc))
+        else:
+            await _put(state_id, record)
+        done += 1
+        if progress is not None:
+            progress(done, len(wanted))
+
+    async def _put(state_id: str, record: Record | None) -> None:
         if record is None and ids is None:
             report.gone += 1  # walked, then expired or deleted before this read
         elif record is None:
             report.missing.append(state_id)
         else:
             await aput_one(dst, state_id, record, report, rename)
-        done += 1
-        if progress is not None:
-            progress(done, len(wanted))
 
     await _each(copy_one, wanted, concurrency)
     for scope in scopes:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ._labels import validate_namespace
 from ._redaction import redact_url
 from ._store import Store
+from ._urlquery import QUESTION_MARK, check_names, our_values, query_of, take_ours
 from .stores._file import FileStore
 from .stores._memory import MemoryStore
 
@@ -30,8 +29,12 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
 
     Every kind takes ``?namespace=NAME`` and ``?retention=SECONDS`` (e.g.
     ``sqlite:///runs.db?namespace=team-a&retention=3600``), passed to the store as
-    ``namespace=`` and ``retention=`` (a timedelta); other query parameters of a server URL
-    go to its driver as before.
+    ``namespace=`` and ``retention=`` (a timedelta). A ``?`` starts the parameters on every
+    kind, a folder path too; a folder's or file's name holding a ``?`` is written ``%3F``
+    in a ``file://`` or ``sqlite://`` URL (``file:///abs/odd%3Fname``). Other parameters go
+    to a server's driver (PostgreSQL takes any as a server setting; Redis takes
+    redis-py's); a parameter no one takes, or a misspelt ``namespace`` or ``retention``, is
+    a ValueError naming it and those taken.
 
     ``create=False`` opens an existing store only, changing nothing until a write or
     delete: SQLite, PostgreSQL and Redis stores then create no file, tables or keys and
@@ -46,77 +49,60 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
         raise ValueError(
             "the store URL is empty; give a folder (a FileStore) or a URL such as sqlite:///runs.db"
         )
-    text, lifecycle = split_lifecycle(text, bare="://" not in text)
-    for key in lifecycle:
+    head, taken, others = take_ours(text)
+    for key, value in our_values(taken).items():
         if key in options:
             raise ValueError(f"{key} is given twice: in the store URL and as an argument; give it once")
-    options.update(lifecycle)
+        options[key] = value
     if "://" not in text:
-        return _file_store(text, text, **options)
-    parts = urlsplit(text)
+        _local_query(text, others, "folder path")
+        return _file_store(head, text, **options)
+    parts = urlsplit(head)
     scheme = parts.scheme.lower()
     if scheme == "file":
+        _local_query(text, others, "file:// URL")
         if parts.netloc not in ("", "localhost"):
             raise ValueError(f"file URLs name a local folder (file:///path), got host {parts.netloc!r}")
+        if parts.fragment:
+            raise ValueError(f"a '#' in a file:// URL's folder name is written %23, in {text!r}")
         return _file_store(unquote(parts.path), text, **options)
     if scheme == "memory":
+        _local_query(text, others, "memory:// URL", hint="")
         return MemoryStore(**options)
     if scheme == "sqlite":
+        _local_query(text, others, "sqlite:// URL")
         # sqlite:///relative.db -> "relative.db"; sqlite:////abs.db -> "/abs.db"
-        path = unquote(text.split("://", 1)[1])
+        path = unquote(head.split("://", 1)[1])
         if not path.startswith("/") or path == "/":
             raise ValueError(
                 f"a SQLite URL is sqlite:///relative.db or sqlite:////absolute.db, got {redact_url(text)!r}"
             )
         return _load("_sqlite", "SQLiteStore")(path[1:], create=create, **options)
+    # A server store checks the rest of its URL's parameters (its driver's) itself.
     if scheme in ("postgres", "postgresql"):
-        return _load("_postgres", "PostgresStore")(text, create=create, **options)
+        return _load("_postgres", "PostgresStore")(head, create=create, **options)
     if scheme in ("redis", "rediss", "unix"):
-        return _load("_redis", "RedisStore")(text, create=create, **options)
+        return _load("_redis", "RedisStore")(head, create=create, **options)
     raise ValueError(
         f"unknown store URL scheme {parts.scheme!r} in {redact_url(text)!r}; use a folder path, file://, "
         "memory://, sqlite:///, postgresql:// or redis://"
     )
 
 
-#: The query parameters every store URL takes, for the store itself (not its driver).
-LIFECYCLE = ("namespace", "retention")
-
-
-def split_lifecycle(url: str, *, bare: bool = False) -> tuple[str, dict[str, Any]]:
+def split_lifecycle(url: str) -> tuple[str, dict[str, Any]]:
     """``url`` without its ``namespace`` and ``retention`` query parameters, and those as
-    constructor options; ValueError naming a bad or repeated one. Other parameters stay, as
-    written. A bare folder path keeps a ``?`` that is not followed by these parameters only
-    (a folder may have one in its name)."""
-    head, mark, query = url.partition("?")
-    if not mark:
-        return url, {}
-    kept: list[str] = []
-    found: dict[str, Any] = {}
-    for part in query.split("&"):
-        key, _, raw = part.partition("=")
-        if unquote(key) not in LIFECYCLE:
-            kept.append(part)
-            continue
-        key = unquote(key)
-        if key in found:
-            raise ValueError(f"the store URL gives {key} twice")
-        found[key] = _lifecycle_value(key, unquote(raw))
-    if bare and kept:
-        return url, {}  # a folder whose name holds a '?'
-    return head + ("?" + "&".join(kept) if kept else ""), found
+    constructor options; ValueError naming a bad or repeated one. Other parameters stay,
+    as written."""
+    head, taken, _ = take_ours(url)
+    return head, our_values(taken)
 
 
-def _lifecycle_value(key: str, raw: str) -> Any:
-    if key == "namespace":
-        return validate_namespace(raw)
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < 10**10:  # also refuses NaN and inf
-        raise ValueError(f"retention in a store URL is a number of seconds > 0, got {raw!r}")
-    return timedelta(seconds=seconds)
+def _local_query(url: str, others: list[str], kind: str, *, hint: str = QUESTION_MARK) -> None:
+    """Refuse a parameter a local store does not take (all but ours), and a '?' followed
+    by nothing: a '?' always starts the parameters, so a name holding one is written %3F."""
+    check_names(url, others, kind, hint=hint)
+    if query_of(url)[1] == "":
+        raise ValueError(f"nothing follows the '?' in the store URL {redact_url(url)!r}; {QUESTION_MARK}")
 
 
 def _file_store(path: str, url: str, **options: Any) -> Store:

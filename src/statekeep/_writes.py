@@ -46,6 +46,9 @@ class PreparedWrite:
     #: this one (None: a State created before incarnations), as its records are sealed for it.
     incarnation: str | None = None
     bound: bool = False
+    #: The caller's ``expect_next`` (None: none): the store refuses the write, atomically
+    #: with it, unless the State's next seq is exactly this (:mod:`~statekeep._expect`).
+    expect_next: int | None = None
 
     @property
     def end_seq(self) -> int:
@@ -194,6 +197,6 @@ def missing_error(state_id: str, where: str = "this store") -> StateNotFoundErro
     """The error for a State id that ``where`` does not hold: a ``create=False`` write, a
     load, the CLI. Every store and command raises this one, with this one message."""
     return StateNotFoundError(
-        f"no State {state_id!r} in {where}: it was never created (a State is created by its "
-        "first save, or by a write with create=True), or it was deleted"
+        f"no State {state_id!r} in {where}: it was never created, or it was deleted",
+        "A State is created by its first save, or by a write with create=True",
     )

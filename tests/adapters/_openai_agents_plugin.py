@@ -35,9 +35,7 @@ def store_for(db_path: str | Path) -> Store:
         key = str(Path(db_path).expanduser().resolve())
         if key in _stores:
             return _stores[key]
-    head, options = split_lifecycle(
-        os.environ["STATEKEEP_TEST_STORE"], bare="://" not in os.environ["STATEKEEP_TEST_STORE"]
-    )
+    head, options = split_lifecycle(os.environ["STATEKEEP_TEST_STORE"])
     options["namespace"] = f"{options.get('namespace', 'oa')}-db{next(_numbers)}"
     store = open_store(head, **options)
     _opened.append(store)

@@ -64,10 +64,11 @@ def test_an_agent_run_saves_into_statekeep_and_resumes(kind: str, tmp_path: Path
 
         again = StatekeepStore(raw).load("sum_1")
         assert again.answer == "6" and again.history == loaded.history
-        # statekeep's own view: one State, under the mapped id, listed with the alpineagents id.
-        (row,) = raw.list()
+        # statekeep's own view: one State, under the mapped id, listed with the alpineagents id,
+        # in the adapter's namespace (the store given, when it is in a namespace of its own).
+        (row,) = store.store.list()
         assert (row.id, row.task, row.turn) == (state_id_for("sum_1"), "sum_1", again.turn)
-        assert len(raw.read(row.id).entries) == len(again.history)
+        assert len(store.store.read(row.id).entries) == len(again.history)
 
 
 def test_a_new_process_resumes_what_an_exited_one_saved(tmp_path: Path) -> None:
@@ -122,7 +123,18 @@ def test_list_leaves_out_states_it_did_not_write(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "runs.db") as raw:
         store = StatekeepStore(raw)
         agent(["Done"], store).run(State(id="mine", messages=[Message.user("Go")]))
-        raw.write(
+        at = "2030-01-01T00:00:00+00:00"
+        not_ours = {
+            "task": "x",
+            "created_at": at,
+            "updated_at": at,
+            "turn": 0,
+            "stopped_by": None,
+            "finished": False,
+        }
+        raw.write("theirs", [{"seq": 0, "kind": "note"}], not_ours, create=True)
+        assert store.read("theirs") is None  # the default namespace's: another program's, unseen
+        store.store.write(  # in the adapter's namespace: seen, and refused
             "theirs",
             [{"seq": 0, "kind": "note"}],
             {
@@ -233,7 +245,7 @@ def test_an_id_too_long_to_escape_is_kept_whole_in_the_listing(tmp_path: Path) -
         agent(["Done"], store).run(State(id=long_id, messages=[Message.user("Go")]))
         assert [i.id for i in store.list()] == [long_id]
         assert store.load(long_id).answer == "Done"
-        (row,) = raw.list()
+        (row,) = store.store.list()
         assert row.id == state_id_for(long_id) and row.id.startswith("_h") and row.task == long_id
         with pytest.raises(ValueError, match="already saved"):
             store.save(State(id=long_id, messages=[Message.user("Again")]))

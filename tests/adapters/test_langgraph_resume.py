@@ -54,8 +54,10 @@ def test_a_new_process_resumes_the_interrupted_graph(backend: str, api: str, tmp
     url = backend_url(backend, tmp_path)
     assert in_child(url, "start", api) == INTERRUPTED
     assert in_child(url, "resume", api) == FINISHED
+    from statekeep.adapters.langgraph import StatekeepSaver
+
     with open_store(url) as store:
-        (row,) = store.list()
+        (row,) = StatekeepSaver(store).store.list()  # the threads' namespace
         assert row.task == THREAD and row.labels == {"framework": "langgraph"}
         assert row.id == "user_3a42_2fplan_20_231"
 

@@ -354,3 +354,25 @@ def test_a_saver_that_saw_a_thread_deleted_and_rebuilt_to_the_same_length_writes
     ]
     assert sorted(values) == [1, 2, 3]
     assert [row.turn for row in store.list()] == [3]  # the checkpoints of the new thread
+
+
+def test_a_saver_that_saw_a_thread_deleted_and_rebuilt_one_entry_shorter_writes_onto_the_new_one(
+    store: Store,
+) -> None:
+    stale, other = StatekeepSaver(store), StatekeepSaver(store)
+    put(stale, "again", a=0)
+    put(stale, "again", a=1)  # stale saw 4 entries: two checkpoints, each with its tip
+    put(other, "src", a=10)
+    put(other, "src", ns="sub", a=11)
+    other.delete_thread("again")  # another worker deletes the thread ...
+    other.copy_thread("src", "again")  # ... and fills it again in one write: 3 entries
+    put(stale, "again", a=3)  # its old tip must not land in the free slot
+    fresh = StatekeepSaver(store)
+    newest = fresh.get_tuple({"configurable": {"thread_id": "again"}})
+    assert newest is not None and newest.checkpoint["channel_values"] == {"a": 3}
+    values = [
+        t.checkpoint["channel_values"]["a"] for t in fresh.list({"configurable": {"thread_id": "again"}})
+    ]
+    assert sorted(values) == [3, 10, 11]
+    stored = store.read("again")
+    assert stored is not None and [e["kind"] for e in stored.entries].count("lg.tip") == 2

@@ -301,6 +301,17 @@ async def test_a_writer_whose_session_was_rebuilt_to_the_same_length_does_not_wr
     assert texts(await theirs.get_items(2)) == ["new3", "y"]
 
 
+async def test_a_writer_whose_session_was_rebuilt_one_entry_shorter_does_not_write_on_its_old_view(
+    store: Store,
+) -> None:
+    mine = StatekeepSession("u1", store)
+    await mine.add_items([msg("old1"), msg("old2")])  # mine last saw 3 entries
+    await store.adelete(mine.state_id)
+    await StatekeepSession("u1", store).add_items([msg("new1")])  # 2 entries: one fewer
+    await mine.add_items([msg("y")])  # its old last entry must not land in the free slot
+    assert texts(await StatekeepSession("u1", store).get_items()) == ["new1", "y"]
+
+
 class Rival(Store):
     """A MemoryStore where another writer adds an item right before each of the first
     ``wins`` writes of "mine" items, so each of those writes loses the race."""

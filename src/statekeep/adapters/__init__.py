@@ -7,5 +7,8 @@
 - :mod:`statekeep.adapters.alpineagents`: ``StatekeepStore``, an alpineagents store
   (``pip install 'statekeep[alpineagents]'``).
 
-Importing this package imports no framework; each module imports its own.
+Importing this package imports no framework; each module imports its own, and without it
+raises ModuleNotFoundError naming the extra to install. Given a store in its ``default``
+namespace, each adapter keeps its States in a namespace named after its framework
+(``langgraph``, ``openai-agents``, ``alpineagents``; see :mod:`._home`).
 """

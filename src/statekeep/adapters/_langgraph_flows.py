@@ -20,9 +20,10 @@ from .._errors import (
     StateNotFoundError,
     UnsupportedFormatError,
 )
+from .._expect import expecting
 from .._ranges import SNAPSHOT_ONLY
 from .._records import Record
-from .._store import Store
+from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import (
     FORMAT,
@@ -56,6 +57,8 @@ class Write:
     entries: list[dict[str, Any]]
     snapshot: dict[str, Any]
     create: bool
+    #: The thread's next seq as the flow saw it (passed to a store that takes expect_next).
+    expect_next: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ Call = Read | Write | Delete | Threads
 Flow = Generator[Call, Any, Any]
 
 
-def drive(store: Store, flow: Flow | Call) -> Any:
+def drive(store: Home, flow: Flow | Call) -> Any:
     """Run ``flow`` (or one call) with the store's sync methods; its result."""
     if isinstance(flow, Call):
         return _call(store, flow)
@@ -89,7 +92,7 @@ def drive(store: Store, flow: Flow | Call) -> Any:
         return stop.value
 
 
-async def adrive(store: Store, flow: Flow | Call) -> Any:
+async def adrive(store: Home, flow: Flow | Call) -> Any:
     """Run ``flow`` (or one call) awaiting the store's native coroutines; its result."""
     if isinstance(flow, Call):
         return await _acall(store, flow)
@@ -106,21 +109,23 @@ async def adrive(store: Store, flow: Flow | Call) -> Any:
         return stop.value
 
 
-def _call(store: Store, call: Call) -> Any:
+def _call(store: Home, call: Call) -> Any:
     if isinstance(call, Read):
         return store.read(call.state_id, since=call.since)
     if isinstance(call, Write):
-        return store.write(call.state_id, call.entries, call.snapshot, create=call.create)
+        expected = expecting(store.store, call.expect_next)
+        return store.write(call.state_id, call.entries, call.snapshot, create=call.create, **expected)
     if isinstance(call, Delete):
         return store.delete(call.state_id)
     return [row.task for row in store.iter_states(labels=LABELS)]
 
 
-async def _acall(store: Store, call: Call) -> Any:
+async def _acall(store: Home, call: Call) -> Any:
     if isinstance(call, Read):
         return await store.aread(call.state_id, since=call.since)
     if isinstance(call, Write):
-        return await store.awrite(call.state_id, call.entries, call.snapshot, create=call.create)
+        expected = expecting(store.store, call.expect_next)
+        return await store.awrite(call.state_id, call.entries, call.snapshot, create=call.create, **expected)
     if isinstance(call, Delete):
         return await store.adelete(call.state_id)
     return [row.task async for row in store.aiter_states(labels=LABELS)]
@@ -185,7 +190,9 @@ def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
         tip = tip_entry(first + len(bodies))
         snapshot = snapshot_for(thread_id, old, tip, moved, early, added)
         try:  # the old tip first: a stale ``old`` (another history at its seq) conflicts
-            yield Write(sid, [*proof(old), *entries, tip], snapshot, old is None)
+            yield Write(
+                sid, [*proof(old), *entries, tip], snapshot, old is None, None if old is None else first
+            )
         except (StateConflictError, StateExistsError, StateNotFoundError):
             heads.forget(sid)  # another writer appended, created or deleted it: read again
             continue
@@ -219,7 +226,7 @@ def rewrite(heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, A
         tip = tip_entry(seq + 1)
         snapshot = snapshot_for(thread_id, record.snapshot, tip, thread.heads(), thread.early(), 0)
         try:
-            yield Write(sid, [*proof(record.snapshot), dict(body, seq=seq), tip], snapshot, False)
+            yield Write(sid, [*proof(record.snapshot), dict(body, seq=seq), tip], snapshot, False, seq)
         except StateConflictError:
             heads.forget(sid)
             continue

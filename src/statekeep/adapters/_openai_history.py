@@ -34,6 +34,8 @@ from typing import Any
 from .._codec import check
 
 META = "openai_session"
+#: The label every session's State carries.
+LABELS = {"framework": "openai-agents"}
 SESSION, ITEM, POP, CLEAR = "session", "item", "pop", "clear"
 
 
@@ -149,6 +151,6 @@ def snapshot_for(session_id: str, tail: Tail) -> dict[str, Any]:
         "turn": tail.items,
         "stopped_by": None,
         "finished": False,
-        "labels": {"framework": "openai-agents"},  # as every adapter marks its States
+        "labels": dict(LABELS),  # as every adapter marks its States
         META: {"next": tail.end, "start": tail.start, "items": tail.items},
     }

@@ -29,9 +29,14 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from alpineagents.errors import fix_message  # type: ignore[import-untyped]  # no py.typed marker
-from alpineagents.state import check_id  # type: ignore[import-untyped]
-from alpineagents.store import Record, StateInfo, Store  # type: ignore[import-untyped]
+from ._needs import framework_missing
+
+try:
+    from alpineagents.errors import fix_message  # type: ignore[import-untyped]  # no py.typed marker
+    from alpineagents.state import check_id  # type: ignore[import-untyped]
+    from alpineagents.store import Record, StateInfo, Store  # type: ignore[import-untyped]
+except ImportError as exc:
+    raise framework_missing("alpineagents", "alpineagents", "alpineagents", exc) from exc
 
 from .._errors import StateExistsError, StateNotFoundError
 from .._ranges import SNAPSHOT_ONLY
@@ -39,6 +44,7 @@ from .._records import Record as StatekeepRecord
 from .._records import SavedState
 from .._store import Store as StatekeepBase
 from ._alpine_snapshot import LABELS, alpine_id_of, check_text, info_of, snapshot_for
+from ._home import Home
 from ._ids import state_id_for
 
 __all__ = ["StatekeepStore"]
@@ -61,19 +67,26 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
     compares stores with ``==``: equality is the statekeep stores' own (built-in stores
     compare by storage: folder, database and namespace). The caller owns ``store``:
     closing it is the caller's business.
+
+    Namespace: given a built-in store in its ``default`` namespace, the States are kept in
+    its namespace ``alpineagents`` (:attr:`store`), apart from other frameworks and
+    statekeep's own runs; a State saved in ``default`` before adapters had namespaces is
+    still found and continued there. A store in a namespace you chose, or one without
+    namespaces, is used as it is; ``namespace=`` picks another namespace.
     """
 
-    def __init__(self, store: StatekeepBase) -> None:
+    def __init__(self, store: StatekeepBase, *, namespace: str | None = None) -> None:
         if not isinstance(store, StatekeepBase):
             raise TypeError(
                 f"StatekeepStore needs a statekeep store (e.g. statekeep.open_store(url)), got {store!r}"
             )
-        self._store = store
+        self._store = Home(store, namespace, "alpineagents", LABELS)
 
     @property
     def store(self) -> StatekeepBase:
-        """The statekeep store the States are saved in."""
-        return self._store
+        """The statekeep store the States are saved in: ``store`` in its namespace
+        ``alpineagents`` (see the class), closed with it."""
+        return self._store.store
 
     def __repr__(self) -> str:
         return f"StatekeepStore({self._store!r})"

@@ -14,21 +14,27 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from ._needs import framework_missing
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        DeltaChannelHistory,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:
+    raise framework_missing("langgraph", "LangGraph", "langgraph", exc) from exc
 
 from .._store import Store
 from . import _langgraph_flows as flows
+from ._home import Home
 from ._ids import state_id_for
-from ._langgraph_history import Thread
+from ._langgraph_history import LABELS, Thread
 from ._langgraph_tuples import (
     config_of,
     delta_history,
@@ -64,11 +70,21 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     again meanwhile, even to the same length) retries too, never writes over it. The sync methods use the store's sync methods; the async ones await its native
     coroutines. ``serde`` is LangGraph's serializer (its default ``JsonPlusSerializer`` if
     None).
+
+    Namespace: given a built-in store in its ``default`` namespace, the threads are kept in
+    its namespace ``langgraph`` (:attr:`store`), so other frameworks and statekeep's own runs
+    sharing the storage never meet them; a thread saved in ``default`` before adapters had
+    namespaces is still found and continued there. A store in a namespace you chose, or one
+    without namespaces, is used as it is; ``namespace=`` picks another namespace.
     """
 
-    def __init__(self, store: Store, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(
+        self, store: Store, *, serde: SerializerProtocol | None = None, namespace: str | None = None
+    ) -> None:
         super().__init__(serde=serde)
-        self.store = store
+        self._home = Home(store, namespace, "langgraph", LABELS)
+        #: Where the threads are kept: ``store`` in its namespace ``langgraph`` (see above).
+        self.store = self._home.store
         self._heads = flows.Heads()
 
     def __repr__(self) -> str:
@@ -282,7 +298,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     # -- driving a flow: with the store's sync methods, or awaiting its coroutines ---------
 
     def _run(self, flow: flows.Flow | flows.Call) -> Any:
-        return flows.drive(self.store, flow)
+        return flows.drive(self._home, flow)
 
     async def _arun(self, flow: flows.Flow | flows.Call) -> Any:
-        return await flows.adrive(self.store, flow)
+        return await flows.adrive(self._home, flow)

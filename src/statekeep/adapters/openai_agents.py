@@ -14,17 +14,29 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+from ._needs import framework_missing
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as exc:
+    raise framework_missing("openai_agents", "the OpenAI Agents SDK", "openai-agents", exc) from exc
 
 from .._codec import check
 from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from .._expect import expecting
 from .._ranges import SNAPSHOT_ONLY
 from .._store import Store
+from ._home import Home
 from ._ids import state_id_for
 from ._openai_history import (
     CLEAR,
     ITEM,
+    LABELS,
     POP,
     Tail,
     checked_items,
@@ -65,6 +77,12 @@ class StatekeepSession:
     a write under way before a cancellation of its caller is raised, so the next read
     shows its outcome (a cancellation stops a call between its attempts: after one that
     lost, nothing of the call is written).
+
+    Namespace: given a built-in store in its ``default`` namespace, the session is kept in
+    its namespace ``openai-agents`` (:attr:`store`), apart from other frameworks and
+    statekeep's own runs; a session saved in ``default`` before adapters had namespaces is
+    still found and continued there. A store in a namespace you chose, or one without
+    namespaces, is used as it is; ``namespace=`` picks another namespace.
     """
 
     session_settings: SessionSettings | None
@@ -75,12 +93,15 @@ class StatekeepSession:
         store: Store,
         *,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        namespace: str | None = None,
     ) -> None:
         #: The id of the State holding this session in ``store``.
         self.state_id = state_id_for(session_id)
         check(session_id, "session_id")  # kept in the snapshot: a lone surrogate cannot be
         self.session_id = session_id
-        self.store = store
+        self._home = Home(store, namespace, "openai-agents", LABELS)
+        #: Where the session is kept: ``store`` in its namespace ``openai-agents`` (see above).
+        self.store = self._home.store
         self.session_settings = (
             SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
         )
@@ -142,7 +163,7 @@ class StatekeepSession:
         """The history from ``since`` on: its tail (with its last entry if the read reached
         it), the entries read and the seq they start at (None if there is no session). When
         ``since`` is past the snapshot's end, no entries are read: the tail is the snapshot's."""
-        record = await self.store.aread(self.state_id, since=since)
+        record = await self._home.aread(self.state_id, since=since)
         if record is None:
             self._seen = None
             return None
@@ -191,8 +212,12 @@ class StatekeepSession:
         """Write ``entries`` (``tail`` None: create the session), leaving the history at
         ``after``; False if the write lost to another writer (nothing was written)."""
         try:
-            await self.store.awrite(
-                self.state_id, entries, snapshot_for(self.session_id, after), create=tail is None
+            await self._home.awrite(
+                self.state_id,
+                entries,
+                snapshot_for(self.session_id, after),
+                create=tail is None,
+                **expecting(self.store, None if tail is None else tail.end),
             )
         except (StateConflictError, StateExistsError, StateNotFoundError):
             self._seen = None

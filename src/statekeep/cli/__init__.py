@@ -1,9 +1,9 @@
 """The ``statekeep`` command: inspect saved runs, move them, and the demo.
 
 Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
-State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
-file or database that is not a statekeep store, a store of a newer statekeep), 130 stopped
-with Ctrl-C (any command). Everything printed comes from stored data with
+State), 2 bad usage, 3 data error (a damaged State, a file or database that is not a
+statekeep store, a store of a newer statekeep), 4 store unreachable (a server that cannot
+be reached or refused statekeep), 130 stopped with Ctrl-C (any command). Everything printed comes from stored data with
 its control characters escaped, and without passwords.
 
 Each command lives in its own module, registered on :data:`main` when imported here.
@@ -12,7 +12,7 @@ Each command lives in its own module, registered on :data:`main` when imported h
 from __future__ import annotations
 
 from . import _inspect, _manage, _move, _serve, _stats  # noqa: F401  (they register their commands)
-from ._common import DATA_ERROR, INTERRUPTED, NOT_FOUND, OK, USAGE
+from ._common import DATA_ERROR, INTERRUPTED, NOT_FOUND, OK, UNREACHABLE, USAGE
 from ._group import main
 
-__all__ = ["DATA_ERROR", "INTERRUPTED", "NOT_FOUND", "OK", "USAGE", "main"]
+__all__ = ["DATA_ERROR", "INTERRUPTED", "NOT_FOUND", "OK", "UNREACHABLE", "USAGE", "main"]

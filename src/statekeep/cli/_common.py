@@ -1,8 +1,9 @@
 """What every ``statekeep`` command shares: opening the store, options, errors and exit codes.
 
 Every failure is one line on stderr and an exit status: 0 ok, 1 not found (no store, no
-State, a server that cannot be reached), 2 bad usage, 3 data error (a damaged State, a
-file or database that is not a statekeep store, a store of a newer statekeep), 130 stopped
+State), 2 bad usage, 3 data error (a damaged State, a file or database that is not a
+statekeep store, a store of a newer statekeep), 4 store unreachable (its server cannot be
+reached, or refused statekeep: its database, user, password or a setting), 130 stopped
 with Ctrl-C (any command that runs inside :func:`reporting`). Everything printed comes from
 stored data with its control characters escaped, and without passwords.
 """
@@ -21,24 +22,27 @@ from typing import NoReturn
 import click
 
 from .._agentcheck import ResumeWarning
-from .._clikeys import KEYS_ENV, load_keyring
+from .._clikeys import load_keyring
 from .._errors import (
     CorruptStateError,
-    DecryptionError,
     NotAStoreError,
     UnsafeStoreError,
     UnsupportedFormatError,
 )
 from .._ids import ID_RULE, validate_id
+from .._labels import LABEL_RULE, check_labels
+from .._query import decode_cursor
 from .._redaction import redact_text
 from .._render import DEFAULT_STORE, safe
 from .._store import Store
 from .._urls import _looks_sqlite, open_store
+from ._words import cli_text
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
+_NO_STORE = "pass --store or run 'statekeep demo' first"
 
 #: Exit statuses (and 130: stopped with Ctrl-C, as shells report SIGINT).
-OK, NOT_FOUND, USAGE, DATA_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
+OK, NOT_FOUND, USAGE, DATA_ERROR, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 STOPPED = "COMMAND stopped (Ctrl-C)"  # reporting()'s default line, the command's name filled in
 
@@ -80,8 +84,10 @@ _DATA_ERRORS = (
 
 def exit_code(exc: Exception) -> int:
     """The exit status of an error a command met (see the module docstring)."""
-    if isinstance(exc, ConnectionError | FileNotFoundError | LookupError | sqlite3.OperationalError):
-        return NOT_FOUND  # no store, State or server to be had (an unopenable or locked database)
+    if isinstance(exc, ConnectionError):
+        return UNREACHABLE  # a server store's: cannot be reached, or refused us
+    if isinstance(exc, FileNotFoundError | LookupError | sqlite3.OperationalError):
+        return NOT_FOUND  # no store or State to be had (an unopenable or locked database)
     if isinstance(exc, _DATA_ERRORS):
         return DATA_ERROR
     if isinstance(exc, OSError):
@@ -133,14 +139,15 @@ def reporting(stopped: str | None = STOPPED) -> Iterator[None]:
             sqlite3.Error,
         )
         text = str(failure) if isinstance(failure, known) else f"{type(failure).__name__}: {failure}"
-        if isinstance(failure, DecryptionError):
-            text += f" (give the keys with --keys FILE or ${KEYS_ENV})"
-        fail(text, exit_code(failure))
+        fail(cli_text(failure, text), exit_code(failure))
 
 
-def open_store_at(url: str, keys_file: str | None = None, *, allow_plaintext: bool = False) -> Store:
+def open_store_at(
+    url: str, keys_file: str | None = None, *, allow_plaintext: bool = False, missing: str = _NO_STORE
+) -> Store:
     """Open an existing store (with the keys ``--keys``/``$STATEKEEP_KEYS`` give, if any);
-    the commands never create one, nor write to one they read."""
+    the commands never create one, nor write to one they read. ``missing``: what to do
+    when there is no store there, in the words of the command's own arguments."""
     keyring = load_keyring(keys_file)
     protect = {} if keyring is None else {"encrypt": keyring, "allow_plaintext": allow_plaintext}
     store = open_store(url, create=False, **protect)
@@ -151,9 +158,7 @@ def open_store_at(url: str, keys_file: str | None = None, *, allow_plaintext: bo
             if "://" not in url and _looks_sqlite(url)
             else ""
         )
-        fail(
-            f"no store at {url!r} ({local} does not exist){hint}; pass --store or run 'statekeep demo' first"
-        )
+        fail(f"no store at {url!r} ({local} does not exist){hint}; {missing}")
     return store
 
 
@@ -179,5 +184,28 @@ def labels_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
         key, eq, text = value.partition("=")
         if not eq:
             raise click.BadParameter(f"{value!r} is not KEY=VALUE")
+        try:
+            check_labels({key: text})
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not a label: {LABEL_RULE}") from None
         labels[key] = text
     return labels
+
+
+def text_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A filter's value: given empty, it would match nothing, so it is refused."""
+    if value is not None and not value:
+        raise click.BadParameter("is empty: give a value, or leave the option out")
+    return value
+
+
+def after_arg(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--after``: what a previous page printed, checked before the store is opened."""
+    if value is not None:
+        try:
+            decode_cursor(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r} is not what a listing printed after --after; start again without it"
+            ) from None
+    return value

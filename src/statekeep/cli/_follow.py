@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._records import Record
-from .._render import entry_json, entry_line, heading
+from .._render import entry_json, heading, lines
 from .._store import Store
 from ._common import NOT_FOUND, emit, fail, say
 
@@ -78,7 +78,7 @@ def follow(
     while True:
         if not as_json:
             emit(heading(state_id, record))
-        emit(_lines(record.entries, as_json))
+        emit(_lines(record.entries, record.snapshot, as_json))
         gone, recreated = _tail(store, state_id, record, as_json, sleep)
         if not gone:
             return
@@ -122,7 +122,7 @@ def _tail(
         if not fresh:
             wait = min(wait * _SLOWER, LONGEST_WAIT)
             continue
-        emit(_lines(fresh, as_json))
+        emit(_lines(fresh, newer.snapshot, as_json))
         stopped = stopped_after(fresh, stopped)
         last = fresh[-1]
         wait = FIRST_WAIT
@@ -138,5 +138,5 @@ def _replaced(newer: Record, last: dict[str, Any] | None, created: Any) -> bool:
     return created is not None and now is not None and now != created
 
 
-def _lines(entries: list[dict[str, Any]], as_json: bool) -> list[str]:
-    return [entry_json(e) if as_json else entry_line(e) for e in entries]
+def _lines(entries: list[dict[str, Any]], snapshot: object, as_json: bool) -> list[str]:
+    return [entry_json(e) for e in entries] if as_json else lines(entries, snapshot)

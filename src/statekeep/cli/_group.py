@@ -6,8 +6,9 @@ import click
 
 
 @click.group(
-    epilog="Exit status: 0 ok, 1 not found (store, State or server), 2 bad usage, "
-    "3 data error (a damaged State, or not a statekeep store), 130 stopped with Ctrl-C."
+    epilog="Exit status: 0 ok, 1 not found (store or State), 2 bad usage, "
+    "3 data error (a damaged State, or not a statekeep store), "
+    "4 store unreachable (its server cannot be reached, or refused statekeep), 130 stopped with Ctrl-C."
 )
 @click.version_option(package_name="statekeep", message="statekeep %(version)s")
 def main() -> None:

@@ -5,34 +5,44 @@ from __future__ import annotations
 import click
 
 from .._clikeys import keys_option
+from .._query import MAX_LIMIT
 from .._render import listing, record_json, row_json, timeline
 from .._writes import missing_error
 from . import _follow
 from ._common import (
+    after_arg,
     emit,
     fail,
     labels_arg,
     open_store_at,
+    optional_id_arg,
     reporting,
     say,
     state_id_arg,
     store_option,
+    text_arg,
 )
 from ._group import main
+from ._moveopts import prefix_arg
 
 
 @main.command("list")
 @store_option
-@click.option("--agent", help="only States whose last run was by this agent")
-@click.option("--parent", help="only the States spawned by this State (its subagents)")
+@click.option("--agent", callback=text_arg, help="only States whose last run was by this agent")
+@click.option(
+    "--parent", callback=optional_id_arg, help="only the States spawned by this State (its subagents)"
+)
 @click.option(
     "--label", "labels", multiple=True, callback=labels_arg, help="KEY=VALUE; repeat: all must match"
 )
-@click.option("--status", help="finished, running, or why a run stopped (limit, ...)")
+@click.option("--status", callback=text_arg, help="finished, running, or why a run stopped (limit, ...)")
+@click.option("--prefix", "id_prefix", callback=prefix_arg, help="only States whose id starts with this")
 @click.option(
-    "--limit", type=int, help="at most this many rows (one page; the next page's --after is printed)"
+    "--limit",
+    type=click.IntRange(1, MAX_LIMIT),
+    help="at most this many rows (one page; the next page's --after is printed)",
 )
-@click.option("--after", help="the --after a previous page printed: the page after it")
+@click.option("--after", callback=after_arg, help="the --after a previous page printed: the page after it")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @keys_option
 def list_states(
@@ -41,6 +51,7 @@ def list_states(
     parent: str | None,
     labels: dict[str, str],
     status: str | None,
+    id_prefix: str | None,
     limit: int | None,
     after: str | None,
     as_json: bool,
@@ -50,13 +61,23 @@ def list_states(
     The task of an encrypted State shows as [sealed] without --keys."""
     with reporting(), open_store_at(store_url, keys_file) as store:
         rows = store.list(
-            agent=agent, parent=parent, labels=labels or None, status=status, limit=limit, after=after
+            agent=agent,
+            parent=parent,
+            labels=labels or None,
+            status=status,
+            id_prefix=id_prefix,
+            limit=limit,
+            after=after,
         )
         following = getattr(rows, "next", None)
         if as_json:
             emit(row_json(row) for row in rows)
         elif not rows:
-            say("no saved States" if not any((agent, parent, labels, status, after)) else "no States match")
+            say(
+                "no saved States"
+                if not any((agent, parent, labels, status, id_prefix, after))
+                else "no States match"
+            )
         else:
             emit(listing(rows))
         if following is not None:
@@ -103,7 +124,7 @@ def show(
         record = store.read(state_id)
         if record is None:
             if not wait:
-                fail(str(missing_error(state_id, store_url)))
+                fail(missing_error(state_id, store_url).found)
             say(
                 f"statekeep: no State {state_id!r} yet; waiting for it to be saved (Ctrl-C to stop)", err=True
             )

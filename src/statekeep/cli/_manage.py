@@ -10,7 +10,7 @@ import click
 
 from .._bridge import run_sync
 from .._clikeys import KEYS_ENV, ProgressBar, keys_option
-from .._errors import CorruptStateError
+from .._errors import CorruptStateError, StateExistsError
 from .._render import DEFAULT_STORE, short, summary
 from .._writes import missing_error
 from ._common import (
@@ -65,7 +65,7 @@ def delete(state_id: str, store_url: str, children: bool, yes: bool, keys_file: 
         except CorruptStateError as exc:
             record, damage = None, str(exc)
         if record is None and damage is None:
-            fail(str(missing_error(state_id, store_url)))
+            fail(missing_error(state_id, store_url).found)
         tree = run_sync(store._atree(state_id), "alist") if children else [state_id]
         kids = f" and the {len(tree) - 1} States spawned from it" if len(tree) > 1 else ""
         if not yes:
@@ -107,7 +107,16 @@ def fork(
     """Copy a State's history (up to --at) into a new State; the source is not changed
     (an encrypted one needs --keys: the copy is re-sealed for its new place)."""
     with reporting(), open_store_at(store_url, keys_file) as store:
-        made = store.fork(state_id, at_seq=at_seq, new_id=new_id)
+        try:
+            made = store.fork(state_id, at_seq=at_seq, new_id=new_id)
+        except StateExistsError:
+            if new_id is None:
+                raise
+            fail(
+                f"State {new_id!r} already exists; nothing was written. Pick another --new-id "
+                "(or leave it out for a new random one)",
+                USAGE,
+            )
     seq = (made.forked_from or {}).get("seq")
     say(f"forked {state_id} at seq {seq} to {made.id}")
 

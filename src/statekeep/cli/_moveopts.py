@@ -10,7 +10,7 @@ import click
 
 from .._ids import validate_id
 from .._labels import validate_namespace
-from ._common import labels_arg, state_id_arg
+from ._common import labels_arg, state_id_arg, text_arg
 
 
 def ids_arg(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -30,8 +30,10 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The listing filters that choose the States to move (they combine with AND)."""
     for option in reversed(
         [
-            click.option("--status", help="finished, running, or why a run stopped (limit, ...)"),
-            click.option("--agent", help="only States whose last run was by this agent"),
+            click.option(
+                "--status", callback=text_arg, help="finished, running, or why a run stopped (limit, ...)"
+            ),
+            click.option("--agent", callback=text_arg, help="only States whose last run was by this agent"),
             click.option(
                 "--label",
                 "labels",

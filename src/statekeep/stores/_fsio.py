@@ -78,6 +78,10 @@ class OsIO:
         else ``fsync``."""
         _sync(fd)
 
+    def touch(self, fd: int) -> None:
+        """Set an open file's or folder's modification time to now (``futimens``)."""
+        os.utime(fd)
+
     def truncate(self, fd: int, size: int) -> None:
         os.ftruncate(fd, size)
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 import orjson
 
 from .._backend import Backend, Clock
+from .._expect import check_clear, check_next, sealed_text
 from .._labels import DEFAULT_NAMESPACE, check_period, iso
 from .._leases import Lease, acquired, check_fence, is_live, released, renewed
 from .._records import Record, SavedState, left_out, listing_order
@@ -29,9 +30,10 @@ from ._file.expiry import encoded_expiry
 class _Space:
     """One namespace's States: entry lines, encoded snapshot and expiry, by id."""
 
-    __slots__ = ("expires", "incarnations", "leases", "lines", "snapshots")
+    __slots__ = ("changes", "expires", "incarnations", "leases", "lines", "snapshots")
 
     def __init__(self) -> None:
+        self.changes = 0  # the change stamp: counts snapshots kept and States dropped
         self.lines: dict[str, list[bytes]] = {}
         self.snapshots: dict[str, bytes | None] = {}
         self.expires: dict[str, datetime] = {}  # only States that expire
@@ -39,6 +41,7 @@ class _Space:
         self.incarnations: dict[str, str | None] = {}
 
     def drop(self, sid: str) -> None:
+        self.changes += 1
         self.lines.pop(sid, None)
         self.incarnations.pop(sid, None)
         self.snapshots.pop(sid, None)
@@ -128,6 +131,9 @@ class MemoryStore(Backend):
         if lines is None:
             raise missing_error(sid)
         check_incarnation(write, space.incarnations.get(sid))
+        check_next(write, len(lines))
+        tail = space.snapshots[sid] or (lines[-1] if lines else None)
+        check_clear(write, write.opener is None and sealed_text(tail))
         skip = plan_append(write, len(lines))
         check_overlap(write, [orjson.loads(b) for b in lines[write.first_seq : write.first_seq + skip]])
         lines.extend(write.lines[skip:])
@@ -137,6 +143,7 @@ class MemoryStore(Backend):
     def _keep_snapshot(self, sid: str, snapshot: bytes | None) -> None:
         space = self._space
         space.snapshots[sid] = snapshot
+        space.changes += 1
         when = encoded_expiry(snapshot)
         if when is None:
             space.expires.pop(sid, None)
@@ -162,6 +169,10 @@ class MemoryStore(Backend):
             return await super()._read_snapshot(state_id)  # a read slides the expiry
         raw = self._space.snapshots.get(state_id)
         return None if raw is None or self._gone(state_id) else cast(dict[str, Any], orjson.loads(raw))
+
+    async def _change_stamp(self) -> Hashable | None:
+        """A count of the snapshots kept and States dropped (see :mod:`statekeep._changes`)."""
+        return self._space.changes
 
     async def _state_ids(self) -> list[str] | None:
         return sorted(self._space.lines)
@@ -207,7 +218,9 @@ class MemoryStore(Backend):
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
         leases = self._space.leases
-        lease = leases[state_id] = acquired(state_id, owner, ttl, leases.get(state_id), self._now())
+        lease = leases[state_id] = acquired(
+            state_id, owner, ttl, leases.get(state_id), self._now(), self.namespace
+        )
         return lease
 
     async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:

@@ -48,7 +48,13 @@ another process would). The flags, all True unless you say otherwise:
 - ``supports_expiry``: a snapshot's ``expires_at`` expires its State (absent for read, load, list,
   fork and write), the store takes ``retention=`` and has ``gc()``;
 - ``supports_namespaces``: the store takes ``namespace=``; ``supports_memory``: it has
-  ``memory(scope)``.
+  ``memory(scope)``;
+- ``supports_expect_next``: its ``write``/``awrite`` take ``expect_next=N`` and refuse the write
+  (``StateConflictError``, nothing written) unless the State's next seq is N, atomically with it.
+  None by default: whether its write takes the keyword (its tests are skipped, saying so, if not).
+
+A test that meets a store lacking what a flag says it has (a method that raises
+NotImplementedError, a keyword it does not take) fails naming the flag to set.
 
 The lifecycle tests open stores with options through ``make_store_with(tmp_path, **options)``
 (``namespace``, ``retention``, and ``clock`` for a store that judges expiry by a clock you pass: the

@@ -16,9 +16,11 @@ from .._records import Record, SavedState
 from .._store import Store
 from ._backends import BackendContract, add_trio_twins, on_asyncio
 from ._cancel import CancellationContract
+from ._capabilities import name_the_flags
 from ._family import ErrorFamilyContract
 from ._helpers import Api, entries, snapshot
 from ._leases import LeaseContract
+from ._preconditions import PreconditionContract
 from ._protect import ProtectionContract
 from ._ranges import RangeContract
 from ._runs import RunsContract
@@ -43,6 +45,7 @@ class StoreContract(
     RangeContract,
     LeaseContract,
     ProtectionContract,
+    PreconditionContract,
     ErrorFamilyContract,
     CancellationContract,
 ):
@@ -68,6 +71,7 @@ class StoreContract(
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        name_the_flags(cls)  # a capability the store lacks fails naming its flag (see _capabilities)
         add_trio_twins(cls)  # each async test also runs under trio (see _backends)
 
     def make_store(self, tmp_path: Path) -> Store:

@@ -44,12 +44,19 @@ class Api:
         self.store, self.mode = store, mode
 
     async def write(
-        self, state_id: str, ents: list[dict[str, Any]], snap: dict[str, Any] | None, *, create: bool = False
+        self,
+        state_id: str,
+        ents: list[dict[str, Any]],
+        snap: dict[str, Any] | None,
+        *,
+        create: bool = False,
+        **options: Any,
     ) -> None:
+        """``options``: e.g. ``expect_next``, passed only when given (not every store takes them)."""
         if self.mode == "async":
-            await self.store.awrite(state_id, ents, snap, create=create)
+            await self.store.awrite(state_id, ents, snap, create=create, **options)
         else:
-            self.store.write(state_id, ents, snap, create=create)
+            self.store.write(state_id, ents, snap, create=create, **options)
 
     async def read(self, state_id: str, *, since: int | None = None) -> Record | None:
         # Without since, the plain call: the oldest stores of one's own take no keyword.

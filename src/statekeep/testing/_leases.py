@@ -4,6 +4,7 @@ forks refused for a stale or missing lease. Time passes as in the expiry tests: 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -55,6 +56,7 @@ class LeaseContract:
     supports_leases: ClassVar[bool] = False
     durable: ClassVar[bool]
     server_clock: ClassVar[bool]
+    supports_namespaces: ClassVar[bool]
 
     if TYPE_CHECKING:
 
@@ -219,3 +221,44 @@ class LeaseContract:
                 await again.awrite("run", entries(0, 1), snapshot(), create=True)
         finally:
             await again.aclose()
+
+    @modes
+    @asyncio_test
+    async def test_lease_of_one_namespace_passes_no_other_namespaces_fence(
+        self, tmp_path: Path, mode: str
+    ) -> None:
+        self.needs("supports_leases", "supports_namespaces")
+        a = Leases(Api(self.make_store_with(tmp_path, namespace="a"), mode))
+        b = Leases(Api(self.make_store_with(tmp_path, namespace="b"), mode))
+        try:
+            in_a = await a.acquire("run", "w", LONG)
+            in_b = await b.acquire("run", "w", LONG)
+            # Tokens start at 1 in every namespace: owner and token coincide.
+            assert (in_a.owner, in_a.token) == (in_b.owner, in_b.token)
+            assert (in_a.namespace, in_b.namespace) == ("a", "b") and in_a != in_b
+            await b.call("write", "run", entries(0, 1), snapshot("b's"), create=True, lease=in_b)
+            for crossing in (
+                b.call("write", "run", entries(1, 1), None, lease=in_a),
+                b.call("save", State("from a", id="run"), lease=in_a),
+                b.call("delete", "run", lease=in_a),
+                b.call("fork", "run", new_id="copy", lease=in_a),
+                b.call("renew", in_a),
+                b.call("release", in_a),
+            ):
+                with pytest.raises(ValueError, match="namespace 'a', not 'b'"):
+                    await crossing
+            # A lease naming no namespace (pickled by an older statekeep) is refused as stale.
+            legacy = dataclasses.replace(in_b, namespace=None)
+            for old in (
+                b.call("write", "run", entries(1, 1), None, lease=legacy),
+                b.call("renew", legacy),
+                b.call("release", legacy),
+            ):
+                with pytest.raises(StaleLeaseError, match="names no namespace"):
+                    await old
+            assert await b.current("run") == in_b
+            assert await b.call("read", "run") == Record(entries(0, 1), snapshot("b's"))
+            assert await b.call("read", "copy") is None
+        finally:
+            await a.store.aclose()
+            await b.store.aclose()

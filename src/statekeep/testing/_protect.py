@@ -5,6 +5,7 @@ opened without the option, shows what was kept."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -17,6 +18,7 @@ from .._sealing import Keyring
 from .._state import State
 from .._store import Store
 from ._helpers import Api, entries, snapshot
+from ._spaces import MemoryApi
 
 asyncio_test = pytest.mark.asyncio
 modes = pytest.mark.parametrize("mode", ["sync", "async"])
@@ -73,6 +75,71 @@ class ProtectionContract:
             final = await clear.read("r")
             assert final is not None and len(final.entries) == 4
             assert SECRET not in str(final)
+        finally:
+            await api.store.aclose()
+            await clear.store.aclose()
+
+    @modes
+    @asyncio_test
+    async def test_protect_redaction_judges_memory_keys_by_name(self, tmp_path: Path, mode: str) -> None:
+        """A memory key is judged by the key-name rule, as a ``data`` entry's key is."""
+        self.needs("supports_protection", "supports_memory")
+        api = self.opened(tmp_path, mode, redact=Redactor())
+        clear = self.opened(tmp_path, mode)
+        try:
+            masked = MemoryApi(api.store.memory("s"), mode)
+            kept = MemoryApi(clear.store.memory("s"), mode)
+            await masked.put("password", "pw")
+            await masked.put("API-Key", {"nested": "sk-live-1"})
+            await masked.put("color", {"token": "t", "shade": "blue"})
+            for memory in (masked, kept):
+                got = {k: await memory.get(k) for k in ("password", "API-Key", "color")}
+                assert {k: None if i is None else i.value for k, i in got.items()} == {
+                    "password": "[REDACTED]",
+                    "API-Key": "[REDACTED]",
+                    "color": {"token": "[REDACTED]", "shade": "blue"},
+                }
+            again = await masked.put("password", "pw2", revision=1)  # its revision still holds
+            assert again.revision == 2 and (await kept.get("password")).value == "[REDACTED]"  # type: ignore[union-attr]
+        finally:
+            await api.store.aclose()
+            await clear.store.aclose()
+
+    @modes
+    @asyncio_test
+    async def test_protect_redaction_masks_header_pairs_and_json_text(
+        self, tmp_path: Path, mode: str
+    ) -> None:
+        api = self.opened(tmp_path, mode, redact=Redactor())
+        clear = self.opened(tmp_path, mode)
+        try:
+            state = State("call a tool", id="h")
+            headers = [["Authorization", "Bearer x"], ("Accept", "text/plain"), ["cookie", "c=1"]]
+            state.set_data("request", {"headers": headers, "note": '["password", "kept"]'})
+            state.set_data("arguments", '{"city": "Oslo", "password": "x", "deep": {"apiKey": "k"}}')
+            state.set_data("not an object", '{"password": broken')
+            await api.save(state)
+            kept = await clear.read("h")
+            assert kept is not None
+            assert kept.entries[1]["value"] == {
+                "headers": [
+                    ["Authorization", "[REDACTED]"],
+                    ["Accept", "text/plain"],
+                    ["cookie", "[REDACTED]"],
+                ],
+                "note": '["password", "kept"]',
+            }
+            args = json.loads(kept.entries[2]["value"])
+            assert args == {"city": "Oslo", "password": "[REDACTED]", "deep": {"apiKey": "[REDACTED]"}}
+            assert kept.entries[3]["value"] == '{"password": broken'
+            await api.write("h", state.history, None)  # the same batch again: skipped as identical
+            loaded = await api.load("h")
+            loaded.add_user("more")
+            await api.save(loaded)
+            await api.save(loaded)
+            final = await clear.read("h")
+            assert final is not None and final.entries[:4] == kept.entries
+            assert len(final.entries) == 5
         finally:
             await api.store.aclose()
             await clear.store.aclose()
@@ -149,4 +216,41 @@ class ProtectionContract:
             assert await lenient.read("p") == Record(entries(0, 3), snapshot("mixed"))
         finally:
             await strict.store.aclose()
+            await lenient.store.aclose()
+
+    @modes
+    @asyncio_test
+    async def test_protect_a_clear_store_never_writes_to_a_sealed_state(
+        self, tmp_path: Path, mode: str
+    ) -> None:
+        sealed = self.opened(tmp_path, mode, encrypt=ring())
+        clear = self.opened(tmp_path, mode)
+        lenient = self.opened(tmp_path, mode, encrypt=ring(), allow_plaintext=True)
+        try:
+            state = State("sealed run", id="r")
+            state.add_user("hello")
+            await sealed.save(state)
+            kept = await sealed.read("r")
+            assert kept is not None
+            plain = entries(len(kept.entries), 1)
+            with pytest.raises(DecryptionError, match="'r' is sealed"):
+                await clear.write("r", plain, None)
+            with pytest.raises(DecryptionError, match="'r' is sealed"):
+                await clear.write("r", [], snapshot("plain"))
+            assert await sealed.read("r") == kept
+            # Without a snapshot, the State's last entry says it is sealed.
+            await sealed.write("e", entries(0, 2), None, create=True)
+            with pytest.raises(DecryptionError, match="'e' is sealed"):
+                await clear.write("e", entries(2, 1), None)
+            assert await sealed.read("e") == Record(entries(0, 2), None)
+            # A clear State this store knows, sealed since by another store: refused too.
+            await clear.write("w", entries(0, 1), snapshot("plain"), create=True)
+            await clear.write("w", entries(1, 1), snapshot("plain"))
+            await lenient.write("w", entries(2, 1), snapshot("sealed now"))
+            with pytest.raises(DecryptionError, match="'w' is sealed"):
+                await clear.write("w", entries(3, 1), snapshot("plain again"))
+            assert await lenient.read("w") == Record(entries(0, 3), snapshot("sealed now"))
+        finally:
+            await sealed.store.aclose()
+            await clear.store.aclose()
             await lenient.store.aclose()

@@ -18,6 +18,7 @@ from .guard import Guard
 from .live import run_events, runs_events
 from .pages import run_page, runs_page
 from .render import message
+from .statuses import Statuses
 
 STATIC = Path(__file__).parent / "static"
 
@@ -67,5 +68,6 @@ def create_app(store: Store, *, token: str | None = None, host: str = "127.0.0.1
     app.state.store = store
     # Set when the server stops: the live streams, which never end by themselves, end then.
     app.state.stopping = threading.Event()
-    app.state.changes = Changes(store, app.state.stopping)  # the runs feeds' one poller
+    app.state.statuses = Statuses()  # the status filter's choices, gathered as rows are shown
+    app.state.changes = Changes(store, app.state.stopping, app.state.statuses)  # the feeds' one poller
     return app

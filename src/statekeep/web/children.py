@@ -9,7 +9,7 @@ saved after its parent is created, so that is where every child is), grouped by 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 
 from .._records import SavedState
@@ -23,13 +23,18 @@ SKEW = timedelta(hours=1)
 MAX_SCAN = 10_000
 
 
-async def children_counts(store: Store, rows: Sequence[SavedState]) -> dict[str, int]:
-    """The number of States whose parent is each of ``rows`` (by id)."""
+async def children_counts(
+    store: Store, rows: Sequence[SavedState], seen: Callable[[Iterable[SavedState]], object] | None = None
+) -> dict[str, int]:
+    """The number of States whose parent is each of ``rows`` (by id). ``seen`` is shown the
+    rows the one listing found (the runs page gathers its status choices from them)."""
     if not rows:
         return {}
     ids = {row.id for row in rows}
     since = min(row.created_at for row in rows) - SKEW
     recent = await store.alist(updated_after=since, limit=MAX_SCAN)
+    if seen is not None:
+        seen(recent)
     if getattr(recent, "next", None) is None:
         found = Counter(row.parent for row in recent if row.parent in ids)
         return {sid: found.get(sid, 0) for sid in ids}

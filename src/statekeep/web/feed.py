@@ -5,6 +5,12 @@ A listing by ``updated_after`` is a scan of every State on a FileStore, so each 
 polling on its own cost a core on a large store. One :class:`Changes` per app polls every
 :data:`POLL_MIN` seconds while States change, backing off to :data:`POLL_MAX` while none
 do, and only while a runs page is open. Each feed then filters the rows itself.
+
+Each poll first asks the store's change stamp (:mod:`statekeep._changes`: one ``stat`` on a
+FileStore) and lists only when it moved, so an idle page costs the store next to nothing;
+at least every :data:`RESYNC` seconds it lists whatever the stamp says, so a change the
+stamp missed (a writer of an older statekeep, one killed before its copy was refreshed)
+still reaches the page. Stores without a stamp are listed on every poll.
 """
 
 from __future__ import annotations
@@ -12,14 +18,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from .._changes import change_stamp
 from .._records import SavedState
 from .._redaction import redact_text
 from .._store import Store
 from .children import children_counts
 from .render import render, row_view
+from .statuses import Statuses
 
 POLL_MIN = 2.0  # seconds between two listings while States change
 POLL_MAX = 5.0  # ... and at most, while none does
@@ -27,6 +37,7 @@ POLL_MAX = 5.0  # ... and at most, while none does
 #: was already handed out (the same id and updated_at) is not handed out again.
 OVERLAP = timedelta(seconds=30)
 ROWS = 500  # the most rows one listing hands out (the newest)
+RESYNC = 60.0  # seconds: a listing at least this often, whatever the change stamp says
 
 _log = logging.getLogger("statekeep.web")
 
@@ -42,8 +53,9 @@ class Change:
 class Changes:
     """The poller shared by the app's open runs feeds (see the module's docstring)."""
 
-    def __init__(self, store: Store, stopping: threading.Event) -> None:
+    def __init__(self, store: Store, stopping: threading.Event, statuses: Statuses) -> None:
         self.store = store
+        self.statuses = statuses  # told of each row handed out: a new stop reason is offered
         self.stopping = stopping
         self.queues: set[asyncio.Queue[list[Change]]] = set()
         self.task: asyncio.Task[None] | None = None
@@ -63,16 +75,22 @@ class Changes:
         handed: dict[str, datetime] = {}  # id -> the updated_at last handed out
         since = datetime.now(UTC) - OVERLAP
         wait = POLL_MIN
+        listed: tuple[Hashable | None, float] = (None, 0.0)  # the stamp at the last listing, and when
         while self.queues and not self.stopping.is_set():
             now = datetime.now(UTC)
+            changes: list[Change] = []
             try:
-                changes = await self._changes(since, handed)
+                stamp = await change_stamp(self.store)
+                if stamp is None or stamp != listed[0] or time.monotonic() - listed[1] >= RESYNC:
+                    # Read before the listing: a change made during it moves the next one.
+                    listed = (stamp, time.monotonic())
+                    changes = await self._changes(since, handed)
+                    since = now - OVERLAP  # the server's clock: a writer's clock ahead cannot skip ours
+                    for stale in [sid for sid, at in handed.items() if at <= since]:
+                        del handed[stale]  # older than the next listing reaches: never listed again
             except Exception as exc:  # a store gone for a while: try again later
                 _log.error("statekeep: the runs feed failed: %s", redact_text(f"{type(exc).__name__}: {exc}"))
-                changes = []
-            since = now - OVERLAP  # the server's clock: a writer's clock ahead cannot skip ours
-            for stale in [sid for sid, at in handed.items() if at <= since]:
-                del handed[stale]  # older than the next listing reaches: never listed again
+                listed = (None, 0.0)
             if changes:
                 for queue in self.queues:
                     queue.put_nowait(changes)
@@ -86,6 +104,7 @@ class Changes:
         fresh = [row for row in rows if handed.get(row.id) != row.updated_at]
         for row in fresh:
             handed[row.id] = row.updated_at
+        self.statuses.note(fresh)
         return rendered(fresh, await children_counts(self.store, fresh))
 
 

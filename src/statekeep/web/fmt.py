@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._ids import validate_id
+from ..adapters._shown import reader
 
 # Usage keys of the common model APIs, summed as input / output / total.
 _INPUT_KEYS = ("input_tokens", "prompt_tokens")
@@ -45,6 +46,11 @@ def relative(when: datetime | None, now: datetime | None = None) -> str:
     return "just now"  # pragma: no cover  (seconds >= 10 always meets a unit)
 
 
+def exact(when: datetime | None) -> str:
+    """``when`` to the second in UTC, as a relative time's hover text: "2026-12-02 04:47:48 UTC"."""
+    return "" if when is None else when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def gap(previous: Any, current: Any) -> str:
     """The time between two entries' ``at``: "+350 ms", "+1.2 s", "+2 min 3 s", "+1 h 2 min";
     empty when either is not a time."""
@@ -73,12 +79,15 @@ def _count(usage: Mapping[str, Any], keys: Iterable[str]) -> int | None:
 
 
 class Tokens:
-    """Token usage summed over model replies' ``usage`` (OpenAI or Anthropic key names)."""
+    """Token usage summed over model replies' ``usage`` (OpenAI or Anthropic key names), of
+    the State whose snapshot is ``snapshot`` (an adapter's State: where its adapter keeps it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, snapshot: object = None) -> None:
         self.input = self.output = self.total = 0
+        self._show = reader(snapshot)
 
-    def add(self, entry: Mapping[str, Any]) -> None:
+    def add(self, entry: dict[str, Any]) -> None:
+        entry = self._show(entry).entry
         usage = entry.get("usage") if entry.get("kind") == "model_reply" else None
         if not isinstance(usage, Mapping):
             return
@@ -93,8 +102,8 @@ class Tokens:
         return f"{self.input:,} in · {self.output:,} out · {self.total:,} total"
 
 
-def token_sum(entries: Iterable[Mapping[str, Any]]) -> Tokens:
-    tokens = Tokens()
+def token_sum(entries: Iterable[dict[str, Any]], snapshot: object = None) -> Tokens:
+    tokens = Tokens(snapshot)
     for entry in entries:
         tokens.add(entry)
     return tokens

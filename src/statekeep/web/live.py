@@ -86,12 +86,12 @@ async def _run_stream(
         if new or tokens is None:
             if tokens is None:  # the sums cover the whole history: read it once
                 whole = await store.aread(state_id)
-                tokens = fmt.token_sum(whole.entries if whole else [])
+                tokens = fmt.token_sum(whole.entries if whole else [], record.snapshot)
             else:
                 for entry in new:
                     tokens.add(entry)
             previous = next((e.get("at") for e in record.entries if e.get("seq") == after), None)
-            for seq, html in entries_html(new, previous):
+            for seq, html in entries_html(new, previous, record.snapshot):
                 yield event("entry", {"seq": seq, "html": html}, str(seq))
                 after = max(after, seq)
             snap = record.snapshot if isinstance(record.snapshot, dict) else {}

@@ -17,6 +17,7 @@ from .._store import Store
 from . import fmt
 from .children import children_counts
 from .render import entries_html, message, page, row_view, snapshot_status
+from .statuses import Statuses
 
 PAGE_SIZE = 50
 LAST = 500  # entries a run's page shows at most (the latest, or those before ?before=SEQ)
@@ -46,15 +47,24 @@ def filters_of(request: Request) -> dict[str, Any]:
     return filters
 
 
-async def rows_html_views(store: Store, rows: list[SavedState]) -> list[dict[str, Any]]:
+async def rows_html_views(
+    store: Store, rows: list[SavedState], statuses: Statuses | None = None
+) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    counts = await children_counts(store, rows)
+    counts = await children_counts(store, rows, None if statuses is None else statuses.note)
     return [row_view(row, counts[row.id], now) for row in rows]
 
 
 def locked(exc: DecryptionError) -> Response:
     """403: a State the viewer has no key for (the same for its page and its live stream)."""
     return message("Encrypted", f"{exc} (start the viewer with --keys FILE)", 403)
+
+
+def moment(value: Any) -> dict[str, str]:
+    """A stored time as a run page shows it: "3 min ago" with the exact time on hover, or as
+    it is stored when it is not a time."""
+    when = fmt.parse_time(value)
+    return {"iso": fmt.text(value), "ago": fmt.relative(when), "exact": fmt.exact(when)}
 
 
 def _seq(entry: dict[str, Any]) -> int:
@@ -98,8 +108,9 @@ async def runs_page(request: Request) -> Response:
     if following is not None:
         kept = [(k, v) for k, v in params.multi_items() if k != "after"]
         next_url = "/?" + urlencode([*kept, ("after", following)])
+    asked = params.get("status", "").strip()
     form = {
-        "status": params.get("status", ""),
+        "status": asked,
         "agent": params.get("agent", ""),
         "labels": params.getlist("label") or [""],  # one box per label asked, so all stay
         "prefix": params.get("prefix", ""),
@@ -109,9 +120,12 @@ async def runs_page(request: Request) -> Response:
     feed = "/events/runs?" + urlencode(
         [*((k, v) for k, v in params.multi_items() if k not in ("after", "since")), ("since", newest)]
     )
+    statuses: Statuses = request.app.state.statuses
+    views = await rows_html_views(store, list(rows), statuses)
     return page(
         "runs.html",
-        rows=await rows_html_views(store, list(rows)),
+        rows=views,
+        statuses=statuses.choices(rows, asked),
         next_url=next_url,
         form=form,
         live=after is None,  # only the first page grows: later ones are a fixed window
@@ -155,7 +169,7 @@ async def run_page(request: Request) -> Response:
     previous_at = window[hidden - 1].get("at") if hidden else None
     # Rendering thousands of entries takes a while: not on the event loop, which serves
     # every other page and live stream meanwhile.
-    rendered = await run_in_threadpool(entries_html, shown, previous_at)
+    rendered = await run_in_threadpool(entries_html, shown, previous_at, record.snapshot)
     return page(
         "run.html",
         id=state_id,
@@ -164,14 +178,14 @@ async def run_page(request: Request) -> Response:
         status_class=f"status-{fmt.css_word(status)}",
         agent=fmt.text(snap.get("agent")),
         turn=fmt.text(snap.get("turn")),
-        tokens=fmt.token_sum(record.entries).text(),
+        tokens=fmt.token_sum(record.entries, record.snapshot).text(),
         parent=parent,
         children=children,
         fork_source=fork_source,
         fork_seq=fmt.text(forked.get("seq")) if isinstance(forked, dict) else "",
         labels=snap.get("labels") if isinstance(snap.get("labels"), dict) else {},
-        created=fmt.text(snap.get("created_at")),
-        updated=fmt.text(snap.get("updated_at")),
+        created=moment(snap.get("created_at")),
+        updated=moment(snap.get("updated_at")),
         entries=[html for _, html in rendered],
         hidden=hidden,
         earlier=_seq(shown[0]) if hidden else None,

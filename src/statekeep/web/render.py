@@ -11,6 +11,7 @@ import jinja2
 from starlette.responses import HTMLResponse
 
 from .._records import SavedState, run_status
+from ..adapters._shown import Shown, reader
 from . import fmt
 
 _ENV = jinja2.Environment(
@@ -51,8 +52,11 @@ def entry_classes(entry: dict[str, Any]) -> str:
     return " ".join(classes)
 
 
-def entry_view(entry: dict[str, Any], previous_at: Any) -> dict[str, Any]:
-    """What ``_entry.html`` shows for one entry (``previous_at``: the previous entry's ``at``)."""
+def entry_view(entry: dict[str, Any], previous_at: Any, shown: Shown | None = None) -> dict[str, Any]:
+    """What ``_entry.html`` shows for one entry (``previous_at``: the previous entry's ``at``;
+    ``shown``: how its adapter reads it, for a State an adapter wrote)."""
+    if shown is not None:
+        entry = shown.entry
     calls = entry.get("tool_calls") if entry.get("kind") == "model_reply" else None
     at = entry.get("at")
     return {
@@ -65,6 +69,8 @@ def entry_view(entry: dict[str, Any], previous_at: Any) -> dict[str, Any]:
         "calls": [c if isinstance(c, dict) else {"name": fmt.text(c)} for c in calls]
         if isinstance(calls, list)
         else [],
+        "line": None if shown is None else shown.line,
+        "detail": None if shown is None else shown.detail,
     }
 
 
@@ -73,12 +79,17 @@ def _clock(value: Any) -> str:
     return fmt.text(value) if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def entries_html(entries: list[dict[str, Any]], previous_at: Any) -> list[tuple[int, str]]:
-    """Each entry rendered as its ``<li>``, with its seq (for the live stream)."""
+def entries_html(
+    entries: list[dict[str, Any]], previous_at: Any, snapshot: object = None
+) -> list[tuple[int, str]]:
+    """Each entry rendered as its ``<li>``, with its seq (for the live stream); those of a
+    State an adapter wrote (its ``snapshot`` says) in the adapter's words."""
+    show = reader(snapshot)
     out = []
     for entry in entries:
         seq = entry.get("seq")
-        out.append((seq if type(seq) is int else -1, render("_entry.html", v=entry_view(entry, previous_at))))
+        view = entry_view(entry, previous_at, show(entry))
+        out.append((seq if type(seq) is int else -1, render("_entry.html", v=view)))
         previous_at = entry.get("at")
     return out
 
@@ -94,6 +105,7 @@ def row_view(row: SavedState, children: int, now: datetime | None = None) -> dic
         "status_class": f"status-{fmt.css_word(row.status)}",
         "updated_iso": row.updated_at.isoformat(),
         "updated": fmt.relative(row.updated_at, now or datetime.now(UTC)),
+        "updated_exact": fmt.exact(row.updated_at),
         "children": children,
         "parent": row.parent or "",
         "fork_of": fmt.text(row.forked_from.get("id")) if row.forked_from else "",

@@ -19,6 +19,7 @@ import orjson
 from ..._batching import WouldBlock
 from ..._bridge import owner
 from ..._errors import StateNotFoundError
+from ..._expect import check_clear, check_next, sealed_after
 from ..._leases import check_fence
 from ..._logframe import closing_record, frame
 from ..._logtail import entries_back, reader
@@ -31,7 +32,7 @@ from .folder import StoreFolder, log_named, still_named
 from .handles import SpaceHandles, close_pair
 from .leases import LeaseRows
 from .locking import hold
-from .recovery import Tail, read_tail, scan_whole
+from .recovery import Tail, read_tail, scan_whole, sealed_log
 from .staged import Append, Doubt
 from .trust import LOG, SNAPSHOT
 
@@ -107,7 +108,7 @@ class Appender:
             for job in jobs:
                 job.result()
             for item in ordered:
-                self._done(item)
+                self._done(item, root)
         finally:
             for item in items:
                 self._put_back(item)
@@ -137,6 +138,8 @@ class Appender:
         try:
             step(item, *args)
         except BaseException as exc:
+            if isinstance(exc, OSError):
+                self._store.name_paths(exc, item.write.state_id)
             item.error = exc
             self._undo(item)
 
@@ -167,6 +170,11 @@ class Appender:
         item.expires_at = expires if write.snapshot is None else encoded_expiry(write.snapshot)
         check_incarnation(write, found.incarnation)
         item.incarnation = found.incarnation
+        check_next(write, found.next_seq)
+        sealed = found.sealed
+        if sealed is None and write.opener is None:
+            sealed = sealed_log(item.log, found)
+        check_clear(write, bool(sealed))
         skip = plan_append(write, found.next_seq)
         item.next_seq = found.next_seq + len(write.lines) - skip
         if skip:
@@ -182,6 +190,7 @@ class Appender:
                 if snapshot is None
                 else orjson.dumps(decode_snapshot(snapshot, store.where(sid, SNAPSHOT)))
             )
+        item.sealed = sealed_after(sealed, snapshot, found.snapshot_at, lines)
         if lines or snapshot is not None:
             entries = b"".join([frame(line) for line in lines])
             item.snapshot = snapshot
@@ -244,7 +253,7 @@ class Appender:
             stored = scan_whole(self._store, log, item.write.state_id).entries[first : first + skip]
         return stored
 
-    def _done(self, item: Append) -> None:
+    def _done(self, item: Append, root: int | None) -> None:
         """Remember a finished write's log (the tail cache) and its snapshot's copy."""
         sid = item.write.state_id
         if isinstance(item.error, WouldBlock):
@@ -260,13 +269,14 @@ class Appender:
                 framed=item.framed,
                 expiry=(item.expires_at,),
                 incarnation=item.incarnation,
+                sealed=item.sealed,
             )
         except OSError:
             self._tails.pop(sid, None)  # the write is durable; its log is read again next time
             return
         self._tails[sid] = tail
-        if item.snapshot is not None:  # a write that kept the snapshot leaves its copy current
-            self._copies.written(item.folder, sid, tail, item.snapshot)
+        if item.snapshot is not None and root is not None:  # a kept snapshot leaves its copy current
+            self._copies.written(root, item.folder, sid, tail, item.snapshot)
 
     def _put_back(self, item: Append) -> None:
         """Unlock the State; keep its descriptors open for the next write if all went well."""

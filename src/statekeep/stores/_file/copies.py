@@ -9,7 +9,11 @@ of the log are gone (CorruptStateError). A missing or damaged copy (a power cut 
 one empty) is read from the log's last write instead.
 
 Writers refresh it lazily (:class:`Copies`): at most every ``INTERVAL`` seconds per State
-while writing, then once writes stop, and when the store is closed.
+while writing, then once writes stop, and when the store is closed. Each refresh also sets
+the namespace folder's modification time, the store's change stamp (a create or a delete,
+a rename in that folder, moves it by itself): a poller that finds it as it was knows no
+listing row changed, without listing (:meth:`.folder.StoreFolder.stamp`). Off the durable
+path, and not on an append whose copy waits: that write's refresh touches it, later.
 """
 
 from __future__ import annotations
@@ -67,9 +71,10 @@ class Copies:
         """Are copies waiting for a refresh?"""
         return bool(self._due)
 
-    def written(self, folder: int, sid: str, tail: Tail, snapshot: bytes | None) -> None:
+    def written(self, root: int, folder: int, sid: str, tail: Tail, snapshot: bytes | None) -> None:
         """After a write made the log durable up to ``tail.size`` (the caller holds the
-        State's lock): refresh the copy now if it was not refreshed lately, else later."""
+        State's lock): refresh the copy now if it was not refreshed lately, else later.
+        ``root``: the namespace folder, whose modification time a refresh moves."""
         now = time.monotonic()
         with self._lock:
             fresh = now - self._last.get(sid, -INTERVAL) < INTERVAL
@@ -84,6 +89,8 @@ class Copies:
             # Only a copy: the write is durable in the log, and readers fall back to it.
             with self._lock:
                 self._due.setdefault(sid, (tail, snapshot))  # try again later
+            return
+        quietly(lambda: self._store.io.touch(root))  # the change stamp
 
     def forget(self, sid: str) -> None:
         with self._lock:
@@ -110,6 +117,7 @@ class Copies:
                     self._refresh(root, sid, tail, snapshot)
                 except (OSError, ValueError):
                     pass  # as above
+            quietly(lambda: store.io.touch(root))  # the change stamp: once for them all
         finally:
             os.close(root)
 

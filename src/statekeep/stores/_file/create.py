@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from ..._errors import CorruptStateError
+from ..._expect import sealed_after
 from ..._logframe import closing_record, frame
 from ..._writes import PreparedWrite, exists_error
 from .._fsio import write_private
@@ -76,7 +77,10 @@ def _create(
                 write_private(io, log, entries + record)
                 at = None if write.snapshot is None else len(entries)
                 expiry = (encoded_expiry(write.snapshot),)
-                tail = Tail.of(log, write.end_seq, at, expiry=expiry, incarnation=write.incarnation)
+                sealed = sealed_after(False, write.snapshot, at, write.lines)
+                tail = Tail.of(
+                    log, write.end_seq, at, expiry=expiry, incarnation=write.incarnation, sealed=sealed
+                )
             finally:
                 os.close(log)
             if write.snapshot is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -29,8 +30,11 @@ from .trust import (
     DELETING,
     DIR,
     LOG,
+    LOG_TMP,
     MARKER_FORMAT,
     NAMESPACE_DIR,
+    SNAPSHOT,
+    SNAPSHOT_TMP,
     check_adoptable,
     check_owner,
     read_marker,
@@ -38,6 +42,11 @@ from .trust import (
 )
 
 _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached through a link
+#: A change stamp younger than this is not trusted: a change within one tick of the file
+#: system's clock (a coarse kernel tick; whole seconds, or two, on some file systems) may
+#: have left the folder's times as they were.
+SETTLE_NS = 2_000_000_000
+_IN_A_STATE = frozenset({LOG, LOG_TMP, SNAPSHOT, SNAPSHOT_TMP})  # the files in a State's folder
 
 
 class StoreFolder:
@@ -192,6 +201,23 @@ class StoreFolder:
         finally:
             release(root)
 
+    def stamp(self) -> tuple[int, ...] | None:
+        """The change stamp (see :mod:`statekeep._changes`): the modification and change
+        times of this namespace's folder, which a create or a delete (a rename in it) and a
+        refresh of a snapshot copy (.copies) move. None while younger than
+        :data:`SETTLE_NS`, or if the folder cannot be looked at. Writes of a statekeep
+        before this one, and one whose process died before its copy was refreshed, do not
+        move it: pollers list now and then anyway."""
+        try:
+            st = os.stat(self._text)
+        except FileNotFoundError:
+            return (0,)  # no States yet; making the folder changes this
+        except OSError:
+            return None
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < SETTLE_NS:
+            return None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
     def open_state(self, root: int, sid: str) -> int | None:
         """The State's folder, opened and checked; None if there is none."""
         try:
@@ -243,6 +269,19 @@ class StoreFolder:
             return self.io.read_all(fd)
         finally:
             os.close(fd)
+
+    def name_paths(self, exc: OSError, sid: str | None = None) -> None:
+        """Give ``exc`` the full paths of the files it names: the store opens them relative
+        to a folder it holds open, so the system names them bare (``'log.jsonl'``). A name
+        of a State's own files is in State ``sid``'s folder, any other in the States' folder."""
+        for attr in ("filename", "filename2"):
+            name = getattr(exc, attr, None)
+            if not isinstance(name, str) or not name or os.path.isabs(name):
+                continue
+            if sid and name in _IN_A_STATE:
+                setattr(exc, attr, self.where(sid, name))
+            else:
+                setattr(exc, attr, self._text if name == "." else f"{self._text}{os.sep}{name}")
 
     def where(self, sid: str, name: str | None = None) -> str:
         """The path of a State's folder, or of ``name`` in it, for messages (plain strings:

@@ -54,8 +54,9 @@ def row_name(sid: str) -> str:
 class LeaseRows:
     """The lease rows of one namespace's States (``root`` is its opened folder)."""
 
-    def __init__(self, store: StoreFolder) -> None:
+    def __init__(self, store: StoreFolder, namespace: str) -> None:
         self._store = store
+        self._namespace = namespace  # the folder's: a row names no namespace of its own
 
     def read(self, root: int, sid: str) -> Lease | None:
         """The State's lease row (live or not), or None if it never had one."""
@@ -118,7 +119,8 @@ class LeaseRows:
             owner, token, ttl = row["owner"], row["token"], row["ttl"]
             if type(owner) is not str or type(token) is not int or type(ttl) not in (int, float):
                 raise TypeError
-            return Lease(sid, owner, token, utc_time(row["expires_at"]), timedelta(seconds=ttl))
+            expires_at, period = utc_time(row["expires_at"]), timedelta(seconds=ttl)
+            return Lease(sid, owner, token, expires_at, period, self._namespace)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             raise CorruptStateError(
                 f"{self._where(sid)} is not a lease row statekeep wrote, so no write to State {sid!r} "

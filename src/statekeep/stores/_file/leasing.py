@@ -30,6 +30,7 @@ class FileLeasing:
     _handles: SpaceHandles
     _copies: Copies
     _now: Callable[[], datetime]  # Backend's: the store's clock, which judges leases
+    namespace: str
 
     def _fence(self, sid: str, lease: Lease | None, doing: str, root: int) -> bool:
         """Apply the fence to a create or delete of ``sid`` (raises if refused)."""
@@ -44,7 +45,7 @@ class FileLeasing:
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
         def take(held: Lease | None, now: datetime) -> Lease:
-            return acquired(state_id, owner, ttl, held, now)
+            return acquired(state_id, owner, ttl, held, now, self.namespace)
 
         return cast(Lease, await self._change_lease(state_id, take))
 
@@ -85,7 +86,11 @@ class FileLeasing:
         # A new log renamed over the old one, under the State's flock (see .reseal).
         self._handles.drop(state_id)
         self._copies.forget(state_id)
-        return await owner().io.run(reseal, self._folder, self._tails, state_id, entries, snapshot)
+        try:
+            return await owner().io.run(reseal, self._folder, self._tails, state_id, entries, snapshot)
+        except OSError as exc:
+            self._folder.name_paths(exc, state_id)
+            raise
 
     async def _current_lease(self, state_id: str) -> Lease | None:
         return await owner().io.run(self._read_lease, state_id)

@@ -11,8 +11,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..._errors import CorruptStateError
+from ..._expect import sealed_text
 from ..._logframe import LogScan, scan_log
-from ..._logtail import SnapshotCopy, decode_copy, last_write, reader
+from ..._logtail import SnapshotCopy, decode_copy, entries_back, last_write, reader, snapshot_record
+from ..._sealing import SEALED
 from .folder import StoreFolder
 from .trust import LOG, SNAPSHOT
 
@@ -41,6 +43,7 @@ class Tail:
     expiry_known: bool = False  # the current snapshot's expires_at is known: ``expires_at``
     expires_at: datetime | None = None
     incarnation: str | None = None  # the State's, as its closing records carry it
+    sealed: bool | None = None  # the State is sealed (see _expect); None: not known
 
     @classmethod
     def of(
@@ -52,6 +55,7 @@ class Tail:
         framed: bool = True,
         expiry: tuple[datetime | None] | None = None,
         incarnation: str | None = None,
+        sealed: bool | None = None,
     ) -> Tail:
         """``expiry``: ``(expires_at,)`` of the current snapshot, if known."""
         st = os.fstat(log)
@@ -70,6 +74,7 @@ class Tail:
             known,
             when,
             incarnation,
+            sealed,
         )
 
     def holds_in(self, log: int, st: os.stat_result) -> bool:
@@ -97,6 +102,7 @@ class Found:
     framed: bool
     expiry: tuple[datetime | None] | None = None  # (expires_at,) of the current snapshot, if known
     incarnation: str | None = None  # the State's (its closing records carry it)
+    sealed: bool | None = None  # the State is sealed (see _expect); None: not known
 
 
 def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid: str) -> Found:
@@ -109,7 +115,14 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
     if known is not None and st.st_size == known.size:
         expiry = (known.expires_at,) if known.expiry_known else None
         return Found(
-            known.size, known.next_seq, True, known.snapshot_at, known.framed, expiry, known.incarnation
+            known.size,
+            known.next_seq,
+            True,
+            known.snapshot_at,
+            known.framed,
+            expiry,
+            known.incarnation,
+            known.sealed,
         )
     if known is not None:
         # Another process appended: read only what it added.
@@ -166,6 +179,17 @@ def _settle(
     store.io.truncate(log, end)
     store.io.fsync(log)
     return Found(end, next_seq, True, snapshot_at, framed)  # that fsync made the rest durable too
+
+
+def sealed_log(log: int, found: Found) -> bool:
+    """Whether the State of ``log`` is sealed (its snapshot, else its last entry), read from
+    the log's end: what the tail cache does not know (only a process's first write to it)."""
+    if found.snapshot_at is not None:
+        return sealed_text(snapshot_record(reader(log), found.snapshot_at, found.size))
+    if found.next_seq == 0:
+        return False
+    last = entries_back(reader(log), found.size, found.next_seq - 1, found.next_seq)
+    return last is not None and bool(last) and SEALED in last[-1]
 
 
 def check_copy(store: StoreFolder, sid: str, copy: SnapshotCopy | None, end: int) -> None:

@@ -26,6 +26,7 @@ class Append:
     framed: bool = True  # the log holds a format 2 write once this one is in
     expires_at: datetime | None = None  # the current snapshot's expiry once this write is in
     incarnation: str | None = None  # the State's, as its log carries it
+    sealed: bool | None = None  # the State is sealed once this write is in (None: not known)
     new: bytes = b""
     sync_log: bool = False  # the log holds bytes not known durable: fsync it
     sync_root: bool = False  # a State this process never wrote: fsync the store's folder

@@ -33,7 +33,7 @@ from collections.abc import Callable, Hashable
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, TypeVarTuple, cast
 
 from ..._backend import Backend, Clock
 from ..._batching import GroupCommit
@@ -57,6 +57,9 @@ from .leasing import FileLeasing
 from .reads import list_states, read_range, read_snapshot, read_state, state_ids
 from .recovery import Tail
 from .trust import probe_case
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class FileStore(FileLeasing, Backend):
@@ -113,6 +116,9 @@ class FileStore(FileLeasing, Backend):
     ``list()``/``alist`` scans: it reads the snapshot copy of every State of the namespace
     (10,000 States take under a second), then filters and pages them; there are no indexes.
     Use SQLiteStore or a server store when listings must not grow with the store.
+    A poller that only needs to know whether anything changed (the viewer's runs feed) asks
+    the change stamp instead, one ``stat`` of the namespace's folder: every create and delete
+    renames in it, and every refresh of a snapshot copy sets its time.
 
     Expiry (``retention``, ``state.expire_at``) is judged by ``clock`` (default: the system
     clock, UTC), so processes sharing a folder must share a clock. An expired State is
@@ -181,7 +187,7 @@ class FileStore(FileLeasing, Backend):
         self._handles = handles.space(self.namespace)  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
         self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
-        self._leases = LeaseRows(self._folder)  # .leases/: one row per leased State
+        self._leases = LeaseRows(self._folder, self.namespace)  # .leases/: one row per leased State
         self._appender = Appender(
             self._folder, self._tails, self._handles, self._copies, self._now, self._leases
         )
@@ -223,6 +229,14 @@ class FileStore(FileLeasing, Backend):
 
     # -- the four operations, each run in a worker thread ---------------------------
 
+    async def _run(self, sid: str | None, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+        """``fn(*args)`` in a worker thread; an OSError names its files by full path."""
+        try:
+            return await owner().io.run(fn, *args)
+        except OSError as exc:
+            self._folder.name_paths(exc, sid)
+            raise
+
     async def _write(self, write: PreparedWrite) -> None:
         if write.create:
             sid = write.state_id
@@ -230,7 +244,7 @@ class FileStore(FileLeasing, Backend):
                 self._handles.drop(sid)
                 self._copies.forget(sid)
             fence = partial(self._fence, write.state_id, write.lease, "nothing was written")
-            await owner().io.run(create, self._folder, self._tails, write, self._expired, fence)
+            await self._run(sid, create, self._folder, self._tails, write, self._expired, fence)
             return
         # Group commit: appends waiting at the same moment, to any State of this store,
         # are written together and share their flushes; each caller still gets its own
@@ -268,14 +282,18 @@ class FileStore(FileLeasing, Backend):
 
     async def _read(self, state_id: str, since: int = 0) -> Record | Callable[[], Record] | None:
         if since == 0:
-            return await owner().io.run(read_state, self._folder, state_id)
-        return await owner().io.run(read_range, self._folder, state_id, since)
+            return await self._run(state_id, read_state, self._folder, state_id)
+        return await self._run(state_id, read_range, self._folder, state_id, since)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
-        return await owner().io.run(list_states, self._folder)
+        return await self._run(None, list_states, self._folder)
 
     async def _state_ids(self) -> list[str] | None:
-        return await owner().io.run(state_ids, self._folder)
+        return await self._run(None, state_ids, self._folder)
+
+    async def _change_stamp(self) -> Hashable | None:
+        """One ``stat`` of the namespace's folder (see :meth:`StoreFolder.stamp`)."""
+        return self._folder.stamp()
 
     async def _size_bytes(self) -> int | None:
         """The bytes of every file in the store's folder (every namespace)."""
@@ -283,12 +301,12 @@ class FileStore(FileLeasing, Backend):
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         # The copy and the log's tail after it, never the whole log (agent memory).
-        snapshot = await owner().io.run(read_snapshot, self._folder, state_id)
+        snapshot = await self._run(state_id, read_snapshot, self._folder, state_id)
         return None if snapshot is None or self._expired(snapshot) else snapshot
 
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
         # A scan: every State of the namespace (of an id prefix's only), then filtered here.
-        rows, skipped = await owner().io.run(list_states, self._folder, query.id_prefix or "")
+        rows, skipped = await self._run(None, list_states, self._folder, query.id_prefix or "")
         if not query.include_expired:
             now = self._now()
             rows = [r for r in rows if r.expires_at is None or r.expires_at > now]
@@ -298,7 +316,7 @@ class FileStore(FileLeasing, Backend):
         self._handles.drop(state_id)
         self._copies.forget(state_id)
         fence = partial(self._fence, state_id, lease, "nothing was deleted")
-        await owner().io.run(delete, self._folder, self._tails, state_id, None, fence)
+        await self._run(state_id, delete, self._folder, self._tails, state_id, None, fence)
 
     async def _gc(self, limit: int | None) -> int:
         rows, _ = await self._list()
@@ -315,6 +333,6 @@ class FileStore(FileLeasing, Backend):
                 self._handles.drop(row.id)
                 self._copies.forget(row.id)
                 leased = partial(self._leased, row.id)
-                if await owner().io.run(delete, self._folder, self._tails, row.id, self._expired, leased):
+                if await self._run(row.id, delete, self._folder, self._tails, row.id, self._expired, leased):
                     removed += 1
         return removed

@@ -174,7 +174,8 @@ def check_adoptable(io: OsIO, root: int, path: str) -> None:
         more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
         raise NotAStoreError(
             f"{path} is not a statekeep store: it has no {MARKER} marker and holds {shown}{more}, "
-            "which are not States. Pass an empty or new folder as the store (statekeep creates it)"
+            "which are not States",
+            "Pass an empty or new folder as the store (statekeep creates it)",
         )
 
 

@@ -1,6 +1,6 @@
 """PostgresStore: every State in two PostgreSQL tables, through asyncpg (``statekeep[postgres]``).
 
-Schema (version 3, in the schema ``schema``, every name prefixed with ``table_prefix``)::
+Schema (version 4, in the schema ``schema``, every name prefixed with ``table_prefix``)::
 
     states(ns, id; PRIMARY KEY (ns, id), next_seq, snapshot JSON text or NULL,
            task, created_at, updated_at, turn, stopped_by, finished, status,   -- the listing,
@@ -16,7 +16,8 @@ Schema (version 3, in the schema ``schema``, every name prefixed with ``table_pr
     acquire, renew, release, reseal           -- leases, by the server's clock; rekey
 
 Version 1 tables (statekeep before namespaces) are migrated in place on first use: their
-States become the ``default`` namespace; version 2 tables gain the leases (version 3). A
+States become the ``default`` namespace; version 2 tables gain the leases (version 3), and
+version 3's write function the write's preconditions (version 4). A
 namespace is the ``ns`` column: stores of one schema and prefix in different namespaces
 share the tables and never see each other's rows.
 
@@ -49,7 +50,7 @@ between the check and the commit (see :mod:`._schema_leases`).
 The package: :mod:`._store` (the class and its operations), :mod:`._lifecycle` (listings,
 expiry, gc, fork, namespaces), :mod:`._leasing` (leases and reseal, client side),
 :mod:`._listing` (listing columns and page statements), :mod:`._sql` (the statements it
-runs), :mod:`._schema`, :mod:`._schema_v2`, :mod:`._schema_v3` and
+runs), :mod:`._schema`, :mod:`._schema_v2`, :mod:`._schema_v3`, :mod:`._schema_v4` and
 :mod:`._schema_leases` (the tables and functions, as migrations), :mod:`._migrate` (running them), :mod:`._pool` (the pool of
 each process), :mod:`._dsn` (where the server is, without passwords; the store's DSN
 options).

@@ -1,5 +1,5 @@
 """Where a PostgresStore's server is, from its DSN, its keyword arguments and the ``PG*``
-environment variables (as libpq reads them), and the passwords to keep out of messages."""
+environment variables (as libpq reads them)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ... import _redaction as redaction
+from ..._urlquery import check_names, take_ours
 
 
 def redact_dsn(dsn: str) -> str:
@@ -24,11 +25,9 @@ class Where:
         port: object = None
         database: str | None = None
         user: str | None = None
-        secrets: set[str] = set()
         if dsn:
             # The user information first: a password may hold '/', '?', '#' or '@'.
             userinfo, rest = redaction.split_userinfo(dsn)
-            secrets.update(redaction.url_secrets(dsn))
             if userinfo:
                 user = unquote(userinfo.partition(":")[0]) or None
             parts = urlsplit(rest)
@@ -47,13 +46,10 @@ class Where:
         port = kwargs.get("port", port) or os.environ.get("PGPORT") or 5432
         user = kwargs.get("user", user) or os.environ.get("PGUSER")
         database = kwargs.get("database", database) or os.environ.get("PGDATABASE") or user
-        for secret in (kwargs.get("password"), os.environ.get("PGPASSWORD")):
-            if isinstance(secret, str) and secret:
-                secrets.add(secret)
         self.host = str(host)
         self.port = str(port)
         self.database: str | None = database
-        self.secrets = sorted((s for s in secrets if len(s) >= 1), key=len, reverse=True)
+        self.user: str | None = user
 
 
 def _split_hosts(hostlist: str) -> tuple[str | None, str | None]:
@@ -78,27 +74,17 @@ def _query_pairs(query: str) -> list[tuple[str, str]]:
     return pairs
 
 
-#: The DSN query options that are the store's, not libpq's (asyncpg would send them to the
-#: server as settings): ``namespace`` and ``retention`` (seconds).
-STORE_OPTIONS = ("namespace", "retention")
-
-
 def take_options(dsn: str) -> tuple[str, dict[str, str]]:
-    """``dsn`` without the store's own query options, and those options."""
-    _, rest = redaction.split_userinfo(dsn)  # a password may hold '?'
-    start = rest.find("?")
-    if start < 0:
-        return dsn, {}
-    query, hash_mark, fragment = rest[start + 1 :].partition("#")
-    kept: list[str] = []
-    taken: dict[str, str] = {}
-    for item in query.split("&"):
-        key = unquote(item.partition("=")[0]).lower()
-        if key in STORE_OPTIONS:
-            taken[key] = unquote(item.partition("=")[2])
-        elif item:
-            kept.append(item)
-    if not taken:
-        return dsn, {}
-    head = dsn[: len(dsn) - (len(rest) - start)]  # up to the '?', user information kept
-    return head + ("?" + "&".join(kept) if kept else "") + hash_mark + fragment, taken
+    """``dsn`` without the store's own query options (``namespace``, ``retention``: asyncpg
+    would send them to the server as settings), and those options. Any other parameter
+    goes to asyncpg, which sends those it does not know to the server as settings; one
+    that looks like a misspelling of the store's own is a ValueError naming it."""
+    head, taken, others = take_ours(dsn)
+    check_names(
+        dsn,
+        others,
+        "postgresql:// URL",
+        theirs=lambda name: True,
+        hint="any other goes to PostgreSQL as a setting",
+    )
+    return head, taken

@@ -5,6 +5,7 @@ of :mod:`statekeep._leases` raises for them. Also rekey's in-place reseal."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -21,18 +22,22 @@ def lease_args(lease: Lease | None) -> tuple[str | None, int | None]:
     return (None, None) if lease is None else (lease.owner, lease.token)
 
 
-def held(state_id: str, owner: str | None, token: int | None, until: datetime | None) -> Lease | None:
+def held(
+    namespace: str, state_id: str, owner: str | None, token: int | None, until: datetime | None
+) -> Lease | None:
     """The lease row a function returned, as a Lease (None: the State has none)."""
     if token is None or owner is None or until is None:
         return None
-    return Lease(state_id, owner, token, until)
+    return Lease(state_id, owner, token, until, namespace=namespace)
 
 
-def refused(state_id: str, holder: Sequence[Any], lease: Lease | None, doing: str) -> NoReturn:
+def refused(
+    namespace: str, state_id: str, holder: Sequence[Any], lease: Lease | None, doing: str
+) -> NoReturn:
     """Raise the error of a write, delete or fork the server's fence refused; ``holder``
     is what it returned: (owner, token, expires_at, the server's time)."""
     owner, token, until, now = holder
-    check_fence(state_id, held(state_id, owner, token, until), lease, now, doing)
+    check_fence(state_id, held(namespace, state_id, owner, token, until), lease, now, doing)
     raise RuntimeError(  # the server and the rule disagree: never expected
         f"State {state_id!r}: PostgreSQL refused the lease (token {token}) at {now}, which "
         f"statekeep's rule allows; {doing}"
@@ -52,8 +57,9 @@ class Leasing(Backend):
         row = await self._query("write", "fetchrow", self._sql.acquire, self.namespace, state_id, owner, ttl)
         status, got_owner, token, until, now = row
         if status == OK:
-            return Lease(state_id, got_owner, token, until, ttl)
-        acquired(state_id, owner, ttl, held(state_id, got_owner, token, until), now)  # raises
+            return Lease(state_id, got_owner, token, until, ttl, self.namespace)
+        got = held(self.namespace, state_id, got_owner, token, until)
+        acquired(state_id, owner, ttl, got, now, self.namespace)  # raises
         raise RuntimeError(f"State {state_id!r}: PostgreSQL refused an acquire statekeep's rule allows")
 
     async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
@@ -63,8 +69,8 @@ class Leasing(Backend):
         )
         status, owner, token, until, now = row
         if status == OK:
-            return Lease(sid, lease.owner, lease.token, until, ttl)
-        renewed(lease, held(sid, owner, token, until), ttl, now)  # raises
+            return dataclasses.replace(lease, expires_at=until, ttl=ttl)
+        renewed(lease, held(self.namespace, sid, owner, token, until), ttl, now)  # raises
         raise RuntimeError(f"State {sid!r}: PostgreSQL refused a renew statekeep's rule allows")
 
     async def _release(self, lease: Lease) -> None:
@@ -77,7 +83,7 @@ class Leasing(Backend):
         if row is None:
             return None
         owner, token, until, ttl, now = row
-        lease = Lease(state_id, owner, token, until, ttl)
+        lease = Lease(state_id, owner, token, until, ttl, self.namespace)
         return lease if is_live(lease, now) else None
 
     async def _reseal(

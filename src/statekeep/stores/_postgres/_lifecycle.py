@@ -129,7 +129,7 @@ class Lifecycle(Backend):
         )  # fmt: skip
         status, *holder = await self._run_fork(args, new_id)
         if status == FENCED:
-            refused(new_id, holder, None, "nothing was forked")
+            refused(self.namespace, new_id, holder, None, "nothing was forked")
         if status == servercommon.MISSING:
             raise missing_error(source_id)
         if status == servercommon.EXISTS:

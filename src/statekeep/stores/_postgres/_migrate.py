@@ -39,9 +39,9 @@ async def migrate(
         if not create:
             found = "no statekeep tables" if version is None else f"statekeep schema version {version}"
             raise NotAStoreError(
-                f"{store}: schema {schema!r} holds {found} (this store was opened with "
-                "create=False, which creates and migrates nothing); nothing was changed. Pass "
-                "the DSN, schema and table prefix statekeep saved to"
+                f"{store}: schema {schema!r} holds {found}; nothing was changed",
+                "This store was opened with create=False, which creates and migrates nothing: "
+                "pass the DSN, schema and table prefix statekeep saved to",
             )
         async with conn.transaction():
             # One migrator per schema at a time, in every process and host.

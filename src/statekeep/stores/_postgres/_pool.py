@@ -46,6 +46,27 @@ def connection_errors(asyncpg: ModuleType) -> tuple[type[BaseException], ...]:
     )
 
 
+def refusal(asyncpg: ModuleType, exc: BaseException, user: str | None, database: str | None) -> str | None:
+    """What the server refused, and what to check, for an error with which it turned this
+    client away at connect (see ``ServerStore._refusal``); None for any other error."""
+    e = asyncpg.exceptions
+    if isinstance(exc, e.InvalidCatalogNameError):
+        return f"has no database {database!r}; check the database name in the store URL"
+    if isinstance(exc, e.InvalidPasswordError | e.InvalidAuthorizationSpecificationError):
+        who = f"the user {user!r}" if user else "the user (none given: your login name)"
+        return (
+            f"refused {who} (no such user, a wrong password, or not allowed to connect); "
+            "check the user name and password in the store URL (or $PGUSER, $PGPASSWORD)"
+        )
+    if isinstance(exc, e.UndefinedObjectError) and "configuration parameter" in str(exc):
+        name = str(exc).rpartition("parameter")[2].strip().strip('"')
+        return (
+            f"does not know the setting {name!r} the store URL gives; check its spelling: statekeep's "
+            "own parameters are namespace and retention, any other goes to PostgreSQL as a setting"
+        )
+    return None
+
+
 async def make_pool(
     asyncpg: ModuleType,
     own: _Owner,

@@ -7,13 +7,12 @@ from .._server import COMPARE, EXISTS, GAP, MISSING, OK
 from . import _schema_v2, _schema_v3, _schema_v4
 from ._schema_leases import FENCED
 from ._schema_v2 import BUSY
-from ._schema_v3 import REBORN
 from ._sql import Sql
 
 #: The schema version this statekeep writes; tables at a higher version are refused.
 SCHEMA_VERSION = 4
 
-__all__ = ["BUSY", "FENCED", "REBORN", "SCHEMA_VERSION", "bootstrap", "migrations"]
+__all__ = ["BUSY", "FENCED", "SCHEMA_VERSION", "bootstrap", "migrations"]
 
 # In the write and delete functions: this transaction commits with the WAL flushed,
 # whatever the session says (a session setting could be reset or come from a pooler).

@@ -15,7 +15,7 @@ Version 2's tables are unchanged; a version 2 row simply has no lease.
 
 from __future__ import annotations
 
-from .._server import COMPARE, GAP, MISSING, OK
+from .._server import COMPARE, GAP, MISSING, OK, REBORN
 from . import _schema_leases as leases
 from ._schema_v2 import (
     _COLUMNS,
@@ -31,8 +31,6 @@ from ._schema_v2 import (
 from ._sql import Sql
 
 _HEAD = "LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS"
-#: A write's outcome (version 4): an append bound to another incarnation of the State.
-REBORN = 7
 #: The lease a write or delete is given: its owner and token (both NULL: none).
 _LEASE_ARGS = ("p_lease_owner text", "p_lease_token bigint")
 
@@ -62,11 +60,12 @@ def migration(sql: Sql) -> tuple[str, ...]:
     )
 
 
-def _write_body(sql: Sql, *, incarnation: bool = False) -> str:
+def _write_body(sql: Sql, checks: str = "", *, incarnation: bool = False) -> str:
     """Version 2's write (seq rules, compare, append and snapshot under the State's row
     lock), with the fence run once the row is held, before anything else is decided.
     ``incarnation`` (version 4): a create stores ``p_incarnation``; an append with
-    ``p_bound`` is refused (REBORN) unless the State's incarnation is ``p_incarnation``."""
+    ``p_bound`` is refused (REBORN) unless the State's incarnation is ``p_incarnation``.
+    ``checks``: more preconditions, run after that once the State is known live (version 4's)."""
     row = f"{sql.states} s WHERE s.ns = p_ns AND s.id = p_id"
     live = "s.expires_at IS NULL OR s.expires_at > now()"
     sets = ",\n            ".join(
@@ -123,7 +122,7 @@ BEGIN
         RETURN;
     END IF;
     {check_inc}
-    o_next := v_next;
+    o_next := v_next;{checks}
     IF v_n > 0 THEN
         IF p_first > v_next THEN
             o_status := {GAP};

@@ -68,7 +68,7 @@ class Sql:
             f"INSERT INTO {self.version} (version) VALUES ($1) "
             "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.write = f"SELECT o_status, o_next, o_stored, {_HOLDER} FROM {self.write_fn}({_params(25)})"
+        self.write = f"SELECT o_status, o_next, o_stored, {_HOLDER} FROM {self.write_fn}({_params(27)})"
         self.delete = f"SELECT o_status, {_HOLDER} FROM {self.delete_fn}($1, $2, $3, $4)"
         self.fork = f"SELECT o_status, {_HOLDER} FROM {self.fork_fn}({_params(20)})"
         self.gc = f"SELECT {self.gc_fn}($1, $2)"

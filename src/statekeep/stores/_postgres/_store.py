@@ -19,7 +19,7 @@ from ..._leases import Lease
 from ..._records import Record, decode_snapshot
 from ..._redactor import Redactor
 from ..._sealing import Keyring
-from ..._writes import PreparedWrite, check_overlap, reborn
+from ..._writes import PreparedWrite, check_overlap
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
@@ -29,7 +29,8 @@ from ._lifecycle import Lifecycle
 from ._listing import listing
 from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
-from ._schema import BUSY, FENCED, REBORN
+from ._schema import BUSY, FENCED
+from ._schema_v4 import precondition_args
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
 
 if TYPE_CHECKING:
@@ -153,7 +154,6 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         self._migrated = False
         self._create = create
         self._server_name = f"PostgreSQL at {self._where.host}:{self._where.port}"
-        self._secrets = self._where.secrets
         self._lost = _pool.connection_errors(self._asyncpg)
         self._user_conn = pool
         super().__init__()
@@ -184,16 +184,12 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         head = (self.namespace, sid, write.create, write.first_seq, lines, snapshot, *columns, self.retention)
         approved: list[str] | None = None
         for _ in range(servercommon.MAX_COMPARES):
-            row = await self._send(
-                (*head, approved, *lease_args(write.lease), write.incarnation, write.bound)
-            )
+            row = await self._send((*head, approved, *lease_args(write.lease), *precondition_args(write)))
             status, next_seq, stored = row[0], row[1], row[2]
             if status == servercommon.OK:
                 return
             if status == FENCED:
-                refused(sid, row[3:], write.lease, "nothing was written")
-            if status == REBORN:
-                raise reborn(sid)
+                refused(self.namespace, sid, row[3:], write.lease, "nothing was written")
             servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the
@@ -235,7 +231,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
             "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease)
         )
         if row[0] == FENCED:
-            refused(state_id, row[1:], lease, "nothing was deleted")
+            refused(self.namespace, state_id, row[1:], lease, "nothing was deleted")
 
     # -- writes: one at a time, or batched -----------------------------------------
 
@@ -305,6 +301,9 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
             return await _pool.run(self._asyncpg, local.pool, method, query, *args)
 
     # -- the pool -------------------------------------------------------------------
+
+    def _refusal(self, exc: BaseException) -> str | None:
+        return _pool.refusal(self._asyncpg, exc, self._where.user, self._where.database)
 
     async def _open(self, local: PoolLocal) -> Pool:
         pool = await _pool.make_pool(

@@ -32,6 +32,8 @@ def write_args(
         retention_us if found is not None and found.stamp else "",
         str(0 if found is None else len(found.indexes)),
         *lease_args(write.lease),
+        "" if write.expect_next is None else str(write.expect_next),
+        "1" if write.opener is None else "0",
         write.incarnation or "",
         "1" if write.bound else "0",
         *([] if found is None else found.indexes),

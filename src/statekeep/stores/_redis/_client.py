@@ -4,13 +4,15 @@ and closing it, where the server is, and sending the write script pipelined."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from ... import _redaction as redaction
 from ..._bridge import _Owner
+from ..._urlquery import check_names, take_ours
 from .._server import ServerLocal
 from ._lease_lua import ACQUIRE, RELEASE, RENEW, RESEAL
 from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT, WRITE, WRITE_KEYS
@@ -85,6 +87,20 @@ def lost(aioredis: ModuleType) -> tuple[type[BaseException], ...]:
     return (OSError, aioredis.ConnectionError, aioredis.TimeoutError)
 
 
+def refusal(errors: ModuleType, exc: BaseException, db: object) -> str | None:
+    """What the server refused, and what to check, for an error with which it turned this
+    client away at connect (redis-py's ``errors``; see ``ServerStore._refusal``)."""
+    text = str(exc)
+    if isinstance(exc, errors.AuthenticationError) or text.startswith(("NOAUTH", "WRONGPASS")):
+        return "refused the password (or user name) the store URL gives, or needs one; check them"
+    if isinstance(exc, errors.ResponseError) and "DB index is out of range" in text:
+        return (
+            f"has no database {db}; check the number at the end of the store URL (a server has "
+            "16, 0 to 15, unless its 'databases' setting says more)"
+        )
+    return None
+
+
 def server_key(url: str, client: Redis | None) -> ServerKey:
     """Where the server of ``url`` (or of the user's ``client``) is, without the password."""
     if client is not None:
@@ -132,18 +148,43 @@ async def _evalsha(local: ClientLocal, calls: Sequence[ScriptCall]) -> list[Any]
         return list(await pipe.execute(raise_on_error=False))
 
 
-def take_namespace(url: str) -> tuple[str, str | None]:
-    """``url`` without its ``namespace=`` query option (statekeep's, not redis-py's), and
-    that option's value (None if absent)."""
-    query = urlsplit(redaction.split_userinfo(url)[1]).query
-    if not query:
-        return url, None
-    pairs = [part for part in query.split("&") if part]
-    found = [p.partition("=")[2] for p in pairs if p.partition("=")[0] == "namespace"]
-    if not found:
-        return url, None
-    if len(found) > 1:
-        raise ValueError(f"the store URL gives namespace= {len(found)} times; give it once")
-    rest = "&".join(p for p in pairs if p.partition("=")[0] != "namespace")
-    at = url.rfind("?" + query)
-    return url[:at] + ("?" + rest if rest else "") + url[at + 1 + len(query) :], unquote(found[0])
+#: The parameters of redis-py's a refusal names first (it takes many more).
+COMMON_PARAMETERS = (
+    "db",
+    "client_name",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "ssl_cert_reqs",
+    "protocol",
+)
+
+
+def take_options(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without the store's own query options (``namespace``, ``retention``: redis-py
+    would refuse them), and those options; ValueError naming a parameter redis-py does
+    not take either (it would fail only at the first connection, as a TypeError)."""
+    head, taken, others = take_ours(url)
+    scheme = urlsplit(redaction.split_userinfo(url)[1]).scheme.lower()
+    known = _driver_parameters(scheme)
+    check_names(url, others, f"{scheme}:// URL", theirs=known.__contains__, shown=(*COMMON_PARAMETERS, "..."))
+    return head, taken
+
+
+def _driver_parameters(scheme: str) -> frozenset[str]:
+    """The query parameters redis-py reads from a ``scheme`` URL: those it parses, and the
+    keyword arguments of the connection class it makes (the others go to that class)."""
+    from redis.asyncio import connection
+
+    cls = {"rediss": connection.SSLConnection, "unix": connection.UnixDomainSocketConnection}.get(
+        scheme, connection.Connection
+    )
+    names = set(connection.URL_QUERY_ARGUMENT_PARSERS)
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(
+                p.name
+                for p in inspect.signature(init).parameters.values()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+            )
+    return frozenset(names)

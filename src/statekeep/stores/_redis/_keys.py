@@ -58,6 +58,7 @@ class Keys:
     """The keys of one namespace under a prefix."""
 
     base: bytes  # every key of the namespace starts with this
+    namespace: str = DEFAULT_NAMESPACE  # the one they are of (what its leases name)
 
     @classmethod
     def of(cls, prefix: bytes, namespace: str) -> Keys:
@@ -65,7 +66,7 @@ class Keys:
         ``state:`` and ``entries:``); another one lives under ``<prefix>ns:<name>:``."""
         if namespace == DEFAULT_NAMESPACE:
             return cls(prefix)
-        return cls(prefix + b"ns:" + namespace.encode() + b":")
+        return cls(prefix + b"ns:" + namespace.encode() + b":", namespace)
 
     @property
     def state(self) -> bytes:

@@ -7,14 +7,16 @@ sorted set ``index`` scored by updated_at. Layout 2 keeps the first two as they 
 the default namespace's) and replaces ``index`` by the indexes of :mod:`._keys`: the first
 store to connect builds them from the snapshots (:func:`upgrade`, safe to run from several
 processes at once and to run again after a crash half-way), then sets ``layout`` to 2 and
-removes ``index``. Stop processes running an older statekeep first: once the layout is 2
-they refuse to start, but one already running would write States the indexes miss.
-
-Layout 3 adds a State's incarnation (the field ``inc`` of its ``state:`` hash, set by its
-create and by a fork, never by a later write), which its sealed records are bound to; a
-State of layout 2 has none. Layout 2 keys are layout 3 keys as they are: the first store to
-connect sets ``layout`` to 3, and an older statekeep then refuses the prefix rather than
-append records it cannot bind to a State's incarnation.
+removes ``index``. Layout 3 keeps every key of layout 2; it says that every process on the
+prefix honours the lease rows (``lease:{id}``, checked by the write, delete and fork
+scripts), which a statekeep of layout 2 may not, and it adds a State's incarnation (the
+field ``inc`` of its ``state:`` hash, set by its create and by a fork, never by a later
+write), which its sealed records are bound to (a State made at layout 2 has none). The
+first store to connect sets it (:func:`upgrade_2_to_3`, which changes no other key), and an
+older statekeep then refuses the prefix rather than write past a lease or append records
+it cannot bind to a State's incarnation. Stop processes running an older statekeep first:
+once the layout is new they refuse to start, but one already running would write States
+the indexes miss, or past a lease.
 """
 
 from __future__ import annotations
@@ -26,13 +28,37 @@ from typing import TYPE_CHECKING
 from ..._errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
 from ..._labels import DEFAULT_NAMESPACE
 from ._keys import WIDTH, Keys, indexed
-from ._lua import REINDEX
+from ._lua import COMMON
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 #: The key layout this statekeep writes; a prefix holding a newer one is refused.
 LAYOUT_VERSION = 3
+
+#: Set the layout key ``KEYS[1]`` to ``ARGV[2]`` only if it still holds ``ARGV[1]`` (and
+#: then delete ``KEYS[2..]``): an upgrade step that ends after another process's never
+#: moves the layout back.
+_BUMP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2])
+    for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+end
+return 0
+"""
+
+#: Layout 1 -> 2: index one State of the default namespace, if its snapshot is still the one read.
+REINDEX = (
+    COMMON
+    + """
+-- KEYS: state, entries, then the namespace keys
+-- ARGV: id, snapshot as read, member, exp, n index keys, then the index keys
+if redis.call('HGET', KEYS[1], 'snapshot') ~= ARGV[2] then return 0 end
+set_snapshot(ns_keys(3), ARGV[1], KEYS[1], ARGV[2], ARGV[3], 6, tonumber(ARGV[5]), ARGV[4], '')
+expire(KEYS[1], KEYS[2])
+return 1
+"""
+)
 
 # Servers already checked for durability settings, so that each is warned about once.
 _checked: set[Hashable] = set()
@@ -70,8 +96,8 @@ async def check_server(
     if version is None and not create:
         raise NotAStoreError(
             f"{store}: no statekeep keys under prefix {prefix!r} (the key "
-            f"{layout.decode(errors='replace')!r} is missing); nothing was changed. Pass the "
-            "URL and prefix statekeep saved to"
+            f"{layout.decode(errors='replace')!r} is missing); nothing was changed",
+            "Pass the URL and prefix statekeep saved to",
         )
     try:
         found = None if version is None else int(version)
@@ -79,10 +105,10 @@ async def check_server(
         found = -1
     if found == 1:
         await upgrade(client, prefix.encode("utf-8"))
-        found = LAYOUT_VERSION
-    if found == 2:  # layout 3 adds a field only States made from now on have
-        await client.set(layout, str(LAYOUT_VERSION))
-        found = LAYOUT_VERSION
+        found = 2
+    if found == 2:
+        await upgrade_2_to_3(client, prefix.encode("utf-8"))
+        found = 3
     # None: no layout key, and a read-only server (a replica) would not take one.
     if found is not None and found != LAYOUT_VERSION:
         if found > LAYOUT_VERSION:
@@ -183,7 +209,16 @@ async def upgrade(client: Redis, prefix: bytes, chunk: int = 500) -> None:
                 keys=[keys.state + raw_id, keys.entries + raw_id, *keys.common],
                 args=[raw_id, snapshot, found.member, found.expiry, len(found.indexes), *found.indexes],
             )
-    async with client.pipeline(transaction=True) as pipe:
-        pipe.set(prefix + b"layout", str(LAYOUT_VERSION))
-        pipe.delete(old)
-        await pipe.execute()
+    await client.eval(_BUMP, 2, prefix + b"layout", old, "1", "2")
+
+
+async def upgrade_2_to_3(client: Redis, prefix: bytes) -> None:
+    """Layout 2 -> 3 under ``prefix``: the lease rows are already where layout 3 keeps them,
+    so only the layout key changes (see the module's docstring). A read-only replica reads
+    layout 2 keys as they are: its primary's first new process upgrades them."""
+    from redis.exceptions import ReadOnlyError
+
+    try:
+        await client.eval(_BUMP, 1, prefix + b"layout", "2", "3")
+    except ReadOnlyError:
+        pass

@@ -5,6 +5,7 @@ run on the lease row and server time the script returned. Also rekey's in-place 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -29,19 +30,19 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _held(state_id: str, reply: Sequence[Any]) -> tuple[Lease | None, datetime]:
-    """The lease row and the server's time a refusal carries."""
+def _held(keys: Keys, state_id: str, reply: Sequence[Any]) -> tuple[Lease | None, datetime]:
+    """The lease row (of the namespace of ``keys``) and the server's time a refusal carries."""
     owner, token, exp, ttl, now = (_text(part) for part in reply[1:6])
     held = None
     if token:
         period = int(ttl) * _US if ttl else timedelta(seconds=30)
-        held = Lease(state_id, owner, int(token), from_us(int(exp)), period)
+        held = Lease(state_id, owner, int(token), from_us(int(exp)), period, keys.namespace)
     return held, from_us(int(now))
 
 
-def refuse(state_id: str, reply: Sequence[Any], lease: Lease | None, doing: str) -> NoReturn:
+def refuse(keys: Keys, state_id: str, reply: Sequence[Any], lease: Lease | None, doing: str) -> NoReturn:
     """Raise the error of a fence refusal: :func:`check_fence` on the row the script saw."""
-    held, now = _held(state_id, reply)
+    held, now = _held(keys, state_id, reply)
     check_fence(state_id, held, lease, now, doing)
     raise AssertionError(f"Redis refused {doing!r} on State {state_id!r} by a lease the fence allows")
 
@@ -50,10 +51,10 @@ async def acquire(local: ClientLocal, keys: Keys, state_id: str, owner: str, ttl
     assert local.acquire_script is not None
     reply = await local.acquire_script(keys=[keys.lease_key(state_id)], args=[owner, ttl // _US])
     if is_refusal(reply):
-        held, now = _held(state_id, reply)
-        acquired(state_id, owner, ttl, held, now)  # raises LeaseHeldError
+        held, now = _held(keys, state_id, reply)
+        acquired(state_id, owner, ttl, held, now, keys.namespace)  # raises LeaseHeldError
         raise AssertionError(f"Redis refused a lease on State {state_id!r} that is free")
-    return Lease(state_id, owner, int(reply[1]), from_us(int(reply[2])), ttl)
+    return Lease(state_id, owner, int(reply[1]), from_us(int(reply[2])), ttl, keys.namespace)
 
 
 async def renew(local: ClientLocal, keys: Keys, lease: Lease, ttl: timedelta) -> Lease:
@@ -62,10 +63,10 @@ async def renew(local: ClientLocal, keys: Keys, lease: Lease, ttl: timedelta) ->
         keys=[keys.lease_key(lease.state_id)], args=[lease.owner, lease.token, ttl // _US]
     )
     if is_refusal(reply):
-        held, now = _held(lease.state_id, reply)
+        held, now = _held(keys, lease.state_id, reply)
         renewed(lease, held, ttl, now)  # raises StaleLeaseError
         raise AssertionError(f"Redis refused to renew a current lease of State {lease.state_id!r}")
-    return Lease(lease.state_id, lease.owner, lease.token, from_us(int(reply[2])), ttl)
+    return dataclasses.replace(lease, expires_at=from_us(int(reply[2])), ttl=ttl)
 
 
 async def release(local: ClientLocal, keys: Keys, lease: Lease) -> None:
@@ -82,7 +83,7 @@ async def current(local: ClientLocal, keys: Keys, state_id: str) -> Lease | None
     if row[1] is None:
         return None
     held, now = _held(
-        state_id, [0, *(b"" if part is None else part for part in row), secs * 1_000_000 + micros]
+        keys, state_id, [0, *(b"" if part is None else part for part in row), secs * 1_000_000 + micros]
     )
     return held if is_live(held, now) else None
 

@@ -17,19 +17,19 @@ the same step (see :mod:`._lease_lua`); gc leaves a State with a live lease alon
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
+from ._expect_lua import PRECONDITIONS
 from ._keys import STAMPED
 from ._lease_lua import FENCE
 
 # The write script's outcomes: those of every server store (OK, MISSING, ...), and its own:
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
-REBORN = 8  # (after the lease outcomes) bound to another incarnation: {REBORN, the State's}
 # ARGV slots of the write before the index keys, and its keys.
-HEAD = 15
+HEAD = 17
 WRITE_KEYS = 7
 
-# Helpers every changing script starts with. ``ns`` is the table of namespace keys.
-_COMMON = f"""
+#: Helpers every changing script starts with. ``ns`` is the table of namespace keys.
+COMMON = f"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -131,13 +131,16 @@ end
 
 #: The write, as one script: atomic, and serialised with every other write to the State.
 WRITE = (
-    _COMMON
+    COMMON
     + FENCE
+    + PRECONDITIONS
     + f"""
 -- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
---       exp, retention, n index keys, lease token ('' for none), lease owner, incarnation ('' for
---       none), bound ('1': the State's must be it), index keys, the n entries, approved entries
+--       exp, retention, n index keys, lease token ('' for none), lease owner, expect_next
+--       ('' for none), clear ('1': the write is not sealed), incarnation ('' for none), bound
+--       ('1': the State's must be it), then the index keys, the n entries, then the approved
+--       stored entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -180,14 +183,14 @@ if create then
   purge(ns, id, KEYS[1], KEYS[2])  -- an expired State, or what native expiry left
   push(base + 1, base + n)
   redis.call('HSET', KEYS[1], 'next', string.format('%d', n))
-  if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'inc', ARGV[14]) end
+  if ARGV[16] ~= '' then redis.call('HSET', KEYS[1], 'inc', ARGV[16]) end
   snapshot_and_expiry()
   return {{{OK}, n}}
 end
 if not is_live then return {{{MISSING}}} end
-local inc = ARGV[15] == '1' and (redis.call('HGET', KEYS[1], 'inc') or '')
-if inc and inc ~= ARGV[14] then return {{{REBORN}, inc}} end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
+local unmet = preconditions(KEYS[1], KEYS[2], nxt)
+if unmet then return unmet end
 local skip = 0
 if n > 0 then
   if first > nxt then return {{{GAP}, nxt}} end
@@ -220,7 +223,7 @@ return {{{OK}, math.max(nxt, first + n)}}
 
 #: A fork: the source's entries 0..at copied on the server, and the new State created.
 FORK = (
-    _COMMON
+    COMMON
     + FENCE
     + f"""
 -- KEYS: source state, source entries, new state, new entries, then the namespace keys,
@@ -254,7 +257,7 @@ return {{{OK}}}
 
 #: Delete one State: its keys and its index entries.
 DELETE = (
-    _COMMON
+    COMMON
     + FENCE
     + """
 -- KEYS: state, entries, then the namespace keys, then the lease row
@@ -268,7 +271,7 @@ return {0}
 
 #: Remove up to ARGV[3] expired States; returns {removed, looked at, left for their lease}.
 GC = (
-    _COMMON
+    COMMON
     + """
 -- KEYS: the namespace keys; ARGV: state key prefix, entries key prefix, batch, lease row
 -- prefix, how many expired States to pass over first (those earlier calls left: leased)
@@ -385,16 +388,3 @@ while found < want and looked < budget do
 end
 return out
 """
-
-#: Layout 1 -> 2: index one State of the default namespace, if its snapshot is still the one read.
-REINDEX = (
-    _COMMON
-    + """
--- KEYS: state, entries, then the namespace keys
--- ARGV: id, snapshot as read, member, exp, n index keys, then the index keys
-if redis.call('HGET', KEYS[1], 'snapshot') ~= ARGV[2] then return 0 end
-set_snapshot(ns_keys(3), ARGV[1], KEYS[1], ARGV[2], ARGV[3], 6, tonumber(ARGV[5]), ARGV[4], '')
-expire(KEYS[1], KEYS[2])
-return 1
-"""
-)

@@ -18,14 +18,8 @@ from ..._query import ListQuery, Page
 from ..._records import Record, SavedState, Snapshot
 from ..._redactor import Redactor
 from ..._sealing import Keyring
-from ..._writes import (
-    PreparedWrite,
-    check_incarnation,
-    check_overlap,
-    exists_error,
-    missing_error,
-    prepare_write,
-)
+from ..._urlquery import our_values
+from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _client, _leases, _listing, _reads
@@ -33,7 +27,7 @@ from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
 from ._layout import check_server
-from ._lua import REBORN, WRONGTYPE
+from ._lua import WRONGTYPE
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -84,8 +78,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ``namespace`` (also ``?namespace=`` in the URL): stores of two namespaces under one
     prefix never see each other's States, listings, memory or gc. The default namespace
     keeps the keys statekeep used before namespaces; another lives under
-    ``<prefix>ns:<name>:``. Keys of an older statekeep (layout 1) are upgraded on first
-    connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
+    ``<prefix>ns:<name>:``. Keys of an older statekeep (layouts 1 and 2) are upgraded on
+    first connect, even with ``create=False`` (see :mod:`statekeep.stores._redis._layout`).
 
     ``list()`` answers from indexes kept by the write script (by agent, parent, label,
     status and stop reason, and one in listing order), never reading every State's
@@ -135,11 +129,15 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, got {type(url).__name__}")
         redaction.check_userinfo(url)
-        url, in_url = _client.take_namespace(url)
-        if in_url is not None:
-            if namespace != DEFAULT_NAMESPACE and namespace != in_url:
-                raise ValueError(f"namespace {namespace!r} differs from the URL's namespace={in_url!r}")
-            namespace = in_url
+        url, in_url = _client.take_options(url)
+        if "namespace" in in_url:
+            if namespace != DEFAULT_NAMESPACE and namespace != in_url["namespace"]:
+                raise ValueError(
+                    f"namespace {namespace!r} differs from the URL's namespace={in_url['namespace']!r}"
+                )
+            namespace = in_url["namespace"]
+        if retention is None and "retention" in in_url:
+            retention = our_values({"retention": in_url["retention"]})["retention"]
         self._lifecycle(namespace, retention)
         self._protect(redact, encrypt, allow_plaintext)
         if type(prefix) is not str:
@@ -153,7 +151,6 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         self._user_client = client
         self._create = create
         self._server = _client.server_key(url, client)
-        self._secrets = redaction.url_secrets(url)
         self._keys_of = Keys.of(self._prefix, self.namespace)
         self._server_name = f"Redis at {_client.where(self._server)}"
         self._lost = _client.lost(self._aioredis)
@@ -204,16 +201,15 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             if status == servercommon.OK:
                 return
             if _leases.is_refusal(reply):
-                _leases.refuse(sid, reply, write.lease, "nothing was written")
+                _leases.refuse(self._keys_of, sid, reply, write.lease, "nothing was written")
             if status == WRONGTYPE:
                 key, held, wanted = (_as_bytes(part).decode("utf-8", "replace") for part in reply[1:4])
                 raise CorruptStateError(
                     f"{self!r}: the key {key!r} holds a {held}, where statekeep keeps a {wanted}; "
                     f"nothing of the write to State {sid!r} was saved. Is the prefix used by something else?"
                 )
-            if status == REBORN:
-                check_incarnation(write, _as_bytes(reply[1]).decode() or None)
-            servercommon.check_outcome(status, write, reply[1] if status == servercommon.GAP else None)
+            next_seq = reply[1] if status in (servercommon.GAP, servercommon.UNEXPECTED) else None
+            servercommon.check_outcome(status, write, next_seq)
             stored = [_as_bytes(b) for b in reply[2]]
             # a real difference raises StateConflictError
             check_overlap(write, servercommon.decode_stored(stored, sid, "Redis"))
@@ -267,7 +263,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
                 args=[state_id, *lease_args(lease)],
             )
         if _leases.is_refusal(reply):
-            _leases.refuse(state_id, reply, lease, "nothing was deleted")
+            _leases.refuse(self._keys_of, state_id, reply, lease, "nothing was deleted")
 
     # -- leases: one script each, judged by the server's clock (see ._lease_lua) ----------
 
@@ -304,7 +300,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
         reply = await run_async(self._fork(keys, args, new_id))
         if _leases.is_refusal(reply):
-            _leases.refuse(new_id, reply, None, "nothing was forked")
+            _leases.refuse(self._keys_of, new_id, reply, None, "nothing was forked")
         status = int(reply[0])
         if status == servercommon.MISSING:
             raise missing_error(source_id)
@@ -358,6 +354,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     async def _close(self) -> None:
         if self._parent is None:  # a sibling leaves the parent's client alone
             await super()._close()
+
+    def _refusal(self, exc: BaseException) -> str | None:
+        return _client.refusal(self._errors, exc, self._server[2])
 
     async def _open(self, local: ClientLocal) -> Redis:
         if self._user_client is not None:

@@ -14,7 +14,19 @@ from ._batches import Queued
 from ._decode import add_listed, decode_stored, raise_bad_entry
 from ._driver import import_driver
 from ._local import ServerLocal
-from ._outcomes import COMPARE, EXISTS, GAP, MAX_COMPARES, MISSING, OK, check_outcome, kept_changing
+from ._outcomes import (
+    COMPARE,
+    EXISTS,
+    GAP,
+    MAX_COMPARES,
+    MISSING,
+    OK,
+    REBORN,
+    SEALED_STATE,
+    UNEXPECTED,
+    check_outcome,
+    kept_changing,
+)
 from ._store import ServerStore
 
 __all__ = [
@@ -24,6 +36,9 @@ __all__ = [
     "MAX_COMPARES",
     "MISSING",
     "OK",
+    "REBORN",
+    "SEALED_STATE",
+    "UNEXPECTED",
     "Queued",
     "ServerLocal",
     "ServerStore",

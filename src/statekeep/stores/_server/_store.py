@@ -36,17 +36,17 @@ class ServerStore(Backend, Generic[C, L, A, R]):
     A subclass sets ``_local_type`` and ``_close_conn`` (close a connection the store made:
     a static function, which must not refer to the store), and in ``__init__``
     ``_server_name`` (the server, as error messages name it: ``"PostgreSQL at
-    host:port"``), ``_secrets`` (the passwords to keep out of errors), ``_lost`` (the
+    host:port"``), ``_lost`` (the
     errors of a lost or refused connection) and ``_user_conn`` (the pool or client the user
     passed in, never closed by the store, or None), then calls ``super().__init__()``.
-    Hooks: :meth:`_open` (make the connection, check the server) and :meth:`_send_batch`
-    (send one batch of queued writes, settling each one's future).
+    Hooks: :meth:`_open` (make the connection, check the server), :meth:`_send_batch`
+    (send one batch of queued writes, settling each one's future) and :meth:`_refusal`
+    (the server's refusals, in statekeep's words).
     """
 
     _local_type: type[L]
     _close_conn: Callable[[C], Coroutine[Any, Any, None]]
     _server_name: str
-    _secrets: list[str]
     _lost: tuple[type[BaseException], ...]
     _user_conn: C | None
 
@@ -61,8 +61,14 @@ class ServerStore(Backend, Generic[C, L, A, R]):
     # -- hooks ----------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
-        """``text`` with the store's passwords taken out."""
-        return redaction.scrub(text, self._secrets)
+        """``text`` with the password of every URL or DSN in it masked."""
+        return redaction.redact_text(text)
+
+    def _refusal(self, exc: BaseException) -> str | None:
+        """For an error with which the server refused this client (an unknown database,
+        user or setting, a wrong password): what it refused and what to check, to follow
+        the server's name in a message; None for any other error."""
+        return None
 
     @abstractmethod
     async def _open(self, local: L) -> C:
@@ -81,7 +87,7 @@ class ServerStore(Backend, Generic[C, L, A, R]):
 
     def _talking(self, action: str) -> Talking:
         """The error translation for ``action`` (``"read"``, ``"write"``, ...)."""
-        return Talking(action, self._server_name, self._scrub, self._lost)
+        return Talking(action, self._server_name, self._scrub, self._lost, self._refusal)
 
     async def _local(self) -> L:
         """This process's connection and write queue, made on first use (again after a fork)."""

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from ..._errors import CorruptStateError, StateConflictError
+from ..._expect import check_clear, check_next
 from ..._labels import iso
 from ..._leases import Lease, check_fence
 from ..._writes import (
@@ -219,7 +220,7 @@ class _Batch:
     def _plan(self, indexes: list[int]) -> Changes:
         """Check ``ops[i]`` for each i against the stored States (reads only) and collect
         the changes of those accepted; a refused op gets its error in ``errors[i]``."""
-        known: dict[tuple[str, str], tuple[int, str | None, str | None]] = {}
+        known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]] = {}
         leases: dict[tuple[str, str], Lease] = {}
         by_ns: dict[str, list[str]] = {}
         for i in indexes:
@@ -227,10 +228,10 @@ class _Batch:
             by_ns.setdefault(ns, []).append(sid)
         for ns, ids in by_ns.items():
             marks = ",".join("?" * len(ids))
-            for sid, next_seq, expires, incarnation in self.conn.execute(
+            for sid, next_seq, expires, incarnation, sealed in self.conn.execute(
                 sql.KNOWN.format(marks=marks), (ns, *ids)
             ):
-                known[ns, sid] = (next_seq, expires, incarnation)
+                known[ns, sid] = (next_seq, expires, incarnation, bool(sealed))
             leases.update(((ns, sid), lease) for sid, lease in read_leases(self.conn, ns, ids).items())
         changes = Changes()
         for i in indexes:
@@ -257,7 +258,7 @@ class _Batch:
         return expires is not None and expires <= self.now
 
     def _plan_one(
-        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None, str | None]], changes: Changes
+        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]], changes: Changes
     ) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
         _, ns, value = op
@@ -267,7 +268,7 @@ class _Batch:
         fork = value if isinstance(value, Fork) else None
         write = value.write if isinstance(value, Fork) else value
         sid = write.state_id
-        next_seq, expires, incarnation = known.get((ns, sid), (None, None, None))
+        next_seq, expires, incarnation, sealed = known.get((ns, sid), (None, None, None, False))
         expired = next_seq is not None and self._expired(expires)
         if expired:
             next_seq = None  # expired is absent: a create replaces it, an update finds nothing
@@ -289,6 +290,8 @@ class _Batch:
         if next_seq is None:
             raise missing_error(sid)
         check_incarnation(write, incarnation)
+        check_next(write, next_seq)
+        check_clear(write, sealed)
         skip = plan_append(write, next_seq)
         if skip:
             self._check_stored(ns, write, next_seq, skip)

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..._bridge import Closer, _Owner, owner
 from ..._errors import NotAStoreError
+from ..._expect import sealed_text
 from ..._slot import ProcessSlot
 from . import _sql as sql
 
@@ -41,6 +42,7 @@ def connect(path: Path) -> sqlite3.Connection:
     """A new connection to ``path`` with statekeep's settings (autocommit: transactions
     are begun explicitly). Refuses a file that is not a SQLite database."""
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False)
+    conn.create_function("statekeep_sealed", 1, sealed_text, deterministic=True)
     with closed_on_error(conn):
         try:
             conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=int(BUSY_TIMEOUT_SECONDS * 1000)))
@@ -57,8 +59,8 @@ def refuse_not_a_database(path: Path, exc: sqlite3.DatabaseError) -> None:
     """Raise NotAStoreError if ``exc`` says the file is not a SQLite database."""
     if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
         raise NotAStoreError(
-            f"{path} is not a SQLite database ({exc}); nothing was changed. "
-            "Pass a statekeep SQLite database, or a folder for a FileStore"
+            f"{path} is not a SQLite database ({exc}); nothing was changed",
+            "Pass a statekeep SQLite database, or a folder for a FileStore",
         ) from None
 
 

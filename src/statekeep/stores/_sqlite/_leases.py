@@ -41,7 +41,7 @@ def lease_row(ns: str, sid: str, row: tuple[str, int, str, int]) -> Lease:
         when = datetime.fromisoformat(expires_at)
     except (TypeError, ValueError):
         raise CorruptStateError(f"State {sid!r} of namespace {ns!r} has an unreadable lease expiry") from None
-    return Lease(sid, owner, token, when, timedelta(microseconds=ttl_us))
+    return Lease(sid, owner, token, when, timedelta(microseconds=ttl_us), ns)
 
 
 def read_lease(conn: sqlite3.Connection, ns: str, sid: str) -> Lease | None:
@@ -124,7 +124,7 @@ class LeaseRows:
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
         lease = await self._change_lease(
-            state_id, lambda held, now: acquired(state_id, owner, ttl, held, now)
+            state_id, lambda held, now: acquired(state_id, owner, ttl, held, now, self.namespace)
         )
         assert lease is not None
         return lease

@@ -66,16 +66,22 @@ def read_page_now(
     """:func:`read_page` on the owner loop, for a page small enough not to hold it up (a
     thread hop costs as much as such a page), with a reader that never waits: WouldBlock,
     with nothing read, if SQLite reports the database busy."""
-    conn = conns.loop_reader
-    if conn is None:
-        conn = conns.loop_reader = connect(path)
-        conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
+    conn = loop_reader(path, conns)
     try:  # one statement, so no explicit transaction: the page is one consistent read
         return read_page(conn, namespace, query, now, check=path)
     except sqlite3.OperationalError as exc:
         if is_busy(exc):
             raise WouldBlock from None
         raise
+
+
+def loop_reader(path: Path, conns: Connections) -> sqlite3.Connection:
+    """The reader used on the owner loop only (made on first use): it never waits for a lock."""
+    conn = conns.loop_reader
+    if conn is None:
+        conn = conns.loop_reader = connect(path)
+        conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
+    return conn
 
 
 def _cursor_after(row: tuple[Any, ...]) -> str:

@@ -99,8 +99,8 @@ def inspect(path: Path) -> sqlite3.Connection:
         if version == 0 or not {"states", "entries"} <= tables:
             found = f"its tables: {', '.join(sorted(tables))}" if tables else "it has no tables"
             raise NotAStoreError(
-                f"{path} is not a statekeep database ({found}); nothing was changed. "
-                "Pass the database statekeep saved to"
+                f"{path} is not a statekeep database ({found}); nothing was changed",
+                "Pass the database statekeep saved to",
             )
         if version < SCHEMA_VERSION:
             raise NotAStoreError(

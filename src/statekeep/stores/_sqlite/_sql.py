@@ -163,7 +163,15 @@ RELEASE_SAVEPOINT = "RELEASE write"
 
 # -- writes (every statement names the namespace: a State is (namespace, id)) ----------------
 
-KNOWN = "SELECT id, next_seq, expires_at, incarnation FROM states WHERE namespace = ? AND id IN ({marks})"
+# With the State's incarnation, and whether it is sealed: its snapshot, else its last entry
+# (statekeep_sealed is _expect.sealed_text, registered on each connection: cheaper than a
+# scan in SQL).
+KNOWN = (
+    "SELECT id, next_seq, expires_at, incarnation, statekeep_sealed(CASE WHEN snapshot IS NOT NULL "
+    "THEN CAST(snapshot AS BLOB) ELSE (SELECT CAST(e.data AS BLOB) FROM entries e WHERE e.namespace = "
+    "states.namespace AND e.state_id = states.id AND e.seq = states.next_seq - 1) END) "
+    "FROM states WHERE namespace = ? AND id IN ({marks})"
+)
 SOURCE = "SELECT next_seq, expires_at FROM states WHERE namespace = ? AND id = ?"
 STORED_ENTRIES = (
     "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? AND seq >= ? AND seq < ? "

@@ -30,6 +30,7 @@ from ..._writes import PreparedWrite, prepare_write
 from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
+from ._changes import ChangeStamp
 from ._connections import (
     BUSY_TIMEOUT_SECONDS,
     Connections,
@@ -56,7 +57,7 @@ _GC_CHUNK = 256
 _LOOP_PAGE = 100
 
 
-class SQLiteStore(LeaseRows, Backend):
+class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     """Saves every State in one SQLite database file at ``path``, shared by any number of
     processes.
 

@@ -29,7 +29,7 @@
   }
 
   function refreshTimes() {
-    var times = document.querySelectorAll("#runs td.updated time");
+    var times = document.querySelectorAll("time.ago");  // the title keeps the exact time
     for (var i = 0; i < times.length; i++) {
       var text = relative(times[i].getAttribute("datetime"));
       if (text !== null) times[i].textContent = text;
@@ -49,8 +49,9 @@
     return source;
   }
 
+  setInterval(refreshTimes, 15000);
+
   function runsPage() {
-    setInterval(refreshTimes, 15000);
     var feed = body.getAttribute("data-feed");
     if (!feed) return;
     var tbody = document.querySelector("#runs tbody");

@@ -1,0 +1,28 @@
+"""The Lua of the write's preconditions (see :mod:`statekeep._expect`), which the write script
+runs once it knows the State live and its next seq, in this order: the State's incarnation
+(with ARGV[17] = '1', the write is bound to the incarnation ARGV[16]: REBORN unless it is
+the State's), ``expect_next`` (ARGV[14], '' for none), and whether a clear write
+(ARGV[15] = '1') goes to a sealed State."""
+
+from __future__ import annotations
+
+from .._server import REBORN, SEALED_STATE, UNEXPECTED
+
+#: Defines ``preconditions(state, entries, nxt)``: a refusal to return, or nil.
+PRECONDITIONS = f"""
+-- Whether the State is sealed: its snapshot, else its last entry, ends with the sealed
+-- record's last key (as statekeep._expect.sealed_text judges it).
+local function sealed_state(state, entries, nxt)
+  local rec = redis.call('HGET', state, 'snapshot')
+  if not rec and nxt > 0 then rec = redis.call('LINDEX', entries, nxt - 1) end
+  return rec and string.find(rec, '"sk%.sealed":"[^"]*"}}$') ~= nil
+end
+
+local function preconditions(state, entries, nxt)
+  -- A State created again is another State, whatever its next seq: that first.
+  if ARGV[17] == '1' and (redis.call('HGET', state, 'inc') or '') ~= ARGV[16] then return {{{REBORN}}} end
+  if ARGV[14] ~= '' and tonumber(ARGV[14]) ~= nxt then return {{{UNEXPECTED}, nxt}} end
+  if ARGV[15] == '1' and sealed_state(state, entries, nxt) then return {{{SEALED_STATE}}} end
+  return nil
+end
+"""
