@@ -52,6 +52,13 @@ _crc32 = zlib.crc32
 _loads = orjson.loads
 
 
+def crc_text(data: bytes | memoryview) -> str:
+    """The checksum of ``data`` as the log writes it: 8 lowercase hex digits. A checksum
+    read is compared with this as text, so only what was written matches (``"ABCD0123"``
+    or ``"+bcd0123"`` would parse as a number, but is damage)."""
+    return f"{_crc32(data):08x}"
+
+
 def seal(body: bytes) -> bytes:
     """The line ``body`` (a JSON object without its closing brace) with its checksum."""
     return b'%s,"sk.crc":"%08x"}\n' % (body, _crc32(body))
@@ -98,10 +105,8 @@ def _check(data: bytes, pos: int, nl: int) -> int:
     body = nl - _SUFFIX
     if body <= pos or data[nl - 2 : nl] != b'"}' or data[body : body + len(_HEAD)] != _HEAD:
         return _PLAIN
-    try:
-        good = _crc32(memoryview(data)[pos:body]) == int(data[nl - 10 : nl - 2], 16)
-    except ValueError:
-        return _DAMAGED
+    # Compared as written (lowercase hex only): "ABCD0123" or "0x..." is damage, not a match.
+    good = b"%08x" % _crc32(memoryview(data)[pos:body]) == data[nl - 10 : nl - 2]
     return _CHECKED if good else _DAMAGED
 
 
@@ -132,7 +137,7 @@ def _closes(record: dict[str, Any], data: bytes, start: int, pos: int, seq: int 
         return (
             (seq is None or record["sk.next"] == seq)
             and record["sk.bytes"] == pos - start
-            and _crc32(memoryview(data)[start:pos]) == int(record["sk.write"], 16)
+            and bool(crc_text(memoryview(data)[start:pos]) == record["sk.write"])
         )
     except (KeyError, TypeError, ValueError):
         return False
@@ -188,16 +193,11 @@ def scan_log(
             entry = None
         if type(entry) is dict and entry.get("seq") == seq and type(entry["seq"]) is int:
             crc = entry.pop("sk.crc", None)
-            if type(crc) is str and len(crc) == 8 and data[nl - _SUFFIX : nl - 10] == _HEAD:
-                try:
-                    good = _crc32(view[pos : nl - _SUFFIX]) == int(crc, 16)
-                except ValueError:
-                    good = False
-                if good:
-                    entries.append(entry)
-                    seq += 1
-                    pos = nl + 1
-                    continue
+            if data[nl - _SUFFIX : nl - 10] == _HEAD and crc_text(view[pos : nl - _SUFFIX]) == crc:
+                entries.append(entry)
+                seq += 1
+                pos = nl + 1
+                continue
         kind = _check(data, pos, nl)
         try:
             if kind == _CHECKED:

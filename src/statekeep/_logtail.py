@@ -25,8 +25,8 @@ from ._logframe import (
     _check,
     _closes,
     _closing,
-    _crc32,
     _loads,
+    crc_text,
     incarnation_of,
     seal,
 )
@@ -203,10 +203,7 @@ def decode_copy(raw: bytes) -> SnapshotCopy | None:
             or type(next_seq) is not int
         ):
             return None
-        try:
-            if _crc32(memoryview(raw)[: nl - _SUFFIX]) != int(crc, 16) or raw[nl - 2 : nl] != b'"}':
-                return None
-        except ValueError:
+        if crc_text(memoryview(raw)[: nl - _SUFFIX]) != crc or raw[nl - 2 : nl] != b'"}':
             return None
         if version > FORMAT:
             _closing(raw, 0, nl)  # raises UnsupportedFormatError
