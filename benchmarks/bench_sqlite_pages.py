@@ -94,7 +94,7 @@ def fill(path: Path, count: int) -> None:
             }
         )
         columns, pairs = listing_columns(sid, snapshot)
-        states.append(("default", sid, 1, snapshot, *columns))
+        states.append(("default", sid, 1, snapshot, *columns, None))  # no incarnation
         entries.append(("default", sid, 0, b'{"seq":0,"kind":"task"}'))
         labels.extend(("default", sid, k, v, columns[2]) for k, v in pairs.items())
     conn = migrate(path)

@@ -78,7 +78,7 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
         record = await store.aread(state_id)
         assert record is not None
         with open(store.path / state_id / "log.jsonl", "ab") as log:
-            log.write(closing_record(len(record.entries), b"", raw, None))
+            log.write(closing_record(len(record.entries), b"", raw, None, record.incarnation))
         (store.path / state_id / "snapshot.json").unlink(missing_ok=True)
     elif isinstance(store, SQLiteStore):
         with sqlite3.connect(store.path) as conn:
@@ -88,30 +88,87 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
             )
         conn.close()
     elif isinstance(store, PostgresStore):
-        import asyncpg
-
-        conn = await asyncpg.connect(servers().shared_postgres().dsn)
-        try:  # the listing columns empty: list() reads the snapshot itself
-            await conn.execute(
-                f"UPDATE {quote_identifier(store.schema)}.states SET snapshot = $2, task = NULL, "
-                "created_at = NULL, updated_at = NULL, turn = NULL, stopped_by = NULL, "
-                "finished = NULL, unlisted = NULL WHERE id = $1",
-                state_id,
-                raw.decode(),
-            )
-        finally:
-            await conn.close()
+        await _postgres_execute(  # the listing columns empty: list() reads the snapshot itself
+            f"UPDATE {quote_identifier(store.schema)}.states SET snapshot = $2, task = NULL, "
+            "created_at = NULL, updated_at = NULL, turn = NULL, stopped_by = NULL, "
+            "finished = NULL, unlisted = NULL WHERE id = $1",
+            state_id,
+            raw.decode(),
+        )
     elif isinstance(store, RedisStore):
-        import redis.asyncio as aioredis
-
-        client = aioredis.Redis.from_url(servers().shared_redis().url)
-        try:
-            # the State's key in the store's own namespace (the default one: prefix + "state:")
-            await client.hset(store._keys_of.state + state_id.encode(), "snapshot", raw)
-        finally:
-            await client.aclose()
+        # the State's key in the store's own namespace (the default one: prefix + "state:")
+        await _redis_call("hset", store._keys_of.state + state_id.encode(), "snapshot", raw)
     else:
         raise AssertionError(f"no way to plant a snapshot in {store!r}")
+
+
+async def _postgres_execute(statement: str, *args: Any) -> None:
+    """Run one statement on the shared PostgreSQL server, on a connection of its own."""
+    import asyncpg
+
+    conn = await asyncpg.connect(servers().shared_postgres().dsn)
+    try:
+        await conn.execute(statement, *args)
+    finally:
+        await conn.close()
+
+
+async def _redis_call(command: str, *args: Any) -> None:
+    """Run one command (a method of the redis client) on the shared Redis server."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(servers().shared_redis().url)
+    try:
+        await getattr(client, command)(*args)
+    finally:
+        await client.aclose()
+
+
+def stored_record(store: Store, state_id: str) -> Any:
+    """A State's records as its store holds them (sealed ones not opened), with its incarnation."""
+    from statekeep._bridge import run_sync
+
+    found = run_sync(store._read(state_id), "aread")  # type: ignore[attr-defined]
+    return found() if callable(found) else found
+
+
+async def plant_entry(store: Store, state_id: str, seq: int, raw: bytes) -> None:
+    """Put ``raw`` (an encoded entry, as a store holds it) in place of a State's stored entry
+    ``seq`` through the store's own storage, as someone who can write the storage but holds
+    no key could (the FileStore's line checksums made right again)."""
+    from statekeep.stores import PostgresStore, RedisStore
+    from statekeep.stores._postgres import quote_identifier
+
+    if isinstance(store, MemoryStore):
+        store._space.lines[state_id][seq] = raw + b"\n"
+    elif isinstance(store, FileStore):
+        from statekeep._logframe import closing_record, frame, scan_log
+
+        log = store.path / state_id / "log.jsonl"
+        scan = scan_log(log.read_bytes())
+        entries = [orjson.dumps(e) + b"\n" for e in scan.entries]
+        entries[seq] = raw + b"\n"
+        lines = b"".join(frame(line) for line in entries)
+        snapshot = None if scan.snapshot is None else orjson.dumps(scan.snapshot)
+        log.write_bytes(lines + closing_record(len(entries), lines, snapshot, None, scan.incarnation))
+        (store.path / state_id / "snapshot.json").unlink(missing_ok=True)
+    elif isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(
+                "UPDATE entries SET data = ? WHERE state_id = ? AND seq = ?", (raw.decode(), state_id, seq)
+            )
+        conn.close()
+    elif isinstance(store, PostgresStore):
+        await _postgres_execute(
+            f"UPDATE {quote_identifier(store.schema)}.entries SET data = $3 WHERE state_id = $1 AND seq = $2",
+            state_id,
+            seq,
+            raw.decode(),
+        )
+    elif isinstance(store, RedisStore):
+        await _redis_call("lset", store._keys_of.entries + state_id.encode(), seq, raw)
+    else:
+        raise AssertionError(f"no way to plant an entry in {store!r}")
 
 
 def store_url(kind: str, tmp_path: Path, prefix: str) -> str:

@@ -43,7 +43,8 @@ def test_the_file_says_what_it_holds(exported: tuple[Path, list[str], dict[str, 
     lines = out.read_bytes().splitlines()
     head, trailer = orjson.loads(lines[0]), orjson.loads(lines[-1])
     total = sum(len(e) for e, _ in held.values())
-    assert head["format"] == FORMAT and head["version"] == 1 and head["source"] == "FileStore"
+    # Version 3: the State lines carry each State's incarnation, which an import keeps.
+    assert head["format"] == FORMAT and head["version"] == 3 and head["source"] == "FileStore"
     assert (head["states"], head["entries"]) == (len(ids), total)
     assert "decrypted" in head["holds"]
     assert trailer["end"] is True and (trailer["states"], trailer["entries"]) == (len(ids), total)
@@ -139,7 +140,7 @@ def test_entries_out_of_order_are_refused_naming_the_state_and_line(
 def test_a_newer_version_or_another_file_is_refused(exported: tuple[Path, list[str], dict[str, Any]]) -> None:
     out = exported[0]
     data = out.read_bytes()
-    out.write_bytes(data.replace(b'"version":1', b'"version":3', 1))
+    out.write_bytes(data.replace(b'"version":3', b'"version":4', 1))
     _refused(out, "newer statekeep", UnsupportedFormatError)
     out.write_bytes(b'{"some": "json"}\n')
     _refused(out, "not a statekeep export")
@@ -171,7 +172,7 @@ def test_the_file_holds_no_retention_stamp_of_the_exporting_store(tmp_path: Path
         assert archive.load(ids[0]).expires_at is None
 
 
-def test_agent_memory_travels_in_a_version_2_file(tmp_path: Path) -> None:
+def test_agent_memory_travels_in_an_export_file(tmp_path: Path) -> None:
     with FileStore(tmp_path / "src") as src:
         ids = make_runs(src, 2)
         src.memory().put("user-prefs", {"tone": "terse"})
@@ -179,13 +180,13 @@ def test_agent_memory_travels_in_a_version_2_file(tmp_path: Path) -> None:
         plain = export(src, tmp_path / "plain.jsonl")
         assert (
             plain.memory == 0
-            and orjson.loads((tmp_path / "plain.jsonl").read_bytes().splitlines()[0])["version"] == 1
+            and orjson.loads((tmp_path / "plain.jsonl").read_bytes().splitlines()[0])["version"] == 3
         )
         both = export(src, tmp_path / "runs.jsonl", memory_scopes=["default", "team"])
         assert (both.states, both.memory) == (len(ids), 2)
     head = orjson.loads((tmp_path / "runs.jsonl").read_bytes().splitlines()[0])
     assert (
-        head["version"] == 2
+        head["version"] == 3  # 2 would do for memory alone; its States carry incarnations too
         and head["memory_scopes"] == ["default", "team"]
         and "agent memory" in head["holds"]
     )

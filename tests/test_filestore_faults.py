@@ -166,6 +166,9 @@ STATE_FILES = {"log.jsonl", "snapshot.json"}
 STATE_FILES_AFTER_A_FAILED_COPY = {*STATE_FILES, "snapshot.json.tmp"}
 
 
+INCARNATION = "5" * 32
+
+
 @functools.cache
 def new_log() -> bytes:
     """The log of State ``s`` once OLD and then NEW are written, fault-free: byte for byte
@@ -191,7 +194,8 @@ def dot_folders(root: Path) -> list[str]:
 def make_old(root: Path, store: FileStore | None = None) -> dict[str, bytes]:
     """Create State ``s`` holding OLD (fault-free) and return its files. With ``store``,
     that store creates it, so it knows the log's tail; else another store does."""
-    (store or FileStore(root)).write(SID, OLD.entries, OLD.snapshot, create=True)
+    # One incarnation for every State ``s`` made here (its log carries it): logs compare byte for byte.
+    (store or FileStore(root)).write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
     return files(root / SID)
 
 
@@ -419,12 +423,12 @@ def test_failure_during_create_leaves_no_state(tmp_path: Path, op: str, where: C
     store = FileStore(tmp_path, io=io)
     io.faults = [Fault(op, where)]
     with pytest.raises(OSError):
-        store.write(SID, OLD.entries, OLD.snapshot, create=True)
+        store.write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
     assert len(io.fired) == 1
     state_absent(tmp_path, SID)
     assert store.read(SID) is None
     assert dot_folders(tmp_path) == []  # the staging folder is gone
-    store.write(SID, OLD.entries, OLD.snapshot, create=True)
+    store.write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
     assert FileStore(tmp_path).read(SID) == OLD
 
 
@@ -434,12 +438,12 @@ def test_create_whose_final_folder_fsync_fails_is_finished_by_an_append(tmp_path
     store = FileStore(tmp_path, io=io)
     io.faults = [Fault("fsync", lambda p: p == str(tmp_path))]
     with pytest.raises(OSError):
-        store.write(SID, OLD.entries, OLD.snapshot, create=True)
+        store.write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
     io.faults = []
     # The State may or may not be there: a create is never sent twice (it would say "exists"),
     # the same write goes again as an append, which skips what is stored.
     with pytest.raises(ValueError, match="already exists"):
-        store.write(SID, OLD.entries, OLD.snapshot, create=True)
+        store.write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
     store.write(SID, OLD.entries, OLD.snapshot)
     assert FileStore(tmp_path).read(SID) == OLD
 
@@ -506,7 +510,9 @@ def test_delete_failing_after_the_rename_leaves_the_state_gone(
     FileStore(tmp_path).delete("nobody")
     assert dot_folders(tmp_path) == []
     store.delete(SID)  # deleting again is a no-op
-    store.write(SID, OLD.entries, OLD.snapshot, create=True)  # and the id can be used again
+    store.write(
+        SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION
+    )  # and the id can be used again
     assert store.read(SID) == OLD
 
 
@@ -622,7 +628,7 @@ def test_create_fails_at_every_call_in_turn(tmp_path: Path, new_root: bool, pers
         store = FileStore(root, io=io)
         io.arm_nth(n, persistent=persistent)
         try:
-            store.write(SID, OLD.entries, OLD.snapshot, create=True)
+            store.write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
         except OSError:
             pass
         else:
@@ -651,7 +657,9 @@ def test_create_fails_at_every_call_in_turn(tmp_path: Path, new_root: bool, pers
                 assert all(name.startswith(f".creating-{os.getpid()}-") for name in left)
             else:
                 assert left == []
-        store.write(SID, OLD.entries, OLD.snapshot, create=True)  # the same create, fault-free
+        store.write(
+            SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION
+        )  # the same create, fault-free
         assert FileStore(root).read(SID) == OLD
     ops = {op for op, _ in failures}
     assert {"mkdir", "open", "write", "fsync", "rename"} <= ops
@@ -677,7 +685,7 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
     ok = "b" if failing == "a" else "a"
     # Another store creates the failing State; the store under test creates the others,
     # so only the failing write needs the store folder's fsync.
-    await FileStore(tmp_path).awrite(failing, OLD.entries, OLD.snapshot, create=True)
+    await FileStore(tmp_path).awrite(failing, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
     before = files(tmp_path / failing)
 
     entered, release = threading.Event(), threading.Event()
@@ -708,7 +716,7 @@ async def test_group_commit_fails_only_the_write_whose_io_failed(
 
     store._commit_now = in_a_worker  # type: ignore[method-assign]
     for sid in (ok, "gate"):
-        await store.awrite(sid, OLD.entries, OLD.snapshot, create=True)
+        await store.awrite(sid, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
 
     def where(path: str) -> bool:
         if not target:
@@ -806,7 +814,7 @@ def test_real_enospc_on_a_full_tmpfs(tiny_fs: Path, too_big: str) -> None:
     io = RecordingIO()
     store = FileStore(tiny_fs / "store", io=io)
     try:
-        store.write(SID, OLD.entries, OLD.snapshot, create=True)
+        store.write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
         before = files(tiny_fs / "store" / SID)
         # Fill most of the file system, leaving room for a small write but not a big one.
         filler = tiny_fs / "filler"
@@ -856,7 +864,7 @@ def test_a_write_that_adds_no_entry_keeps_the_store_appending(
     tmp_path: Path, first: list[dict], then: list[dict]
 ) -> None:
     store = FileStore(tmp_path)
-    store.write(SID, OLD.entries, OLD.snapshot, create=True)
+    store.write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
     store.write(SID, first, snapshot(turn=3))  # changes the snapshot, appends nothing
     store.write(SID, then, snapshot(turn=4))  # continues (or overlaps) the 3 entries
     assert FileStore(tmp_path).read(SID) == Record(entries(0, 4), snapshot(turn=4))
@@ -1072,7 +1080,7 @@ CREATE_DIES_BEFORE_LAST_FSYNC = """
 import os, signal, sys
 from statekeep import FileStore
 from statekeep.stores import OsIO
-from tests.test_filestore_faults import OLD, SID
+from tests.test_filestore_faults import INCARNATION, OLD, SID
 
 class DiesBeforeStoreFsync(OsIO):
     def fsync(self, fd):
@@ -1080,7 +1088,7 @@ class DiesBeforeStoreFsync(OsIO):
             os.kill(os.getpid(), signal.SIGKILL)
         super().fsync(fd)
 
-FileStore(sys.argv[1], io=DiesBeforeStoreFsync()).write(SID, OLD.entries, OLD.snapshot, create=True)
+FileStore(sys.argv[1], io=DiesBeforeStoreFsync()).write(SID, OLD.entries, OLD.snapshot, create=True, incarnation=INCARNATION)
 """
 
 

@@ -148,6 +148,19 @@ def test_a_flipped_byte_in_a_complete_write_is_corruption(
         scan_log(damaged)
 
 
+def test_a_checksum_changed_to_another_spelling_of_the_same_number_is_corruption() -> None:
+    """Read as a number, "ABCD0123" is "abcd0123": a checksum is compared as written. (A
+    closing record's own checksum: no other covers its line.)"""
+    raw, _ = build([([{"text": "a"}], {"task": "1"}), ([{"text": "b"}], {"task": "2"})])
+    lines = raw.split(b"\n")
+    at = lines[1].index(b'"sk.crc":"') + len(b'"sk.crc":"')
+    crc = lines[1][at : at + 8]
+    assert crc != crc.upper()  # it has a hex letter to write in uppercase
+    lines[1] = lines[1][:at] + crc.upper() + lines[1][at + 8 :]
+    with pytest.raises(CorruptStateError, match="line 2"):
+        scan_log(b"\n".join(lines))
+
+
 def test_damage_followed_by_a_complete_write_names_the_line() -> None:
     raw, _ = build([([{"text": "a"}], {"task": "1"}), ([{"text": "b"}], {"task": "2"})])
     lines = raw.split(b"\n")
@@ -160,7 +173,7 @@ def test_damage_followed_by_a_complete_write_names_the_line() -> None:
 
 def test_a_newer_format_is_refused() -> None:
     raw, _ = build([([{"text": "a"}], {"task": "1"})])
-    newer = raw.replace(b'{"sk.v":2', b'{"sk.v":3')
+    newer = raw.replace(b'{"sk.v":3', b'{"sk.v":4')
     body = newer.split(b"\n")[1]
     fixed = frame(body[: body.rindex(b',"sk.crc"')] + b"}\n")  # its checksum made right again
     with pytest.raises(UnsupportedFormatError, match=r"newer statekeep.*upgrade"):

@@ -366,6 +366,8 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
                 None,
                 None,  # expect_next: none
                 True,  # a clear write
+                None,  # no incarnation, and not bound to one
+                False,
                 False,
             )
             assert row["o_status"] == 0

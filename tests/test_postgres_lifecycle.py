@@ -483,12 +483,12 @@ async def test_fork_refuses_a_source_gone_or_replaced_since_it_was_read(pg: Post
     _, copied, snapshot_ = fork_state("src", record, 1, "copy", None)
     await pg.adelete("src")
     with pytest.raises(StateNotFoundError):
-        await pg._afork_write("src", copied, snapshot_, "copy")
+        await pg._afork_write("src", copied, snapshot_, "copy", None)
     await pg.asave(source("second"))  # the same id, other entries
     with pytest.raises(StateConflictError, match="written again"):
-        await pg._afork_write("src", copied, snapshot_, "copy")
+        await pg._afork_write("src", copied, snapshot_, "copy", None)
     assert await pg.aread("copy") is None  # nothing of a refused fork was written
-    await pg._afork_write("src", (await pg.aread("src")).entries, snapshot_, "copy")  # type: ignore[union-attr]
+    await pg._afork_write("src", (await pg.aread("src")).entries, snapshot_, "copy", None)  # type: ignore[union-attr]
     assert (await pg.aread("copy")).entries == (await pg.aread("src")).entries  # type: ignore[union-attr]
 
 

@@ -59,7 +59,7 @@ def rewrite(folder: Path, sid: str, change: Change) -> None:
     entries, snapshot = change(scan.entries, scan.snapshot)
     lines = b"".join(frame(orjson.dumps(e) + b"\n") for e in entries)
     encoded = None if snapshot is None else orjson.dumps(snapshot)
-    log.write_bytes(lines + closing_record(len(entries), lines, encoded, None))
+    log.write_bytes(lines + closing_record(len(entries), lines, encoded, None, scan.incarnation))
     (folder / sid / "snapshot.json").unlink(missing_ok=True)
 
 
@@ -481,13 +481,19 @@ def resealed(
     scan = scan_log((folder / sid / "log.jsonl").read_bytes())
     entries = {}
     for e in scan.entries:
-        plain = open_entry(old, e, "default", sid, e["seq"])
-        line = seal_entry(new, orjson.dumps(plain), plain, "default", sid)
+        plain = open_entry(old, e, "default", sid, e["seq"], scan.incarnation)
+        line = seal_entry(new, orjson.dumps(plain), plain, "default", sid, scan.incarnation)
         entries[e["seq"]] = (orjson.dumps(e), line.rstrip(b"\n"))
     assert scan.snapshot is not None
     snapshot = (
         orjson.dumps(scan.snapshot),
-        seal_snapshot(new, open_snapshot(old, scan.snapshot, "default", sid), "default", sid),
+        seal_snapshot(
+            new,
+            open_snapshot(old, scan.snapshot, "default", sid, scan.incarnation),
+            "default",
+            sid,
+            scan.incarnation,
+        ),
     )
     return entries, snapshot
 

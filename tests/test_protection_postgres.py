@@ -213,7 +213,10 @@ def test_reseal_replaces_only_records_still_as_they_were_read(
     old = opened(encrypt=ring("k1"))
     old.write("a", entries(0, 3), snapshot("the task"), create=True)
     schema = old.schema
-    new = Protection(encrypt=ring("k2")).write("default", "a", entries(0, 3), snapshot("the task"), False)
+    incarnation = old.read("a").incarnation  # the records are sealed for it
+    new = Protection(encrypt=ring("k2")).write(
+        "default", "a", entries(0, 3), snapshot("the task"), False, incarnation
+    )
     before = [stored(postgres_server, schema, "a", s).encode() for s in range(3)]
     row = raw(postgres_server, f"SELECT snapshot FROM {quote_identifier(schema)}.states WHERE id = 'a'")
     snap = row[0][0].encode()

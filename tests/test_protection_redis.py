@@ -213,13 +213,16 @@ def test_reseal_replaces_only_records_still_as_read(server: RedisServer) -> None
         stored = raw(server, "LRANGE", entries_key, 0, -1)
         ns = rekeyed.namespace
         new = {
-            seq: (stored[seq], seal_entry(ring2, orjson.dumps(e), e, ns, "z"))
+            seq: (stored[seq], seal_entry(ring2, orjson.dumps(e), e, ns, "z", plain.incarnation))
             for seq, e in enumerate(plain.entries[:2])
         }
         # Seq 1 changed since it was read: it must be left as it is.
         changed = stored[2]
         new[1] = (changed, new[1][1])
-        snap = (raw(server, "HGET", state_key, "snapshot"), seal_snapshot(ring2, plain.snapshot, ns, "z"))
+        snap = (
+            raw(server, "HGET", state_key, "snapshot"),
+            seal_snapshot(ring2, plain.snapshot, ns, "z", plain.incarnation),
+        )
         done = run_sync(rekeyed._reseal("z", new, snap), "areseal")
         assert done == 2
         after = raw(server, "LRANGE", entries_key, 0, -1)

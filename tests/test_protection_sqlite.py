@@ -30,6 +30,7 @@ from statekeep import (
 from statekeep._bridge import run_sync
 from statekeep._sealing import seal_entry, seal_snapshot
 from statekeep.stores._sqlite import _sql as sql
+from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from tests.conftest import entries, snapshot
 from tests.test_sqlite import HeldCommits, raw, run_python, wait_until
 
@@ -267,11 +268,11 @@ def test_reseal_replaces_only_records_still_as_read(db: Path) -> None:
 
     def resealed(seq: int) -> bytes:
         line = orjson.dumps(plain.entries[seq]) + b"\n"
-        return seal_entry(new_ring, line, plain.entries[seq], "default", "a").rstrip(b"\n")
+        return seal_entry(new_ring, line, plain.entries[seq], "default", "a", plain.incarnation).rstrip(b"\n")
 
     changed = orjson.dumps({**orjson.loads(stored[1]), "at": "changed meanwhile"})
     work = {0: (stored[0], resealed(0)), 1: (changed, resealed(1))}  # seq 1 is no longer as read
-    snap = (old_snapshot.encode(), seal_snapshot(new_ring, plain.snapshot, "default", "a"))
+    snap = (old_snapshot.encode(), seal_snapshot(new_ring, plain.snapshot, "default", "a", plain.incarnation))
     assert run_sync(store._locked("a", store._reseal("a", work, snap)), "_reseal") == 2
     store.close()
     with raw(db) as conn:
@@ -525,7 +526,7 @@ def test_a_version_2_database_gains_the_lease_table(db: Path) -> None:
     store.write("old", entries(0, 1), None, lease=lease)
     store.close()
     with raw(db) as check:
-        assert check.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert check.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         assert check.execute("SELECT owner, token FROM leases").fetchall() == [("w", 1)]
 
 

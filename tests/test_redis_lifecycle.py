@@ -498,11 +498,11 @@ async def test_fork_refuses_a_source_that_no_longer_holds_the_entries_read(rs: R
     await rs.adelete("src")
     await rs.awrite("src", entries(0, 3, other=True), snap("t", T0), create=True)
     with pytest.raises(StateNotFoundError, match="'src'"):
-        await rs._afork_write("src", record.entries, snap("t", T0), "f")
+        await rs._afork_write("src", record.entries, snap("t", T0), "f", None)
     assert await rs.aread("f") is None
     await rs.adelete("src")
     with pytest.raises(StateNotFoundError):
-        await rs._afork_write("src", record.entries, snap("t", T0), "f")
+        await rs._afork_write("src", record.entries, snap("t", T0), "f", None)
 
 
 # -- layout 1 ---------------------------------------------------------------------------------

@@ -42,10 +42,13 @@ from statekeep._writes import prepare_write
 from statekeep.stores._sqlite import _connections, _store
 from statekeep.stores._sqlite._batch import Delete, Op
 from statekeep.stores._sqlite._listing import listing_sql
+from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from statekeep.testing import StoreMachine
 from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
 
 REPO = Path(__file__).resolve().parent.parent
+#: A schema version newer than this statekeep's.
+NEWER = SCHEMA_VERSION + 1
 
 
 @pytest.fixture
@@ -92,7 +95,7 @@ def test_file_settings_and_schema(store: SQLiteStore, db: Path) -> None:
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     with raw(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"schema_version", "states", "entries", "labels", "leases"} <= tables
         # Entries are the encoded JSON, as text a person (or SQLite's JSON functions) can read.
@@ -432,9 +435,9 @@ def test_newer_schema_is_refused(db: Path) -> None:
     store.write("a", entries(0, 1), snapshot(), create=True)
     store.close()
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 4")
+        conn.execute(f"UPDATE schema_version SET version = {NEWER}")
     newer = SQLiteStore(db)
-    message = r"written by a newer statekeep \(database schema version 4.*Upgrade statekeep"
+    message = rf"written by a newer statekeep \(database schema version {NEWER}.*Upgrade statekeep"
     with pytest.raises(UnsupportedFormatError, match=message):
         newer.read("a")
     with pytest.raises(UnsupportedFormatError, match=message):
@@ -444,7 +447,7 @@ def test_newer_schema_is_refused(db: Path) -> None:
     newer.close()
     with raw(db) as conn:  # nothing was changed
         assert conn.execute("SELECT count(*) FROM entries").fetchone() == (1,)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(NEWER,)]
 
 
 @pytest.mark.parametrize("agent", [None, "nobody"], ids=["rows", "no-rows"])
@@ -454,7 +457,7 @@ def test_a_page_read_after_another_process_upgraded_the_file_is_refused(db: Path
     store.write("a", entries(0, 1), snapshot(), create=True)
     assert [row.id for row in store.list(limit=5)] == ["a"]
     with raw(db) as conn:
-        conn.execute("UPDATE schema_version SET version = 4")
+        conn.execute(f"UPDATE schema_version SET version = {NEWER}")
     with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
         store.list(limit=5, agent=agent)
     store.close()
@@ -465,7 +468,7 @@ def test_a_newer_database_is_refused_without_a_write(db: Path) -> None:
     # switch it to WAL.
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    conn.execute("INSERT INTO schema_version VALUES (4)")
+    conn.execute(f"INSERT INTO schema_version VALUES ({NEWER})")
     conn.commit()
     conn.close()
     before = sqlite_looks(db)
@@ -557,7 +560,7 @@ def test_empty_file_gets_the_schema(db: Path) -> None:
     assert store.read("a") is None
     store.close()
     with raw(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 # -- locks ---------------------------------------------------------------------------------------

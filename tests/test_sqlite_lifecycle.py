@@ -23,6 +23,7 @@ from statekeep._lineage import fork_state
 from statekeep._query import make_query
 from statekeep.stores._sqlite import _schema, _sql
 from statekeep.stores._sqlite._listing import listing_sql
+from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from tests.conftest import entries, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +128,7 @@ def test_a_version_1_file_upgrades_in_place_as_the_default_namespace(db: Path) -
     assert SQLiteStore(db, namespace="other").list() == []
     store.close()
     with raw(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "states_v1" not in tables and "entries_v1" not in tables
     conn.close()
@@ -159,7 +160,7 @@ def test_a_migration_that_fails_leaves_the_version_1_file_whole(
 def test_create_false_refuses_a_version_1_file_unchanged(db: Path) -> None:
     make_v1_file(db)
     before = db.read_bytes()
-    with pytest.raises(Exception, match="version 1, older than this statekeep's 3"):
+    with pytest.raises(Exception, match=f"version 1, older than this statekeep's {SCHEMA_VERSION}"):
         SQLiteStore(db, create=False).read("old")
     assert db.read_bytes() == before
 
@@ -532,7 +533,7 @@ def test_a_fork_of_a_source_deleted_and_written_again_meanwhile_creates_nothing(
     store.delete("src")  # between the fork's read and its write: another history, as long
     store.write("src", [{**e, "text": "other"} for e in hist(3)], snap(), create=True)
     with pytest.raises(StateConflictError, match="src"):
-        asyncio.run(store._afork_write("src", forked, fork_snapshot, "f"))
+        asyncio.run(store._afork_write("src", forked, fork_snapshot, "f", None))
     assert store.read("f") is None and ids(store.list()) == ["src"]
 
 

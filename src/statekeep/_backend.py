@@ -8,7 +8,6 @@ fails before any storage is touched.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Hashable, Mapping
@@ -18,12 +17,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._bridge import owner, run_async, run_sync
 from ._expect import expecting_next
 from ._ids import validate_id
+from ._incarnations import Incarnated
 from ._labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, memory_namespace, validate_namespace
 from ._leases import Lease, check_fence, check_lease
 from ._leasing import Leasing
 from ._protection import Protection
 from ._query import ListQuery, Page, make_query, select
-from ._ranges import check_since
+from ._ranges import SNAPSHOT_ONLY, check_since
 from ._records import Entries, Record, SavedState, Snapshot
 from ._store import Store
 from ._writes import PreparedWrite
@@ -42,7 +42,7 @@ def system_clock() -> datetime:
     return datetime.now(UTC)
 
 
-class Backend(Leasing, Store):
+class Backend(Leasing, Incarnated, Store):
     """The base of the built-in stores; private (third-party stores subclass :class:`Store`).
 
     On top of :class:`Store` it gives: ids and data validated and encoded in the caller's
@@ -176,8 +176,10 @@ class Backend(Leasing, Store):
 
     async def aread_snapshot(self, state_id: str) -> dict[str, Any] | None:
         """Internal: :meth:`_read_snapshot` on the owner loop, for agent memory."""
-        snapshot = await run_async(self._read_snapshot(self._check_open(validate_id(state_id))))
-        return self._protection.snapshot(self.namespace, state_id, snapshot)
+        sid = self._check_open(validate_id(state_id))
+        if self._protection.keyring is not None:  # opening needs the State's incarnation: read it too
+            return getattr(await self.aread(sid, since=SNAPSHOT_ONLY), "snapshot", None)
+        return self._protection.snapshot(self.namespace, sid, await run_async(self._read_snapshot(sid)), None)
 
     async def _gc(self, limit: int | None) -> int:
         """Remove expired States; by default each one found by :meth:`_list` is read again
@@ -222,10 +224,15 @@ class Backend(Leasing, Store):
         *,
         create: bool = False,
         lease: Lease | None = None,
+        incarnation: str | None = None,
         expect_next: int | None = None,
     ) -> None:
-        write = expecting_next(self._prepared(state_id, entries, snapshot, create, lease), expect_next)
-        await run_async(self._locked_write(self._check_open(write)), direct=True)
+        """As :meth:`Store.awrite`; ``incarnation``: see :meth:`Incarnated._binding`."""
+        binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
+        write = self._prepared(state_id, entries, snapshot, create, lease, binding)
+        write = expecting_next(write, expect_next)
+        with self._known.watching(write):
+            await run_async(self._locked_write(self._check_open(write)), direct=True)
 
     def write(
         self,
@@ -235,19 +242,14 @@ class Backend(Leasing, Store):
         *,
         create: bool = False,
         lease: Lease | None = None,
+        incarnation: str | None = None,
         expect_next: int | None = None,
     ) -> None:
-        write = expecting_next(self._prepared(state_id, entries, snapshot, create, lease), expect_next)
-        run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
-
-    def _prepared(
-        self, state_id: str, entries: Entries, snapshot: Snapshot, create: bool, lease: Lease | None
-    ) -> PreparedWrite:
-        """A write redacted, checked, encoded and sealed, in the caller's thread."""
-        write = self._protection.write(self.namespace, state_id, entries, self._stamp(snapshot), create)
-        if lease is not None:
-            write = dataclasses.replace(write, lease=check_lease(lease, state_id, self.namespace))
-        return write
+        binding = self._binding(state_id, create, incarnation) or run_sync(self._alearn(state_id), "aread")
+        write = self._prepared(state_id, entries, snapshot, create, lease, binding)
+        write = expecting_next(write, expect_next)
+        with self._known.watching(write):
+            run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))
@@ -258,6 +260,8 @@ class Backend(Leasing, Store):
         return self._opened(state_id, _built(run_sync(read, "aread")), since)
 
     def _opened(self, state_id: str, record: Record | None, since: int) -> Record | None:
+        if record is not None:
+            self._known.put(state_id, record.incarnation)
         return self._protection.record(self.namespace, state_id, self._live(record), since)
 
     def _live(self, record: Record | None) -> Record | None:

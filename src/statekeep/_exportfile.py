@@ -5,7 +5,7 @@ lines given and returned).
 
     {"format": "statekeep-export", "version": 1, "source": "FileStore", "states": 2,
      "entries": 7, "created_at": "2026-...", "holds": "..."}
-    {"state": "run-1", "entries": 5, "snapshot": {...}}
+    {"state": "run-1", "entries": 5, "snapshot": {...}, "incarnation": "<32 hex digits>"}
     {"entry": {"seq": 0, "kind": "task", ...}}
     ... its other entries, one line each; then the next State ...
     {"end": true, "states": 2, "entries": 7, "sha256": "<hex>"}
@@ -35,16 +35,18 @@ from typing import Any
 import orjson
 
 from ._errors import CorruptStateError, UnsupportedFormatError
-from ._ids import validate_id
+from ._ids import validate_id, validate_incarnation
 from ._labels import validate_namespace
 from ._records import Record
 
 FORMAT = "statekeep-export"
 #: The newest format version this statekeep reads. It writes version 1, or 2 when the file
 #: holds agent memory (State lines with a ``"memory": SCOPE``), which version 1 readers
-#: would take for States: they refuse it instead.
-VERSION = 2
+#: would take for States: they refuse it instead; or 3 when State lines carry the State's
+#: ``"incarnation"``, which an import keeps (older readers would drop it: they refuse it).
+VERSION = 3
 MEMORY_VERSION = 2
+INCARNATION_VERSION = 3
 HOLDS = (
     "what read() returns: decrypted entries and snapshots (labels, explicit expiry), as the "
     "exporting store's keys could open them; without the exporting store's retention stamp "
@@ -63,11 +65,14 @@ def header_line(
     entries: int,
     created_at: datetime | None = None,
     memory_scopes: Sequence[str] = (),
+    incarnations: bool = False,
 ) -> bytes:
+    """``incarnations``: some State line carries its incarnation (format version 3)."""
     when = (created_at or datetime.now(UTC)).isoformat()
+    version = INCARNATION_VERSION if incarnations else MEMORY_VERSION if memory_scopes else 1
     head: dict[str, Any] = {
         "format": FORMAT,
-        "version": MEMORY_VERSION if memory_scopes else 1,
+        "version": version,
         "source": source,
         "states": states,
         "entries": entries,
@@ -84,6 +89,8 @@ def state_lines(state_id: str, record: Record, memory: str | None = None) -> Ite
     """The lines of one State: its id, entry count and snapshot, then one line per entry.
     ``memory``: the State is a key of the agent memory of that scope."""
     head: dict[str, Any] = {"state": state_id, "entries": len(record.entries), "snapshot": record.snapshot}
+    if record.incarnation is not None:
+        head["incarnation"] = record.incarnation
     if memory is not None:
         head["memory"] = memory
     yield orjson.dumps(head) + b"\n"
@@ -234,6 +241,10 @@ def _check_state(item: Mapping[str, Any], where: str) -> tuple[str, int]:
             validate_namespace(memory)
         except (TypeError, ValueError):
             raise ExportFileError(f"{where} (State {state_id!r}) names no valid memory scope") from None
+    try:
+        validate_incarnation(item.get("incarnation"))
+    except (TypeError, ValueError):
+        raise ExportFileError(f"{where} (State {state_id!r}) has no valid incarnation id") from None
     snapshot = item.get("snapshot")
     if not _count(item.get("entries")) or (snapshot is not None and type(snapshot) is not dict):
         raise ExportFileError(f"{where} (State {state_id!r}) has no valid entry count or snapshot")
@@ -309,12 +320,14 @@ def states(lines: Iterable[bytes]) -> Iterator[tuple[str, Record, str | None]]:
     """The States of an export file, one at a time (holding one State), each with the agent
     memory scope it is a key of (None: a State). Checks as it goes too, but only
     :func:`verify` beforehand guarantees the file is whole."""
-    current: tuple[str, Any, list[dict[str, Any]], str | None] | None = None
+    current: tuple[str, Any, list[dict[str, Any]], str | None, str | None] | None = None
     for kind, item, _ in _walk(lines):
         if kind == "entry":
             assert current is not None
             current[2].append(item["entry"])
             continue
         if current is not None:
-            yield current[0], Record(current[2], current[1]), current[3]
-        current = (item["state"], item.get("snapshot"), [], item.get("memory")) if kind == "state" else None
+            yield current[0], Record(current[2], current[1], current[4]), current[3]
+        current = None
+        if kind == "state":
+            current = (item["state"], item.get("snapshot"), [], item.get("memory"), item.get("incarnation"))

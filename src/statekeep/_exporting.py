@@ -83,6 +83,7 @@ async def aexport(
     missing: list[str] = []
     left: list[LeftOut] = []
     count = entries = gone = 0
+    incarnations = False  # some State line carries its incarnation: format version 3
     # The header holds the counts, so the States go to a scratch file first.
     with tempfile.TemporaryFile() as body:
         for done, state_id in enumerate(wanted, 1):
@@ -97,6 +98,7 @@ async def aexport(
                     missing.append(state_id)
                 else:
                     count += 1
+                    incarnations |= record.incarnation is not None
                     entries += _write_state(body, state_id, record)
             if progress is not None:
                 progress(done, len(wanted))
@@ -106,7 +108,9 @@ async def aexport(
                 kept[scope] = kept.get(scope, 0) + 1
                 entries += _write_state(body, key, record, scope)
         count_all = count + sum(kept.values())
-        head = header_line(type(store).__name__, count_all, entries, memory_scopes=list(kept))
+        head = header_line(
+            type(store).__name__, count_all, entries, memory_scopes=list(kept), incarnations=incarnations
+        )
         tail = (count_all, entries, left)
         if isinstance(out, str | Path):
             _write_file(Path(out), head, body, *tail)
@@ -116,9 +120,12 @@ async def aexport(
 
 
 def _write_state(body: IO[bytes], state_id: str, record: Record, scope: str | None = None) -> int:
-    """Write one State's lines (without the source store's retention stamp: its policy,
-    not the State's); return its entry count."""
-    body.writelines(state_lines(state_id, Record(record.entries, unstamped(record.snapshot)), scope))
+    """Write one State's lines (with its incarnation; without the source store's retention
+    stamp: its policy, not the State's); return its entry count. An agent memory key
+    (``scope``) is written without an incarnation."""
+    incarnation = record.incarnation if scope is None else None
+    kept = Record(record.entries, unstamped(record.snapshot), incarnation)
+    body.writelines(state_lines(state_id, kept, scope))
     return len(record.entries)
 
 

@@ -9,6 +9,7 @@ States on some file systems and one on others.
 from __future__ import annotations
 
 import re
+import uuid
 
 ID_RULE = "1 to 128 characters from A-Z, a-z, 0-9, '_' and '-'"
 MAX_ID_LENGTH = 128
@@ -23,3 +24,26 @@ def validate_id(state_id: object) -> str:
         shown = state_id if len(state_id) <= 40 else state_id[:40] + "..."
         raise ValueError(f"invalid State id {shown!r} (length {len(state_id)}): an id is {ID_RULE}")
     return state_id
+
+
+_INCARNATION = re.compile(r"[0-9a-f]{32}")
+
+
+def new_incarnation() -> str:
+    """A new random incarnation id (what a State gets when it is created): 32 hex digits."""
+    return uuid.uuid4().hex
+
+
+def validate_incarnation(value: object) -> str | None:
+    """Return ``value`` if it is an incarnation id (32 lowercase hex digits) or None, else
+    raise ValueError or TypeError."""
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise TypeError(f"an incarnation id must be a str, got {type(value).__name__}")
+    if _INCARNATION.fullmatch(value) is None:
+        raise ValueError(
+            f"invalid incarnation id {value[:40]!r}: it is 32 lowercase hex digits, as "
+            "Record.incarnation and State.incarnation give it"
+        )
+    return value

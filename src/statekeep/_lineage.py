@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._errors import CorruptStateError
-from ._ids import validate_id
+from ._ids import new_incarnation, validate_id
 from ._labels import check_labels
 from ._records import Record
 from ._state import State
@@ -41,6 +41,7 @@ def fork_state(
         state.labels = check_labels(labels)
     state._expires_at = None  # a fork starts its own life: the source's expiry is not copied
     state._forked_from = {"id": source_id, "seq": at_seq}
+    state._incarnation = new_incarnation()  # a new State: its own life in the store
     return state, entries, state.snapshot()
 
 

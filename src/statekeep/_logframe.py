@@ -20,6 +20,12 @@ last complete write that does not close another complete write is an unfinished 
 it was never acknowledged, and is left out (cut before the next append). A complete write
 after a damaged line is :class:`CorruptStateError`: acknowledged data is damaged.
 
+Format 3 is format 2 whose closing records also carry ``"sk.inc"``, the State's
+incarnation (see :mod:`statekeep._incarnations`; none for a State created before), before
+``sk.snapshot``/``sk.at``. Every write closes in format 3, so a statekeep that reads format 2
+only refuses a State this one wrote to, rather than misread it (a snapshot sealed with the
+names of its clear fields) or append records its readers could not open.
+
 Format 1 (statekeep before 0.4) lines are plain entries, one per line, each a unit of its
 own. A log may start with them (a State written before the upgrade) and go on in format
 2; nothing is rewritten. Format 1 lines never follow format 2 ones.
@@ -35,7 +41,7 @@ import orjson
 
 from ._errors import CorruptStateError, UnsupportedFormatError
 
-FORMAT = 2
+FORMAT = 3
 #: Entries may not carry top-level keys that start with this: the log's own keys do.
 RESERVED = "sk."
 
@@ -44,6 +50,13 @@ _SUFFIX = len(_HEAD) + 8 + 2  # ,"sk.crc":"xxxxxxxx"}
 _CLOSE = b'{"sk.v":'
 _crc32 = zlib.crc32
 _loads = orjson.loads
+
+
+def crc_text(data: bytes | memoryview) -> str:
+    """The checksum of ``data`` as the log writes it: 8 lowercase hex digits. A checksum
+    read is compared with this as text, so only what was written matches (``"ABCD0123"``
+    or ``"+bcd0123"`` would parse as a number, but is damage)."""
+    return f"{_crc32(data):08x}"
 
 
 def seal(body: bytes) -> bytes:
@@ -56,20 +69,31 @@ def frame(line: bytes) -> bytes:
     return seal(line[:-2])
 
 
-def closing_record(next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None) -> bytes:
+def closing_record(
+    next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None, incarnation: str | None = None
+) -> bytes:
     """The line that closes a write whose entry lines are ``entries``: with the encoded
-    ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``."""
+    ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``; with
+    the State's ``incarnation``, if it has one."""
     head = b'{"sk.v":%d,"sk.next":%d,"sk.bytes":%d,"sk.write":"%08x",' % (
         FORMAT,
         next_seq,
         len(entries),
         _crc32(entries),
     )
+    if incarnation is not None:
+        head += b'"sk.inc":"%s",' % incarnation.encode()
     if snapshot is not None:
         body = b'%s"sk.snapshot":%s' % (head, snapshot)
     else:
         body = b'%s"sk.at":%s' % (head, b"null" if at is None else b"%d" % at)
     return seal(body)
+
+
+def incarnation_of(record: dict[str, Any]) -> str | None:
+    """The incarnation a closing record carries (None: a State without one, or format 2)."""
+    found = record.get("sk.inc")
+    return found if type(found) is str else None
 
 
 _PLAIN, _CHECKED, _DAMAGED = 0, 1, 2
@@ -81,10 +105,8 @@ def _check(data: bytes, pos: int, nl: int) -> int:
     body = nl - _SUFFIX
     if body <= pos or data[nl - 2 : nl] != b'"}' or data[body : body + len(_HEAD)] != _HEAD:
         return _PLAIN
-    try:
-        good = _crc32(memoryview(data)[pos:body]) == int(data[nl - 10 : nl - 2], 16)
-    except ValueError:
-        return _DAMAGED
+    # Compared as written (lowercase hex only): "ABCD0123" or "0x..." is damage, not a match.
+    good = b"%08x" % _crc32(memoryview(data)[pos:body]) == data[nl - 10 : nl - 2]
     return _CHECKED if good else _DAMAGED
 
 
@@ -115,7 +137,7 @@ def _closes(record: dict[str, Any], data: bytes, start: int, pos: int, seq: int 
         return (
             (seq is None or record["sk.next"] == seq)
             and record["sk.bytes"] == pos - start
-            and _crc32(memoryview(data)[start:pos]) == int(record["sk.write"], 16)
+            and bool(crc_text(memoryview(data)[start:pos]) == record["sk.write"])
         )
     except (KeyError, TypeError, ValueError):
         return False
@@ -132,6 +154,7 @@ class LogScan:
     framed: bool = False  # a format 2 write was seen
     snapshot_at: int | None = None  # where the current snapshot record is (framed only)
     snapshot: dict[str, Any] | None = None  # that record's snapshot, if the scan saw it
+    incarnation: str | None = None  # the State's, from the last closing record seen
 
 
 def scan_log(
@@ -159,6 +182,7 @@ def scan_log(
     framed = False
     at: int | None = None
     snapshot: dict[str, Any] | None = None
+    incarnation: str | None = None
     why = ""
     view = memoryview(data)
     while (nl := find(b"\n", pos)) >= 0:
@@ -169,16 +193,11 @@ def scan_log(
             entry = None
         if type(entry) is dict and entry.get("seq") == seq and type(entry["seq"]) is int:
             crc = entry.pop("sk.crc", None)
-            if type(crc) is str and len(crc) == 8 and data[nl - _SUFFIX : nl - 10] == _HEAD:
-                try:
-                    good = _crc32(view[pos : nl - _SUFFIX]) == int(crc, 16)
-                except ValueError:
-                    good = False
-                if good:
-                    entries.append(entry)
-                    seq += 1
-                    pos = nl + 1
-                    continue
+            if data[nl - _SUFFIX : nl - 10] == _HEAD and crc_text(view[pos : nl - _SUFFIX]) == crc:
+                entries.append(entry)
+                seq += 1
+                pos = nl + 1
+                continue
         kind = _check(data, pos, nl)
         try:
             if kind == _CHECKED:
@@ -196,6 +215,10 @@ def scan_log(
                 if not _closes(record, data, end, pos, seq):
                     why = "closes a write whose entries it does not match"
                     break
+                if framed and incarnation_of(record) != incarnation:
+                    why = "names another incarnation of the State than the writes before it"
+                    break
+                incarnation = incarnation_of(record)
                 if "sk.snapshot" in record:
                     at, snapshot = base + pos, record["sk.snapshot"]
                 elif record.get("sk.at") != at:
@@ -230,7 +253,7 @@ def scan_log(
             data, end, pos, legacy and not framed, name, first_line + data.count(b"\n", start, end)
         )
         del entries[write_seq - start_seq :]
-    return LogScan(entries, end, write_seq, end < len(data), framed, at, snapshot)
+    return LogScan(entries, end, write_seq, end < len(data), framed, at, snapshot, incarnation)
 
 
 def _wrong_seq(entry: object, seq: int) -> str:

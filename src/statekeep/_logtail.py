@@ -25,8 +25,9 @@ from ._logframe import (
     _check,
     _closes,
     _closing,
-    _crc32,
     _loads,
+    crc_text,
+    incarnation_of,
     seal,
 )
 
@@ -46,6 +47,7 @@ class LastWrite:
     next_seq: int
     snapshot_at: int | None  # where the current snapshot record is; None: the State has none
     snapshot: bytes | None  # the encoded snapshot, if this write's record carries it
+    incarnation: str | None = None  # the State's (format 3), else None
 
 
 def last_write(read_at: ReadAt, size: int) -> LastWrite | None:
@@ -73,10 +75,11 @@ def last_write(read_at: ReadAt, size: int) -> LastWrite | None:
             continue
         if not _closes(record, read_at(pos - size_, size_), 0, size_, None):
             continue  # its closing page survived a power cut, not all of its entries
+        inc = incarnation_of(record)
         if "sk.snapshot" in record:
-            return LastWrite(pos + len(line) + 1, next_seq, pos, snapshot_of(line))
+            return LastWrite(pos + len(line) + 1, next_seq, pos, snapshot_of(line), inc)
         at = record.get("sk.at")
-        return LastWrite(pos + len(line) + 1, next_seq, at if type(at) is int else None, None)
+        return LastWrite(pos + len(line) + 1, next_seq, at if type(at) is int else None, None, inc)
     return None
 
 
@@ -200,10 +203,7 @@ def decode_copy(raw: bytes) -> SnapshotCopy | None:
             or type(next_seq) is not int
         ):
             return None
-        try:
-            if _crc32(memoryview(raw)[: nl - _SUFFIX]) != int(crc, 16) or raw[nl - 2 : nl] != b'"}':
-                return None
-        except ValueError:
+        if crc_text(memoryview(raw)[: nl - _SUFFIX]) != crc or raw[nl - 2 : nl] != b'"}':
             return None
         if version > FORMAT:
             _closing(raw, 0, nl)  # raises UnsupportedFormatError

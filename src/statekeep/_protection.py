@@ -57,12 +57,21 @@ class Protection:
         return self.redactor is not None or self.keyring is not None
 
     def write(
-        self, namespace: str, state_id: str, entries: Entries, snapshot: Snapshot, create: bool
+        self,
+        namespace: str,
+        state_id: str,
+        entries: Entries,
+        snapshot: Snapshot,
+        create: bool,
+        incarnation: str | None = None,
+        bound: bool = False,
     ) -> PreparedWrite:
-        """A write redacted, validated (:func:`prepare_write`) and sealed."""
+        """A write redacted, validated (:func:`prepare_write`) and sealed for the State's
+        ``incarnation`` (a create stores it; ``bound``: an append refused unless the State
+        is still that incarnation)."""
         if snapshot is not None and isinstance(snapshot, dict):
             _check_own_keys(snapshot)
-        write = prepare_write(state_id, entries, snapshot, create)
+        write = prepare_write(state_id, entries, snapshot, create, incarnation, bound)
         redactor, ring = self.redactor, self.keyring
         if redactor is None and ring is None:
             return write
@@ -73,32 +82,35 @@ class Protection:
             plain = [redactor.entry(entry) for entry in plain]
             memory = is_memory_namespace(namespace)  # a memory key's value is judged by its name
             snap = None if snap is None else redactor.snapshot(snap, memory=memory)
-            write = prepare_write(state_id, plain, snap, create)
+            write = prepare_write(state_id, plain, snap, create, incarnation, bound)
         if ring is None:
             return write
         entries = plain
         snapshot = snap
         lines = tuple(
-            seal_entry(ring, line, entry, namespace, state_id)
+            seal_entry(ring, line, entry, namespace, state_id, incarnation)
             for line, entry in zip(write.lines, entries, strict=True)
         )
-        sealed = None if snapshot is None else seal_snapshot(ring, snapshot, namespace, state_id)
-        return dataclasses.replace(
-            write, lines=lines, snapshot=sealed, plain=write.lines, opener=self.opener(namespace, state_id)
-        )
+        sealed = None if snapshot is None else seal_snapshot(ring, snapshot, namespace, state_id, incarnation)
+        opener = self.opener(namespace, state_id, incarnation)
+        return dataclasses.replace(write, lines=lines, snapshot=sealed, plain=write.lines, opener=opener)
 
-    def opener(self, namespace: str, state_id: str) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    def opener(
+        self, namespace: str, state_id: str, incarnation: str | None
+    ) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
         """Opens a stored entry of ``state_id`` for comparing with a write's plaintext."""
 
         def open_stored(seq: int, stored: dict[str, Any]) -> dict[str, Any]:
-            return self.entry(namespace, state_id, seq, stored)
+            return self.entry(namespace, state_id, seq, stored, incarnation)
 
         return open_stored
 
-    def entry(self, namespace: str, state_id: str, seq: int, stored: dict[str, Any]) -> dict[str, Any]:
+    def entry(
+        self, namespace: str, state_id: str, seq: int, stored: dict[str, Any], incarnation: str | None
+    ) -> dict[str, Any]:
         ring = self.keyring
         if ring is not None and is_sealed(stored):
-            return open_entry(ring, stored, namespace, state_id, seq)
+            return open_entry(ring, stored, namespace, state_id, seq, incarnation)
         if ring is not None and not self.allow_plaintext:
             raise _plaintext(state_id, f"entry seq {seq}")
         if ring is None and is_sealed(stored):
@@ -109,18 +121,19 @@ class Protection:
         """A stored Record opened; :class:`DecryptionError` for what cannot be."""
         if record is None:
             return None
-        snapshot = self.snapshot(namespace, state_id, record.snapshot)
+        incarnation = record.incarnation
+        snapshot = self.snapshot(namespace, state_id, record.snapshot, incarnation)
         entries = record.entries
         if self.keyring is None:
             for i, stored in enumerate(entries):  # a dict lookup each: sealed ones are refused
                 if SEALED in stored:
                     raise _no_ring(state_id, f"entry seq {since + i}", stored[SEALED])
             return record
-        opened = [self.entry(namespace, state_id, since + i, e) for i, e in enumerate(entries)]
-        return Record(opened, snapshot)
+        opened = [self.entry(namespace, state_id, since + i, e, incarnation) for i, e in enumerate(entries)]
+        return Record(opened, snapshot, incarnation)
 
     def snapshot(
-        self, namespace: str, state_id: str, snapshot: dict[str, Any] | None
+        self, namespace: str, state_id: str, snapshot: dict[str, Any] | None, incarnation: str | None
     ) -> dict[str, Any] | None:
         if snapshot is None:
             return None
@@ -130,7 +143,7 @@ class Protection:
                 raise _no_ring(state_id, "snapshot", snapshot[SEALED])
             return snapshot
         if is_sealed(snapshot):
-            return open_snapshot(ring, snapshot, namespace, state_id)
+            return open_snapshot(ring, snapshot, namespace, state_id, incarnation)
         if not self.allow_plaintext:
             raise _plaintext(state_id, "snapshot")
         return snapshot

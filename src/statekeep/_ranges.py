@@ -38,7 +38,7 @@ def cut(record: Record | None, since: int) -> Record | None:
     """``record`` with only its entries of seq >= ``since`` (seqs are dense from 0)."""
     if record is None or since == 0:
         return record
-    return Record(record.entries[since:], record.snapshot)
+    return Record(record.entries[since:], record.snapshot, record.incarnation)
 
 
 def with_since(method: F) -> F:

@@ -27,10 +27,15 @@ class Record:
     ``entries`` are the history entries in seq order: from seq 0, or from the ``since`` a
     range read asked for; ``snapshot`` is the dict the last write stored, or None if no
     write gave one. Both are fresh copies: changing them never changes the store.
+    ``incarnation`` is the random id the State got when it was created (a State deleted
+    and created again under the same id has a new one), kept by the store; None for a
+    State created before statekeep kept one, or by a store that keeps none. Records
+    compare by their entries and snapshot alone.
     """
 
     entries: list[dict[str, Any]] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
+    incarnation: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

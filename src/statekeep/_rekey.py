@@ -78,25 +78,37 @@ def _protection(store: Any) -> tuple[Protection, Keyring]:
 
 
 def reseal_entry(
-    ring: Keyring, stored: dict[str, Any], namespace: str, state_id: str, seq: int, plaintext: bool
+    ring: Keyring,
+    stored: dict[str, Any],
+    namespace: str,
+    state_id: str,
+    seq: int,
+    plaintext: bool,
+    incarnation: str | None,
 ) -> bytes | None:
-    """The stored entry sealed with the current key (no newline), or None if it is."""
+    """The stored entry sealed with the current key (no newline), or None if it is; bound
+    to the State's ``incarnation`` as before (a rekey keeps it)."""
     if SEALED in stored:
         if not ring.rekeyed(stored[SEALED]):
             return None
         what = f"State {state_id!r} entry seq {seq}"
-        line = ring.open(stored[SEALED], aad(namespace, state_id, seq), what)
+        line = ring.open(stored[SEALED], aad(namespace, state_id, seq, incarnation), what)
         if orjson.loads(line).get("seq") != seq or stored.get("seq") != seq:
             return None  # not this seq's record: leave it for a read to report
     elif plaintext:
         line = orjson.dumps(stored)
     else:
         return None
-    return seal_entry(ring, line, stored, namespace, state_id).rstrip(b"\n")
+    return seal_entry(ring, line, stored, namespace, state_id, incarnation).rstrip(b"\n")
 
 
 def reseal_snapshot(
-    ring: Keyring, stored: dict[str, Any], namespace: str, state_id: str, plaintext: bool
+    ring: Keyring,
+    stored: dict[str, Any],
+    namespace: str,
+    state_id: str,
+    plaintext: bool,
+    incarnation: str | None,
 ) -> bytes | None:
     """The stored snapshot sealed with the current key, or None if it is."""
     if SEALED in stored:
@@ -106,12 +118,12 @@ def reseal_snapshot(
         )
         if not ring.rekeyed(stored[SEALED]) and not old_task:
             return None
-        snapshot = open_snapshot(ring, stored, namespace, state_id)
+        snapshot = open_snapshot(ring, stored, namespace, state_id, incarnation)
     elif plaintext:
         snapshot = stored
     else:
         return None
-    return seal_snapshot(ring, snapshot, namespace, state_id)
+    return seal_snapshot(ring, snapshot, namespace, state_id, incarnation)
 
 
 async def _ids(store: Any, report: RekeyReport) -> list[str]:
@@ -152,12 +164,12 @@ async def _rekey_state(
     report.plaintext += clear
     entries: dict[int, tuple[bytes, bytes]] = {}
     for seq, stored in enumerate(record.entries):
-        new = reseal_entry(ring, stored, namespace, state_id, seq, plaintext)
+        new = reseal_entry(ring, stored, namespace, state_id, seq, plaintext, record.incarnation)
         if new is not None:
             entries[seq] = (orjson.dumps(stored), new)
     snapshot = None
     if record.snapshot is not None:
-        new = reseal_snapshot(ring, record.snapshot, namespace, state_id, plaintext)
+        new = reseal_snapshot(ring, record.snapshot, namespace, state_id, plaintext, record.incarnation)
         if new is not None:
             snapshot = (orjson.dumps(record.snapshot), new)
     if not entries and snapshot is None:

@@ -99,6 +99,7 @@ def from_record(state_id: str, record: Record | None, store: object) -> State:
             f"State {state_id!r} is damaged: its history cannot be replayed: {exc}"
         ) from None
     state._restore(snapshot)
+    state._incarnation = record.incarnation
     state._bind_loaded(store)
     _repair(state)
     return state

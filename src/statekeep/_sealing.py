@@ -1,18 +1,23 @@
 """Encryption at rest: a :class:`Keyring` of AES-256-GCM keys, and records sealed with it.
 
 Each entry and each snapshot is sealed on its own, with a fresh 96-bit random nonce, under
-the ring's current key. The associated data binds it to ``(namespace, state id, seq)``
-(``"snapshot"`` or ``"task"`` for a snapshot's parts), so a record copied to another
-State, seq or namespace fails to open. A sealed record is stored as::
+the ring's current key. The associated data binds it to ``(namespace, state id,
+incarnation, seq)`` (``"snapshot"`` for a snapshot), so a record copied to another State,
+seq or namespace, or from an earlier State of the same id (deleted and created again: a new
+incarnation), fails to open. Records of a State created before incarnations (its
+incarnation is None) are bound as before, without it. A sealed record is stored as::
 
     {"seq": 3, "at": "2026-...", "sk.sealed": "k2:<base64 of nonce + ciphertext + tag>"}
 
 and a sealed snapshot keeps the listing fields in clear (times, turn, status, agent,
 parent, labels, expiry, fork source; plus the keys the ring's ``clear`` names) and a sealed
-``task`` string, so listings work without the key; opening it checks each clear field
-against the sealed copy. Opening checks the tag: a changed byte,
-a swapped record or a wrong key is a :class:`DecryptionError` naming the key id, never
-garbage. The ``cryptography`` package (the ``statekeep[crypto]`` extra) does the AES.
+``task`` string (bound to its place only: listings open it without reading the State), so
+listings work without the key. The sealed copy names the clear fields, so opening it
+checks that exactly those are there, each equal to its sealed value -- the State's own
+expiry too; only a store's retention stamp may move, and only later. Opening checks the
+tag: a changed byte, a swapped record or a wrong key is a :class:`DecryptionError` naming
+the key id, never garbage. The ``cryptography`` package (the ``statekeep[crypto]`` extra)
+does the AES.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ._errors import DecryptionError
+from ._records import utc_time
 from ._redactor import INDEX_KEYS
 from ._writes import same_json
 
@@ -41,9 +47,13 @@ NONCE = 12
 #: The snapshot keys kept in clear: what listings and expiry read (the task is sealed).
 CLEAR_SNAPSHOT = INDEX_KEYS - {"task"}
 CLEAR_ENTRY = ("seq", "at")
-#: Clear snapshot fields a store may change after the write (expiry stamped by the server
-#: or slid by a read), so they are not in the sealed copy.
+#: Clear snapshot fields a store may change after the write (a retention stamp, stamped
+#: by the server or slid by a read): only later than the sealed value, and only when the
+#: sealed copy says the expiry is the store's (``"expiry": "retention"``).
 STORE_MANAGED = frozenset({"expires_at", "expiry"})
+#: The sealed copy of a snapshot: ``{"sk.v": 2, "clear": [the clear keys], "snapshot": {...}}``
+#: (version 1, before it, was the snapshot alone, without its expiry).
+_COPY = 2
 
 
 def _aesgcm() -> type[AESGCM]:
@@ -162,30 +172,42 @@ def _invalid_tag() -> type[Exception]:
     return InvalidTag
 
 
-def aad(namespace: str, state_id: str, place: int | str) -> bytes:
-    """The associated data that binds a record to its place."""
-    return orjson.dumps(["statekeep.seal.v1", namespace, state_id, place])
+def aad(namespace: str, state_id: str, place: int | str, incarnation: str | None = None) -> bytes:
+    """The associated data that binds a record to its place (and to the State's
+    incarnation; None for a State created before incarnations, sealed as then)."""
+    if incarnation is None:
+        return orjson.dumps(["statekeep.seal.v1", namespace, state_id, place])
+    return orjson.dumps(["statekeep.seal.v2", namespace, state_id, incarnation, place])
 
 
-def seal_entry(ring: Keyring, line: bytes, entry: Mapping[str, Any], namespace: str, state_id: str) -> bytes:
+def seal_entry(
+    ring: Keyring,
+    line: bytes,
+    entry: Mapping[str, Any],
+    namespace: str,
+    state_id: str,
+    incarnation: str | None,
+) -> bytes:
     """The stored line (``\\n``-ended) of an entry whose plaintext line is ``line``."""
     seq = entry["seq"]
     clear: dict[str, Any] = {k: entry[k] for k in CLEAR_ENTRY if k in entry}
-    clear[SEALED] = ring.seal(line.rstrip(b"\n"), aad(namespace, state_id, seq))
+    clear[SEALED] = ring.seal(line.rstrip(b"\n"), aad(namespace, state_id, seq, incarnation))
     return orjson.dumps(clear) + b"\n"
 
 
-def seal_snapshot(ring: Keyring, snapshot: Mapping[str, Any], namespace: str, state_id: str) -> bytes:
+def seal_snapshot(
+    ring: Keyring, snapshot: Mapping[str, Any], namespace: str, state_id: str, incarnation: str | None
+) -> bytes:
     """The stored form of a snapshot: its listing fields in clear, a sealed task, and the
-    whole snapshot sealed (but for the expiry, which a store may stamp or slide), so that
-    opening it can check every clear field against the sealed copy."""
+    whole snapshot sealed with the names of its clear fields, so that opening it can check
+    the clear part field by field (none added, none taken away)."""
     keep = ring.clear
     clear = {k: v for k, v in snapshot.items() if k in keep}
-    sealed = {k: v for k, v in snapshot.items() if k not in STORE_MANAGED}
     task = snapshot.get("task")
     if "task" not in keep and isinstance(task, str):
         clear["task"] = TASK_MARK + ring.seal(task.encode(), aad(namespace, state_id, "task"))
-    clear[SEALED] = ring.seal(orjson.dumps(sealed), aad(namespace, state_id, "snapshot"))
+    copy = {"sk.v": _COPY, "clear": sorted(clear), "snapshot": snapshot}
+    clear[SEALED] = ring.seal(orjson.dumps(copy), aad(namespace, state_id, "snapshot", incarnation))
     return orjson.dumps(clear)
 
 
@@ -194,37 +216,97 @@ def is_sealed(record: Mapping[str, Any]) -> bool:
 
 
 def open_entry(
-    ring: Keyring, stored: Mapping[str, Any], namespace: str, state_id: str, seq: int
+    ring: Keyring,
+    stored: Mapping[str, Any],
+    namespace: str,
+    state_id: str,
+    seq: int,
+    incarnation: str | None,
 ) -> dict[str, Any]:
     """The entry a sealed stored one holds, checked to be the entry of ``seq``."""
     what = f"State {state_id!r} entry seq {seq}"
-    entry = orjson.loads(ring.open(stored.get(SEALED), aad(namespace, state_id, seq), what))
+    place = aad(namespace, state_id, seq, incarnation)
+    entry = orjson.loads(ring.open(stored.get(SEALED), place, what))
     if type(entry) is not dict or entry.get("seq") != seq or stored.get("seq") != seq:
         raise DecryptionError(f"{what} opens to a record of another seq: the history was rearranged")
     return entry
 
 
-def open_snapshot(ring: Keyring, stored: Mapping[str, Any], namespace: str, state_id: str) -> dict[str, Any]:
-    """The snapshot a sealed stored one holds. Every clear field must equal its sealed copy
-    (the expiry excepted: a store may stamp or slide it), and no other field may be there."""
+def open_snapshot(
+    ring: Keyring, stored: Mapping[str, Any], namespace: str, state_id: str, incarnation: str | None
+) -> dict[str, Any]:
+    """The snapshot a sealed stored one holds. The clear fields must be exactly those the
+    sealed copy names, each equal to its sealed value; a store's retention stamp alone may
+    be later than sealed (see :func:`_check_clear`)."""
     what = f"State {state_id!r} snapshot"
-    snapshot = orjson.loads(ring.open(stored[SEALED], aad(namespace, state_id, "snapshot"), what))
-    if type(snapshot) is not dict:
+    place = aad(namespace, state_id, "snapshot", incarnation)
+    copy = orjson.loads(ring.open(stored[SEALED], place, what))
+    unsealed: frozenset[str] = frozenset()
+    if type(copy) is dict and copy.get("sk.v") == _COPY and type(copy.get("snapshot")) is dict:
+        snapshot: dict[str, Any] = copy["snapshot"]
+        names = copy.get("clear")
+    elif type(copy) is dict:
+        # Sealed before the copy named its clear fields, and without the expiry: each clear
+        # field but the expiry must equal its sealed copy.
+        snapshot, unsealed = copy, STORE_MANAGED
+        names = sorted(set(stored) - {SEALED} - unsealed)
+    else:
         raise DecryptionError(f"{what} opens to something that is not a snapshot")
-    for key, value in stored.items():
-        if key == SEALED or key in STORE_MANAGED:
-            continue
+    _check_clear(ring, stored, snapshot, names, namespace, state_id, what, unsealed)
+    return {**snapshot, **{k: stored[k] for k in STORE_MANAGED if k in stored}}
+
+
+def _check_clear(
+    ring: Keyring,
+    stored: Mapping[str, Any],
+    snapshot: Mapping[str, Any],
+    names: object,
+    namespace: str,
+    state_id: str,
+    what: str,
+    unsealed: frozenset[str],
+) -> None:
+    """Raise unless the clear part holds exactly the fields ``names`` lists (and the
+    ``unsealed`` ones, not checked), each equal to the sealed snapshot's: only a retention
+    stamp (sealed ``"expiry": "retention"``) may be later than sealed, as a store stamps it
+    with its clock or slides it on a read."""
+    held = set(stored) - {SEALED} - unsealed
+    listed = set(names) if type(names) is list else set()
+    if held != listed:
+        gone, added = sorted(listed - held), sorted(held - listed)
+        detail = (
+            f"its clear field {gone[0]!r} was removed"
+            if gone
+            else f"its clear field {added[0]!r} differs from the sealed copy (which has none): it was added"
+        )
+        raise DecryptionError(f"{what}: {detail} after it was written. Nothing was returned")
+    stamp = snapshot.get("expiry") == "retention"
+    for key in sorted(listed):
+        value = stored[key]
         if key == "task" and isinstance(value, str) and value.startswith(TASK_MARK):
             value = open_task(ring, value, namespace, state_id)
-        if key not in snapshot or not same_json(value, snapshot[key]):
-            raise DecryptionError(
-                f"{what}: its clear field {key!r} differs from the sealed copy: it was changed "
-                "after it was written. Nothing was returned"
-            )
-    for key in STORE_MANAGED:
-        if key in stored:
-            snapshot[key] = stored[key]
-    return snapshot
+        if key == "expires_at" and stamp and stored.get("expiry") == "retention":
+            if _not_earlier(value, snapshot.get("expires_at")):
+                continue
+        elif key in snapshot and same_json(value, snapshot[key]):
+            continue
+        raise DecryptionError(
+            f"{what}: its clear field {key!r} differs from the sealed copy: it was changed "
+            "after it was written. Nothing was returned"
+        )
+
+
+def _not_earlier(value: object, sealed: object) -> bool:
+    """Whether a stored retention stamp is a time no earlier than the sealed one (a
+    sealed value that is no time -- a placeholder the server stamps -- bounds nothing)."""
+    try:
+        stamped = utc_time(value)
+    except ValueError:
+        return False
+    try:
+        return stamped >= utc_time(sealed)
+    except ValueError:
+        return isinstance(sealed, str)
 
 
 def open_task(ring: Keyring, task: str, namespace: str, state_id: str) -> str:

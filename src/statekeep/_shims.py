@@ -17,15 +17,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._expect import expecting, takes_expect_next
+from ._incarnations import incarnated
 from ._query import takes_no_query, with_query
 from ._ranges import with_since
 
 if TYPE_CHECKING:
     from ._leases import Lease
+    from ._state import State
     from ._store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["expected", "expecting", "fill_in", "leased", "no_leases", "with_children"]
+__all__ = ["expected", "expecting", "fill_in", "leased", "no_leases", "save_options", "with_children"]
 
 
 def fill_in(cls: type) -> None:
@@ -78,6 +80,16 @@ def with_children(method: F) -> F:
 def leased(lease: Lease | None) -> dict[str, Any]:
     """``lease=`` for a call, only when given (a store of one's own need not take it)."""
     return {} if lease is None else {"lease": lease}
+
+
+def save_options(store: Store, lease: Lease | None, state: State) -> dict[str, Any]:
+    """What ``save`` passes ``store``'s write: the lease, the State's incarnation and its
+    ``expect_next``, each only when there is one and the store takes it."""
+    return {
+        **leased(lease),
+        **incarnated(store, state.incarnation),
+        **expecting(store, state._expected_next()),
+    }
 
 
 def expected(store: Store, expect_next: int | None, other: str) -> dict[str, Any]:

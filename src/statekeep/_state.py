@@ -13,7 +13,7 @@ import orjson
 from ._agentcheck import warn_if_agent_changed
 from ._codec import check, decode
 from ._history import AGENT_KEYS, FORMAT_VERSION, Replay, now
-from ._ids import validate_id
+from ._ids import new_incarnation, validate_id
 from ._labels import aware_time, check_labels, check_period, iso
 
 
@@ -51,6 +51,7 @@ class State:
         if not isinstance(task, str):
             raise TypeError(f"task must be a str, got {type(task).__name__}")
         self._setup(uuid.uuid4().hex if id is None else validate_id(id))
+        self._incarnation: str | None = new_incarnation()
         self.labels.update(check_labels(labels))
         lineage: dict[str, Any] = {}
         if parent is not None:
@@ -74,6 +75,7 @@ class State:
         # Save bookkeeping, kept by the methods below: where the State is saved, how much of
         # its history that store has, and whether the store has it at all.
         self._store: object = None
+        self._incarnation = None  # see ``incarnation``: __init__, fork_state or a load sets it
         self._saved = 0
         self._created = False
         self._unsure = False  # a write failed in a way that may have stored it
@@ -170,6 +172,12 @@ class State:
         """The parent's tool call that spawned this State, if it was given."""
         call_id = self.history[0].get("call_id")
         return call_id if isinstance(call_id, str) else None
+
+    @property
+    def incarnation(self) -> str | None:
+        """This State's life in its store: a random id (README, "Incarnations"); None if its
+        store keeps none, or it was saved before statekeep kept one."""
+        return self._incarnation
 
     @property
     def forked_from(self) -> dict[str, Any] | None:

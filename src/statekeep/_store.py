@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._bridge import in_thread, run_sync, to_thread
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
+from ._incarnations import incarnated, takes_incarnation
 from ._lineage import fork_state, walk_tree
 from ._query import given
 from ._records import Entries, Record, SavedState, Snapshot
 from ._resume import conflict, deleted, exists, from_record
-from ._shims import expected, expecting, fill_in, leased, no_leases
+from ._shims import expected, fill_in, leased, no_leases, save_options
 from ._state import State
 from ._writes import missing_error
 
@@ -258,11 +259,12 @@ class Store(ABC):  # noqa: B024
         if record is None:
             raise missing_error(state_id)
         state, entries, snapshot = fork_state(state_id, record, at_seq, new_id, labels)
-        if self._may_copy_on_server():
-            await self._afork_write(state_id, entries, snapshot, state.id)
-        else:
-            await Store._afork_write(self, state_id, entries, snapshot, state.id)
-        return from_record(state.id, Record(entries, snapshot), self)
+        fork = (
+            self._afork_write if self._may_copy_on_server() else functools.partial(Store._afork_write, self)
+        )
+        await fork(state_id, entries, snapshot, state.id, state.incarnation)
+        kept = state.incarnation if takes_incarnation(type(self)) else None
+        return from_record(state.id, Record(entries, snapshot, kept), self)
 
     def _may_copy_on_server(self) -> bool:
         """Whether a fork may copy the source's stored records as they are (not when
@@ -270,10 +272,11 @@ class Store(ABC):  # noqa: B024
         return True
 
     async def _afork_write(
-        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
-    ) -> None:
-        """Create the fork: a store may copy the entries on its side instead of sending them."""
-        await self.awrite(new_id, entries, snapshot, create=True)
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
+        incarnation: str | None,
+    ) -> None:  # fmt: skip
+        """Create the fork (a new incarnation): a store may copy the entries on its side."""
+        await self.awrite(new_id, entries, snapshot, create=True, **incarnated(self, incarnation))
 
     def memory(self, scope: str = "default") -> Memory:
         """Agent memory: a durable key/value store beside this store's States (see
@@ -395,7 +398,7 @@ class Store(ABC):  # noqa: B024
         """
         entries, snapshot, create, unsure = state._unsaved(self)
         sent = len(state.history)
-        options = {**leased(lease), **expecting(self, state._expected_next())}
+        options = save_options(self, lease, state)
         try:
             if unsure:
                 # An earlier create failed after it may have been stored: append instead,

@@ -51,6 +51,7 @@ from ._copycheck import (
 from ._copyreport import CopyReport, Outcome
 from ._errors import DecryptionError, StateExistsError
 from ._ids import validate_id
+from ._incarnations import incarnated
 from ._labels import memory_namespace, validate_namespace
 from ._records import Record
 from ._renaming import Rename, RenameError, check_renames, renamed
@@ -80,16 +81,25 @@ Progress = Callable[[int, int], None]
 
 
 async def _send(
-    dst: Store, state_id: str, entries: list[dict[str, Any]], snapshot: Any, start: int, create: bool
+    dst: Store,
+    state_id: str,
+    entries: list[dict[str, Any]],
+    snapshot: Any,
+    start: int,
+    create: bool,
+    incarnation: str | None = None,
 ) -> None:
-    """Write ``entries[start:]`` in chunks, the snapshot with the last one."""
+    """Write ``entries[start:]`` in chunks, the snapshot with the last one; a create gives
+    the State ``incarnation`` (the source's: a copy keeps it) where ``dst`` keeps one."""
+    kept = incarnated(dst, incarnation) if create else {}
     first = True
     while True:
         chunk = entries[start : start + CHUNK]
         start += len(chunk)
         last = start >= len(entries)
         with refusals(state_id):
-            await dst.awrite(state_id, chunk, snapshot if last else None, create=create and first)
+            await dst.awrite(state_id, chunk, snapshot if last else None, create=create and first, **kept)
+        kept = {}
         first = False
         if last:
             return
@@ -109,11 +119,11 @@ async def aput_state(dst: Store, state_id: str, record: Record) -> Outcome:
     Durable on return as ``dst.awrite`` is.
     """
     entries, snapshot = list(record.entries), unstamped(record.snapshot)
-    record = Record(entries, snapshot)
+    record = Record(entries, snapshot, record.incarnation)
     # Create first (all or nothing), and read only if the State is there: a fresh copy
     # costs no read of the destination before its write.
     try:
-        await _send(dst, state_id, entries, snapshot, 0, create=True)
+        await _send(dst, state_id, entries, snapshot, 0, create=True, incarnation=record.incarnation)
     except StateExistsError:
         held = await dst.aread(state_id)  # there already (or another copier created it)
         if held is None:

@@ -41,6 +41,11 @@ class PreparedWrite:
     #: (seq, stored dict) so that an overlap is compared as plaintext.
     plain: tuple[bytes, ...] | None = None
     opener: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
+    #: The State's incarnation (see :attr:`Record.incarnation`): a create stores it; an
+    #: append with ``bound`` is refused (:func:`check_incarnation`) unless the State's is
+    #: this one (None: a State created before incarnations), as its records are sealed for it.
+    incarnation: str | None = None
+    bound: bool = False
     #: The caller's ``expect_next`` (None: none): the store refuses the write, atomically
     #: with it, unless the State's next seq is exactly this (:mod:`~statekeep._expect`).
     expect_next: int | None = None
@@ -52,9 +57,15 @@ class PreparedWrite:
 
 
 def prepare_write(
-    state_id: str, entries: Sequence[dict[str, Any]], snapshot: dict[str, Any] | None, create: bool
+    state_id: str,
+    entries: Sequence[dict[str, Any]],
+    snapshot: dict[str, Any] | None,
+    create: bool,
+    incarnation: str | None = None,
+    bound: bool = False,
 ) -> PreparedWrite:
-    """Validate and encode a write; raise TypeError/ValueError for bad input.
+    """Validate and encode a write (bound to ``incarnation``: see :class:`PreparedWrite`);
+    raise TypeError/ValueError for bad input.
 
     A snapshot's ``created_at`` and ``updated_at``, when present, must be times listings
     can read (ISO 8601 with a UTC offset, within the years 1 to 9999 in UTC).
@@ -87,7 +98,9 @@ def prepare_write(
         _check_times(snapshot)
     if create and lines and first_seq != 0:
         raise ValueError(f"a new State's history starts at seq 0, got {first_seq}")
-    return PreparedWrite(state_id, first_seq, tuple(lines), snap, bool(create))
+    return PreparedWrite(
+        state_id, first_seq, tuple(lines), snap, bool(create), incarnation=incarnation, bound=bound
+    )
 
 
 def _check_reserved(entry: dict[str, Any], i: int) -> None:
@@ -143,6 +156,22 @@ def check_overlap(write: PreparedWrite, stored: Sequence[dict[str, Any]]) -> Non
                 "another writer saved first. Nothing was written; read the State again "
                 "and continue from what it holds"
             )
+
+
+def check_incarnation(write: PreparedWrite, stored: str | None) -> None:
+    """In a store's atomic step, for an append: StateConflictError unless the State is
+    still the incarnation ``write`` is bound to (it was deleted and created again since)."""
+    if write.bound and not write.create and stored != write.incarnation:
+        raise reborn(write.state_id)
+
+
+def reborn(state_id: str) -> StateConflictError:
+    """The error of an append bound to an incarnation the State no longer has."""
+    return StateConflictError(
+        f"State {state_id!r} was deleted and created again since this write was made for it "
+        "(another incarnation of the id); nothing was written. Read the State again and "
+        "continue from what it holds"
+    )
 
 
 def same_json(a: Any, b: Any) -> bool:

@@ -15,14 +15,22 @@ from .._leases import Lease, acquired, check_fence, is_live, released, renewed
 from .._records import Record, SavedState, left_out, listing_order
 from .._redactor import Redactor
 from .._sealing import Keyring
-from .._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append, same_json
+from .._writes import (
+    PreparedWrite,
+    check_incarnation,
+    check_overlap,
+    exists_error,
+    missing_error,
+    plan_append,
+    same_json,
+)
 from ._file.expiry import encoded_expiry
 
 
 class _Space:
     """One namespace's States: entry lines, encoded snapshot and expiry, by id."""
 
-    __slots__ = ("changes", "expires", "leases", "lines", "snapshots")
+    __slots__ = ("changes", "expires", "incarnations", "leases", "lines", "snapshots")
 
     def __init__(self) -> None:
         self.changes = 0  # the change stamp: counts snapshots kept and States dropped
@@ -30,10 +38,12 @@ class _Space:
         self.snapshots: dict[str, bytes | None] = {}
         self.expires: dict[str, datetime] = {}  # only States that expire
         self.leases: dict[str, Lease] = {}  # each State's lease row; kept by drop()
+        self.incarnations: dict[str, str | None] = {}
 
     def drop(self, sid: str) -> None:
         self.changes += 1
         self.lines.pop(sid, None)
+        self.incarnations.pop(sid, None)
         self.snapshots.pop(sid, None)
         self.expires.pop(sid, None)
 
@@ -115,10 +125,12 @@ class MemoryStore(Backend):
             if lines is not None:
                 raise exists_error(sid)
             space.lines[sid] = list(write.lines)
+            space.incarnations[sid] = write.incarnation
             self._keep_snapshot(sid, write.snapshot)
             return
         if lines is None:
             raise missing_error(sid)
+        check_incarnation(write, space.incarnations.get(sid))
         check_next(write, len(lines))
         tail = space.snapshots[sid] or (lines[-1] if lines else None)
         check_clear(write, write.opener is None and sealed_text(tail))
@@ -149,7 +161,8 @@ class MemoryStore(Backend):
             assert self.retention is not None
             snapshot["expires_at"] = iso(self._now() + self.retention)  # a read slides it
             self._keep_snapshot(state_id, orjson.dumps(snapshot))
-        return Record([orjson.loads(b) for b in lines[since:]], snapshot)
+        entries = [orjson.loads(b) for b in lines[since:]]
+        return Record(entries, snapshot, space.incarnations.get(state_id))
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         if self._sliding:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pytest
 
 from .._errors import DecryptionError, StateConflictError
+from .._expect import takes_expect_next
 from .._records import Record
 from .._redactor import Redactor
 from .._sealing import Keyring
@@ -237,6 +238,9 @@ class ProtectionContract:
                 await clear.write("r", plain, None)
             with pytest.raises(DecryptionError, match="'r' is sealed"):
                 await clear.write("r", [], snapshot("plain"))
+            if takes_expect_next(clear.store):  # a stale writer's is checked before the seal
+                with pytest.raises(StateConflictError, match="but this write expected 9"):
+                    await clear.write("r", plain, None, expect_next=9)
             assert await sealed.read("r") == kept
             # Without a snapshot, the State's last entry says it is sealed.
             await sealed.write("e", entries(0, 2), None, create=True)

@@ -24,7 +24,7 @@ from ..._leases import check_fence
 from ..._logframe import closing_record, frame
 from ..._logtail import entries_back, reader
 from ..._records import decode_snapshot
-from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
+from ..._writes import PreparedWrite, check_incarnation, check_overlap, missing_error, plan_append
 from .budget import BUDGET
 from .copies import Copies
 from .expiry import encoded_expiry, log_expiry
@@ -168,6 +168,8 @@ class Appender:
         if expires is not None and expires <= self._now():
             raise missing_error(sid)
         item.expires_at = expires if write.snapshot is None else encoded_expiry(write.snapshot)
+        check_incarnation(write, found.incarnation)
+        item.incarnation = found.incarnation
         check_next(write, found.next_seq)
         sealed = found.sealed
         if sealed is None and write.opener is None:
@@ -193,7 +195,8 @@ class Appender:
             entries = b"".join([frame(line) for line in lines])
             item.snapshot = snapshot
             item.snapshot_at = found.snapshot_at if snapshot is None else item.size + len(entries)
-            item.new = entries + closing_record(item.next_seq, entries, snapshot, found.snapshot_at)
+            closing = closing_record(item.next_seq, entries, snapshot, found.snapshot_at, found.incarnation)
+            item.new = entries + closing
         else:
             item.snapshot_at = found.snapshot_at
         # Never acknowledge bytes nobody made durable: entries skipped as stored may be
@@ -265,6 +268,7 @@ class Appender:
                 item.snapshot_at,
                 framed=item.framed,
                 expiry=(item.expires_at,),
+                incarnation=item.incarnation,
                 sealed=item.sealed,
             )
         except OSError:

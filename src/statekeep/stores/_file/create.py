@@ -71,14 +71,15 @@ def _create(
     try:
         try:
             entries = b"".join([frame(line) for line in write.lines])
-            record = closing_record(write.end_seq, entries, write.snapshot, None)
+            record = closing_record(write.end_seq, entries, write.snapshot, None, write.incarnation)
             log = io.open(LOG, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
             try:
                 write_private(io, log, entries + record)
                 at = None if write.snapshot is None else len(entries)
+                expiry = (encoded_expiry(write.snapshot),)
                 sealed = sealed_after(False, write.snapshot, at, write.lines)
                 tail = Tail.of(
-                    log, write.end_seq, at, expiry=(encoded_expiry(write.snapshot),), sealed=sealed
+                    log, write.end_seq, at, expiry=expiry, incarnation=write.incarnation, sealed=sealed
                 )
             finally:
                 os.close(log)

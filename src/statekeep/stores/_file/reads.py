@@ -123,7 +123,7 @@ def _read_back(
         if encoded is None:
             return None
     snapshot = None if encoded is None else decode_snapshot(encoded, store.where(sid, LOG))
-    return Record(entries, snapshot)
+    return Record(entries, snapshot, last.incarnation)
 
 
 def read_snapshot(store: StoreFolder, sid: str) -> dict[str, Any] | None:
@@ -181,7 +181,7 @@ def _parse(store: StoreFolder, sid: str, log: bytes, raw_copy: bytes | None) -> 
                 f"{store.where(sid, LOG)}: its last write keeps the snapshot recorded at byte "
                 f"{scan.snapshot_at}, but no snapshot record is there. Move the State's folder aside"
             )
-        return Record(scan.entries, scan.snapshot)
+        return Record(scan.entries, scan.snapshot, scan.incarnation)
     # A log of format 1 only: its snapshot.json is the snapshot.
     snapshot = decode_snapshot(raw_copy, store.where(sid, SNAPSHOT))
     cut = "" if not scan.torn else f" (its last line, from byte {scan.end}, is cut short)"

@@ -7,7 +7,7 @@ CorruptStateError)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..._errors import CorruptStateError
@@ -42,6 +42,7 @@ class Tail:
     framed: bool = True  # the log holds a format 2 write (else the snapshot is in snapshot.json)
     expiry_known: bool = False  # the current snapshot's expires_at is known: ``expires_at``
     expires_at: datetime | None = None
+    incarnation: str | None = None  # the State's, as its closing records carry it
     sealed: bool | None = None  # the State is sealed (see _expect); None: not known
 
     @classmethod
@@ -53,6 +54,7 @@ class Tail:
         *,
         framed: bool = True,
         expiry: tuple[datetime | None] | None = None,
+        incarnation: str | None = None,
         sealed: bool | None = None,
     ) -> Tail:
         """``expiry``: ``(expires_at,)`` of the current snapshot, if known."""
@@ -71,6 +73,7 @@ class Tail:
             framed,
             known,
             when,
+            incarnation,
             sealed,
         )
 
@@ -98,6 +101,7 @@ class Found:
     snapshot_at: int | None
     framed: bool
     expiry: tuple[datetime | None] | None = None  # (expires_at,) of the current snapshot, if known
+    incarnation: str | None = None  # the State's (its closing records carry it)
     sealed: bool | None = None  # the State is sealed (see _expect); None: not known
 
 
@@ -110,17 +114,28 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
         known = None  # replaced or cut by someone else: read it again
     if known is not None and st.st_size == known.size:
         expiry = (known.expires_at,) if known.expiry_known else None
-        return Found(known.size, known.next_seq, True, known.snapshot_at, known.framed, expiry, known.sealed)
+        return Found(
+            known.size,
+            known.next_seq,
+            True,
+            known.snapshot_at,
+            known.framed,
+            expiry,
+            known.incarnation,
+            known.sealed,
+        )
     if known is not None:
         # Another process appended: read only what it added.
         data = os.pread(log, st.st_size - known.size, known.size)
         scan = scan_part(store, log, sid, data, known.next_seq, known.size)
         at = known.snapshot_at if not scan.framed else scan.snapshot_at
-        return _settle(store, folder, log, sid, st.st_size, known.size + scan.end, scan.next_seq, at, True)
+        end = known.size + scan.end
+        found = _settle(store, folder, log, sid, st.st_size, end, scan.next_seq, at, True)
+        return replace(found, incarnation=scan.incarnation if scan.framed else known.incarnation)
     last = last_write(reader(log), st.st_size)
     if last is None:  # format 1 lines only (or no complete write): read it whole
         scan = scan_whole(store, log, sid)
-        return _settle(
+        found = _settle(
             store,
             folder,
             log,
@@ -132,11 +147,13 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
             scan.framed,
             cold=True,
         )
+        return replace(found, incarnation=scan.incarnation)
     if last.end < st.st_size:  # only damage may follow: it raises
         scan_part(store, log, sid, os.pread(log, st.st_size - last.end, last.end), last.next_seq, last.end)
-    return _settle(
+    found = _settle(
         store, folder, log, sid, st.st_size, last.end, last.next_seq, last.snapshot_at, True, cold=True
     )
+    return replace(found, incarnation=last.incarnation)
 
 
 def _settle(

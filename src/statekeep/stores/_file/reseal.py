@@ -1,7 +1,8 @@
 """Replacing stored records of a FileStore State in place, for ``statekeep rekey``.
 
 The log is append-only, so a reseal writes a new one: every entry (the replaced ones in
-their new form) and one closing record with the current snapshot, in format 2, to
+their new form) and one closing record with the current snapshot (and the State's
+incarnation), in format 2 or 3 as before, to
 ``log.jsonl.tmp`` (0600, fsync'd); then ``snapshot.json`` is removed and the folder
 fsync'd (a copy describes the old log's bytes, never the new one's); then the new log is
 renamed over the old and the folder fsync'd again. A SIGKILL or power cut at any point
@@ -91,7 +92,7 @@ def _reseal(
     if not replaced:
         return 0
     lines = b"".join([frame(orjson.dumps(entry) + b"\n") for entry in stored])
-    data = lines + closing_record(scan.next_seq, lines, encoded, None)
+    data = lines + closing_record(scan.next_seq, lines, encoded, None, scan.incarnation)
     try:
         fd = store.open_in(folder, sid, LOG_TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:

@@ -25,6 +25,7 @@ class Append:
     snapshot: bytes | None = None  # the snapshot this write records, if any
     framed: bool = True  # the log holds a format 2 write once this one is in
     expires_at: datetime | None = None  # the current snapshot's expiry once this write is in
+    incarnation: str | None = None  # the State's, as its log carries it
     sealed: bool | None = None  # the State is sealed once this write is in (None: not known)
     new: bytes = b""
     sync_log: bool = False  # the log holds bytes not known durable: fsync it

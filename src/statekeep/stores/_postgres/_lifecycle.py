@@ -112,8 +112,9 @@ class Lifecycle(Backend):
     # -- fork ----------------------------------------------------------------------------
 
     async def _afork_write(
-        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
-    ) -> None:
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
+        incarnation: str | None,
+    ) -> None:  # fmt: skip
         """Create the fork in one transaction: its row, and its entries copied on the server
         (one INSERT ... SELECT) from the source, which must still hold what was read; refused
         while another worker holds the lease of ``new_id``."""
@@ -124,7 +125,7 @@ class Lifecycle(Backend):
         columns = listing(new_id, write.snapshot)
         args = (
             source_id, at_seq, digest, self.namespace, new_id, None if write.snapshot is None
-            else write.snapshot.decode(), *columns, self.retention,
+            else write.snapshot.decode(), *columns, self.retention, incarnation,
         )  # fmt: skip
         status, *holder = await self._run_fork(args, new_id)
         if status == FENCED:

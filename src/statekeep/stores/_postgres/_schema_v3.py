@@ -15,7 +15,7 @@ Version 2's tables are unchanged; a version 2 row simply has no lease.
 
 from __future__ import annotations
 
-from .._server import COMPARE, GAP, MISSING, OK
+from .._server import COMPARE, GAP, MISSING, OK, REBORN
 from . import _schema_leases as leases
 from ._schema_v2 import (
     _COLUMNS,
@@ -60,22 +60,34 @@ def migration(sql: Sql) -> tuple[str, ...]:
     )
 
 
-def _write_body(sql: Sql, checks: str = "") -> str:
+def _write_body(sql: Sql, checks: str = "", *, incarnation: bool = False) -> str:
     """Version 2's write (seq rules, compare, append and snapshot under the State's row
     lock), with the fence run once the row is held, before anything else is decided.
-    ``checks``: more preconditions, run once the State is known live (version 4's)."""
+    ``incarnation`` (version 4): a create stores ``p_incarnation``; an append with
+    ``p_bound`` is refused (REBORN) unless the State's incarnation is ``p_incarnation``.
+    ``checks``: more preconditions, run after that once the State is known live (version 4's)."""
     row = f"{sql.states} s WHERE s.ns = p_ns AND s.id = p_id"
     live = "s.expires_at IS NULL OR s.expires_at > now()"
     sets = ",\n            ".join(
         f"{c} = CASE WHEN p_snapshot IS NULL THEN {c} ELSE p_{c} END" for c in _COLUMNS
     )
     fence = leases.fence(sql, "p_lease_owner", "p_lease_token")
+    inc, store_inc, check_inc = "", "", ""
+    if incarnation:
+        inc = ", s.incarnation"
+        store_inc = f"UPDATE {sql.states} SET incarnation = p_incarnation WHERE ns = p_ns AND id = p_id;"
+        check_inc = f"""IF p_bound AND v_inc IS DISTINCT FROM p_incarnation THEN
+        o_status := {REBORN};
+        RETURN;
+    END IF;"""
+    into = "v_next, v_live, v_labelled" + (", v_inc" if incarnation else "")
+    declare = "\n    v_inc text;" if incarnation else ""
     return f"""
 DECLARE
     v_n integer := coalesce(cardinality(p_lines), 0);
     v_next bigint;
     v_live boolean;
-    v_labelled boolean;
+    v_labelled boolean;{declare}
     v_skip integer := 0;{_DECLARE}
 BEGIN
     {DURABLE}
@@ -86,6 +98,7 @@ BEGIN
         PERFORM 1 FROM {row} FOR UPDATE;
         {fence}
         {_create_row(sql, "SELECT p_ns, p_id, u.o - 1, u.d FROM unnest(p_lines) WITH ORDINALITY AS u(d, o)")}
+        {store_inc}
         o_status := {OK};
         o_next := v_n;
         RETURN;
@@ -93,14 +106,14 @@ BEGIN
     IF p_nowait THEN
         -- In a batch: never wait for another transaction's lock (that would hold up the
         -- whole batch); the client sends this write again on its own.
-        SELECT s.next_seq, {live}, s.labels IS NOT NULL INTO v_next, v_live, v_labelled
+        SELECT s.next_seq, {live}, s.labels IS NOT NULL{inc} INTO {into}
             FROM {row} FOR UPDATE SKIP LOCKED;
         IF NOT FOUND AND EXISTS (SELECT 1 FROM {row}) THEN
             o_status := {BUSY};
             RETURN;
         END IF;
     ELSE
-        SELECT s.next_seq, {live}, s.labels IS NOT NULL INTO v_next, v_live, v_labelled
+        SELECT s.next_seq, {live}, s.labels IS NOT NULL{inc} INTO {into}
             FROM {row} FOR UPDATE;
     END IF;
     {fence}
@@ -108,6 +121,7 @@ BEGIN
         o_status := {MISSING};
         RETURN;
     END IF;
+    {check_inc}
     o_next := v_next;{checks}
     IF v_n > 0 THEN
         IF p_first > v_next THEN
@@ -165,10 +179,14 @@ END
 """
 
 
-def _fork_body(sql: Sql) -> str:
+def _fork_body(sql: Sql, *, incarnation: bool = False) -> str:
     """Version 2's fork (the source held FOR SHARE, checked live and still holding the
     entries that were read, then the new row and one INSERT ... SELECT of its entries),
-    refusing (FENCED) to create the new State while another worker holds its lease."""
+    refusing (FENCED) to create the new State while another worker holds its lease.
+    ``incarnation`` (version 4): the new State gets ``p_incarnation``."""
+    store_inc = ""
+    if incarnation:
+        store_inc = f"UPDATE {sql.states} SET incarnation = p_incarnation WHERE ns = p_ns AND id = p_id;"
     copy = f"""SELECT p_ns, p_id, e.seq, e.data FROM {sql.entries} e
             WHERE e.ns = p_ns AND e.state_id = p_src AND e.seq <= p_at"""
     return f"""
@@ -194,6 +212,7 @@ BEGIN
     PERFORM 1 FROM {sql.states} s WHERE s.ns = p_ns AND s.id = p_id FOR UPDATE;
     {leases.fence(sql, "NULL::text", "NULL::bigint")}
     {_create_row(sql, copy)}
+    {store_inc}
     o_status := {OK};
 END
 """

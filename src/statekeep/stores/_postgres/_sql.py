@@ -68,9 +68,9 @@ class Sql:
             f"INSERT INTO {self.version} (version) VALUES ($1) "
             "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.write = f"SELECT o_status, o_next, o_stored, {_HOLDER} FROM {self.write_fn}({_params(25)})"
+        self.write = f"SELECT o_status, o_next, o_stored, {_HOLDER} FROM {self.write_fn}({_params(27)})"
         self.delete = f"SELECT o_status, {_HOLDER} FROM {self.delete_fn}($1, $2, $3, $4)"
-        self.fork = f"SELECT o_status, {_HOLDER} FROM {self.fork_fn}({_params(19)})"
+        self.fork = f"SELECT o_status, {_HOLDER} FROM {self.fork_fn}({_params(20)})"
         self.gc = f"SELECT {self.gc_fn}($1, $2)"
         # Leases (see _schema_leases): each judged by the server's clock, in one statement.
         self.acquire = f"SELECT o_status, {_HOLDER} FROM {self.acquire_fn}($1, $2, $3, $4)"
@@ -82,7 +82,7 @@ class Sql:
             "WHERE ns = $1 AND state_id = $2"
         )
         # One statement, so one consistent view of the row and its entries: the row first
-        # (seq -1: its snapshot and next_seq), then the entries from seq $3 on, in seq order
+        # (seq -1: its snapshot, next_seq and incarnation), then the entries from seq $3 on, in seq order
         # (a range scan of the primary key: it costs what it returns). (Joining the
         # entries into one JSON text on the server is slower than parsing them one by one.)
         # A row past its expiry (by the server's clock) reads as absent.
@@ -94,9 +94,10 @@ class Sql:
             AND NOT EXISTS (SELECT 1 FROM {self.leases} l
                             WHERE l.ns = $1 AND l.state_id = s.id AND l.expires_at > clock_timestamp())"""
         self.read = f"""
-            SELECT -1 AS seq, snapshot AS data, next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live}
+            SELECT -1 AS seq, snapshot AS data, next_seq, incarnation FROM {states}
+            WHERE ns = $1 AND id = $2 AND {live}
             UNION ALL
-            SELECT e.seq, e.data, NULL FROM {entries} e
+            SELECT e.seq, e.data, NULL, NULL FROM {entries} e
             WHERE e.ns = $1 AND e.state_id = $2 AND e.seq >= $3
               AND e.seq < (SELECT next_seq FROM {states} WHERE ns = $1 AND id = $2 AND {live})
             ORDER BY seq"""

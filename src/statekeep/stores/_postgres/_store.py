@@ -203,7 +203,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         rows = await self._query("read", "fetch", self._sql.read, self.namespace, state_id, since)
         if not rows:
             return None
-        _, snapshot_text, next_seq = rows[0]
+        _, snapshot_text, next_seq, incarnation = rows[0]
         expected = max(0, next_seq - since)
         if len(rows) - 1 != expected:
             raise CorruptStateError(
@@ -223,6 +223,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         return Record(
             entries,
             decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
+            incarnation,
         )
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:

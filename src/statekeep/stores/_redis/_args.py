@@ -34,6 +34,8 @@ def write_args(
         *lease_args(write.lease),
         "" if write.expect_next is None else str(write.expect_next),
         "1" if write.opener is None else "0",
+        write.incarnation or "",
+        "1" if write.bound else "0",
         *([] if found is None else found.indexes),
     ]
     lines = [line[:-1] for line in write.lines]
@@ -60,6 +62,7 @@ def fork_args(
     ]  # fmt: skip
     args = [
         write.state_id, str(len(entries) - 1), digest, write.snapshot, found.member, found.expiry,
-        retention_us if found.stamp else "", str(len(found.indexes)), *found.indexes,
+        retention_us if found.stamp else "", str(len(found.indexes)), write.incarnation or "",
+        *found.indexes,
     ]  # fmt: skip
     return names, args

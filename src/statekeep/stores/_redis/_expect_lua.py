@@ -1,10 +1,12 @@
 """The Lua of the write's preconditions (see :mod:`statekeep._expect`), which the write script
-runs once it knows the State live and its next seq: ``expect_next`` (ARGV[14], '' for none)
-and whether a clear write (ARGV[15] = '1') goes to a sealed State."""
+runs once it knows the State live and its next seq, in this order: the State's incarnation
+(with ARGV[17] = '1', the write is bound to the incarnation ARGV[16]: REBORN unless it is
+the State's), ``expect_next`` (ARGV[14], '' for none), and whether a clear write
+(ARGV[15] = '1') goes to a sealed State."""
 
 from __future__ import annotations
 
-from .._server import SEALED_STATE, UNEXPECTED
+from .._server import REBORN, SEALED_STATE, UNEXPECTED
 
 #: Defines ``preconditions(state, entries, nxt)``: a refusal to return, or nil.
 PRECONDITIONS = f"""
@@ -17,6 +19,8 @@ local function sealed_state(state, entries, nxt)
 end
 
 local function preconditions(state, entries, nxt)
+  -- A State created again is another State, whatever its next seq: that first.
+  if ARGV[17] == '1' and (redis.call('HGET', state, 'inc') or '') ~= ARGV[16] then return {{{REBORN}}} end
   if ARGV[14] ~= '' and tonumber(ARGV[14]) ~= nxt then return {{{UNEXPECTED}, nxt}} end
   if ARGV[15] == '1' and sealed_state(state, entries, nxt) then return {{{SEALED_STATE}}} end
   return nil

@@ -9,10 +9,14 @@ store to connect builds them from the snapshots (:func:`upgrade`, safe to run fr
 processes at once and to run again after a crash half-way), then sets ``layout`` to 2 and
 removes ``index``. Layout 3 keeps every key of layout 2; it says that every process on the
 prefix honours the lease rows (``lease:{id}``, checked by the write, delete and fork
-scripts), which a statekeep of layout 2 may not: the first store to connect sets it
-(:func:`upgrade_2_to_3`, which changes no other key). Stop processes running an older
-statekeep first: once the layout is new they refuse to start, but one already running
-would write States the indexes miss, or past a lease.
+scripts), which a statekeep of layout 2 may not, and it adds a State's incarnation (the
+field ``inc`` of its ``state:`` hash, set by its create and by a fork, never by a later
+write), which its sealed records are bound to (a State made at layout 2 has none). The
+first store to connect sets it (:func:`upgrade_2_to_3`, which changes no other key), and an
+older statekeep then refuses the prefix rather than write past a lease or append records
+it cannot bind to a State's incarnation. Stop processes running an older statekeep first:
+once the layout is new they refuse to start, but one already running would write States
+the indexes miss, or past a lease.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING
 from ..._errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
 from ..._labels import DEFAULT_NAMESPACE
 from ._keys import WIDTH, Keys, indexed
-from ._lua import REINDEX
+from ._lua import COMMON
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -42,6 +46,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+#: Layout 1 -> 2: index one State of the default namespace, if its snapshot is still the one read.
+REINDEX = (
+    COMMON
+    + """
+-- KEYS: state, entries, then the namespace keys
+-- ARGV: id, snapshot as read, member, exp, n index keys, then the index keys
+if redis.call('HGET', KEYS[1], 'snapshot') ~= ARGV[2] then return 0 end
+set_snapshot(ns_keys(3), ARGV[1], KEYS[1], ARGV[2], ARGV[3], 6, tonumber(ARGV[5]), ARGV[4], '')
+expire(KEYS[1], KEYS[2])
+return 1
+"""
+)
 
 # Servers already checked for durability settings, so that each is warned about once.
 _checked: set[Hashable] = set()

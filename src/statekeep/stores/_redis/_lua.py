@@ -25,11 +25,11 @@ from ._lease_lua import FENCE
 # a key of the wrong type, nothing written.
 WRONGTYPE = 5
 # ARGV slots of the write before the index keys, and its keys.
-HEAD = 15
+HEAD = 17
 WRITE_KEYS = 7
 
-# Helpers every changing script starts with. ``ns`` is the table of namespace keys.
-_COMMON = f"""
+#: Helpers every changing script starts with. ``ns`` is the table of namespace keys.
+COMMON = f"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
@@ -131,15 +131,16 @@ end
 
 #: The write, as one script: atomic, and serialised with every other write to the State.
 WRITE = (
-    _COMMON
+    COMMON
     + FENCE
     + PRECONDITIONS
     + f"""
 -- KEYS: state hash, entries list, then the namespace keys, then the lease row
 -- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
 --       exp, retention, n index keys, lease token ('' for none), lease owner, expect_next
---       ('' for none), clear ('1': the write is not sealed), then the index keys, the n
---       entries, then the approved stored entries
+--       ('' for none), clear ('1': the write is not sealed), incarnation ('' for none), bound
+--       ('1': the State's must be it), then the index keys, the n entries, then the approved
+--       stored entries
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -182,6 +183,7 @@ if create then
   purge(ns, id, KEYS[1], KEYS[2])  -- an expired State, or what native expiry left
   push(base + 1, base + n)
   redis.call('HSET', KEYS[1], 'next', string.format('%d', n))
+  if ARGV[16] ~= '' then redis.call('HSET', KEYS[1], 'inc', ARGV[16]) end
   snapshot_and_expiry()
   return {{{OK}, n}}
 end
@@ -221,13 +223,13 @@ return {{{OK}, math.max(nxt, first + n)}}
 
 #: A fork: the source's entries 0..at copied on the server, and the new State created.
 FORK = (
-    _COMMON
+    COMMON
     + FENCE
     + f"""
 -- KEYS: source state, source entries, new state, new entries, then the namespace keys,
 --       then the new State's lease row
 -- ARGV: new id, at seq, sha1 of the entries 0..at joined by newlines, snapshot, member,
---       exp, retention, n index keys, then the index keys
+--       exp, retention, n index keys, the new State's incarnation ('' for none), index keys
 local ns = ns_keys(5)
 if not live(KEYS[1]) then return {{{MISSING}}} end
 local refused = fence(KEYS[9], '', '')
@@ -246,7 +248,8 @@ while i <= #copied do
   i = j + 1
 end
 redis.call('HSET', KEYS[3], 'next', string.format('%d', #copied))
-set_snapshot(ns, ARGV[1], KEYS[3], ARGV[4], ARGV[5], 9, tonumber(ARGV[8]), ARGV[6], ARGV[7])
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[3], 'inc', ARGV[9]) end
+set_snapshot(ns, ARGV[1], KEYS[3], ARGV[4], ARGV[5], 10, tonumber(ARGV[8]), ARGV[6], ARGV[7])
 expire(KEYS[3], KEYS[4])
 return {{{OK}}}
 """
@@ -254,7 +257,7 @@ return {{{OK}}}
 
 #: Delete one State: its keys and its index entries.
 DELETE = (
-    _COMMON
+    COMMON
     + FENCE
     + """
 -- KEYS: state, entries, then the namespace keys, then the lease row
@@ -268,7 +271,7 @@ return {0}
 
 #: Remove up to ARGV[3] expired States; returns {removed, looked at, left for their lease}.
 GC = (
-    _COMMON
+    COMMON
     + """
 -- KEYS: the namespace keys; ARGV: state key prefix, entries key prefix, batch, lease row
 -- prefix, how many expired States to pass over first (those earlier calls left: leased)
@@ -385,16 +388,3 @@ while found < want and looked < budget do
 end
 return out
 """
-
-#: Layout 1 -> 2: index one State of the default namespace, if its snapshot is still the one read.
-REINDEX = (
-    _COMMON
-    + """
--- KEYS: state, entries, then the namespace keys
--- ARGV: id, snapshot as read, member, exp, n index keys, then the index keys
-if redis.call('HGET', KEYS[1], 'snapshot') ~= ARGV[2] then return 0 end
-set_snapshot(ns_keys(3), ARGV[1], KEYS[1], ARGV[2], ARGV[3], 6, tonumber(ARGV[5]), ARGV[4], '')
-expire(KEYS[1], KEYS[2])
-return 1
-"""
-)

@@ -22,11 +22,11 @@ async def read(local: ClientLocal, keys: Keys, state_id: str, server: str, since
     end, so reading the end of a long history costs what it returns."""
     state_key, entries_key = keys.state_keys(state_id)
     async with local.client.pipeline(transaction=True) as pipe:
-        pipe.hmget(state_key, "next", "snapshot", "exp")
+        pipe.hmget(state_key, "next", "snapshot", "exp", "inc")
         pipe.llen(entries_key)
         pipe.lrange(entries_key, since, -1)
         pipe.time()
-        (next_seq, snapshot, exp), size, items, (secs, micros) = await pipe.execute()
+        (next_seq, snapshot, exp, inc), size, items, (secs, micros) = await pipe.execute()
     if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
         return None  # none, or expired by the server's clock
     where = f"State {state_id!r} in Redis at {server}"
@@ -35,6 +35,7 @@ async def read(local: ClientLocal, keys: Keys, state_id: str, server: str, since
     return Record(
         _decode_entries(items, where, since),
         decode_snapshot(snapshot, f"the snapshot of State {state_id!r} in Redis"),
+        None if inc is None else _as_bytes(inc).decode(),
     )
 
 

@@ -290,11 +290,12 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             return await _leases.reseal(local, self._keys_of, state_id, entries, snapshot)
 
     async def _afork_write(
-        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
-    ) -> None:
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
+        incarnation: str | None,
+    ) -> None:  # fmt: skip
         """One script copies the source's entries on the server (checking they are still
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
-        write = prepare_write(new_id, [], self._stamp(snapshot), True)
+        write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         self._check_open(None)
         keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
         reply = await run_async(self._fork(keys, args, new_id))

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 from ..._errors import StateConflictError
 from ..._expect import check_clear, check_next
-from ..._writes import PreparedWrite, exists_error, missing_error, plan_append
+from ..._writes import PreparedWrite, exists_error, missing_error, plan_append, reborn
 
 # Outcomes of a server-side write; a store may add its own after these (5 to 9).
 OK, MISSING, EXISTS, GAP, COMPARE = 0, 1, 2, 3, 4
 # The write's preconditions refused it (see statekeep._expect): the State's next seq is not
 # its expect_next (reported with the next seq), or the write is clear and the State sealed.
 UNEXPECTED, SEALED_STATE = 10, 11
+# The write is bound to an incarnation the State no longer has (deleted and created again
+# since): checked before the other preconditions.
+REBORN = 12
 #: Times a write compares its entries with a State that keeps changing, before giving up.
 MAX_COMPARES = 8
 
 
 def check_outcome(status: int, write: PreparedWrite, next_seq: int | None) -> None:
-    """Raise the error of a refused write (MISSING, EXISTS, GAP, UNEXPECTED, SEALED_STATE);
-    return for OK and COMPARE."""
+    """Raise the error of a refused write (MISSING, EXISTS, GAP, REBORN, UNEXPECTED,
+    SEALED_STATE); return for OK and COMPARE."""
     sid = write.state_id
+    if status == REBORN:
+        raise reborn(sid)
     if status == UNEXPECTED:
         check_next(write, int(next_seq or 0))  # raises
         raise AssertionError(f"the server reported next seq {next_seq}, which is the one expected")

@@ -23,7 +23,14 @@ from ..._errors import CorruptStateError, StateConflictError
 from ..._expect import check_clear, check_next
 from ..._labels import iso
 from ..._leases import Lease, check_fence
-from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
+from ..._writes import (
+    PreparedWrite,
+    check_incarnation,
+    check_overlap,
+    exists_error,
+    missing_error,
+    plan_append,
+)
 from . import _sql as sql
 from ._connections import is_busy, rolled_back_on_error
 from ._leases import read_leases
@@ -213,7 +220,7 @@ class _Batch:
     def _plan(self, indexes: list[int]) -> Changes:
         """Check ``ops[i]`` for each i against the stored States (reads only) and collect
         the changes of those accepted; a refused op gets its error in ``errors[i]``."""
-        known: dict[tuple[str, str], tuple[int, str | None, bool]] = {}
+        known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]] = {}
         leases: dict[tuple[str, str], Lease] = {}
         by_ns: dict[str, list[str]] = {}
         for i in indexes:
@@ -221,10 +228,10 @@ class _Batch:
             by_ns.setdefault(ns, []).append(sid)
         for ns, ids in by_ns.items():
             marks = ",".join("?" * len(ids))
-            for sid, next_seq, expires, sealed in self.conn.execute(
+            for sid, next_seq, expires, incarnation, sealed in self.conn.execute(
                 sql.KNOWN.format(marks=marks), (ns, *ids)
             ):
-                known[ns, sid] = (next_seq, expires, bool(sealed))
+                known[ns, sid] = (next_seq, expires, incarnation, bool(sealed))
             leases.update(((ns, sid), lease) for sid, lease in read_leases(self.conn, ns, ids).items())
         changes = Changes()
         for i in indexes:
@@ -251,7 +258,7 @@ class _Batch:
         return expires is not None and expires <= self.now
 
     def _plan_one(
-        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None, bool]], changes: Changes
+        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]], changes: Changes
     ) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
         _, ns, value = op
@@ -261,7 +268,7 @@ class _Batch:
         fork = value if isinstance(value, Fork) else None
         write = value.write if isinstance(value, Fork) else value
         sid = write.state_id
-        next_seq, expires, sealed = known.get((ns, sid), (None, None, False))
+        next_seq, expires, incarnation, sealed = known.get((ns, sid), (None, None, None, False))
         expired = next_seq is not None and self._expired(expires)
         if expired:
             next_seq = None  # expired is absent: a create replaces it, an update finds nothing
@@ -274,7 +281,7 @@ class _Batch:
                 changes.deletes.append((ns, sid))
             columns, labels = listing_columns(sid, write.snapshot)
             end = fork.count if fork is not None else write.end_seq
-            changes.creates.append((ns, sid, end, write.snapshot, *columns))
+            changes.creates.append((ns, sid, end, write.snapshot, *columns, write.incarnation))
             changes.add_labels(ns, sid, columns, labels)
             if fork is not None:
                 changes.copies.append((ns, sid, ns, fork.source, fork.count))
@@ -282,6 +289,7 @@ class _Batch:
             return
         if next_seq is None:
             raise missing_error(sid)
+        check_incarnation(write, incarnation)
         check_next(write, next_seq)
         check_clear(write, sealed)
         skip = plan_append(write, next_seq)

@@ -24,7 +24,7 @@ from ._connections import closed_on_error, connect, refuse_not_a_database, rolle
 from ._rows import listing_columns
 
 #: The schema this statekeep writes; databases with a higher version are refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 assert len(sql.MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -117,6 +117,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (namespace, state_id)
         ) WITHOUT ROWID""",
     ),
+    # Version 4: each State's incarnation (a random id made at its create, which its sealed
+    # records are bound to); NULL for the States made before. A statekeep that knows no
+    # incarnations (version 3) refuses the file rather than append records to a State it
+    # cannot bind them to, which its readers then could not open.
+    ("ALTER TABLE states ADD COLUMN incarnation TEXT",),
 )
 
 #: The rows the version 2 migration fills the listing columns of.
@@ -158,11 +163,12 @@ RELEASE_SAVEPOINT = "RELEASE write"
 
 # -- writes (every statement names the namespace: a State is (namespace, id)) ----------------
 
-# With whether the State is sealed: its snapshot, else its last entry (statekeep_sealed is
-# _expect.sealed_text, registered on each connection: cheaper than a scan in SQL).
+# With the State's incarnation, and whether it is sealed: its snapshot, else its last entry
+# (statekeep_sealed is _expect.sealed_text, registered on each connection: cheaper than a
+# scan in SQL).
 KNOWN = (
-    "SELECT id, next_seq, expires_at, statekeep_sealed(CASE WHEN snapshot IS NOT NULL THEN "
-    "CAST(snapshot AS BLOB) ELSE (SELECT CAST(e.data AS BLOB) FROM entries e WHERE e.namespace = "
+    "SELECT id, next_seq, expires_at, incarnation, statekeep_sealed(CASE WHEN snapshot IS NOT NULL "
+    "THEN CAST(snapshot AS BLOB) ELSE (SELECT CAST(e.data AS BLOB) FROM entries e WHERE e.namespace = "
     "states.namespace AND e.state_id = states.id AND e.seq = states.next_seq - 1) END) "
     "FROM states WHERE namespace = ? AND id IN ({marks})"
 )
@@ -182,8 +188,8 @@ LISTING_COLUMNS = (
     "forked_from, unlisted"
 )
 INSERT_STATE = (
-    f"INSERT INTO states (namespace, id, next_seq, snapshot, {LISTING_COLUMNS}) "
-    "VALUES (?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO states (namespace, id, next_seq, snapshot, {LISTING_COLUMNS}, incarnation) "
+    "VALUES (?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 UPDATE_STATE = (
     "UPDATE states SET next_seq = ?, snapshot = CAST(? AS TEXT), task = ?, created_at = ?, updated_at = ?, "
@@ -226,7 +232,7 @@ RESEAL_SNAPSHOT = (
 
 # -- reads -----------------------------------------------------------------------------------
 
-READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ?"
+READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB), incarnation FROM states WHERE namespace = ? AND id = ?"
 # A live State's snapshot alone (expired: no row), for agent memory.
 READ_SNAPSHOT = (
     "SELECT CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ? "

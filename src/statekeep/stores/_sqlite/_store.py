@@ -225,14 +225,15 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         return await owner().io.run(self._retry_busy, self._read_snapshot_once, conns, state_id)
 
     async def _afork_write(
-        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str
-    ) -> None:
+        self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
+        incarnation: str | None,
+    ) -> None:  # fmt: skip
         # The entries are copied inside the database (INSERT ... SELECT), in the transaction
         # that creates the fork, which first checks the source still holds them: they are
         # encoded here (not sent) to compare with the source's, which may have been deleted
         # and written again since they were read.
         lines = prepare_write(source_id, entries, None, False).lines
-        write = prepare_write(new_id, [], self._stamp(snapshot), True)
+        write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
         await run_async(self._locked_submit(new_id, op), direct=True)
 
@@ -304,7 +305,7 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
             if row is None:
                 return None
             data = conn.execute(sql.READ_ENTRIES, (self.namespace, sid, since)).fetchall()
-        next_seq, snap = row
+        next_seq, snap, incarnation = row
         if len(data) != max(0, next_seq - since):
             raise CorruptStateError(
                 f"{self.path}: State {sid!r} records next seq {next_seq} but has {len(data)} entries "
@@ -315,7 +316,8 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
             entries = [loads(d) for (d,) in data]
         except orjson.JSONDecodeError:  # names the bad one
             entries = [decode_entry(self.path, sid, since + i, d) for i, (d,) in enumerate(data)]
-        return Record(entries, decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}"))
+        snapshot = decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}")
+        return Record(entries, snapshot, incarnation)
 
     def _read_snapshot_once(self, conns: Connections, sid: str) -> dict[str, Any] | None:
         if self._absent(conns):
