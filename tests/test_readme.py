@@ -11,8 +11,11 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.conftest import drop_and_collect
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
@@ -43,12 +46,22 @@ def test_readme_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, str(README), "exec", dont_inherit=True), module.__dict__)
     assert not any(p.name.startswith(".creating-") for p in tmp_path.rglob("*"))
+    assert unclosed_stores(module) == []  # a reader who copies it is not warned
+
+
+def unclosed_stores(*modules: types.ModuleType) -> list[str]:
+    """The stores the examples that ran in ``modules`` dropped without closing them."""
+    held: list[Any] = [module.__dict__ for module in modules]
+    for namespace in held:
+        namespace.clear()
+    return [w for w in drop_and_collect(held) if "dropped without close()" in w]
 
 
 def test_readme_examples_run_in_order_in_one_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As a reader runs them one after the other in one folder: each adapter keeps its
     States in a namespace of its own, so sharing ``./runs`` meets nothing of another's."""
     monkeypatch.chdir(tmp_path)
+    ran: list[types.ModuleType] = []
     for i, code in enumerate(EXAMPLES):
         module = types.ModuleType(f"__readme_{i}__")
         monkeypatch.setitem(sys.modules, module.__name__, module)
@@ -56,6 +69,8 @@ def test_readme_examples_run_in_order_in_one_folder(tmp_path: Path, monkeypatch:
             exec(compile(code, str(README), "exec", dont_inherit=True), module.__dict__)
         except Exception as exc:
             raise AssertionError(f"example {i} fails after examples 0 to {i - 1}: {exc!r}") from exc
+        ran.append(module)
+    assert unclosed_stores(*ran) == []
 
 
 def run_kit(code: str, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
