@@ -237,7 +237,9 @@ def test_dropped_stores_close_their_connections(
     assert connections(at, 0, name) == 0  # every connection closed, none left behind
     assert len(owner().closers) == closers - count
     prefix = "PostgresStore(" if kind == "postgres" else "RedisStore("
-    assert len(warned) == count and all(w.startswith(prefix) for w in warned)
+    assert len(warned) == count and all(w.startswith(prefix) for w in warned), "\n".join(
+        w[:200] for w in warned
+    )
     assert at.password and at.password not in " ".join(warned)  # type: ignore[attr-defined]
 
 
