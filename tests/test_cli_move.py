@@ -397,3 +397,17 @@ def test_import_dash_reads_what_export_dash_writes_and_checks_it_first(
     damaged = CliRunner().invoke(main, ["import", "-", "--store", str(tmp_path / "d2")], input=edited)
     assert damaged.exit_code == 3 and "checksum" in damaged.stderr, damaged.output
     assert not (tmp_path / "d2").exists() or not any((tmp_path / "d2").iterdir())
+
+
+def test_copy_and_import_refuse_memory_as_the_store_they_write_to(source: tuple[str, list[str]]) -> None:
+    # A memory:// store is new, empty and private to the command's own process: what a copy
+    # or an import wrote there would be gone as the command ends, which "N copied" hid.
+    src, _ = source
+    exported = cli("export", "--all", "-o", "-", "--store", src, "-q").stdout_bytes
+    runs = [
+        cli("copy", src, "memory://"),
+        CliRunner().invoke(main, ["import", "-", "--store", "memory://"], input=exported),
+    ]
+    for result in runs:
+        assert result.exit_code == 2, result.output
+        assert "memory://" in result.stderr and "copied" not in result.stdout, result.output

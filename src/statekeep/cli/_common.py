@@ -36,6 +36,7 @@ from .._redaction import redact_text
 from .._render import DEFAULT_STORE, safe
 from .._store import Store
 from .._urls import _looks_sqlite, open_store
+from ..stores._memory import MemoryStore
 from ._words import cli_text
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"
@@ -160,6 +161,17 @@ def open_store_at(
         )
         fail(f"no store at {url!r} ({local} does not exist){hint}; {missing}")
     return store
+
+
+def refuse_memory(store: Store, why: str) -> None:
+    """Exit 2 (closing ``store``) if it is a memory:// store, which ``why`` cannot use."""
+    if isinstance(store, MemoryStore):
+        store.close()
+        fail(
+            f"{why}: give a folder, sqlite:///, postgresql:// or redis:// (a memory:// store is new, "
+            "empty and private to this command's process)",
+            USAGE,
+        )
 
 
 def state_id_arg(ctx: click.Context, param: click.Parameter, value: str) -> str:

@@ -11,6 +11,7 @@ from .._errors import NotAStoreError
 from .._store import Store
 from .._urls import open_store
 from ..stores import SQLiteStore
+from ._common import refuse_memory
 
 
 def open_destination(url: str, keys_file: str | None, *, env: bool = True) -> Store:
@@ -18,9 +19,10 @@ def open_destination(url: str, keys_file: str | None, *, env: bool = True) -> St
     tables or keys), sealed with ``keys_file``'s keys (else ``$STATEKEEP_KEYS``'s, if
     ``env``) if given. A SQLite file that has tables but no statekeep store is refused
     (NotAStoreError, exit 3) before anything is written to it, as a folder that is not a
-    store is."""
+    store is; a memory:// store (gone when the command ends) exits 2."""
     keyring = load_keyring(keys_file, None if env else {})
     store = open_store(url, create=True, **({} if keyring is None else {"encrypt": keyring}))
+    refuse_memory(store, "what this command writes to memory:// would be gone when it ends")
     if isinstance(store, SQLiteStore):
         try:
             _refuse_foreign_database(store.path)

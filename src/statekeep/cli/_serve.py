@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from .._clikeys import keys_option
-from ..stores._memory import MemoryStore
-from ._common import USAGE, fail, open_store_at, reporting, store_option
+from ._common import USAGE, fail, open_store_at, refuse_memory, reporting, store_option
 from ._group import main
 
 TOKEN_ENV = "STATEKEEP_TOKEN"
@@ -40,12 +39,7 @@ def serve(
     except ValueError as exc:
         fail(str(exc), USAGE)
     with reporting(), open_store_at(store_url, keys_file) as store:
-        if isinstance(store, MemoryStore):
-            fail(
-                "the viewer shows runs other processes save: give a folder, sqlite:///, postgresql:// "
-                "or redis:// (a memory:// store is new, empty and private to this process)",
-                USAGE,
-            )
+        refuse_memory(store, "the viewer shows runs other processes save")
         store.list(limit=1)  # refuses what is no store, or a server that refuses us, before listening
         try:
             run_viewer(store, host=host, port=port, token=token, open_browser=open_browser)
