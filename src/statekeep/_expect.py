@@ -1,5 +1,8 @@
-"""The preconditions a store checks in the atomic step of a write, beside the seq rules.
+"""The preconditions a store checks in the atomic step of a write, beside the seq rules,
+in this order (:func:`check_preconditions`; the server stores' scripts keep it too):
 
+- An append bound to an incarnation (a sealed one, or one given ``incarnation=``) is
+  refused if the State was deleted and created again since (:func:`check_incarnation`).
 - ``expect_next=N``: the write goes through only if the State's next seq is exactly N, so
   a writer whose view is stale (the State was deleted and made again, shorter) is refused
   instead of appending to a history it never saw (:func:`check_next`).
@@ -44,6 +47,31 @@ def expecting_next(write: PreparedWrite, expect_next: object) -> PreparedWrite:
     """``write`` with the caller's ``expect_next`` (checked: :func:`check_expect`)."""
     expected = check_expect(expect_next, write.create)
     return write if expected is None else dataclasses.replace(write, expect_next=expected)
+
+
+def check_incarnation(write: PreparedWrite, stored: str | None) -> None:
+    """In a store's atomic step, for an append: StateConflictError unless the State is
+    still the incarnation ``write`` is bound to (it was deleted and created again since)."""
+    if write.bound and not write.create and stored != write.incarnation:
+        raise reborn(write.state_id)
+
+
+def reborn(state_id: str) -> StateConflictError:
+    """The error of an append bound to an incarnation the State no longer has."""
+    return StateConflictError(
+        f"State {state_id!r} was deleted and created again since this write was made for it "
+        "(another incarnation of the id); nothing was written. Read the State again and "
+        "continue from what it holds"
+    )
+
+
+def check_preconditions(write: PreparedWrite, incarnation: str | None, next_seq: int, sealed: bool) -> None:
+    """All of a write's preconditions, in their order, against a State whose incarnation is
+    ``incarnation``, next seq ``next_seq``, and that is ``sealed`` or not (a store may skip
+    judging that for a sealed write, which it never refuses for it)."""
+    check_incarnation(write, incarnation)
+    check_next(write, next_seq)
+    check_clear(write, sealed)
 
 
 def check_next(write: PreparedWrite, next_seq: int) -> None:

@@ -9,7 +9,7 @@ A sealed append must be sealed for the State's current incarnation: the caller g
 (``save`` passes the State's), or the store's client knows it from an earlier read or write
 of this store object (:class:`Known`), or reads it (once). The write then carries it, and
 the store refuses it in its atomic step if the State was created again meanwhile
-(:func:`~._writes.check_incarnation`): nothing unreadable is ever written. Unsealed
+(:func:`~._expect.check_incarnation`): nothing unreadable is ever written. Unsealed
 appends carry none unless the caller gives one, and cost nothing more.
 """
 

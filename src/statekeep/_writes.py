@@ -42,7 +42,7 @@ class PreparedWrite:
     plain: tuple[bytes, ...] | None = None
     opener: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
     #: The State's incarnation (see :attr:`Record.incarnation`): a create stores it; an
-    #: append with ``bound`` is refused (:func:`check_incarnation`) unless the State's is
+    #: append with ``bound`` is refused (:func:`~._expect.check_incarnation`) unless the State's is
     #: this one (None: a State created before incarnations), as its records are sealed for it.
     incarnation: str | None = None
     bound: bool = False
@@ -156,22 +156,6 @@ def check_overlap(write: PreparedWrite, stored: Sequence[dict[str, Any]]) -> Non
                 "another writer saved first. Nothing was written; read the State again "
                 "and continue from what it holds"
             )
-
-
-def check_incarnation(write: PreparedWrite, stored: str | None) -> None:
-    """In a store's atomic step, for an append: StateConflictError unless the State is
-    still the incarnation ``write`` is bound to (it was deleted and created again since)."""
-    if write.bound and not write.create and stored != write.incarnation:
-        raise reborn(write.state_id)
-
-
-def reborn(state_id: str) -> StateConflictError:
-    """The error of an append bound to an incarnation the State no longer has."""
-    return StateConflictError(
-        f"State {state_id!r} was deleted and created again since this write was made for it "
-        "(another incarnation of the id); nothing was written. Read the State again and "
-        "continue from what it holds"
-    )
 
 
 def same_json(a: Any, b: Any) -> bool:

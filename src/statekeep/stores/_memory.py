@@ -9,7 +9,7 @@ from typing import Any, cast
 import orjson
 
 from .._backend import Backend, Clock
-from .._expect import check_clear, check_next, sealed_text
+from .._expect import check_preconditions, sealed_text
 from .._labels import DEFAULT_NAMESPACE, check_period, iso
 from .._leases import Lease, acquired, check_fence, is_live, released, renewed
 from .._records import Record, SavedState, left_out, listing_order
@@ -17,7 +17,6 @@ from .._redactor import Redactor
 from .._sealing import Keyring
 from .._writes import (
     PreparedWrite,
-    check_incarnation,
     check_overlap,
     exists_error,
     missing_error,
@@ -130,10 +129,9 @@ class MemoryStore(Backend):
             return
         if lines is None:
             raise missing_error(sid)
-        check_incarnation(write, space.incarnations.get(sid))
-        check_next(write, len(lines))
         tail = space.snapshots[sid] or (lines[-1] if lines else None)
-        check_clear(write, write.opener is None and sealed_text(tail))
+        sealed = write.opener is None and sealed_text(tail)
+        check_preconditions(write, space.incarnations.get(sid), len(lines), sealed)
         skip = plan_append(write, len(lines))
         check_overlap(write, [orjson.loads(b) for b in lines[write.first_seq : write.first_seq + skip]])
         lines.extend(write.lines[skip:])

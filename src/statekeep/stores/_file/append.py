@@ -19,12 +19,12 @@ import orjson
 from ..._batching import WouldBlock
 from ..._bridge import owner
 from ..._errors import StateNotFoundError
-from ..._expect import check_clear, check_next, sealed_after
+from ..._expect import check_preconditions, sealed_after
 from ..._leases import check_fence
 from ..._logframe import closing_record, frame
 from ..._logtail import entries_back, reader
 from ..._records import decode_snapshot
-from ..._writes import PreparedWrite, check_incarnation, check_overlap, missing_error, plan_append
+from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
 from .budget import BUDGET
 from .copies import Copies
 from .expiry import encoded_expiry, log_expiry
@@ -168,13 +168,11 @@ class Appender:
         if expires is not None and expires <= self._now():
             raise missing_error(sid)
         item.expires_at = expires if write.snapshot is None else encoded_expiry(write.snapshot)
-        check_incarnation(write, found.incarnation)
-        item.incarnation = found.incarnation
-        check_next(write, found.next_seq)
         sealed = found.sealed
         if sealed is None and write.opener is None:
             sealed = sealed_log(item.log, found)
-        check_clear(write, bool(sealed))
+        check_preconditions(write, found.incarnation, found.next_seq, bool(sealed))
+        item.incarnation = found.incarnation
         skip = plan_append(write, found.next_seq)
         item.next_seq = found.next_seq + len(write.lines) - skip
         if skip:

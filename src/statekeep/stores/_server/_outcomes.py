@@ -4,8 +4,8 @@ and the errors of those that refuse the write."""
 from __future__ import annotations
 
 from ..._errors import StateConflictError
-from ..._expect import check_clear, check_next
-from ..._writes import PreparedWrite, exists_error, missing_error, plan_append, reborn
+from ..._expect import check_clear, check_next, reborn
+from ..._writes import PreparedWrite, exists_error, missing_error, plan_append
 
 # Outcomes of a server-side write; a store may add its own after these (5 to 9).
 OK, MISSING, EXISTS, GAP, COMPARE = 0, 1, 2, 3, 4

@@ -20,12 +20,11 @@ from typing import Any
 import orjson
 
 from ..._errors import CorruptStateError, StateConflictError
-from ..._expect import check_clear, check_next
+from ..._expect import check_preconditions
 from ..._labels import iso
 from ..._leases import Lease, check_fence
 from ..._writes import (
     PreparedWrite,
-    check_incarnation,
     check_overlap,
     exists_error,
     missing_error,
@@ -289,9 +288,7 @@ class _Batch:
             return
         if next_seq is None:
             raise missing_error(sid)
-        check_incarnation(write, incarnation)
-        check_next(write, next_seq)
-        check_clear(write, sealed)
+        check_preconditions(write, incarnation, next_seq, sealed)
         skip = plan_append(write, next_seq)
         if skip:
             self._check_stored(ns, write, next_seq, skip)
