@@ -25,6 +25,8 @@ ROWS = {
     "protect": 12,
     "copy": 2,
     "viewer": 2,
+    "budget": 20,
+    "peers": 9,
 }
 
 
@@ -59,6 +61,13 @@ def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) ->
         assert math.isfinite(row["value"]), row
         if row.get("target") and name != "servers":  # quick server runs judge no target
             assert row["met"] in (True, False), row
+    if name == "budget":  # the counts beside the times: OsIO calls, SQL statements
+        measures = [row["measure"] for row in result["rows"]]
+        assert any(m.startswith("OsIO calls per FileStore write") for m in measures), measures
+        assert any(m.startswith("SQL statements per") for m in measures), measures
+    if name == "peers":  # every peer beside statekeep, each pair with its ratio
+        assert {"alpineagents", "openai-agents", "langgraph-checkpoint-sqlite"} <= set(result["peers"])
+        assert sum(row["ratio"] is not None for row in result["rows"]) >= 4
     if name == "core":
         for number in range(1, 9):
             assert any(line.startswith(f"({number}) ") for line in lines), f"no row ({number}) in:\n{lines}"
