@@ -331,6 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = rows_of(med, counts, stats)
     common.print_table(rows)
     print(notes(counts, missing, cfg))
+    for kind, split in stats.items():
+        top = ", ".join(f"{name} {n:.1f}" for name, n in split["top"].items())
+        print(f"strace -f, {kind}, the most frequent system calls per write: {top}")
     elapsed = time.perf_counter() - began
     print(f"Took {elapsed:.1f} s.")
     if args.json:
