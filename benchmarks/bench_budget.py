@@ -91,6 +91,13 @@ def count_file(folder: Path, turns: list[subjects.Turn], warm: int, asynchronous
         return {}
     subject = subjects.store_subject(FileStore(folder, io=io), asynchronous=asynchronous)
     subject.warmed = lambda: setattr(recorder, "on", True)
+    close = subject.close
+
+    def closed() -> None:  # closing's own calls are not a write's
+        recorder.on = False
+        close()
+
+    subject.close = closed
     result = run(subject, turns, warm)
     n = len(result.us)
     return {
@@ -366,6 +373,7 @@ def notes(counts: dict[str, Any], missing: list[str], cfg: Config) -> str:
         lines.append("SQL statements of SQLiteStore: n/a (it opened no connection through sqlite3.connect)")
     for name in missing:
         lines.append(f"n/a: {LABELS[name]} (its seam is gone: see budget_subjects.py)")
+    lines += [f"doubtful: {warning}" for warning in sorted(subjects.WARNINGS)]
     return "\n".join(lines)
 
 

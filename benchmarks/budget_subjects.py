@@ -23,6 +23,7 @@ from statekeep import FileStore, MemoryStore, SQLiteStore, Store
 
 Turn = tuple[list[dict[str, Any]], dict[str, Any]]
 SID = "budget"
+WARNINGS: set[str] = set()  # what a run saw that makes a row doubtful, for the report
 
 
 def make_turns(count: int) -> list[Turn]:
@@ -152,7 +153,12 @@ def sqlite_nosync(folder: Path) -> Subject | None:
     def write(entries: list[dict[str, Any]], snapshot: dict[str, Any], create: bool) -> None:
         store.write(SID, entries, snapshot)  # created above
 
-    subject.write = write
+    def close() -> None:
+        if conns.synchronous() - {0}:  # the store set it back, or opened another connection
+            WARNINGS.add("SQLiteStore, synchronous=OFF: a connection was not at OFF by the end")
+        store.close()
+
+    subject.write, subject.close = write, close
     return subject
 
 
