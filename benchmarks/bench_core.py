@@ -543,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = f"(5) FileStore.read, {cfg.load_entries:,} entries"
     listing = f"(6) FileStore.list, {cfg.list_states:,} States"
     rows = [
-        med.row("(1) raw write+fsync, sequential", "raw_seq", "turns/s"),
+        med.row("(1) raw write+fdatasync, sequential", "raw_seq", "turns/s"),
         ratio_row("(2) raw same protocol, sequential", "raw_protocol_seq", "turns/s", "raw_seq", "(1)"),
         ratio_row(
             "(3) FileStore.write, sequential",
@@ -555,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overhead=True,
         ),
         ratio_row("(3) FileStore.write, sequential", "filestore_seq", "turns/s", "raw_protocol_seq", "(2)"),
-        ratio_row(f"(4) raw write+fsync, {n} threads", "raw_append_threads", "turns/s", "raw_seq", "(1)"),
+        ratio_row(f"(4) raw write+fdatasync, {n} threads", "raw_append_threads", "turns/s", "raw_seq", "(1)"),
         ratio_row(f"(4) raw protocol, {n} threads", "raw_protocol_threads", "turns/s", "raw_seq", "(1)"),
         ratio_row(
             f"(4) FileStore.awrite, {n} concurrent",

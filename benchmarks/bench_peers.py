@@ -57,7 +57,7 @@ class Config:
     read_reps: int  # unused: the banner's
 
 
-FULL = Config(states=1, turns=150, warm=10, reps=5, read_reps=0)
+FULL = Config(states=1, turns=150, warm=10, reps=7, read_reps=0)
 QUICK = Config(states=1, turns=6, warm=2, reps=1, read_reps=0)
 PEERS = ("alpineagents", "openai-agents", "langgraph-checkpoint", "langgraph-checkpoint-sqlite")
 

@@ -12,7 +12,7 @@ States; a turn adds 3 entries (text fields of about 800 B, 200 B and 2 KB) and r
 snapshot, in one durable write, States in turn (round robin), one write at a time per
 process (the sync API). Four writers, each in a fresh scratch folder:
 
-- raw write+fsync: one file per State, per turn the entry lines + snapshot JSON encoded
+- raw write+fdatasync: one file per State, per turn the entry lines + snapshot JSON encoded
   with orjson, one ``os.write`` of them, then ``fdatasync``;
 - raw sqlite3: one database shared by the P processes (as SQLiteStore's is), WAL,
   synchronous=FULL, SQLiteStore's tables; per turn one transaction (BEGIN IMMEDIATE, upsert
@@ -37,7 +37,7 @@ threads: a store's owner loop and worker threads count; start-up and imports do 
 
 Every writer runs once per repetition, the order rotated; the report gives medians and
 ratios (value / baseline). Targets (issue 22): FileStore CPU per write with 8 processes <= 3 x
-raw write+fsync's, and FileStore writes/s with 8 processes >= 0.5 x raw write+fsync's. The raw
+raw write+fdatasync's, and FileStore writes/s with 8 processes >= 0.5 x raw write+fdatasync's. The raw
 writers encode each turn with orjson inside the timed window, as a store must.
 """
 
@@ -80,7 +80,7 @@ QUICK = Config(procs=(1, 2), states=3, turns=4, reps=1)
 
 WRITERS = ("raw_file", "raw_sqlite", "filestore", "sqlitestore")
 LABELS = {
-    "raw_file": "raw write+fsync",
+    "raw_file": "raw write+fdatasync",
     "raw_sqlite": "raw sqlite3",
     "filestore": "FileStore.write",
     "sqlitestore": "SQLiteStore.write",
@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in cfg.procs:
         procs = f"{p} proc{'s' if p > 1 else ''}"
         rows += [
-            med.row(f"(1) raw write+fsync, {procs}", f"raw_file_p{p}_wps", "writes/s"),
+            med.row(f"(1) raw write+fdatasync, {procs}", f"raw_file_p{p}_wps", "writes/s"),
             med.row(f"(2) raw sqlite3, {procs}", f"raw_sqlite_p{p}_wps", "writes/s"),
             med.ratio_row(
                 f"(3) FileStore.write, {procs}",
@@ -410,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in cfg.procs:
         procs = f"{p} proc{'s' if p > 1 else ''}"
         rows += [
-            med.row(f"(5) CPU/write raw write+fsync, {procs}", f"raw_file_p{p}_cpu", "ms"),
+            med.row(f"(5) CPU/write raw write+fdatasync, {procs}", f"raw_file_p{p}_cpu", "ms"),
             med.row(f"(6) CPU/write raw sqlite3, {procs}", f"raw_sqlite_p{p}_cpu", "ms"),
             med.ratio_row(
                 f"(7) CPU/write FileStore, {procs}",
