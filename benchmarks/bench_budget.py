@@ -248,12 +248,7 @@ def speed_row(med: common.Medians, numbers: dict[str, int], name: str) -> Row:
     if name not in VERSUS or VERSUS[name][0] not in med.med:
         return med.row(label, name, "µs")
     base, target = VERSUS[name]
-    value, base_us = med[name], med[base]
-    ratio = base_us / value
-    row = Row(label, value, "µs", f"({numbers[base]})", base_us, ratio, target,
-              common.meets(ratio, target), common.spread(med.samples[name]))  # fmt: skip
-    row.overhead = value - base_us
-    return row
+    return med.time_row(label, name, base, f"({numbers[base]})", target)
 
 
 def rows_of(med: common.Medians, counts: dict[str, Any], stats: dict[str, Any]) -> list[Row]:

@@ -181,25 +181,20 @@ VERSUS = {
     "statekeep_session": ("sqlite_session", ">= 1.0"),
     "statekeep_saver": ("sqlite_saver", ""),
 }
-RAW = {"alpine_fs": "raw_file", "filestore": "raw_file", "sqlite_saver": "raw_sqlite"}
 
 
 def rows_of(med: common.Medians) -> list[Row]:
     numbers = {name: i for i, name in enumerate(LABELS, 1)}
     rows = []
     for name, label in LABELS.items():
-        row = med.row(f"({numbers[name]}) {label}", name, "µs")
         if name in VERSUS:
             peer, target = VERSUS[name]
-            ratio = med[peer] / med[name]
-            row.baseline_name, row.baseline, row.ratio = f"({numbers[peer]})", med[peer], ratio
-            row.target, row.met, row.overhead = target, common.meets(ratio, target), med[name] - med[peer]
-        rows.append(row)
+            rows.append(med.time_row(f"({numbers[name]}) {label}", name, peer, f"({numbers[peer]})", target))
+        else:
+            rows.append(med.row(f"({numbers[name]}) {label}", name, "µs"))
     for name in ("alpine_fs", "filestore", "sqlite_session", "sqlite", "sqlite_saver", "statekeep_saver"):
         raw = "raw_file" if name in ("alpine_fs", "filestore") else "raw_sqlite"
-        ratio = med[raw] / med[name]
-        rows.append(Row(f"({numbers[name]}) vs raw: {LABELS[name]}", med[name], "µs", f"({numbers[raw]})",
-                        med[raw], ratio, overhead=med[name] - med[raw]))  # fmt: skip
+        rows.append(med.time_row(f"({numbers[name]}) vs raw: {LABELS[name]}", name, raw, f"({numbers[raw]})"))
     return rows
 
 

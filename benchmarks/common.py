@@ -324,6 +324,16 @@ class Medians:
             row.overhead = 1e6 / value - 1e6 / base
         return row
 
+    def time_row(self, measure: str, key: str, base_key: str, base_name: str, target: str = "") -> Row:
+        """``key``'s median time per write (µs) against ``base_key``'s: the ratio is the
+        baseline's time / this one's (a speed ratio: >= 1 is faster), the overhead this one's
+        µs above the baseline's."""
+        value, base = self.med[key], self.med[base_key]
+        ratio = base / value
+        row = Row(measure, value, "µs", base_name, base, ratio, target, meets(ratio, target))
+        row.spread, row.overhead = spread(self.samples[key]), value - base
+        return row
+
 
 def meets(value: float, target: str) -> bool | None:
     """Whether ``value`` meets ``target`` (``">= x"`` or ``"<= x"``; None without one)."""
