@@ -270,6 +270,8 @@ class Row:
     met: bool | None = None
     spread: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # µs per write above the baseline's, in the same run (shown beside the ratio)
+    overhead: float | None = None
 
 
 def fmt(value: float, unit: str) -> str:
@@ -300,16 +302,45 @@ class Medians:
         return Row(measure, self.med[key], unit, spread=spread(self.samples[key]))
 
     def ratio_row(
-        self, measure: str, key: str, unit: str, base_key: str, base_name: str, target: str = ""
+        self,
+        measure: str,
+        key: str,
+        unit: str,
+        base_key: str,
+        base_name: str,
+        target: str = "",
+        *,
+        overhead: bool = False,
     ) -> Row:
-        """``key``'s median against ``base_key``'s; ``target`` is ``">= x"`` or ``"<= x"``."""
+        """``key``'s median against ``base_key``'s; ``target`` is ``">= x"`` or ``"<= x"``.
+        With ``overhead`` (a rate in writes or turns per second, one write at a time), also
+        the µs per write above the baseline's."""
         value, base = self.med[key], self.med[base_key]
         r = value / base
-        met = None
-        if target:
-            op, bound = target.split()
-            met = r >= float(bound) if op == ">=" else r <= float(bound)
-        return Row(measure, value, unit, base_name, base, r, target, met, spread(self.samples[key]))
+        row = Row(
+            measure, value, unit, base_name, base, r, target, meets(r, target), spread(self.samples[key])
+        )
+        if overhead:
+            row.overhead = 1e6 / value - 1e6 / base
+        return row
+
+    def time_row(self, measure: str, key: str, base_key: str, base_name: str, target: str = "") -> Row:
+        """``key``'s median time per write (µs) against ``base_key``'s: the ratio is the
+        baseline's time / this one's (a speed ratio: >= 1 is faster), the overhead this one's
+        µs above the baseline's."""
+        value, base = self.med[key], self.med[base_key]
+        ratio = base / value
+        row = Row(measure, value, "µs", base_name, base, ratio, target, meets(ratio, target))
+        row.spread, row.overhead = spread(self.samples[key]), value - base
+        return row
+
+
+def meets(value: float, target: str) -> bool | None:
+    """Whether ``value`` meets ``target`` (``">= x"`` or ``"<= x"``; None without one)."""
+    if not target:
+        return None
+    op, bound = target.split()[:2]
+    return value >= float(bound) if op == ">=" else value <= float(bound)
 
 
 def print_table(rows: list[Row]) -> None:
@@ -318,6 +349,8 @@ def print_table(rows: list[Row]) -> None:
     for r in rows:
         base = "" if r.baseline is None else f"{r.baseline_name}: {fmt(r.baseline, r.unit)}"
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
+        if r.overhead is not None:
+            ratio += f" ({r.overhead:+,.0f} µs)"
         met = "" if r.met is None else ("yes" if r.met else "NO")
         table.append((r.measure, fmt(r.value, r.unit), r.spread, base, ratio, r.target or "-", met or "-"))
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
