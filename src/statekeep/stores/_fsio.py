@@ -9,6 +9,7 @@ parent)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -17,8 +18,6 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY
 
 
 def _full_fsync(fd: int) -> None:
-    import fcntl
-
     try:
         fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # type: ignore[attr-defined,unused-ignore]
     except OSError:
@@ -66,8 +65,8 @@ class OsIO:
     def read_all(self, fd: int) -> bytes:
         """Read from the current offset to the end of the file."""
         chunks = []
-        size = max(os.fstat(fd).st_size, 1 << 16)
-        while chunk := os.read(fd, size):
+        size = max(self.fstat(fd).st_size, 1 << 16)
+        while chunk := self.read(fd, size):
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -102,6 +101,28 @@ class OsIO:
 
     def rmdir(self, name: str, *, dir_fd: int) -> None:
         os.rmdir(name, dir_fd=dir_fd)
+
+    # What an append also asks of the system: through the seam too, so that a test can
+    # count every system call of a write (tests/test_file_syscalls.py).
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def stat(self, name: str, *, dir_fd: int | None = None) -> os.stat_result:
+        """``lstat``: a link is described, never followed (its last component)."""
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        return os.fstat(fd)
+
+    def flock(self, fd: int, how: int) -> None:
+        fcntl.flock(fd, how)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+    def read(self, fd: int, size: int) -> bytes:
+        return os.read(fd, size)
 
 
 def write_private(io: OsIO, fd: int, data: bytes, *, sync: bool = True) -> None:

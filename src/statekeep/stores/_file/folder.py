@@ -46,6 +46,7 @@ _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached
 #: system's clock (a coarse kernel tick; whole seconds, or two, on some file systems) may
 #: have left the folder's times as they were.
 SETTLE_NS = 2_000_000_000
+_OS = OsIO()
 _IN_A_STATE = frozenset({LOG, LOG_TMP, SNAPSHOT, SNAPSHOT_TMP})  # the files in a State's folder
 
 
@@ -98,7 +99,7 @@ class StoreFolder:
             make_folders(self.io, self.path)
             root = self.io.open(str(self.path), _ROOT)
         try:
-            check_owner(root, self.path)
+            check_owner(root, self.path, self.io)
             if not self._checked:
                 self._check_root(root)
             if writing and not self._marked:
@@ -106,13 +107,13 @@ class StoreFolder:
                 self._marked = True
                 self.case_insensitive = self._probe_case(root)
         except BaseException:
-            os.close(root)
+            self.io.close(root)
             raise
         if self.space is not None:
             try:
                 space = self._open_space(root, create)
             finally:
-                os.close(root)
+                self.io.close(root)
             if space is None:
                 return None
             root = space
@@ -138,9 +139,9 @@ class StoreFolder:
                     raise CorruptStateError(f"{where} is a symbolic link or a file; not followed") from None
                 raise
             try:
-                check_owner(fd, where)
+                check_owner(fd, where, self.io)
             except BaseException:
-                os.close(fd)
+                self.io.close(fd)
                 raise
             return fd
         raise AssertionError("unreachable")
@@ -218,6 +219,18 @@ class StoreFolder:
             return None
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
+    def touch(self, root: int | None) -> None:
+        """Move the change stamp: set the namespace folder's (``root``, else opened by its
+        path) modification time to now."""
+        if root is not None:
+            self.io.touch(root)
+            return
+        fd = self.io.open(self._text, _ROOT if self.space is None else DIR)
+        try:
+            self.io.touch(fd)
+        finally:
+            self.io.close(fd)
+
     def open_state(self, root: int, sid: str) -> int | None:
         """The State's folder, opened and checked; None if there is none."""
         try:
@@ -225,13 +238,13 @@ class StoreFolder:
         except FileNotFoundError:
             return None
         if self.case_insensitive and not self._spelled(root, sid, folder):
-            os.close(folder)
+            self.io.close(folder)
             return None  # the folder of an id spelled in another case
         return folder
 
     def _spelled(self, root: int, sid: str, folder: int) -> bool:
         """On a case-insensitive folder: is ``folder`` named exactly ``sid``?"""
-        st = os.fstat(folder)
+        st = self.io.fstat(folder)
         if self._spelling.get(sid) == (st.st_dev, st.st_ino):
             return True
         if sid not in os.listdir(root):
@@ -253,9 +266,9 @@ class StoreFolder:
                 ) from None
             raise
         try:
-            check_owner(fd, where)
+            check_owner(fd, where, self.io)
         except BaseException:
-            os.close(fd)
+            self.io.close(fd)
             raise
         return fd
 
@@ -268,7 +281,7 @@ class StoreFolder:
         try:
             return self.io.read_all(fd)
         finally:
-            os.close(fd)
+            self.io.close(fd)
 
     def name_paths(self, exc: OSError, sid: str | None = None) -> None:
         """Give ``exc`` the full paths of the files it names: the store opens them relative
@@ -289,23 +302,23 @@ class StoreFolder:
         return f"{self._text}{os.sep}{sid}{os.sep}{name}" if name else f"{self._text}{os.sep}{sid}"
 
 
-def still_named(root: int, sid: str, folder: int) -> bool:
+def still_named(root: int, sid: str, folder: int, io: OsIO = _OS) -> bool:
     """Is ``folder`` still the State's folder (not renamed away or replaced)?"""
     try:
-        named = os.stat(sid, dir_fd=root, follow_symlinks=False)
+        named = io.stat(sid, dir_fd=root)
     except FileNotFoundError:
         return False
-    held = os.fstat(folder)
+    held = io.fstat(folder)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
-def log_named(folder: int, log: int) -> bool:
+def log_named(folder: int, log: int, io: OsIO = _OS) -> bool:
     """Is the open ``log`` still the State's ``log.jsonl`` (a rekey replaces it)?"""
     try:
-        named = os.stat(LOG, dir_fd=folder, follow_symlinks=False)
+        named = io.stat(LOG, dir_fd=folder)
     except FileNotFoundError:
         return False
-    held = os.fstat(log)
+    held = io.fstat(log)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 

@@ -41,13 +41,13 @@ DELETING = ".deleting-"
 DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW  # a folder, never through a link
 
 
-def check_owner(fd: int, path: object) -> None:
+def check_owner(fd: int, path: object, io: OsIO | None = None) -> None:
     """Refuse what another user could change: not owned by us, or writable by group/others.
 
     As ssh does for its keys: another local user who can write a State's folder or file
     (or rename the store's States aside) could make us load a history of their choosing.
     """
-    check_stat(os.fstat(fd), path)
+    check_stat(os.fstat(fd) if io is None else io.fstat(fd), path)
 
 
 def check_stat(st: os.stat_result, path: object) -> None:
