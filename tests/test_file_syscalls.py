@@ -244,3 +244,27 @@ def test_an_append_after_close_is_refused_and_a_new_store_goes_on(tmp_path: Path
     with FileStore(tmp_path) as again:
         again.write("a", entries(12, 1), None)
     assert FileStore(tmp_path).read("a").entries == entries(0, 13)
+
+
+def test_a_small_read_and_a_listing_page_make_few_system_calls(tmp_path: Path) -> None:
+    io = CountingIO()
+    store = FileStore(tmp_path, io=io)
+    for n in range(50):
+        store.write(f"s{n:02d}", entries(0, 10), snapshot(turn=n), create=True)
+    store.close()
+    store = FileStore(tmp_path, io=io)
+    assert store.read("s07") == Record(entries(0, 10), snapshot(turn=7))  # the folder checked once
+    io.take()
+    assert store.read("s07") == Record(entries(0, 10), snapshot(turn=7))
+    read = io.take()
+    # The store's folder and the State's (opened and checked), the log's name, the copy
+    # and the log (each opened, checked, read in one call, closed).
+    assert read.total() <= 15, dict(read)
+    assert read["read"] == 2
+    page = store.list(limit=50)
+    listing = io.take()
+    assert sorted(r.id for r in page) == [f"s{n:02d}" for n in range(50)]
+    # Per row: the State's folder looked at, its copy (opened, checked, read, closed), its
+    # log's size; then the store's folder once (scandir's own calls are not counted).
+    assert listing.total() <= 6 * 50 + 3, dict(listing)
+    store.close()

@@ -63,12 +63,9 @@ class OsIO:
             view = view[self.write(fd, view) :]
 
     def read_all(self, fd: int) -> bytes:
-        """Read from the current offset to the end of the file."""
-        chunks = []
-        size = max(self.fstat(fd).st_size, 1 << 16)
-        while chunk := self.read(fd, size):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        """Read from the current offset to the end of the file: one ``read`` if it does
+        not grow meanwhile (a regular file reads short only at its end)."""
+        return read_rest(self, fd, self.fstat(fd).st_size)
 
     def fsync(self, fd: int) -> None:
         """Make what ``fd`` holds durable: its data, and the metadata needed to read it
@@ -123,6 +120,18 @@ class OsIO:
 
     def read(self, fd: int, size: int) -> bytes:
         return os.read(fd, size)
+
+
+def read_rest(io: OsIO, fd: int, size: int) -> bytes:
+    """Read from the current offset to the end of a file that was ``size`` bytes long:
+    one ``read`` if it did not grow since (a regular file reads short only at its end)."""
+    chunk = io.read(fd, size + 1)
+    if len(chunk) <= size:
+        return chunk
+    chunks = [chunk]
+    while chunk := io.read(fd, max(size, 1 << 16)):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def write_private(io: OsIO, fd: int, data: bytes, *, sync: bool = True) -> None:

@@ -34,7 +34,7 @@ from .._fsio import write_private
 from .folder import StoreFolder, quietly, still_named
 from .locking import hold, release
 from .recovery import Tail, check_copy, scan_part
-from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP, check_stat
+from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP, check_stat, euid
 
 INTERVAL = 0.5  # seconds: the longest a live writer leaves a copy behind its log
 
@@ -175,25 +175,25 @@ def listed_snapshot(store: StoreFolder, root: int, sid: str) -> tuple[bool, dict
     ``sid`` was found by ``scandir`` in the store's folder (ours, not writable by others),
     not as a link: so ``{sid}/...`` names the State's own files.
     """
-    me = os.geteuid()
-    st = os.stat(sid, dir_fd=root, follow_symlinks=False)
+    me, io = euid(), store.io
+    st = io.stat(sid, dir_fd=root)
     if st.st_uid != me or st.st_mode & 0o022:
         check_stat(st, store.where(sid))
     try:
-        fd = store.io.open(f"{sid}/{SNAPSHOT}", _COPY, dir_fd=root)
+        fd = io.open(f"{sid}/{SNAPSHOT}", _COPY, dir_fd=root)
     except FileNotFoundError:
         return False, None
     try:
-        st = os.fstat(fd)
+        st = io.fstat(fd)
         if st.st_uid != me or st.st_mode & 0o022:
             check_stat(st, store.where(sid, SNAPSHOT))
-        raw = os.read(fd, st.st_size + 1)
+        raw = io.read(fd, st.st_size + 1)
     finally:
-        os.close(fd)
+        io.close(fd)
     copy = decode_copy(raw)
     if copy is None or copy.log_size is None:
         return False, None
-    if os.stat(f"{sid}/{LOG}", dir_fd=root, follow_symlinks=False).st_size != copy.log_size:
+    if io.stat(f"{sid}/{LOG}", dir_fd=root).st_size != copy.log_size:
         return False, None
     return True, copy.snapshot
 

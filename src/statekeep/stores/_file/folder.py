@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from ..._errors import CorruptStateError
-from .._fsio import OsIO, make_folders
+from .._fsio import OsIO, make_folders, read_rest
 from .locking import hold, release, unlock
 from .trust import (
     CREATING,
@@ -37,6 +37,8 @@ from .trust import (
     SNAPSHOT_TMP,
     check_adoptable,
     check_owner,
+    check_stat,
+    euid,
     read_marker,
     write_marker,
 )
@@ -255,31 +257,40 @@ class StoreFolder:
     def open_in(self, dir_fd: int, sid: str, name: str, flags: int) -> int:
         """Open ``name`` in ``dir_fd`` (a State's folder, or the store's for ``name == sid``),
         never through a link, and refuse it if another user could change it."""
-        where = self.where(sid) if name == sid else self.where(sid, name)
+        return self.open_stat(dir_fd, sid, name, flags)[0]
+
+    def open_stat(self, dir_fd: int, sid: str, name: str, flags: int) -> tuple[int, os.stat_result]:
+        """:meth:`open_in`, and what ``fstat`` said of the file opened."""
+        io = self.io
         try:
-            fd = self.io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
+            fd = io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise CorruptStateError(
-                    f"{where} is a symbolic link or not what statekeep made; "
+                    f"{self._named(sid, name)} is a symbolic link or not what statekeep made; "
                     "links inside a store are never followed"
                 ) from None
             raise
         try:
-            check_owner(fd, where, self.io)
+            st = io.fstat(fd)
+            if st.st_uid != euid() or st.st_mode & 0o022:
+                check_stat(st, self._named(sid, name))
         except BaseException:
-            self.io.close(fd)
+            io.close(fd)
             raise
-        return fd
+        return fd, st
+
+    def _named(self, sid: str, name: str) -> str:
+        return self.where(sid) if name == sid else self.where(sid, name)
 
     def read_file(self, folder: int, sid: str, name: str) -> bytes | None:
         """A State's file whole, or None if it has none."""
         try:
-            fd = self.open_in(folder, sid, name, os.O_RDONLY)
+            fd, st = self.open_stat(folder, sid, name, os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
-            return self.io.read_all(fd)
+            return read_rest(self.io, fd, st.st_size)
         finally:
             self.io.close(fd)
 

@@ -50,11 +50,27 @@ def check_owner(fd: int, path: object, io: OsIO | None = None) -> None:
     check_stat(os.fstat(fd) if io is None else io.fstat(fd), path)
 
 
+_euid: int | None = None  # this process's effective uid, as last read
+
+
+def euid() -> int:
+    """This process's effective uid, read once (:func:`check_stat` reads it again when a
+    file's owner does not match it)."""
+    global _euid
+    if _euid is None:
+        _euid = os.geteuid()
+    return _euid
+
+
 def check_stat(st: os.stat_result, path: object) -> None:
     """:func:`check_owner` of what ``st`` describes."""
-    me = os.geteuid()
-    if st.st_uid != me or st.st_mode & 0o022:
-        _unsafe(st, me, path)
+    global _euid
+    if st.st_uid != _euid or st.st_mode & 0o022:
+        # The uid read again (a system call) only when it does not match: a process that
+        # changed its euid since is judged by its new one.
+        _euid = me = os.geteuid()
+        if st.st_uid != me or st.st_mode & 0o022:
+            _unsafe(st, me, path)
 
 
 def _unsafe(st: os.stat_result, me: int, path: object) -> None:
