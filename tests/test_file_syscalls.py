@@ -268,3 +268,15 @@ def test_a_small_read_and_a_listing_page_make_few_system_calls(tmp_path: Path) -
     # log's size; then the store's folder once (scandir's own calls are not counted).
     assert listing.total() <= 6 * 50 + 3, dict(listing)
     store.close()
+
+
+def test_a_snapshot_only_write_is_steady_too(tmp_path: Path, no_copy_refresh: None) -> None:
+    io = CountingIO()
+    store = warm(tmp_path, io)
+    io.take()
+    store.write("a", [], snapshot(turn=9))
+    calls = io.take()
+    assert calls.total() <= STEADY_BOUND and calls["write"] == 1, dict(calls)
+    store.write("a", entries(12, 1), None)
+    store.close()
+    assert FileStore(tmp_path).read("a") == Record(entries(0, 13), snapshot(turn=9))

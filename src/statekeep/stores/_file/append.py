@@ -4,7 +4,8 @@ of an undo that failed, so the next write cuts off what may not be durable.
 
 A steady-state append is one ``write()`` of the new entry lines and the closing record
 (carrying the snapshot) to the log, opened once and kept open (:mod:`.handles`), and one
-fsync of the log: nothing else is on the durable path."""
+fsync of the log: nothing else is on the durable path. A lone one takes a shorter way
+(:mod:`.steady`), which declines, having changed nothing, whenever more may be needed."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from ..._logframe import closing_record, frame
 from ..._writes import PreparedWrite
 from .budget import limit_hit
 from .expiry import encoded_expiry
+from .handles import close_pair
 from .locking import hold, release
 from .recovery import CHECK_BYTES, Tail
 from .staged import Append
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from .append import Appender
 
 MISS: Final = object()  # this path does not apply: take the general one
+# (It does not take a gap, which raises there, a re-sent write, which compares what it
+# overlaps, or a write of nothing, which may only need the log fsync'd.)
 
 
 def append(appender: Appender, write: PreparedWrite, *, wait: bool) -> object:
@@ -50,8 +53,7 @@ def append(appender: Appender, write: PreparedWrite, *, wait: bool) -> object:
         or not tail.framed
         or not tail.expiry_known
         or tail.sealed is None
-        or not write.lines
-        or write.first_seq != tail.next_seq  # a gap (an error) or a re-sent write
+        or (write.first_seq != tail.next_seq if write.lines else write.snapshot is None)
         or sid in appender._doubts
         or sid in appender._suspects
         or not appender._store.settled
@@ -68,7 +70,12 @@ def append(appender: Appender, write: PreparedWrite, *, wait: bool) -> object:
         handles.give(sid, folder, log, mark)
         return MISS
     io = appender._io
-    if not hold(folder, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB, io):
+    try:
+        locked = hold(folder, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB, io)
+    except BaseException:
+        close_pair(folder, log, io)
+        raise
+    if not locked:
         handles.give(sid, folder, log, mark)
         raise WouldBlock  # another process is writing the State: wait in a worker
     item = Append(write, folder, log, locked=True, size=tail.size, durable=tail.size, mark=tail)
