@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import statekeep as sk
-from statekeep import FileStore, Keyring, LeaseHeldError, Record, StateConflictError
+from statekeep import FileStore, Keyring, LeaseHeldError, Record, StateConflictError, StateNotFoundError
 from statekeep.stores import OsIO
 from tests.conftest import entries, snapshot
 
@@ -280,3 +280,19 @@ def test_a_snapshot_only_write_is_steady_too(tmp_path: Path, no_copy_refresh: No
     store.write("a", entries(12, 1), None)
     store.close()
     assert FileStore(tmp_path).read("a") == Record(entries(0, 13), snapshot(turn=9))
+
+
+def test_a_delete_and_create_by_the_same_store_between_two_steady_appends(tmp_path: Path) -> None:
+    io = CountingIO()
+    store = warm(tmp_path, io)
+    store.delete("a")
+    with pytest.raises(StateNotFoundError):
+        store.write("a", entries(12, 1), None)
+    store.write("a", entries(0, 1), snapshot(turn=7), create=True)
+    for seq in range(1, 4):
+        store.write("a", entries(seq, 1), None)
+    io.take()
+    store.write("a", entries(4, 1), None)
+    assert io.take().total() <= STEADY_BOUND  # steady again, on the new log
+    store.close()
+    assert FileStore(tmp_path).read("a") == Record(entries(0, 5), snapshot(turn=7))
