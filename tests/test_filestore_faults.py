@@ -389,9 +389,10 @@ def test_a_steady_state_append_is_one_write_and_one_fsync_of_the_log(
         io.calls.clear()
         store.write(SID, entries(seq, 1), snapshot("steady", turn=seq))
         # One write() of the entry and the closing record, one fsync of the log; the only
-        # other call opens the store's folder (once per group commit) to check that the
-        # State is still the one its kept descriptors point to.
-        assert io.calls == [("open", str(tmp_path)), ("write", log), ("fsync", log)], (seq, io.calls)
+        # other open is of the State's lease row (absent): the fence. (Every other system
+        # call of it: tests/test_file_syscalls.py.)
+        row = str(tmp_path / ".leases" / SID)
+        assert io.calls == [("open", row), ("write", log), ("fsync", log)], (seq, io.calls)
     store.close()  # refreshes the copy
     fresh = FileStore(tmp_path)
     assert fresh.read(SID) == Record(entries(0, 24), snapshot("steady", turn=23))

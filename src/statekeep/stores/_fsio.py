@@ -1,6 +1,8 @@
 """The FileStore's seam to the operating system: every call that writes, syncs, renames,
 creates, removes or changes a mode goes through one :class:`OsIO` object, so tests can
 replace it to inject short writes, ENOSPC, EIO or a crash after any single operation.
+So does every other system call of an append (open, stat, flock, pread, close...) and of a
+read or a listing's rows, so that a test can count them (tests/test_file_syscalls.py).
 
 Also the one way statekeep makes what it creates owner-only whatever the umask, and
 durable, through the seam: :func:`write_private` for a file (0600, written, fsync'd),
@@ -9,6 +11,7 @@ parent)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -17,8 +20,6 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY
 
 
 def _full_fsync(fd: int) -> None:
-    import fcntl
-
     try:
         fcntl.fcntl(fd, fcntl.F_FULLFSYNC)  # type: ignore[attr-defined,unused-ignore]
     except OSError:
@@ -64,12 +65,9 @@ class OsIO:
             view = view[self.write(fd, view) :]
 
     def read_all(self, fd: int) -> bytes:
-        """Read from the current offset to the end of the file."""
-        chunks = []
-        size = max(os.fstat(fd).st_size, 1 << 16)
-        while chunk := os.read(fd, size):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        """Read from the current offset to the end of the file: one ``read`` if it does
+        not grow meanwhile (a regular file reads short only at its end)."""
+        return read_rest(self, fd, self.fstat(fd).st_size)
 
     def fsync(self, fd: int) -> None:
         """Make what ``fd`` holds durable: its data, and the metadata needed to read it
@@ -102,6 +100,40 @@ class OsIO:
 
     def rmdir(self, name: str, *, dir_fd: int) -> None:
         os.rmdir(name, dir_fd=dir_fd)
+
+    # What an append also asks of the system: through the seam too, so that a test can
+    # count every system call of a write (tests/test_file_syscalls.py).
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def stat(self, name: str, *, dir_fd: int | None = None) -> os.stat_result:
+        """``lstat``: a link is described, never followed (its last component)."""
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        return os.fstat(fd)
+
+    def flock(self, fd: int, how: int) -> None:
+        fcntl.flock(fd, how)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+    def read(self, fd: int, size: int) -> bytes:
+        return os.read(fd, size)
+
+
+def read_rest(io: OsIO, fd: int, size: int) -> bytes:
+    """Read from the current offset to the end of a file that was ``size`` bytes long:
+    one ``read`` if it did not grow since (a regular file reads short only at its end)."""
+    chunk = io.read(fd, size + 1)
+    if len(chunk) <= size:
+        return chunk
+    chunks = [chunk]
+    while chunk := io.read(fd, max(size, 1 << 16)):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def write_private(io: OsIO, fd: int, data: bytes, *, sync: bool = True) -> None:

@@ -4,7 +4,8 @@ of an undo that failed, so the next write cuts off what may not be durable.
 
 A steady-state append is one ``write()`` of the new entry lines and the closing record
 (carrying the snapshot) to the log, opened once and kept open (:mod:`.handles`), and one
-fsync of the log: nothing else is on the durable path."""
+fsync of the log: nothing else is on the durable path. A lone one takes a shorter way
+(:mod:`.steady`), which declines, having changed nothing, whenever more may be needed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import fcntl
 import os
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -22,17 +23,18 @@ from ..._errors import StateNotFoundError
 from ..._expect import check_preconditions, sealed_after
 from ..._leases import check_fence
 from ..._logframe import closing_record, frame
-from ..._logtail import entries_back, reader
+from ..._logtail import entries_back
 from ..._records import decode_snapshot
 from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
-from .budget import BUDGET
+from . import steady
+from .budget import BUDGET, limit_hit
 from .copies import Copies
 from .expiry import encoded_expiry, log_expiry
 from .folder import StoreFolder, log_named, still_named
 from .handles import SpaceHandles, close_pair
 from .leases import LeaseRows
 from .locking import hold
-from .recovery import Tail, read_tail, scan_whole, sealed_log
+from .recovery import Tail, io_reader, read_tail, scan_whole, sealed_log
 from .staged import Append, Doubt
 from .trust import LOG, SNAPSHOT
 
@@ -60,6 +62,7 @@ class Appender:
         # Logs whose fsync failed: (dev, ino, from) -- bytes past ``from`` may be clean in
         # the page cache yet not on disk (fsyncgate), so they are written again first.
         self._suspects: dict[str, tuple[int, int, int]] = {}
+        self._paths: dict[str, tuple[str, str]] = {}  # (log, lease row) by id: see .steady
 
     def commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         """Append a batch of writes (one per State) durably; return each one's error.
@@ -68,6 +71,10 @@ class Appender:
         its lines), then fsync every log at once. A write that fails in either phase is
         undone (its log cut back) and fails alone.
         """
+        if len(writes) == 1:
+            outcome = steady.append(self, writes[0], wait=True)
+            if outcome is not steady.MISS:
+                return [cast(BaseException | None, outcome)]
         with BUDGET.held(len(writes)):
             return self._commit(writes)
 
@@ -83,6 +90,9 @@ class Appender:
             or not self._store.settled
         ):
             raise WouldBlock  # more than an append and its fsync may be needed: off the loop
+        outcome = steady.append(self, writes[0], wait=False)
+        if outcome is not steady.MISS:
+            return [cast(BaseException | None, outcome)]
         with BUDGET.held(1, wait=False):
             errors = self._commit(writes, wait=False)
         if isinstance(errors[0], WouldBlock):
@@ -113,7 +123,7 @@ class Appender:
             for item in items:
                 self._put_back(item)
             if root is not None:
-                os.close(root)
+                self._io.close(root)
         return [a.error for a in items]
 
     def _sync_root(self, root: int | None, live: list[Append]) -> list[Append]:
@@ -140,6 +150,7 @@ class Appender:
         except BaseException as exc:
             if isinstance(exc, OSError):
                 self._store.name_paths(exc, item.write.state_id)
+            limit_hit(exc)
             item.error = exc
             self._undo(item)
 
@@ -217,26 +228,26 @@ class Appender:
                 try:
                     log = store.open_in(folder, sid, LOG, os.O_RDWR | os.O_APPEND)
                 except BaseException:
-                    os.close(folder)
+                    self._io.close(folder)
                     raise
-                pair = (folder, log)
-            item.folder, item.log = pair
+                pair = (folder, log, None)
+            item.folder, item.log, item.mark = pair
             if wait:
-                hold(item.folder, fcntl.LOCK_EX)  # on failure, _put_back closes both
-            elif not hold(item.folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                hold(item.folder, fcntl.LOCK_EX, self._io)  # on failure, _put_back closes both
+            elif not hold(item.folder, fcntl.LOCK_EX | fcntl.LOCK_NB, self._io):
                 raise WouldBlock  # another process is writing the State: wait in a worker
             item.locked = True
-            if still_named(root, sid, item.folder):
-                if log_named(item.folder, item.log):
+            if still_named(root, sid, item.folder, self._io):
+                if log_named(item.folder, item.log, self._io):
                     return
                 # A rekey replaced the log since it was opened (.reseal): use the new one.
-                os.close(item.log)
-                item.log = -1
+                self._io.close(item.log)
+                item.log, item.mark = -1, None
                 item.log = store.open_in(item.folder, sid, LOG, os.O_RDWR | os.O_APPEND)
                 return
             # Deleted, maybe made again, since these were opened: try the name once more.
-            item.unlock()
-            close_pair(item.folder, item.log)
+            item.unlock(self._io)
+            close_pair(item.folder, item.log, self._io)
             item.folder = item.log = -1
             if not cached:
                 raise missing_error(sid)  # deleted while we waited for the lock
@@ -246,7 +257,7 @@ class Appender:
         """The stored entries a write's first ``skip`` entries overlap, from the log's end."""
         first = item.write.first_seq
         log = item.log
-        stored = entries_back(reader(log), item.size, first, first + skip)
+        stored = entries_back(io_reader(self._io, log), item.size, first, first + skip)
         if stored is None:  # not to be told from the end: read it whole (damage raises there)
             stored = scan_whole(self._store, log, item.write.state_id).entries[first : first + skip]
         return stored
@@ -268,11 +279,12 @@ class Appender:
                 expiry=(item.expires_at,),
                 incarnation=item.incarnation,
                 sealed=item.sealed,
+                io=self._io,
             )
         except OSError:
             self._tails.pop(sid, None)  # the write is durable; its log is read again next time
             return
-        self._tails[sid] = tail
+        self._tails[sid] = item.mark = tail  # the log kept open is the one it describes
         if item.snapshot is not None and root is not None:  # a kept snapshot leaves its copy current
             self._copies.written(root, item.folder, sid, tail, item.snapshot)
 
@@ -280,11 +292,11 @@ class Appender:
         """Unlock the State; keep its descriptors open for the next write if all went well."""
         if item.folder < 0:
             return
-        item.unlock()
+        item.unlock(self._io)
         if item.error is None or isinstance(item.error, WouldBlock):
-            self._handles.give(item.write.state_id, item.folder, item.log)
+            self._handles.give(item.write.state_id, item.folder, item.log, item.mark)
         else:
-            close_pair(item.folder, item.log)
+            close_pair(item.folder, item.log, self._io)
         item.folder = item.log = -1
 
     def _fsync_log(self, item: Append) -> None:

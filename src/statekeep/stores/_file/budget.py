@@ -7,6 +7,7 @@ limit: the rest stays free for everything else it has open (sockets, reads, crea
 
 from __future__ import annotations
 
+import errno
 import resource
 import threading
 from collections.abc import Iterator
@@ -18,12 +19,29 @@ _FDS_PER_WRITE = 3
 _FDS_SHARE = 4
 
 
+_soft: int | None = None  # the soft descriptor limit, read once (again after EMFILE)
+
+
+def soft_limit() -> int:
+    """The process's soft limit of open descriptors (at most 2**20), read once: a
+    ``getrlimit`` per write cost a system call. :func:`limit_hit` reads it again."""
+    global _soft
+    if _soft is None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        _soft = 1 << 20 if soft == resource.RLIM_INFINITY or soft > 1 << 20 else soft
+    return _soft
+
+
+def limit_hit(exc: BaseException) -> None:
+    """After ``exc``: if it is EMFILE, the limit may have been lowered since it was read."""
+    global _soft
+    if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+        _soft = None
+
+
 def batch_cap() -> int:
-    """Most appends staged at once in this process, from the descriptor limit now."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
-        soft = 1 << 20
-    return max(1, soft // _FDS_SHARE // _FDS_PER_WRITE)
+    """Most appends staged at once in this process, from the descriptor limit."""
+    return max(1, soft_limit() // _FDS_SHARE // _FDS_PER_WRITE)
 
 
 class DescriptorBudget:

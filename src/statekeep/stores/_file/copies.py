@@ -18,6 +18,7 @@ path, and not on an append whose copy waits: that write's refresh touches it, la
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import threading
@@ -33,7 +34,7 @@ from .._fsio import write_private
 from .folder import StoreFolder, quietly, still_named
 from .locking import hold, release
 from .recovery import Tail, check_copy, scan_part
-from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP, check_stat
+from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP, check_stat, euid
 
 INTERVAL = 0.5  # seconds: the longest a live writer leaves a copy behind its log
 
@@ -49,7 +50,7 @@ def write_copy(
         try:
             write_private(store.io, fd, encode_copy(log_size, next_seq, snapshot), sync=False)
         finally:
-            os.close(fd)
+            store.io.close(fd)
         store.io.rename(SNAPSHOT_TMP, SNAPSHOT, dir_fd=folder)
     except BaseException:
         quietly(lambda: store.io.unlink(SNAPSHOT_TMP, dir_fd=folder))
@@ -64,6 +65,7 @@ class Copies:
         self._lock = threading.Lock()
         self._due: dict[str, tuple[Tail, bytes | None]] = {}  # sid -> the log written, its snapshot
         self._last: dict[str, float] = {}  # sid -> when its copy was last written
+        self.timer: asyncio.TimerHandle | None = None  # the refresh due once writes pause
         _all.add(self)
 
     @property
@@ -71,10 +73,11 @@ class Copies:
         """Are copies waiting for a refresh?"""
         return bool(self._due)
 
-    def written(self, root: int, folder: int, sid: str, tail: Tail, snapshot: bytes | None) -> None:
+    def written(self, root: int | None, folder: int, sid: str, tail: Tail, snapshot: bytes | None) -> None:
         """After a write made the log durable up to ``tail.size`` (the caller holds the
         State's lock): refresh the copy now if it was not refreshed lately, else later.
-        ``root``: the namespace folder, whose modification time a refresh moves."""
+        ``root``: the namespace folder, whose modification time a refresh moves (None:
+        opened by its path, if a refresh is due)."""
         now = time.monotonic()
         with self._lock:
             fresh = now - self._last.get(sid, -INTERVAL) < INTERVAL
@@ -90,7 +93,7 @@ class Copies:
             with self._lock:
                 self._due.setdefault(sid, (tail, snapshot))  # try again later
             return
-        quietly(lambda: self._store.io.touch(root))  # the change stamp
+        quietly(lambda: self._store.touch(root))  # the change stamp
 
     def forget(self, sid: str) -> None:
         with self._lock:
@@ -147,6 +150,7 @@ class Copies:
     def _forget(self) -> None:
         self._lock = threading.Lock()
         self._due = {}
+        self.timer = None  # on the parent's loop, which the child does not run
 
 
 _all: weakref.WeakSet[Copies] = weakref.WeakSet()
@@ -171,25 +175,25 @@ def listed_snapshot(store: StoreFolder, root: int, sid: str) -> tuple[bool, dict
     ``sid`` was found by ``scandir`` in the store's folder (ours, not writable by others),
     not as a link: so ``{sid}/...`` names the State's own files.
     """
-    me = os.geteuid()
-    st = os.stat(sid, dir_fd=root, follow_symlinks=False)
+    me, io = euid(), store.io
+    st = io.stat(sid, dir_fd=root)
     if st.st_uid != me or st.st_mode & 0o022:
         check_stat(st, store.where(sid))
     try:
-        fd = store.io.open(f"{sid}/{SNAPSHOT}", _COPY, dir_fd=root)
+        fd = io.open(f"{sid}/{SNAPSHOT}", _COPY, dir_fd=root)
     except FileNotFoundError:
         return False, None
     try:
-        st = os.fstat(fd)
+        st = io.fstat(fd)
         if st.st_uid != me or st.st_mode & 0o022:
             check_stat(st, store.where(sid, SNAPSHOT))
-        raw = os.read(fd, st.st_size + 1)
+        raw = io.read(fd, st.st_size + 1)
     finally:
-        os.close(fd)
+        io.close(fd)
     copy = decode_copy(raw)
     if copy is None or copy.log_size is None:
         return False, None
-    if os.stat(f"{sid}/{LOG}", dir_fd=root, follow_symlinks=False).st_size != copy.log_size:
+    if io.stat(f"{sid}/{LOG}", dir_fd=root).st_size != copy.log_size:
         return False, None
     return True, copy.snapshot
 

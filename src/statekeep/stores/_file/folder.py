@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from ..._errors import CorruptStateError
-from .._fsio import OsIO, make_folders
+from .._fsio import OsIO, make_folders, read_rest
 from .locking import hold, release, unlock
 from .trust import (
     CREATING,
@@ -37,6 +37,8 @@ from .trust import (
     SNAPSHOT_TMP,
     check_adoptable,
     check_owner,
+    check_stat,
+    euid,
     read_marker,
     write_marker,
 )
@@ -46,6 +48,7 @@ _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached
 #: system's clock (a coarse kernel tick; whole seconds, or two, on some file systems) may
 #: have left the folder's times as they were.
 SETTLE_NS = 2_000_000_000
+_OS = OsIO()
 _IN_A_STATE = frozenset({LOG, LOG_TMP, SNAPSHOT, SNAPSHOT_TMP})  # the files in a State's folder
 
 
@@ -98,7 +101,7 @@ class StoreFolder:
             make_folders(self.io, self.path)
             root = self.io.open(str(self.path), _ROOT)
         try:
-            check_owner(root, self.path)
+            check_owner(root, self.path, self.io)
             if not self._checked:
                 self._check_root(root)
             if writing and not self._marked:
@@ -106,13 +109,13 @@ class StoreFolder:
                 self._marked = True
                 self.case_insensitive = self._probe_case(root)
         except BaseException:
-            os.close(root)
+            self.io.close(root)
             raise
         if self.space is not None:
             try:
                 space = self._open_space(root, create)
             finally:
-                os.close(root)
+                self.io.close(root)
             if space is None:
                 return None
             root = space
@@ -138,9 +141,9 @@ class StoreFolder:
                     raise CorruptStateError(f"{where} is a symbolic link or a file; not followed") from None
                 raise
             try:
-                check_owner(fd, where)
+                check_owner(fd, where, self.io)
             except BaseException:
-                os.close(fd)
+                self.io.close(fd)
                 raise
             return fd
         raise AssertionError("unreachable")
@@ -218,6 +221,18 @@ class StoreFolder:
             return None
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
+    def touch(self, root: int | None) -> None:
+        """Move the change stamp: set the namespace folder's (``root``, else opened by its
+        path) modification time to now."""
+        if root is not None:
+            self.io.touch(root)
+            return
+        fd = self.io.open(self._text, _ROOT if self.space is None else DIR)
+        try:
+            self.io.touch(fd)
+        finally:
+            self.io.close(fd)
+
     def open_state(self, root: int, sid: str) -> int | None:
         """The State's folder, opened and checked; None if there is none."""
         try:
@@ -225,13 +240,13 @@ class StoreFolder:
         except FileNotFoundError:
             return None
         if self.case_insensitive and not self._spelled(root, sid, folder):
-            os.close(folder)
+            self.io.close(folder)
             return None  # the folder of an id spelled in another case
         return folder
 
     def _spelled(self, root: int, sid: str, folder: int) -> bool:
         """On a case-insensitive folder: is ``folder`` named exactly ``sid``?"""
-        st = os.fstat(folder)
+        st = self.io.fstat(folder)
         if self._spelling.get(sid) == (st.st_dev, st.st_ino):
             return True
         if sid not in os.listdir(root):
@@ -242,33 +257,42 @@ class StoreFolder:
     def open_in(self, dir_fd: int, sid: str, name: str, flags: int) -> int:
         """Open ``name`` in ``dir_fd`` (a State's folder, or the store's for ``name == sid``),
         never through a link, and refuse it if another user could change it."""
-        where = self.where(sid) if name == sid else self.where(sid, name)
+        return self.open_stat(dir_fd, sid, name, flags)[0]
+
+    def open_stat(self, dir_fd: int, sid: str, name: str, flags: int) -> tuple[int, os.stat_result]:
+        """:meth:`open_in`, and what ``fstat`` said of the file opened."""
+        io = self.io
         try:
-            fd = self.io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
+            fd = io.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise CorruptStateError(
-                    f"{where} is a symbolic link or not what statekeep made; "
+                    f"{self._named(sid, name)} is a symbolic link or not what statekeep made; "
                     "links inside a store are never followed"
                 ) from None
             raise
         try:
-            check_owner(fd, where)
+            st = io.fstat(fd)
+            if st.st_uid != euid() or st.st_mode & 0o022:
+                check_stat(st, self._named(sid, name))
         except BaseException:
-            os.close(fd)
+            io.close(fd)
             raise
-        return fd
+        return fd, st
+
+    def _named(self, sid: str, name: str) -> str:
+        return self.where(sid) if name == sid else self.where(sid, name)
 
     def read_file(self, folder: int, sid: str, name: str) -> bytes | None:
         """A State's file whole, or None if it has none."""
         try:
-            fd = self.open_in(folder, sid, name, os.O_RDONLY)
+            fd, st = self.open_stat(folder, sid, name, os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
-            return self.io.read_all(fd)
+            return read_rest(self.io, fd, st.st_size)
         finally:
-            os.close(fd)
+            self.io.close(fd)
 
     def name_paths(self, exc: OSError, sid: str | None = None) -> None:
         """Give ``exc`` the full paths of the files it names: the store opens them relative
@@ -289,23 +313,23 @@ class StoreFolder:
         return f"{self._text}{os.sep}{sid}{os.sep}{name}" if name else f"{self._text}{os.sep}{sid}"
 
 
-def still_named(root: int, sid: str, folder: int) -> bool:
+def still_named(root: int, sid: str, folder: int, io: OsIO = _OS) -> bool:
     """Is ``folder`` still the State's folder (not renamed away or replaced)?"""
     try:
-        named = os.stat(sid, dir_fd=root, follow_symlinks=False)
+        named = io.stat(sid, dir_fd=root)
     except FileNotFoundError:
         return False
-    held = os.fstat(folder)
+    held = io.fstat(folder)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
-def log_named(folder: int, log: int) -> bool:
+def log_named(folder: int, log: int, io: OsIO = _OS) -> bool:
     """Is the open ``log`` still the State's ``log.jsonl`` (a rekey replaces it)?"""
     try:
-        named = os.stat(LOG, dir_fd=folder, follow_symlinks=False)
+        named = io.stat(LOG, dir_fd=folder)
     except FileNotFoundError:
         return False
-    held = os.fstat(log)
+    held = io.fstat(log)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 

@@ -2,7 +2,10 @@
 
 A steady-state append then opens nothing. The cache is bounded (least recently used
 States are closed first). A user takes a State's pair out and gives it back when done,
-so no two threads ever use one pair. After a ``fork`` the child closes its copies at
+so no two threads ever use one pair. A pair carries a mark: the tail (see
+:mod:`.recovery`) its user last left its log at, so that the next append knows the log it
+holds is the one that tail describes (held open since: its inode cannot have been reused).
+After a ``fork`` the child closes its copies at
 once (before any code of its own runs, so the numbers are still the inherited ones): they
 share their open files, and so their flocks, with the parent's, and a copy kept open
 would keep a lock held after the parent died holding it.
@@ -11,21 +14,21 @@ would keep a lock held after the parent died holding it.
 from __future__ import annotations
 
 import os
-import resource
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable
 
+from .._fsio import OsIO
+from .budget import soft_limit
 from .locking import unlock
+
+Pair = tuple[int, int, object]  # (folder, log, mark)
 
 
 def cache_cap() -> int:
     """How many States' descriptors to keep open: a sixteenth of the process's limit."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft > 1 << 16:
-        soft = 1 << 16
-    return max(4, soft // 32)
+    return max(4, min(soft_limit(), 1 << 16) // 32)
 
 
 class Handles:
@@ -33,7 +36,7 @@ class Handles:
     namespace uses a :meth:`space` of it, so they share one bound."""
 
     def __init__(self) -> None:
-        self._open: OrderedDict[Hashable, tuple[int, int]] = OrderedDict()
+        self._open: OrderedDict[Hashable, Pair] = OrderedDict()
         self._lock = threading.Lock()
         _all.add(self)
 
@@ -41,28 +44,33 @@ class Handles:
         """The handles of one namespace's States."""
         return SpaceHandles(self, namespace)
 
-    def take(self, sid: Hashable) -> tuple[int, int] | None:
-        """The State's pair, now the caller's alone; None if none is kept."""
+    def take(self, sid: Hashable) -> Pair | None:
+        """The State's pair and its mark, now the caller's alone; None if none is kept."""
         with self._lock:
             return self._open.pop(sid, None)
 
-    def give(self, sid: Hashable, folder: int, log: int) -> None:
+    def give(self, sid: Hashable, folder: int, log: int, mark: object = None) -> None:
         """Keep the pair (the caller no longer uses it); closes the oldest beyond the cap."""
         with self._lock:
             old = self._open.pop(sid, None)
-            self._open[sid] = (folder, log)
-            extra = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - cache_cap())]
+            self._open[sid] = (folder, log, mark)
+            extra = self._trim()
         if old is not None:
             extra.append(old)
-        for pair in extra:
-            close_pair(*pair)
+        for folder_, log_, _ in extra:
+            close_pair(folder_, log_)
+
+    def _trim(self) -> list[Pair]:
+        if len(self._open) <= 4:  # never over the cap (see cache_cap)
+            return []
+        return [self._open.popitem(last=False)[1] for _ in range(len(self._open) - cache_cap())]
 
     def drop(self, sid: Hashable) -> None:
         """Close the State's pair, if kept (it was deleted)."""
         with self._lock:
             pair = self._open.pop(sid, None)
         if pair is not None:
-            close_pair(*pair)
+            close_pair(pair[0], pair[1])
 
     def close(self, namespace: str | None = None) -> None:
         """Close every pair (of ``namespace`` only, if given)."""
@@ -72,14 +80,14 @@ class Handles:
             else:
                 keys = [k for k in self._open if type(k) is tuple and k[0] == namespace]
                 pairs = [self._open.pop(k) for k in keys]
-        for pair in pairs:
-            close_pair(*pair)
+        for folder, log, _ in pairs:
+            close_pair(folder, log)
 
     def _forget(self) -> None:
         pairs, self._open = list(self._open.values()), OrderedDict()
         self._lock = threading.Lock()
-        for pair in pairs:
-            for fd in pair:
+        for folder, log, _ in pairs:
+            for fd in (folder, log):
                 try:
                     os.close(fd)
                 except OSError:
@@ -93,11 +101,11 @@ class SpaceHandles:
         self._shared = shared
         self._namespace = namespace
 
-    def take(self, sid: str) -> tuple[int, int] | None:
+    def take(self, sid: str) -> Pair | None:
         return self._shared.take((self._namespace, sid))
 
-    def give(self, sid: str, folder: int, log: int) -> None:
-        self._shared.give((self._namespace, sid), folder, log)
+    def give(self, sid: str, folder: int, log: int, mark: object = None) -> None:
+        self._shared.give((self._namespace, sid), folder, log, mark)
 
     def drop(self, sid: str) -> None:
         self._shared.drop((self._namespace, sid))
@@ -106,11 +114,13 @@ class SpaceHandles:
         self._shared.close(self._namespace)
 
 
-def close_pair(folder: int, log: int) -> None:
+def close_pair(folder: int, log: int, io: OsIO | None = None) -> None:
+    if io is None:
+        io = OsIO()
     if log >= 0:
-        os.close(log)
+        io.close(log)
     if folder >= 0:
-        unlock(folder)  # also forgets it in the fork bookkeeping of locking.py
+        unlock(folder, io)  # also forgets it in the fork bookkeeping of locking.py
 
 
 _all: weakref.WeakSet[Handles] = weakref.WeakSet()

@@ -38,11 +38,11 @@ from ..._records import utc_time
 from .._fsio import write_file
 from .folder import StoreFolder, quietly, still_named
 from .locking import hold, lock, unlock
-from .trust import DIR, check_owner
+from .trust import DIR, check_stat
 
 LEASES = ".leases"  # a State id cannot start with a dot: never a State's folder
 _TMP = ".tmp-"
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW
 
 
 def row_name(sid: str) -> str:
@@ -60,21 +60,29 @@ class LeaseRows:
 
     def read(self, root: int, sid: str) -> Lease | None:
         """The State's lease row (live or not), or None if it never had one."""
-        name = f"{LEASES}/{row_name(sid)}"
+        return self._read(f"{LEASES}/{row_name(sid)}", root, sid)
+
+    def read_path(self, sid: str, path: str) -> Lease | None:
+        """:meth:`read`, by the row's full ``path`` (:meth:`where`; a steady append holds no
+        store folder): one failed ``open`` on a State never leased."""
+        return self._read(path, None, sid)
+
+    def _read(self, name: str, root: int | None, sid: str) -> Lease | None:
+        io = self._store.io
         try:
-            # Not through the I/O seam: a read, on every append's path (a missing file).
-            fd = os.open(name, _READ, dir_fd=root)
+            fd = io.open(name, _READ, dir_fd=root)
         except FileNotFoundError:
             return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise CorruptStateError(f"{self._where(sid)} is a symbolic link; not followed") from None
+                raise CorruptStateError(f"{self.where(sid)} is a symbolic link; not followed") from None
             raise
         try:
-            check_owner(fd, self._where(sid))
-            raw = self._store.io.read_all(fd)
+            st = io.fstat(fd)
+            check_stat(st, self.where(sid))
+            raw = io.read(fd, st.st_size + 1)  # replaced whole, never written in place
         finally:
-            os.close(fd)
+            io.close(fd)
         return self._decode(sid, raw)
 
     def write(self, root: int, lease: Lease) -> None:
@@ -123,11 +131,12 @@ class LeaseRows:
             return Lease(sid, owner, token, expires_at, period, self._namespace)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             raise CorruptStateError(
-                f"{self._where(sid)} is not a lease row statekeep wrote, so no write to State {sid!r} "
+                f"{self.where(sid)} is not a lease row statekeep wrote, so no write to State {sid!r} "
                 "can be checked against its lease; move it aside only once no worker holds the State"
             ) from None
 
-    def _where(self, sid: str) -> str:
+    def where(self, sid: str) -> str:
+        """The full path of the State's lease row."""
         return self._store.where(LEASES, row_name(sid))
 
 

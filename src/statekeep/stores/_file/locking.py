@@ -14,7 +14,10 @@ from __future__ import annotations
 import fcntl
 import os
 
+from .._fsio import OsIO
+
 _locked: set[int] = set()
+_OS = OsIO()
 
 
 def lock(folder: int) -> None:
@@ -28,11 +31,11 @@ def lock(folder: int) -> None:
         raise
 
 
-def hold(fd: int, how: int) -> bool:
+def hold(fd: int, how: int, io: OsIO = _OS) -> bool:
     """flock ``fd`` (kept open); False if ``how`` has LOCK_NB and the lock is taken."""
     _locked.add(fd)
     try:
-        fcntl.flock(fd, how)
+        io.flock(fd, how)
     except BlockingIOError:
         _locked.discard(fd)
         return False
@@ -42,21 +45,21 @@ def hold(fd: int, how: int) -> bool:
     return True
 
 
-def release(fd: int) -> None:
+def release(fd: int, io: OsIO = _OS) -> None:
     """Undo :func:`hold`; the descriptor stays open."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        io.flock(fd, fcntl.LOCK_UN)
     finally:
         _locked.discard(fd)
 
 
-def unlock(folder: int) -> None:
+def unlock(folder: int, io: OsIO = _OS) -> None:
     """Release the lock, then forget and close the descriptor (a copy made by a fork
     between these steps holds no lock, and the number is never reused while listed)."""
     try:
-        release(folder)
+        release(folder, io)
     finally:
-        os.close(folder)
+        io.close(folder)
 
 
 def _close_inherited_locks() -> None:

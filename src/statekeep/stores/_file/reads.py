@@ -14,6 +14,7 @@ from ..._logframe import scan_log
 from ..._logtail import decode_copy, entries_back, last_write, reader, snapshot_record
 from ..._ranges import cut
 from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
+from .._fsio import OsIO, read_rest
 from .copies import current_snapshot, listed_snapshot
 from .folder import StoreFolder, still_named
 from .recovery import check_copy, scan_part
@@ -37,27 +38,27 @@ def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
             root, folder = opened
             # The copy first: it is written after the log is durable up to the length it
             # records, so a log shorter than that lost acknowledged writes.
-            named = _log_file(folder)
+            named = _log_file(store.io, folder)
             copy = store.read_file(folder, sid, SNAPSHOT)
             try:
-                fd = store.open_in(folder, sid, LOG, os.O_RDONLY)
+                fd, st = store.open_stat(folder, sid, LOG, os.O_RDONLY)
             except FileNotFoundError:
-                if still_named(root, sid, folder):
+                if still_named(root, sid, folder, store.io):
                     raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
                 return None  # deleted meanwhile: renamed away, then its files removed
             try:
-                if again and _same(named, os.fstat(fd)) is False:
+                if again and _same(named, st) is False:
                     continue  # a rekey replaced the log after the copy was read: again
-                log = store.io.read_all(fd)
+                log = read_rest(store.io, fd, st.st_size)
             finally:
-                os.close(fd)
+                store.io.close(fd)
         return lambda: _parse(store, sid, log, copy)
     raise AssertionError("unreachable")
 
 
-def _log_file(folder: int) -> os.stat_result | None:
+def _log_file(io: OsIO, folder: int) -> os.stat_result | None:
     try:
-        return os.stat(LOG, dir_fd=folder, follow_symlinks=False)
+        return io.stat(LOG, dir_fd=folder)
     except FileNotFoundError:
         return None
 
@@ -80,20 +81,20 @@ def read_range(
             if opened is None:
                 return None
             root, folder = opened
-            named = _log_file(folder)
+            named = _log_file(store.io, folder)
             copy = store.read_file(folder, sid, SNAPSHOT)
             try:
-                log = store.open_in(folder, sid, LOG, os.O_RDONLY)
+                log, st = store.open_stat(folder, sid, LOG, os.O_RDONLY)
             except FileNotFoundError:
-                if still_named(root, sid, folder):
+                if still_named(root, sid, folder, store.io):
                     raise CorruptStateError(f"{store.where(sid, LOG)} is missing") from None
                 return None  # deleted meanwhile
             try:
-                if again and _same(named, os.fstat(log)) is False:
+                if again and _same(named, st) is False:
                     continue  # a rekey replaced the log after the copy was read: again
                 found = _read_back(store, sid, log, copy, since, share)
             finally:
-                os.close(log)
+                store.io.close(log)
         break
     if found is not None:
         return found
@@ -166,9 +167,9 @@ def _state_folder(store: StoreFolder, sid: str) -> Iterator[tuple[int, int] | No
         try:
             yield root, folder
         finally:
-            os.close(folder)
+            store.io.close(folder)
     finally:
-        os.close(root)
+        store.io.close(root)
 
 
 def _parse(store: StoreFolder, sid: str, log: bytes, raw_copy: bytes | None) -> Record:

@@ -13,12 +13,14 @@ from datetime import datetime
 from ..._errors import CorruptStateError
 from ..._expect import sealed_text
 from ..._logframe import LogScan, scan_log
-from ..._logtail import SnapshotCopy, decode_copy, entries_back, last_write, reader, snapshot_record
+from ..._logtail import ReadAt, SnapshotCopy, decode_copy, entries_back, last_write, reader, snapshot_record
 from ..._sealing import SEALED
+from .._fsio import OsIO
 from .folder import StoreFolder
 from .trust import LOG, SNAPSHOT
 
-_CHECK_BYTES = 64
+CHECK_BYTES = 64  # how much of a log's end a Tail keeps, to tell it from another
+_OS = OsIO()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +58,11 @@ class Tail:
         expiry: tuple[datetime | None] | None = None,
         incarnation: str | None = None,
         sealed: bool | None = None,
+        io: OsIO = _OS,
     ) -> Tail:
         """``expiry``: ``(expires_at,)`` of the current snapshot, if known."""
-        st = os.fstat(log)
-        check = _last_bytes(log, st.st_size)
+        st = io.fstat(log)
+        check = _last_bytes(io, log, st.st_size)
         known = expiry is not None
         when = None if expiry is None else expiry[0]
         return cls(
@@ -77,18 +80,23 @@ class Tail:
             sealed,
         )
 
-    def holds_in(self, log: int, st: os.stat_result) -> bool:
+    def holds_in(self, log: int, st: os.stat_result, io: OsIO = _OS) -> bool:
         """Does ``log`` still start with what this describes (maybe with more after it)?"""
         return (
             (self.dev, self.ino) == (st.st_dev, st.st_ino)
             and st.st_size >= self.size
-            and _last_bytes(log, self.size) == self.check
+            and _last_bytes(io, log, self.size) == self.check
         )
 
 
-def _last_bytes(log: int, size: int) -> bytes:
-    n = min(size, _CHECK_BYTES)
-    return os.pread(log, n, size - n)
+def _last_bytes(io: OsIO, log: int, size: int) -> bytes:
+    n = min(size, CHECK_BYTES)
+    return io.pread(log, n, size - n)
+
+
+def io_reader(io: OsIO, log: int) -> ReadAt:
+    """The :data:`ReadAt` of an open log, through the I/O seam."""
+    return lambda at, n: io.pread(log, n, at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +117,9 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
     """The log's state before an append, from ``known`` (the cache) when the file did not
     change, else from what was appended since, else from its last write. An unfinished
     write at its end is cut here, before anything is appended."""
-    st = os.fstat(log)
-    if known is not None and not known.holds_in(log, st):
+    io = store.io
+    st = io.fstat(log)
+    if known is not None and not known.holds_in(log, st, io):
         known = None  # replaced or cut by someone else: read it again
     if known is not None and st.st_size == known.size:
         expiry = (known.expires_at,) if known.expiry_known else None
@@ -126,13 +135,13 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
         )
     if known is not None:
         # Another process appended: read only what it added.
-        data = os.pread(log, st.st_size - known.size, known.size)
+        data = io.pread(log, st.st_size - known.size, known.size)
         scan = scan_part(store, log, sid, data, known.next_seq, known.size)
         at = known.snapshot_at if not scan.framed else scan.snapshot_at
         end = known.size + scan.end
         found = _settle(store, folder, log, sid, st.st_size, end, scan.next_seq, at, True)
         return replace(found, incarnation=scan.incarnation if scan.framed else known.incarnation)
-    last = last_write(reader(log), st.st_size)
+    last = last_write(io_reader(io, log), st.st_size)
     if last is None:  # format 1 lines only (or no complete write): read it whole
         scan = scan_whole(store, log, sid)
         found = _settle(
@@ -149,7 +158,7 @@ def read_tail(store: StoreFolder, known: Tail | None, folder: int, log: int, sid
         )
         return replace(found, incarnation=scan.incarnation)
     if last.end < st.st_size:  # only damage may follow: it raises
-        scan_part(store, log, sid, os.pread(log, st.st_size - last.end, last.end), last.next_seq, last.end)
+        scan_part(store, log, sid, io.pread(log, st.st_size - last.end, last.end), last.next_seq, last.end)
     found = _settle(
         store, folder, log, sid, st.st_size, last.end, last.next_seq, last.snapshot_at, True, cold=True
     )

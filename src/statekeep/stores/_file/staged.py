@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..._writes import PreparedWrite
+from .._fsio import OsIO
 from .locking import release
 from .recovery import Tail
 
@@ -33,11 +34,15 @@ class Append:
     durable: int = 0  # how much of the log is known durable (its start) before this write
     appended: bool = False
     error: BaseException | None = None
+    mark: object = None  # the pair's mark (.handles): the tail its log was left at, if known
 
-    def unlock(self) -> None:
+    def unlock(self, io: OsIO | None = None) -> None:
         if self.locked:
             self.locked = False
-            release(self.folder)
+            if io is None:
+                release(self.folder)
+            else:
+                release(self.folder, io)
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,7 +186,6 @@ class FileStore(FileLeasing, Backend):
         self._tails: dict[str, Tail] = {}  # the tail cache, shared by appends, creates, deletes
         self._handles = handles.space(self.namespace)  # descriptors kept open between writes
         self._copies = Copies(self._folder)  # snapshot.json, refreshed lazily
-        self._refresh: tuple[int, asyncio.TimerHandle] | None = None  # (pid, timer)
         self._leases = LeaseRows(self._folder, self.namespace)  # .leases/: one row per leased State
         self._appender = Appender(
             self._folder, self._tails, self._handles, self._copies, self._now, self._leases
@@ -250,15 +249,13 @@ class FileStore(FileLeasing, Backend):
         # are written together and share their flushes; each caller still gets its own
         # outcome, and returns only once its own write is durable.
         await self._batches.submit(write)
-        if self._refresh is not None and self._refresh[0] != os.getpid():
-            self._refresh = None  # a forked child: its parent's timer is not on this loop
-        if self._copies.behind and self._refresh is None:
+        copies = self._copies
+        if copies.behind and copies.timer is None:  # (a forked child forgets its parent's)
             # Copies left behind refresh once writes pause (or at close).
-            timer = asyncio.get_running_loop().call_later(INTERVAL, self._refresh_copies)
-            self._refresh = (os.getpid(), timer)
+            copies.timer = asyncio.get_running_loop().call_later(INTERVAL, self._refresh_copies)
 
     def _refresh_copies(self) -> None:
-        self._refresh = None
+        self._copies.timer = None
         if not self._closed:
             owner().io.run(self._copies.flush)
 
@@ -274,9 +271,9 @@ class FileStore(FileLeasing, Backend):
                 sibling._closed = True
                 await sibling._close()
         await self._batches.drain()  # writes already queued still complete
-        if self._refresh is not None and self._refresh[0] == os.getpid():
-            self._refresh[1].cancel()
-        self._refresh = None
+        if self._copies.timer is not None:
+            self._copies.timer.cancel()
+            self._copies.timer = None
         await owner().io.run(self._copies.flush)
         self._handles.close()
 

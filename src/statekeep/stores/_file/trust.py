@@ -41,20 +41,36 @@ DELETING = ".deleting-"
 DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW  # a folder, never through a link
 
 
-def check_owner(fd: int, path: object) -> None:
+def check_owner(fd: int, path: object, io: OsIO | None = None) -> None:
     """Refuse what another user could change: not owned by us, or writable by group/others.
 
     As ssh does for its keys: another local user who can write a State's folder or file
     (or rename the store's States aside) could make us load a history of their choosing.
     """
-    check_stat(os.fstat(fd), path)
+    check_stat(os.fstat(fd) if io is None else io.fstat(fd), path)
+
+
+_euid: int | None = None  # this process's effective uid, as last read
+
+
+def euid() -> int:
+    """This process's effective uid, read once (:func:`check_stat` reads it again when a
+    file's owner does not match it)."""
+    global _euid
+    if _euid is None:
+        _euid = os.geteuid()
+    return _euid
 
 
 def check_stat(st: os.stat_result, path: object) -> None:
     """:func:`check_owner` of what ``st`` describes."""
-    me = os.geteuid()
-    if st.st_uid != me or st.st_mode & 0o022:
-        _unsafe(st, me, path)
+    global _euid
+    if st.st_uid != _euid or st.st_mode & 0o022:
+        # The uid read again (a system call) only when it does not match: a process that
+        # changed its euid since is judged by its new one.
+        _euid = me = os.geteuid()
+        if st.st_uid != me or st.st_mode & 0o022:
+            _unsafe(st, me, path)
 
 
 def _unsafe(st: os.stat_result, me: int, path: object) -> None:

@@ -1,0 +1,144 @@
+"""A steady-state append: one write to a State this process appended to last, with nothing
+between (no other writer, no delete, no rekey), in six system calls through the I/O seam:
+
+    flock(LOCK_EX)   the State's folder, kept open (.handles)
+    stat             the log, by its full path: still named (the store's folder, the State's
+                     folder and the log are the ones held) and its size as this process left
+                     it (no other process appended since): so nothing is read back
+    open             the State's lease row (.leases): absent on a State never leased
+    write            the entries and the closing record, framed from the tail cache
+    fdatasync        the log
+    flock(LOCK_UN)
+
+Anything else -- another process appended, the State was deleted or made again, a re-sent
+write, expiry, a failed undo or fsync waiting to be settled -- goes the general way
+(:mod:`.append`), which knows every case; this path only declines (:data:`MISS`) before it
+has changed anything. A lease row that exists costs three calls more (fstat, read, close).
+"""
+
+from __future__ import annotations
+
+import fcntl
+from typing import TYPE_CHECKING, Final
+
+from ..._batching import WouldBlock
+from ..._expect import check_preconditions, sealed_after
+from ..._leases import check_fence
+from ..._logframe import closing_record, frame
+from ..._writes import PreparedWrite
+from .budget import limit_hit
+from .expiry import encoded_expiry
+from .handles import close_pair
+from .locking import hold, release
+from .recovery import CHECK_BYTES, Tail
+from .staged import Append
+from .trust import LOG
+
+if TYPE_CHECKING:
+    from .append import Appender
+
+MISS: Final = object()  # this path does not apply: take the general one
+# (It does not take a gap, which raises there, a re-sent write, which compares what it
+# overlaps, or a write of nothing, which may only need the log fsync'd.)
+
+
+def append(appender: Appender, write: PreparedWrite, *, wait: bool) -> object:
+    """Append ``write`` if it is a steady-state append: its error (None: durable), or
+    :data:`MISS` having changed nothing. WouldBlock if ``wait`` is False and another
+    process holds the State's lock."""
+    sid = write.state_id
+    tail = appender._tails.get(sid)
+    if (
+        tail is None
+        or not tail.framed
+        or not tail.expiry_known
+        or tail.sealed is None
+        or (write.first_seq != tail.next_seq if write.lines else write.snapshot is None)
+        or sid in appender._doubts
+        or sid in appender._suspects
+        or not appender._store.settled
+    ):
+        return MISS
+    if tail.expires_at is not None and tail.expires_at <= appender._now():
+        return MISS  # expired: the general way says so, from the log
+    handles = appender._handles
+    pair = handles.take(sid)
+    if pair is None:
+        return MISS
+    folder, log, mark = pair
+    if mark is not tail:  # a log opened since, or left by another path: check it the long way
+        handles.give(sid, folder, log, mark)
+        return MISS
+    io = appender._io
+    try:
+        locked = hold(folder, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB, io)
+    except BaseException:
+        close_pair(folder, log, io)
+        raise
+    if not locked:
+        handles.give(sid, folder, log, mark)
+        raise WouldBlock  # another process is writing the State: wait in a worker
+    item = Append(write, folder, log, locked=True, size=tail.size, durable=tail.size, mark=tail)
+    try:
+        outcome = _locked(appender, item, tail)
+    except BaseException as exc:
+        limit_hit(exc)
+        outcome = exc
+    if outcome is MISS or item.error is None:
+        release(folder, io)  # (a refused write changed nothing: all it knew still holds)
+        handles.give(sid, folder, log, item.mark)
+    else:  # a failed append, undone: forget the tail and close the pair, as the general way does
+        appender._done(item, None)
+        appender._put_back(item)
+    return outcome
+
+
+def _locked(appender: Appender, item: Append, tail: Tail) -> object:
+    """The append, with the State's lock held: MISS, or the write's error (None: done)."""
+    write, store, io = item.write, appender._store, appender._io
+    sid = write.state_id
+    paths = appender._paths.get(sid)
+    if paths is None:  # (log, lease row), by their full paths
+        paths = appender._paths[sid] = (store.where(sid, LOG), appender._leases.where(sid))
+    try:
+        st = io.stat(paths[0])
+    except OSError:
+        return MISS  # deleted (or worse): the general way says which
+    if (st.st_ino, st.st_dev, st.st_size) != (tail.ino, tail.dev, tail.size):
+        return MISS  # made again, rekeyed, or appended to by another process
+    held = appender._leases.read_path(sid, paths[1])
+    if held is not None or write.lease is not None:
+        check_fence(sid, held, write.lease, appender._now())
+    check_preconditions(write, tail.incarnation, tail.next_seq, tail.sealed is True)
+    lines, snapshot = write.lines, write.snapshot
+    entries = b"".join([frame(line) for line in lines])
+    next_seq = tail.next_seq + len(lines)
+    new = entries + closing_record(next_seq, entries, snapshot, tail.snapshot_at, tail.incarnation)
+    item.new, item.appended = new, True
+    try:
+        io.write_all(item.log, new)
+        appender._fsync_log(item)
+    except BaseException as exc:
+        if isinstance(exc, OSError):
+            store.name_paths(exc, sid)
+        item.error = exc
+        appender._undo(item)
+        return exc
+    item.mark = after = Tail(
+        tail.dev,
+        tail.ino,
+        tail.size + len(new),
+        0,  # mtime_ns: not known without an fstat; only a failed undo's (fresh) tail uses it
+        next_seq,
+        new[-CHECK_BYTES:] if len(new) >= CHECK_BYTES else (tail.check + new)[-CHECK_BYTES:],
+        tail.snapshot_at if snapshot is None else tail.size + len(entries),
+        True,
+        True,
+        tail.expires_at if snapshot is None else encoded_expiry(snapshot),
+        tail.incarnation,
+        sealed_after(tail.sealed, snapshot, tail.snapshot_at, lines),
+    )
+    appender._tails[sid] = after
+    if snapshot is not None:
+        appender._copies.written(None, item.folder, sid, after, snapshot)
+    return None
