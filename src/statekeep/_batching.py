@@ -47,13 +47,19 @@ class WouldBlock(Exception):
 
 
 class _Queue(Generic[T]):
-    """What waits to be committed in one process, and the task committing it."""
+    """What waits to be committed in one process, and the task committing it (or the
+    future of a lone write committing without one: see :meth:`GroupCommit.submit`)."""
 
-    __slots__ = ("flusher", "items")
+    __slots__ = ("alone", "flusher", "items")
 
     def __init__(self) -> None:
         self.items: list[tuple[T, asyncio.Future[None], Direct | None]] = []
         self.flusher: asyncio.Task[None] | None = None
+        self.alone: asyncio.Future[Errors] | None = None
+
+    def idle(self) -> bool:
+        """Nothing is queued or committing (a queue is only ever left empty when idle)."""
+        return self.flusher is None and self.alone is None
 
 
 class _Job(Generic[T]):
@@ -107,6 +113,8 @@ class GroupCommit(Generic[T]):
         self._now = commit_now
         self._max = max_batch
         self._queues: ProcessSlot[_Queue[T]] = ProcessSlot(lambda own: _Queue())
+        #: How many flusher tasks were started (a lone write needs none; for tests).
+        self.flushers = 0
 
     @property
     def queue(self) -> list[tuple[T, asyncio.Future[None]]]:
@@ -115,23 +123,68 @@ class GroupCommit(Generic[T]):
         return [] if queue is None else [(item, fut) for item, fut, _ in queue.items]
 
     async def submit(self, item: T) -> None:
-        """Queue ``item`` (on the owner loop) and return once its batch is committed."""
+        """Queue ``item`` (on the owner loop) and return once its batch is committed.
+
+        A write that finds nothing queued or committing, and no other operation posted to
+        the loop that has not begun yet (which may bring a write to batch with it), is
+        committed alone, in this step where it can be: no flusher, no future.
+        """
         queue = self._queues.get()
         caller = direct_caller.get()
         if caller is not None:
             direct_caller.set(None)  # its outcome is this item's; nothing else may claim it
+        if queue.idle() and not owner().posted:
+            await self._alone(queue, item, caller)
+            return
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         queue.items.append((item, fut, caller))
-        if queue.flusher is None:
-            queue.flusher = loop.create_task(self._flush(queue, loop))
+        if queue.idle():
+            self._start_flusher(queue, loop)
         await fut
+
+    def _start_flusher(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop) -> None:
+        self.flushers += 1
+        queue.flusher = loop.create_task(self._flush(queue, loop))
+
+    async def _alone(self, queue: _Queue[T], item: T, caller: Direct | None) -> None:
+        """Commit ``item`` as a batch of one, as the flusher would (see the module's
+        docstring for where), without it: writes submitted meanwhile queue behind it."""
+        job = _Job(self._commit, [item], [caller])
+        errors = None
+        if caller is not None and not caller.runs_batches and self._now is not None:
+            try:
+                errors = job.run(self._now)  # on the loop, if it need not wait
+            except WouldBlock:
+                pass
+        if errors is None:
+            loop = asyncio.get_running_loop()
+            if caller is not None and caller.runs_batches:
+                done: asyncio.Future[Errors] = loop.create_future()
+                job.report = functools.partial(_report, loop, done)
+                caller.grant(job)
+            else:
+                done = owner().io.run(job.run)
+            queue.alone = done
+            done.add_done_callback(functools.partial(self._after_alone, queue, loop))
+            errors = await done
+        error = errors[0]
+        if error is not None and caller is None:
+            raise error  # a direct caller has it already (and it is not raised in two threads)
+
+    def _after_alone(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop, _: object) -> None:
+        queue.alone = None
+        if queue.items:
+            self._start_flusher(queue, loop)
 
     async def drain(self) -> None:
         """Wait until everything queued in this process is committed."""
         queue = self._queues.current()
-        while queue is not None and queue.flusher is not None:
-            await asyncio.wait({queue.flusher})
+        while queue is not None:
+            busy: asyncio.Future[object] | None = queue.flusher or queue.alone  # type: ignore[assignment]
+            if busy is None:
+                return
+            await asyncio.wait({busy})
 
     async def _flush(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop) -> None:
         try:

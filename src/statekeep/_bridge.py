@@ -22,7 +22,6 @@ import sys
 import threading
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -48,9 +47,11 @@ class _Owner(StateLocks):
         self.aux = Workers("statekeep-aux", 64)
         self.tasks: set[asyncio.Task[object]] = set()
         self.stopping = False
-        # One item per operation posted by start() that the loop has not begun yet: group
-        # commit batches a write with them rather than committing it alone (see _batching).
-        self.posted: deque[None] = deque()
+        # The operations posted by start() that the loop has not begun yet: group commit
+        # batches a write with them rather than committing it alone (see _batching). A
+        # hint, never waited on: a set, so that a signal handler's interruption anywhere
+        # can leave it off by one for a moment, never broken.
+        self.posted: set[object] = set()
         #: How many Tasks the loop made for operations (those that waited; for tests).
         self.tasks_made = 0
         self.closers: set[Closer] = set()  # of stores still open (see Closer)
@@ -91,7 +92,7 @@ class _Owner(StateLocks):
             ctx.run(direct_caller.set, direct)
 
         def begin() -> None:
-            self.posted.pop()
+            self.posted.discard(begin)
             if ticket is not None:
                 try:
                     ticket.pop()
@@ -115,11 +116,11 @@ class _Owner(StateLocks):
             if self.stopping:
                 coro.close()
                 raise RuntimeError("statekeep is shutting down with the interpreter; no new work")
-            self.posted.append(None)
             try:
+                self.posted.add(begin)
                 self.loop.call_soon_threadsafe(begin)
             except BaseException:
-                self.posted.pop()
+                self.posted.discard(begin)
                 raise
 
     def task(self, coro: Any, ctx: contextvars.Context | None = None) -> asyncio.Task[Any]:
