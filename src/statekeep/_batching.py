@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ._bridge import owner
+from ._eager import Wakeup
 from ._handoff import Direct, direct_caller
 from ._slot import ProcessSlot
 
@@ -158,24 +159,27 @@ class GroupCommit(Generic[T]):
             except WouldBlock:
                 pass
         if errors is None:
+            # Woken by the committing thread's report, which resumes this operation at once
+            # (see Wakeup): its lock is released before the loop begins the next one.
             loop = asyncio.get_running_loop()
+            done: Wakeup[Errors] = Wakeup(loop=loop)
+            queue.alone = done
+            job.report = functools.partial(_report, loop, functools.partial(self._reported, queue, done))
             if caller is not None and caller.runs_batches:
-                done: asyncio.Future[Errors] = loop.create_future()
-                job.report = functools.partial(_report, loop, done)
                 caller.grant(job)
             else:
-                done = owner().io.run(job.run)
-            queue.alone = done
-            done.add_done_callback(functools.partial(self._after_alone, queue, loop))
+                owner().io.submit(_run, job)
             errors = await done
         error = errors[0]
         if error is not None and caller is None:
             raise error  # a direct caller has it already (and it is not raised in two threads)
 
-    def _after_alone(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop, _: object) -> None:
+    def _reported(self, queue: _Queue[T], done: Wakeup[Errors], errors: Errors) -> None:
+        """On the loop: a lone write's commit ended; what queued meanwhile goes next."""
         queue.alone = None
         if queue.items:
-            self._start_flusher(queue, loop)
+            self._start_flusher(queue, asyncio.get_running_loop())
+        done.wake(errors)
 
     async def drain(self) -> None:
         """Wait until everything queued in this process is committed."""
@@ -215,7 +219,7 @@ class GroupCommit(Generic[T]):
                         errors = await owner().io.run(job.run)
                     else:
                         reported: asyncio.Future[Errors] = loop.create_future()
-                        job.report = functools.partial(_report, loop, reported)
+                        job.report = functools.partial(_report, loop, functools.partial(_resolve, reported))
                         runner.grant(job)
                         errors = await reported
                 except BaseException as exc:  # never for a job (run catches all), but be sure
@@ -233,9 +237,18 @@ class GroupCommit(Generic[T]):
             queue.flusher = None
 
 
-def _report(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Errors], errors: Errors) -> None:
-    """From the granted thread: hand the errors to the flusher (nobody waits for this)."""
-    loop.call_soon_threadsafe(_resolve, fut, errors)
+def _report(loop: asyncio.AbstractEventLoop, settle: Callable[[Errors], None], errors: Errors) -> None:
+    """From the committing thread: hand the errors to the loop (nobody waits for this)."""
+    loop.call_soon_threadsafe(settle, errors)
+
+
+def _run(job: _Job[T]) -> None:
+    """In a worker thread: a lone write's job, which reports whatever happens."""
+    try:
+        job.run()
+    except BaseException as exc:  # never (run catches all), but its report must come
+        if job.report is not None:
+            job.report([exc] * len(job._items))
 
 
 def _resolve(fut: asyncio.Future[Errors], errors: Errors) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextvars
+import functools
 import os
 import sys
 import threading
@@ -25,7 +26,7 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ._eager import Outcome, first_step, reraise_fatal, rest
+from ._eager import Outcome, Wakeup, first_step, reraise_fatal, rest
 from ._handoff import Call, Direct, Waiter, direct_caller, finished, may_run_batches, retrieved
 from ._statelocks import StateLocks
 from ._workers import Workers
@@ -45,7 +46,8 @@ class _Owner(StateLocks):
         self.io = Workers("statekeep-io", 64)
         # For jobs that io jobs wait on; they never wait themselves (see Workers).
         self.aux = Workers("statekeep-aux", 64)
-        self.tasks: set[asyncio.Task[object]] = set()
+        # What the exit drain waits for: operations' Tasks, and the Wakeups of those that wait without one.
+        self.tasks: set[asyncio.Future[Any]] = set()
         self.stopping = False
         # The operations posted by start() that the loop has not begun yet: group commit
         # batches a write with them rather than committing it alone (see _batching). A
@@ -99,16 +101,11 @@ class _Owner(StateLocks):
                 except IndexError:
                     return  # the caller was cancelled before the loop got here: never started
             if eager:
-                outcome, pending = first_step(coro, ctx)
-                if outcome is not None:
-                    done(outcome)
-                    reraise_fatal(outcome)
-                    return
-                task = self.task(rest(coro, pending), ctx)
+                self._step(coro, ctx, done, None)
             else:
                 task = self.task(coro, ctx)
-            task.add_done_callback(retrieved)
-            task.add_done_callback(done)
+                task.add_done_callback(retrieved)
+                task.add_done_callback(done)
 
         # The guard makes "not stopping, so queued before the exit drain" one step. It is
         # reentrant: a signal handler that calls statekeep may interrupt this very thread here.
@@ -122,6 +119,30 @@ class _Owner(StateLocks):
             except BaseException:
                 self.posted.discard(begin)
                 raise
+
+    def _step(
+        self,
+        coro: Coroutine[Any, Any, T],
+        ctx: contextvars.Context,
+        done: Callable[[Outcome[T]], None],
+        woken: Wakeup[Any] | None,
+    ) -> None:
+        """Run ``coro`` on until it ends or waits: on a free :class:`Wakeup`, which calls
+        this again when woken; on anything else, in a Task from there on."""
+        if woken is not None:
+            self.tasks.discard(woken)
+        outcome, pending = first_step(coro, ctx)
+        if outcome is not None:
+            done(outcome)
+            reraise_fatal(outcome)
+            return
+        if isinstance(pending, Wakeup) and pending.free():
+            self.tasks.add(pending)  # the exit drain waits for the operation through it
+            pending.then(functools.partial(self._step, coro, ctx, done, pending))
+            return
+        task = self.task(rest(coro, pending), ctx)
+        task.add_done_callback(retrieved)
+        task.add_done_callback(done)
 
     def task(self, coro: Any, ctx: contextvars.Context | None = None) -> asyncio.Task[Any]:
         """On the loop: run ``coro`` as a Task of an operation, which the exit drain waits for."""

@@ -7,6 +7,11 @@ coroutine up to its first wait in the caller's step; only then does :func:`rest`
 a Task, which re-yields the future it waits on and from then on steps it like its own, in
 the same context. (Python 3.12's ``eager_start`` does the same; 3.11 is the floor.)
 
+An operation started by the owner loop (not by a caller already on it) that waits on a
+:class:`Wakeup` needs no Task either: whoever settles it on the loop resumes the operation
+right there (a write waiting for the commit granted to its caller's thread, say), so the
+operation is done, its lock released, before the loop takes its next callback.
+
 In the first step no Task is current (``asyncio.current_task()`` is None, or the caller's
 own on the owner loop), so code that needs its own Task there (``asyncio.timeout``, which
 redis-py and asyncpg use) must not be started eagerly: the stores that run it say so
@@ -19,7 +24,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import types
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -75,6 +80,29 @@ def reraise_fatal(outcome: Finished[Any]) -> None:
     """As a Task does: KeyboardInterrupt and SystemExit also stop the loop."""
     if isinstance(outcome._error, (KeyboardInterrupt, SystemExit)):
         raise outcome._error
+
+
+class Wakeup(asyncio.Future[T]):
+    """A future that, settled with :meth:`wake`, also resumes the operation waiting on it
+    when no Task runs that operation (see :meth:`~statekeep._bridge._Owner.start`); under a
+    Task it is a plain future."""
+
+    _resume: Callable[[], None] | None = None
+
+    def free(self) -> bool:
+        """Whether nobody resumes on it yet."""
+        return self._resume is None and not self.done()
+
+    def then(self, resume: Callable[[], None]) -> None:
+        """Have :meth:`wake` call ``resume()`` (once), after settling the future."""
+        self._resume = resume
+
+    def wake(self, value: T) -> None:
+        """On the loop: settle with ``value``, then resume the operation waiting, if any."""
+        self.set_result(value)
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            resume()
 
 
 @types.coroutine
