@@ -99,7 +99,17 @@ class Wakeup(asyncio.Future[T]):
 
     def wake(self, value: T) -> None:
         """On the loop: settle with ``value``, then resume the operation waiting, if any."""
-        self.set_result(value)
+        if not self.done():  # else its waiter was cancelled, and nobody resumes on it
+            self.set_result(value)
+            self._resumed()
+
+    def fail(self, error: BaseException) -> None:
+        """As :meth:`wake`, with ``error`` raised to the waiter."""
+        if not self.done():
+            self.set_exception(error)
+            self._resumed()
+
+    def _resumed(self) -> None:
         resume, self._resume = self._resume, None
         if resume is not None:
             resume()
