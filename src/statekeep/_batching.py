@@ -22,6 +22,15 @@ wakes its caller directly: a sync write from any thread, or an async one from an
 loop, costs two hand-offs (caller -> loop -> caller). It holds up the loop for one write's
 I/O (one fsync), no longer: whatever would wait goes to a worker as above.
 
+A write that finds the store's queue idle (nothing queued or committing) and no other
+operation posted to the loop that has not begun yet commits alone, without the flusher:
+in its own step (``commit_now`` on the loop, for a caller that may not commit in its
+thread), or granted to its caller, or in a worker, its operation waiting on a
+:class:`~statekeep._eager.Wakeup` that the commit's report resumes directly. Writes
+submitted meanwhile queue behind it and go to the flusher once it is done. Without the
+second condition, writes posted together would commit alone one after another instead of
+in one batch.
+
 FileStore and SQLiteStore use it. The server stores have a second engine
 (``stores._server._batches``): their writes are async I/O on the owner loop that each get a
 value back from the server, not a blocking commit on a worker thread; its docstring says more.
