@@ -163,10 +163,19 @@ class GroupCommit(Generic[T]):
         job = _Job(self._commit, [item], [caller])
         errors = None
         if caller is not None and not caller.runs_batches and self._now is not None:
+            # In the operation's first step (no Task runs it), its caller gets the outcome
+            # when the step ends, its lock released: not woken now, to wait for this thread.
+            first = asyncio.current_task() is None
             try:
-                errors = job.run(self._now)  # on the loop, if it need not wait
+                errors = self._now([item]) if first else job.run(self._now)  # if it need not wait
             except WouldBlock:
                 pass
+            except BaseException as exc:  # only from self._now: job.run reports all
+                errors = [exc]
+            if first and errors is not None:
+                if errors[0] is not None:
+                    raise errors[0]
+                return
         if errors is None:
             # Woken by the committing thread's report, which resumes this operation at once
             # (see Wakeup): its lock is released before the loop begins the next one.
