@@ -24,7 +24,7 @@ from ._leasing import Leasing
 from ._protection import Protection
 from ._query import ListQuery, Page, make_query, select
 from ._ranges import SNAPSHOT_ONLY, check_since
-from ._records import Entries, Record, SavedState, Snapshot
+from ._records import Entries, Record, SavedState, Snapshot, built
 from ._store import Store
 from ._writes import PreparedWrite
 
@@ -59,9 +59,7 @@ class Backend(Leasing, Incarnated, Store):
     retention: timedelta | None = None
     _clock: Clock = staticmethod(system_clock)
     _protection = Protection()
-    #: Whether its operations start eagerly on the owner loop (a Task only once one waits:
-    #: see :mod:`statekeep._eager`); not for a store whose client needs a Task of its own.
-    _eager = True
+    _eager = True  # operations start eagerly (statekeep._eager); not if the client needs its own Task
 
     def _lifecycle(
         self,
@@ -172,7 +170,7 @@ class Backend(Leasing, Incarnated, Store):
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         """A State's snapshot alone (None if absent or expired); stores that can read it
         without the history override this (agent memory reads only snapshots)."""
-        record = _built(await self._read(state_id))
+        record = built(await self._read(state_id))
         if record is None or self._expired(record.snapshot):
             return None
         return record.snapshot
@@ -195,7 +193,7 @@ class Backend(Leasing, Incarnated, Store):
             if row.expires_at is None or row.expires_at > self._now():
                 continue
             async with owner().lock((self._storage_key(), row.id)):
-                record = _built(await self._read(row.id))
+                record = built(await self._read(row.id))
                 if record is not None and self._expired(record.snapshot):
                     if await self._current_lease(row.id) is not None:
                         continue  # a live lease keeps an expired State: its worker is at it
@@ -256,11 +254,11 @@ class Backend(Leasing, Incarnated, Store):
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))
-        return self._opened(state_id, _built(await run_async(read, eager=self._eager)), since)
+        return self._opened(state_id, built(await run_async(read, eager=self._eager)), since)
 
     def read(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))
-        return self._opened(state_id, _built(run_sync(read, "aread", eager=self._eager)), since)
+        return self._opened(state_id, built(run_sync(read, "aread", eager=self._eager)), since)
 
     def _opened(self, state_id: str, record: Record | None, since: int) -> Record | None:
         if record is not None:
@@ -433,7 +431,6 @@ class Backend(Leasing, Incarnated, Store):
         return value
 
     async def _locked_write(self, write: PreparedWrite) -> None:
-        # The write is made in here: an operation dropped before it starts makes none.
         await owner().locked((self._storage_key(), write.state_id), self._write(write))
 
     async def _locked_delete(self, state_id: str, lease: Lease | None) -> None:
@@ -449,10 +446,6 @@ class Backend(Leasing, Incarnated, Store):
 
     def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         return owner().locked((self._storage_key(), state_id), work)
-
-
-def _built(result: Record | Callable[[], Record] | None) -> Record | None:
-    return result() if callable(result) else result
 
 
 def _warn_skipped(result: tuple[Page, list[str]]) -> Page:

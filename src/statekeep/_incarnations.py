@@ -26,7 +26,7 @@ from ._ids import new_incarnation, validate_id, validate_incarnation
 from ._leases import Lease, check_lease
 from ._protection import Protection
 from ._ranges import SNAPSHOT_ONLY
-from ._records import Entries, Record, Snapshot
+from ._records import Entries, Record, Snapshot, built
 from ._writes import PreparedWrite
 
 #: How many States' incarnations a store object remembers (then it starts again).
@@ -150,8 +150,7 @@ class Incarnated:
     async def _alearn(self, state_id: str) -> Binding:
         """A sealed append's binding: the State's incarnation, read (its snapshot, no entries)
         on the owner loop."""
-        found = await run_async(self._read(state_id, SNAPSHOT_ONLY))
-        record = found() if callable(found) else found
+        record = built(await run_async(self._read(state_id, SNAPSHOT_ONLY)))
         return (None if record is None else record.incarnation, True)
 
     def _prepared(
