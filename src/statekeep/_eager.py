@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -115,18 +114,29 @@ class Wakeup(asyncio.Future[T]):
             resume()
 
 
-@types.coroutine
-def rest(coro: Coroutine[Any, Any, T], pending: Any) -> Generator[Any, Any, T]:
+async def rest(coro: Coroutine[Any, Any, T], pending: Any) -> T:
     """The rest of ``coro``, suspended on ``pending``, for a Task to run: it yields
     ``pending`` to the Task first, then passes every value and exception (a cancellation)
-    through to ``coro``."""
+    through to ``coro``. (A coroutine, not a generator: asyncio 3.12 takes no generators.)"""
     while True:
         try:
             try:
-                value = yield pending
+                value = await _Yield(pending)
             except BaseException as exc:
                 pending = coro.throw(exc)
             else:
                 pending = coro.send(value)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+
+class _Yield:
+    """Awaiting it yields ``pending`` to the Task as is (a future it then waits on)."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self, pending: Any) -> None:
+        self._pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield self._pending)
