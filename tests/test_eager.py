@@ -67,41 +67,36 @@ def test_awaited_on_the_owner_loop_an_operation_that_never_waits_makes_no_task(t
     assert [name.rpartition(".")[2] for name in tasks] == ["on_the_loop"]  # the test's own
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_a_lone_sync_write_from_the_main_thread_commits_in_its_first_step(
-    tmp_path: Path, kind: str, tasks: list[str]
-) -> None:
-    store = make(kind, tmp_path)
+def started(kind: str, path: Path) -> Store:
+    """A store holding State "a", created and appended to once (which may wait for a
+    worker: creating the State and the store's files)."""
+    store = make(kind, path)
     store.write("a", entries(0, 1), snapshot(), create=True)
     store.write("a", entries(1, 1), snapshot(turn=1))
-    tasks.clear()  # creating the State and the store's files may wait for a worker
+    return store
+
+
+def appends(store: Store) -> None:
+    """Four lone appends to "a", one after another."""
     for seq in range(2, 6):
         store.write("a", entries(seq, 1), snapshot(turn=seq))
-    assert tasks == []  # neither a Task for the write nor a flusher
-    assert store.read("a") == Record(entries(0, 6), snapshot(turn=5))
-    store.close()
 
 
+@pytest.mark.parametrize("where", ["main", "thread"])
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_a_lone_sync_write_from_another_thread_makes_no_task(
-    tmp_path: Path, kind: str, tasks: list[str]
-) -> None:
-    store = make(kind, tmp_path)
-    store.write("a", entries(0, 1), snapshot(), create=True)
-    store.write("a", entries(1, 1), snapshot(turn=1))
+def test_a_lone_sync_write_makes_no_task(tmp_path: Path, kind: str, where: str, tasks: list[str]) -> None:
+    # From the main thread it commits on the loop in its first step; from another thread,
+    # in that thread, the commit's report resuming it on the loop. Neither makes a flusher.
+    store = started(kind, tmp_path)
     tasks.clear()
-
-    def writes() -> None:
-        for seq in range(2, 6):
-            store.write("a", entries(seq, 1), snapshot(turn=seq))
-
-    thread = threading.Thread(target=writes)
-    thread.start()
-    join_all([thread])
+    if where == "main":
+        appends(store)
+    else:
+        thread = threading.Thread(target=appends, args=(store,))
+        thread.start()
+        join_all([thread])
     owner_loop_settled()  # the loop has ended what it had: the writes, and this wait's own Task
-    assert [
-        name for name in tasks if not name.endswith("others_done")
-    ] == []  # committed in that thread, the write resumed by its report: no Task, no flusher
+    assert [name for name in tasks if not name.endswith("others_done")] == []
     assert store.read("a") == Record(entries(0, 6), snapshot(turn=5))
     store.close()
 
