@@ -101,6 +101,24 @@ def test_a_lone_sync_write_makes_no_task(tmp_path: Path, kind: str, where: str, 
     store.close()
 
 
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_lone_awrite_from_another_loop_makes_no_task(tmp_path: Path, kind: str, tasks: list[str]) -> None:
+    # Two hand-offs, as asyncio.to_thread's: to the owner loop, which commits in the first
+    # step, and back to the caller's loop.
+    store = started(kind, tmp_path)
+    tasks.clear()
+
+    async def appending() -> None:
+        for seq in range(2, 6):
+            await store.awrite("a", entries(seq, 1), snapshot(turn=seq))
+
+    asyncio.run(appending())
+    owner_loop_settled()
+    assert [name for name in tasks if not name.endswith("others_done")] == []
+    assert store.read("a") == Record(entries(0, 6), snapshot(turn=5))
+    store.close()
+
+
 def counting(store: Any) -> list[int]:
     """The size of each batch ``store`` commits from now on (through either commit)."""
     sizes: list[int] = []
