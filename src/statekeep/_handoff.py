@@ -9,7 +9,8 @@ A write's outcome is known as soon as its batch is committed (what is left on th
 releasing the State's lock). So a sync write or delete, and an async one from another loop,
 is a *direct* caller (:data:`direct_caller`, set in its task's context): the thread that
 committed the batch wakes it at once, and posts the rest to the loop, where nobody waits
-for it. A sync caller may even be *granted* the batch and commit it in its own thread (see
+for it. (A lone write committed on the loop in its operation's first step is settled when
+that step ends, a moment later, its lock released: see :meth:`~statekeep._batching.GroupCommit.submit`.) A sync caller may even be *granted* the batch and commit it in its own thread (see
 :meth:`Waiter.grant` for which threads may).
 """
 
