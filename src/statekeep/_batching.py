@@ -123,8 +123,6 @@ class GroupCommit(Generic[T]):
         self._now = commit_now
         self._max = max_batch
         self._queues: ProcessSlot[_Queue[T]] = ProcessSlot(lambda own: _Queue())
-        #: How many flusher tasks were started (a lone write needs none; for tests).
-        self.flushers = 0
 
     @property
     def queue(self) -> list[tuple[T, asyncio.Future[None]]]:
@@ -154,7 +152,6 @@ class GroupCommit(Generic[T]):
         await fut
 
     def _start_flusher(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop) -> None:
-        self.flushers += 1
         queue.flusher = loop.create_task(self._flush(queue, loop))
 
     async def _alone(self, queue: _Queue[T], item: T, caller: Direct | None) -> None:

@@ -54,8 +54,6 @@ class _Owner(StateLocks):
         # hint, never waited on: a set, so that a signal handler's interruption anywhere
         # can leave it off by one for a moment, never broken.
         self.posted: set[object] = set()
-        #: How many Tasks the loop made for operations (those that waited; for tests).
-        self.tasks_made = 0
         self.closers: set[Closer] = set()  # of stores still open (see Closer)
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name="statekeep-loop", daemon=True)
@@ -147,7 +145,6 @@ class _Owner(StateLocks):
     def task(self, coro: Any, ctx: contextvars.Context | None = None) -> asyncio.Task[Any]:
         """On the loop: run ``coro`` as a Task of an operation, which the exit drain waits for."""
         task = self.loop.create_task(coro, context=ctx)
-        self.tasks_made += 1
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
