@@ -24,7 +24,7 @@ from ._leasing import Leasing
 from ._protection import Protection
 from ._query import ListQuery, Page, make_query, select
 from ._ranges import SNAPSHOT_ONLY, check_since
-from ._records import Entries, Record, SavedState, Snapshot
+from ._records import Entries, Record, SavedState, Snapshot, built
 from ._store import Store
 from ._writes import PreparedWrite
 
@@ -59,6 +59,7 @@ class Backend(Leasing, Incarnated, Store):
     retention: timedelta | None = None
     _clock: Clock = staticmethod(system_clock)
     _protection = Protection()
+    _eager = True  # operations start eagerly (statekeep._eager); not if the client needs its own Task
 
     def _lifecycle(
         self,
@@ -169,7 +170,7 @@ class Backend(Leasing, Incarnated, Store):
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
         """A State's snapshot alone (None if absent or expired); stores that can read it
         without the history override this (agent memory reads only snapshots)."""
-        record = _built(await self._read(state_id))
+        record = built(await self._read(state_id))
         if record is None or self._expired(record.snapshot):
             return None
         return record.snapshot
@@ -192,7 +193,7 @@ class Backend(Leasing, Incarnated, Store):
             if row.expires_at is None or row.expires_at > self._now():
                 continue
             async with owner().lock((self._storage_key(), row.id)):
-                record = _built(await self._read(row.id))
+                record = built(await self._read(row.id))
                 if record is not None and self._expired(record.snapshot):
                     if await self._current_lease(row.id) is not None:
                         continue  # a live lease keeps an expired State: its worker is at it
@@ -232,7 +233,7 @@ class Backend(Leasing, Incarnated, Store):
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         write = expecting_next(write, expect_next)
         with self._known.watching(write):
-            await run_async(self._locked_write(self._check_open(write)), direct=True)
+            await run_async(self._locked_write(self._check_open(write)), direct=True, eager=self._eager)
 
     def write(
         self,
@@ -249,15 +250,15 @@ class Backend(Leasing, Incarnated, Store):
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         write = expecting_next(write, expect_next)
         with self._known.watching(write):
-            run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True)
+            run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True, eager=self._eager)
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))
-        return self._opened(state_id, _built(await run_async(read)), since)
+        return self._opened(state_id, built(await run_async(read, eager=self._eager)), since)
 
     def read(self, state_id: str, *, since: int = 0) -> Record | None:
         read = self._read(self._check_open(validate_id(state_id)), check_since(since))
-        return self._opened(state_id, _built(run_sync(read, "aread")), since)
+        return self._opened(state_id, built(run_sync(read, "aread", eager=self._eager)), since)
 
     def _opened(self, state_id: str, record: Record | None, since: int) -> Record | None:
         if record is not None:
@@ -296,7 +297,8 @@ class Backend(Leasing, Incarnated, Store):
             id_prefix=id_prefix,
         )
         self._check_open(None)
-        return self._protection.rows(self.namespace, _warn_skipped(await run_async(self._select(query))))
+        page = await run_async(self._select(query), eager=self._eager)
+        return self._protection.rows(self.namespace, _warn_skipped(page))
 
     def list(
         self,
@@ -327,7 +329,8 @@ class Backend(Leasing, Incarnated, Store):
             id_prefix=id_prefix,
         )
         self._check_open(None)
-        return self._protection.rows(self.namespace, _warn_skipped(run_sync(self._select(query), "alist")))
+        page = run_sync(self._select(query), "alist", eager=self._eager)
+        return self._protection.rows(self.namespace, _warn_skipped(page))
 
     async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
@@ -336,14 +339,16 @@ class Backend(Leasing, Incarnated, Store):
             await super().adelete(state_id, children=True, lease=lease)
             return
         sid = self._check_open(validate_id(state_id))
-        await run_async(self._locked_delete(sid, check_lease(lease, sid, self.namespace)), direct=True)
+        delete = self._locked_delete(sid, check_lease(lease, sid, self.namespace))
+        await run_async(delete, direct=True, eager=self._eager)
 
     def delete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
             super().delete(state_id, children=True, lease=lease)
             return
         sid = self._check_open(validate_id(state_id))
-        run_sync(self._locked_delete(sid, check_lease(lease, sid, self.namespace)), "adelete", direct=True)
+        delete = self._locked_delete(sid, check_lease(lease, sid, self.namespace))
+        run_sync(delete, "adelete", direct=True, eager=self._eager)
 
     async def afork(
         self,
@@ -426,12 +431,10 @@ class Backend(Leasing, Incarnated, Store):
         return value
 
     async def _locked_write(self, write: PreparedWrite) -> None:
-        async with owner().lock((self._storage_key(), write.state_id)):
-            await self._write(write)
+        await owner().locked((self._storage_key(), write.state_id), self._write(write))
 
     async def _locked_delete(self, state_id: str, lease: Lease | None) -> None:
-        async with owner().lock((self._storage_key(), state_id)):
-            await self._delete(state_id, lease)
+        await owner().locked((self._storage_key(), state_id), self._delete(state_id, lease))
 
     async def _check_tree_leases(self, root: str, lease: Lease | None) -> None:
         """Refuse a tree delete before it starts when the root's lease is not ``lease`` or
@@ -441,13 +444,8 @@ class Backend(Leasing, Incarnated, Store):
             held = await self._current_lease(sid)
             check_fence(sid, held, lease if sid == root else None, now, "nothing was deleted")
 
-    async def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> T:
-        async with owner().lock((self._storage_key(), state_id)):
-            return await work
-
-
-def _built(result: Record | Callable[[], Record] | None) -> Record | None:
-    return result() if callable(result) else result
+    def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        return owner().locked((self._storage_key(), state_id), work)
 
 
 def _warn_skipped(result: tuple[Page, list[str]]) -> Page:

@@ -22,6 +22,15 @@ wakes its caller directly: a sync write from any thread, or an async one from an
 loop, costs two hand-offs (caller -> loop -> caller). It holds up the loop for one write's
 I/O (one fsync), no longer: whatever would wait goes to a worker as above.
 
+A write that finds the store's queue idle (nothing queued or committing) and no other
+operation posted to the loop that has not begun yet commits alone, without the flusher:
+in its own step (``commit_now`` on the loop, for a caller that may not commit in its
+thread), or granted to its caller, or in a worker, its operation waiting on a
+:class:`~statekeep._eager.Wakeup` that the commit's report resumes directly. Writes
+submitted meanwhile queue behind it and go to the flusher once it is done. Without the
+second condition, writes posted together would commit alone one after another instead of
+in one batch.
+
 FileStore and SQLiteStore use it. The server stores have a second engine
 (``stores._server._batches``): their writes are async I/O on the owner loop that each get a
 value back from the server, not a blocking commit on a worker thread; its docstring says more.
@@ -35,6 +44,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from ._bridge import owner
+from ._eager import Wakeup
 from ._handoff import Direct, direct_caller
 from ._slot import ProcessSlot
 
@@ -47,13 +57,19 @@ class WouldBlock(Exception):
 
 
 class _Queue(Generic[T]):
-    """What waits to be committed in one process, and the task committing it."""
+    """What waits to be committed in one process, and the task committing it (or the
+    future of a lone write committing without one: see :meth:`GroupCommit.submit`)."""
 
-    __slots__ = ("flusher", "items")
+    __slots__ = ("alone", "flusher", "items")
 
     def __init__(self) -> None:
         self.items: list[tuple[T, asyncio.Future[None], Direct | None]] = []
         self.flusher: asyncio.Task[None] | None = None
+        self.alone: asyncio.Future[Errors] | None = None
+
+    def idle(self) -> bool:
+        """Nothing is queued or committing (a queue is only ever left empty when idle)."""
+        return self.flusher is None and self.alone is None
 
 
 class _Job(Generic[T]):
@@ -115,23 +131,79 @@ class GroupCommit(Generic[T]):
         return [] if queue is None else [(item, fut) for item, fut, _ in queue.items]
 
     async def submit(self, item: T) -> None:
-        """Queue ``item`` (on the owner loop) and return once its batch is committed."""
+        """Queue ``item`` (on the owner loop) and return once its batch is committed.
+
+        A write that finds nothing queued or committing, and no other operation posted to
+        the loop that has not begun yet (which may bring a write to batch with it), is
+        committed alone, in this step where it can be: no flusher, no future.
+        """
         queue = self._queues.get()
         caller = direct_caller.get()
         if caller is not None:
             direct_caller.set(None)  # its outcome is this item's; nothing else may claim it
+        if queue.idle() and not owner().posted:
+            await self._alone(queue, item, caller)
+            return
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         queue.items.append((item, fut, caller))
-        if queue.flusher is None:
-            queue.flusher = loop.create_task(self._flush(queue, loop))
+        if queue.idle():
+            self._start_flusher(queue, loop)
         await fut
+
+    def _start_flusher(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop) -> None:
+        queue.flusher = loop.create_task(self._flush(queue, loop))
+
+    async def _alone(self, queue: _Queue[T], item: T, caller: Direct | None) -> None:
+        """Commit ``item`` as a batch of one, as the flusher would (see the module's
+        docstring for where), without it: writes submitted meanwhile queue behind it."""
+        job = _Job(self._commit, [item], [caller])
+        errors = None
+        if caller is not None and not caller.runs_batches and self._now is not None:
+            # In the operation's first step (no Task runs it), its caller gets the outcome
+            # when the step ends, its lock released: not woken now, to wait for this thread.
+            first = asyncio.current_task() is None
+            try:
+                errors = self._now([item]) if first else job.run(self._now)  # if it need not wait
+            except WouldBlock:
+                pass
+            except BaseException as exc:  # only from self._now: job.run reports all
+                errors = [exc]
+            if first and errors is not None:
+                if errors[0] is not None:
+                    raise errors[0]
+                return
+        if errors is None:
+            # Woken by the committing thread's report, which resumes this operation at once
+            # (see Wakeup): its lock is released before the loop begins the next one.
+            loop = asyncio.get_running_loop()
+            done: Wakeup[Errors] = Wakeup(loop=loop)
+            queue.alone = done
+            job.report = functools.partial(_report, loop, functools.partial(self._reported, queue, done))
+            if caller is not None and caller.runs_batches:
+                caller.grant(job)
+            else:
+                owner().io.submit(_run, job)
+            errors = await done
+        error = errors[0]
+        if error is not None and caller is None:
+            raise error  # a direct caller has it already (and it is not raised in two threads)
+
+    def _reported(self, queue: _Queue[T], done: Wakeup[Errors], errors: Errors) -> None:
+        """On the loop: a lone write's commit ended; what queued meanwhile goes next."""
+        queue.alone = None
+        if queue.items:
+            self._start_flusher(queue, asyncio.get_running_loop())
+        done.wake(errors)
 
     async def drain(self) -> None:
         """Wait until everything queued in this process is committed."""
         queue = self._queues.current()
-        while queue is not None and queue.flusher is not None:
-            await asyncio.wait({queue.flusher})
+        while queue is not None:
+            busy: asyncio.Future[object] | None = queue.flusher or queue.alone  # type: ignore[assignment]
+            if busy is None:
+                return
+            await asyncio.wait({busy})
 
     async def _flush(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop) -> None:
         try:
@@ -162,7 +234,7 @@ class GroupCommit(Generic[T]):
                         errors = await owner().io.run(job.run)
                     else:
                         reported: asyncio.Future[Errors] = loop.create_future()
-                        job.report = functools.partial(_report, loop, reported)
+                        job.report = functools.partial(_report, loop, functools.partial(_resolve, reported))
                         runner.grant(job)
                         errors = await reported
                 except BaseException as exc:  # never for a job (run catches all), but be sure
@@ -180,9 +252,18 @@ class GroupCommit(Generic[T]):
             queue.flusher = None
 
 
-def _report(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Errors], errors: Errors) -> None:
-    """From the granted thread: hand the errors to the flusher (nobody waits for this)."""
-    loop.call_soon_threadsafe(_resolve, fut, errors)
+def _report(loop: asyncio.AbstractEventLoop, settle: Callable[[Errors], None], errors: Errors) -> None:
+    """From the committing thread: hand the errors to the loop (nobody waits for this)."""
+    loop.call_soon_threadsafe(settle, errors)
+
+
+def _run(job: _Job[T]) -> None:
+    """In a worker thread: a lone write's job, which reports whatever happens."""
+    try:
+        job.run()
+    except BaseException as exc:  # never (run catches all), but its report must come
+        if job.report is not None:
+            job.report([exc] * len(job._items))
 
 
 def _resolve(fut: asyncio.Future[Errors], errors: Errors) -> None:

@@ -17,16 +17,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextvars
+import functools
 import os
 import sys
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
+from ._eager import Outcome, Wakeup, first_step, reraise_fatal, rest
 from ._handoff import Call, Direct, Waiter, direct_caller, finished, may_run_batches, retrieved
+from ._statelocks import StateLocks
 from ._workers import Workers
 
 T = TypeVar("T")
@@ -35,17 +37,23 @@ T = TypeVar("T")
 EXIT_GRACE_SECONDS = 10.0
 
 
-class _Owner:
+class _Owner(StateLocks):
     """The loop, its thread, the worker pools and the per-State locks of one process."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.loop = asyncio.new_event_loop()
         self.io = Workers("statekeep-io", 64)
         # For jobs that io jobs wait on; they never wait themselves (see Workers).
         self.aux = Workers("statekeep-aux", 64)
-        self.tasks: set[asyncio.Task[object]] = set()
+        # What the exit drain waits for: operations' Tasks, and the Wakeups of those that wait without one.
+        self.tasks: set[asyncio.Future[Any]] = set()
         self.stopping = False
-        self._locks: dict[Hashable, _LockEntry] = {}
+        # The operations posted by start() that the loop has not begun yet: group commit
+        # batches a write with them rather than committing it alone (see _batching). A
+        # hint, never waited on: a set, so that a signal handler's interruption anywhere
+        # can leave it off by one for a moment, never broken.
+        self.posted: set[object] = set()
         self.closers: set[Closer] = set()  # of stores still open (see Closer)
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name="statekeep-loop", daemon=True)
@@ -60,12 +68,15 @@ class _Owner:
     def start(
         self,
         coro: Coroutine[Any, Any, T],
-        done: Callable[[asyncio.Task[T]], None],
+        done: Callable[[Outcome[T]], None],
         ticket: list[None] | None = None,
         direct: Direct | None = None,
+        eager: bool = False,
     ) -> None:
         """Start ``coro`` as a task on the loop, in a copy of the caller's context, and call
-        ``done(task)`` on the loop when it ends.
+        ``done(task)`` on the loop when it ends. ``eager``: run its first step at once, and
+        make a Task only if it waits (see :mod:`statekeep._eager`); ``done`` then gets a
+        :class:`~statekeep._eager.Finished` if it never waited.
 
         ``done`` must never block: it runs on the loop thread, and the caller it reports to
         may be a thread interrupted by a signal handler, holding whatever lock it held. A
@@ -81,16 +92,18 @@ class _Owner:
             ctx.run(direct_caller.set, direct)
 
         def begin() -> None:
+            self.posted.discard(begin)
             if ticket is not None:
                 try:
                     ticket.pop()
                 except IndexError:
                     return  # the caller was cancelled before the loop got here: never started
-            task = self.loop.create_task(coro, context=ctx)
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-            task.add_done_callback(retrieved)
-            task.add_done_callback(done)
+            if eager:
+                self._step(coro, ctx, done, None)
+            else:
+                task = self.task(coro, ctx)
+                task.add_done_callback(retrieved)
+                task.add_done_callback(done)
 
         # The guard makes "not stopping, so queued before the exit drain" one step. It is
         # reentrant: a signal handler that calls statekeep may interrupt this very thread here.
@@ -98,7 +111,43 @@ class _Owner:
             if self.stopping:
                 coro.close()
                 raise RuntimeError("statekeep is shutting down with the interpreter; no new work")
-            self.loop.call_soon_threadsafe(begin)
+            try:
+                self.posted.add(begin)
+                self.loop.call_soon_threadsafe(begin)
+            except BaseException:
+                self.posted.discard(begin)
+                raise
+
+    def _step(
+        self,
+        coro: Coroutine[Any, Any, T],
+        ctx: contextvars.Context,
+        done: Callable[[Outcome[T]], None],
+        woken: Wakeup[Any] | None,
+    ) -> None:
+        """Run ``coro`` on until it ends or waits: on a free :class:`Wakeup`, which calls
+        this again when woken; on anything else, in a Task from there on."""
+        if woken is not None:
+            self.tasks.discard(woken)
+        outcome, pending = first_step(coro, ctx)
+        if outcome is not None:
+            done(outcome)
+            reraise_fatal(outcome)
+            return
+        if isinstance(pending, Wakeup) and pending.free():
+            self.tasks.add(pending)  # the exit drain waits for the operation through it
+            pending.then(functools.partial(self._step, coro, ctx, done, pending))
+            return
+        task = self.task(rest(coro, pending), ctx)
+        task.add_done_callback(retrieved)
+        task.add_done_callback(done)
+
+    def task(self, coro: Any, ctx: contextvars.Context | None = None) -> asyncio.Task[Any]:
+        """On the loop: run ``coro`` as a Task of an operation, which the exit drain waits for."""
+        task = self.loop.create_task(coro, context=ctx)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """On the loop: run ``coro`` as a task that the exit drain waits for."""
@@ -111,40 +160,19 @@ class _Owner:
         exit (see :class:`Closer`). ``close`` must not refer to ``store``."""
         return Closer(self, store, close)
 
-    @asynccontextmanager
-    async def lock(self, key: Hashable) -> AsyncIterator[None]:
-        """Hold the lock for ``key``; it is dropped from the map when nobody waits on it."""
-        entry = self._locks.get(key)
-        if entry is None:
-            entry = self._locks[key] = _LockEntry()
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._locks[key]
-
     async def drain(self, timeout: float) -> None:
-        pending = {t for t in self.tasks if t is not asyncio.current_task()}
-        if pending:
-            await asyncio.wait(pending, timeout=timeout)
+        # Again while any are left: an operation's task may start another (or a batch's).
+        deadline = self.loop.time() + timeout
+        while pending := {t for t in self.tasks if t is not asyncio.current_task()}:
+            left = deadline - self.loop.time()
+            if left <= 0:
+                break
+            await asyncio.wait(pending, timeout=left)
         for closer in list(self.closers):
             try:
                 await asyncio.wait_for(closer.close(), timeout=1.0)
             except Exception:
                 pass
-
-
-class _LockEntry:
-    """One key's lock and how many hold it or wait for it."""
-
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
 
 
 class Closer:
@@ -233,7 +261,9 @@ INTERRUPTED_WRITE = (
 )
 
 
-def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = False) -> T:
+def run_sync(
+    coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = False, eager: bool = False
+) -> T:
     """Run ``coro`` on the owner loop and block until it is done (the sync API's path).
 
     Works from any thread, including one running its own event loop (which it blocks
@@ -246,6 +276,7 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = Fa
     built-in store's write or delete); the caller is then woken as soon as that batch is
     committed, by the thread that committed it, or commits it itself (see
     :meth:`~statekeep._handoff.Waiter.grant`): two hand-offs instead of four.
+    ``eager``: start it eagerly (see :meth:`_Owner.start`).
     """
     own = owner()
     if threading.current_thread() is own.thread:
@@ -255,7 +286,7 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = Fa
             f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
         )
     waiter: Waiter[T] = Waiter(runs_batches=direct and may_run_batches())
-    own.start(coro, waiter.settle, direct=waiter if direct else None)
+    own.start(coro, waiter.settle, direct=waiter if direct else None, eager=eager)
     try:
         return waiter.wait()
     except KeyboardInterrupt as interrupt:
@@ -264,7 +295,7 @@ def run_sync(coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = Fa
         raise
 
 
-async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:
+async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False, eager: bool = False) -> T:
     """Await ``coro`` on the owner loop from any event loop (the async API's path).
 
     A cancelled caller (``task.cancel()``, ``asyncio.timeout``, ``wait_for``) gets its
@@ -272,20 +303,23 @@ async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:
     had not started on the owner loop yet and never will. So what the caller reads next
     shows exactly what happened. Cancelling does not cut an operation under way short.
     ``direct``: as for :func:`run_sync`; the caller's loop is woken by the thread that
-    committed the batch (three hand-offs instead of four).
+    committed the batch (three hand-offs instead of four). ``eager``: as for :func:`run_sync`.
     """
     own = owner()
     loop = _asyncio_loop()
     if loop is None:  # not asyncio's: trio, through anyio (see statekeep._elsewhere)
-        return await _run_elsewhere(own, coro, direct)
+        return await _run_elsewhere(own, coro, direct, eager)
     if loop is own.loop:
-        ctx = None
+        ctx = contextvars.copy_context()
         if direct_caller.get() is not None:  # the enclosing operation's caller, not this one's
-            ctx = contextvars.copy_context()
             ctx.run(direct_caller.set, None)
-        task = own.loop.create_task(coro, context=ctx)
-        own.tasks.add(task)
-        task.add_done_callback(own.tasks.discard)
+        if eager:
+            outcome, pending = first_step(coro, ctx)
+            if outcome is not None:
+                return outcome.result()
+            task = own.task(rest(coro, pending), ctx)
+        else:
+            task = own.task(coro, ctx)
         task.add_done_callback(retrieved)
         try:
             return await asyncio.shield(task)
@@ -293,11 +327,11 @@ async def run_async(coro: Coroutine[Any, Any, T], *, direct: bool = False) -> T:
             await finished(task)
             raise
     call: Call[T] = Call(loop)
-    own.start(coro, call.done, call.ticket, call if direct else None)
+    own.start(coro, call.done, call.ticket, call if direct else None, eager)
     return await call.outcome(coro)
 
 
-async def _run_elsewhere(own: _Owner, coro: Coroutine[Any, Any, T], direct: bool) -> T:
+async def _run_elsewhere(own: _Owner, coro: Coroutine[Any, Any, T], direct: bool, eager: bool) -> T:
     """:func:`run_async` for a caller on another event loop than asyncio's (trio)."""
     try:
         from ._elsewhere import ElsewhereCall  # imports anyio: only callers off asyncio pay for it
@@ -306,7 +340,7 @@ async def _run_elsewhere(own: _Owner, coro: Coroutine[Any, Any, T], direct: bool
     except BaseException:
         coro.close()  # no event loop anyio knows runs here: the operation never starts
         raise
-    own.start(coro, call.done, call.ticket, call if direct else None)
+    own.start(coro, call.done, call.ticket, call if direct else None, eager)
     return await call.outcome(coro)
 
 
@@ -332,42 +366,6 @@ def _in_trio_task() -> bool:
 def _on_asyncio() -> bool:
     """Whether the caller runs on an asyncio event loop (else trio, say, through anyio)."""
     return _asyncio_loop() is not None
-
-
-async def to_thread(fn: Callable[[], T]) -> T:
-    """``asyncio.to_thread(fn)``, awaited from asyncio or trio. Under trio, a cancelled caller
-    reports once ``fn`` has returned (the thread runs on the owner loop's executor)."""
-    if _on_asyncio():
-        return await asyncio.to_thread(fn)
-    return await run_async(asyncio.to_thread(fn))
-
-
-async def in_thread(fn: Callable[[], T]) -> T:
-    """``asyncio.to_thread(fn)``, except that a cancelled caller gets CancelledError (or
-    trio's Cancelled) only once ``fn`` has returned or raised, or it had not started and
-    never will."""
-    loop = _asyncio_loop()
-    if loop is None:  # trio: the owner loop runs this, and run_async keeps the rule
-        return await run_async(in_thread(fn))
-    ticket: list[None] = [None]
-    ctx = contextvars.copy_context()
-
-    def run() -> T:
-        try:
-            ticket.pop()
-        except IndexError:
-            return cast(T, None)  # dropped by the cancelled caller; nobody reads this
-        return ctx.run(fn)
-
-    fut = loop.run_in_executor(None, run)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        try:
-            ticket.pop()
-        except IndexError:  # it started: wait for it to end
-            await finished(fut)
-        raise
 
 
 def _forget_after_fork() -> None:

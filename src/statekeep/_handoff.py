@@ -9,7 +9,8 @@ A write's outcome is known as soon as its batch is committed (what is left on th
 releasing the State's lock). So a sync write or delete, and an async one from another loop,
 is a *direct* caller (:data:`direct_caller`, set in its task's context): the thread that
 committed the batch wakes it at once, and posts the rest to the loop, where nobody waits
-for it. A sync caller may even be *granted* the batch and commit it in its own thread (see
+for it. (A lone write committed on the loop in its operation's first step is settled when
+that step ends, a moment later, its lock released: see :meth:`~statekeep._batching.GroupCommit.submit`.) A sync caller may even be *granted* the batch and commit it in its own thread (see
 :meth:`Waiter.grant` for which threads may).
 """
 
@@ -20,7 +21,10 @@ import concurrent.futures
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+
+if TYPE_CHECKING:
+    from ._eager import Outcome
 
 T = TypeVar("T")
 
@@ -63,7 +67,7 @@ def retrieved(task: asyncio.Task[object]) -> None:
         task.exception()
 
 
-def _of_task(task: asyncio.Task[T]) -> Callable[[], T]:
+def _of_task(task: Outcome[T]) -> Callable[[], T]:
     if task.cancelled():
         return _raiser(concurrent.futures.CancelledError())
     return task.result
@@ -98,7 +102,7 @@ class Waiter(Generic[T]):
         self._job: Job | None = None
         self.runs_batches = runs_batches
 
-    def settle(self, task: asyncio.Task[T]) -> None:
+    def settle(self, task: Outcome[T]) -> None:
         """On the owner loop: the task ended (never blocks). Ignored if the outcome was
         delivered already: it always is before the task ends, when it is delivered at all."""
         if self._outcome is None:
@@ -153,7 +157,7 @@ class CallerWait(Generic[T]):
         self._outcome: Callable[[], T] | None = None
         self.ticket: list[None] = [None]
 
-    def done(self, task: asyncio.Task[T]) -> None:
+    def done(self, task: Outcome[T]) -> None:
         """On the owner loop: hand the finished task over to the caller's loop (never blocks)."""
         self._send(_of_task(task))
 

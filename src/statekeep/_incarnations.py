@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from ._bridge import run_async
@@ -27,7 +26,7 @@ from ._ids import new_incarnation, validate_id, validate_incarnation
 from ._leases import Lease, check_lease
 from ._protection import Protection
 from ._ranges import SNAPSHOT_ONLY
-from ._records import Entries, Record, Snapshot
+from ._records import Entries, Record, Snapshot, built
 from ._writes import PreparedWrite
 
 #: How many States' incarnations a store object remembers (then it starts again).
@@ -89,17 +88,31 @@ class Known:
     def drop(self, state_id: str) -> None:
         self._ids.pop(state_id, None)
 
-    @contextmanager
-    def watching(self, write: PreparedWrite) -> Iterator[None]:
-        """Remember the incarnation of a write that went through; forget the State's after
-        a conflict (it may have been created again)."""
-        try:
-            yield
-        except StateConflictError:
-            self.drop(write.state_id)
-            raise
-        if write.create or write.bound:
-            self.put(write.state_id, write.incarnation)
+    def watching(self, write: PreparedWrite) -> Watching:
+        """``with`` this around ``write``: remember the incarnation of a write that went
+        through; forget the State's after a conflict (it may have been created again)."""
+        return Watching(self, write)
+
+
+class Watching:
+    """:meth:`Known.watching` (a plain context manager: it is on every write's path)."""
+
+    __slots__ = ("_known", "_write")
+
+    def __init__(self, known: Known, write: PreparedWrite) -> None:
+        self._known = known
+        self._write = write
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        write = self._write
+        if kind is None:
+            if write.create or write.bound:
+                self._known.put(write.state_id, write.incarnation)
+        elif issubclass(kind, StateConflictError):
+            self._known.drop(write.state_id)
 
 
 class Incarnated:
@@ -137,8 +150,7 @@ class Incarnated:
     async def _alearn(self, state_id: str) -> Binding:
         """A sealed append's binding: the State's incarnation, read (its snapshot, no entries)
         on the owner loop."""
-        found = await run_async(self._read(state_id, SNAPSHOT_ONLY))
-        record = found() if callable(found) else found
+        record = built(await run_async(self._read(state_id, SNAPSHOT_ONLY)))
         return (None if record is None else record.incarnation, True)
 
     def _prepared(

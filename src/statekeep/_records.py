@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -223,6 +223,11 @@ def trusted_row(
     _set_expires_at(row, expires_at)
     _set_forked_from(row, forked_from)
     return row
+
+
+def built(result: Record | Callable[[], Record] | None) -> Record | None:
+    """What a store's ``_read`` gave: the Record, None, or a function that builds it (called here)."""
+    return result() if callable(result) else result
 
 
 def run_status(finished: bool, stopped_by: str | None) -> str:

@@ -9,9 +9,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._bridge import in_thread, run_sync, to_thread
+from ._bridge import run_sync
 from ._errors import LeaseHeldError, StaleLeaseError, StateConflictError, StateExistsError, StateNotFoundError
 from ._incarnations import incarnated, takes_incarnation
+from ._inthread import in_thread, to_thread
 from ._lineage import fork_state, walk_tree
 from ._query import given
 from ._records import Entries, Record, SavedState, Snapshot

@@ -10,11 +10,14 @@ full pool could wait on itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar, TypeVarTuple
+
+from ._eager import Wakeup
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -26,7 +29,7 @@ class Workers:
     def __init__(self, name: str, max_threads: int) -> None:
         self._name = name
         self._max = max_threads
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., object], tuple[object, ...]]]
+        self._jobs: queue.SimpleQueue[tuple[Future[Any] | None, Callable[..., object], tuple[object, ...]]]
         self._jobs = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
@@ -36,6 +39,19 @@ class Workers:
     def submit(self, fn: Callable[[*Ts], T], *args: *Ts) -> Future[T]:
         """Run ``fn(*args)`` on a pool thread; the returned future has its outcome."""
         fut: Future[T] = Future()
+        self._put(fut, fn, args)
+        return fut
+
+    def run(self, fn: Callable[[*Ts], T], *args: *Ts) -> asyncio.Future[T]:
+        """Like :meth:`submit`, as an awaitable for the running event loop: a
+        :class:`~statekeep._eager.Wakeup`, so an operation that waits on it alone needs no
+        Task (see :meth:`~statekeep._bridge._Owner.start`)."""
+        loop = asyncio.get_running_loop()
+        done: Wakeup[T] = Wakeup(loop=loop)
+        self._put(None, functools.partial(_settle, loop, done, fn), args)
+        return done
+
+    def _put(self, fut: Future[Any] | None, fn: Callable[..., object], args: tuple[object, ...]) -> None:
         self._jobs.put((fut, fn, args))
         with self._lock:
             self._pending += 1
@@ -43,11 +59,6 @@ class Workers:
                 self._threads += 1
                 self._idle += 1
                 threading.Thread(target=self._work, name=f"{self._name}-{self._threads}", daemon=True).start()
-        return fut
-
-    def run(self, fn: Callable[[*Ts], T], *args: *Ts) -> asyncio.Future[T]:
-        """Like :meth:`submit`, as an awaitable for the running event loop."""
-        return asyncio.wrap_future(self.submit(fn, *args))
 
     def _work(self) -> None:
         jobs = self._jobs
@@ -56,7 +67,9 @@ class Workers:
             with self._lock:
                 self._idle -= 1
                 self._pending -= 1
-            if fut.set_running_or_notify_cancel():
+            if fut is None:
+                fn(*args)  # reports its own outcome (never raises)
+            elif fut.set_running_or_notify_cancel():
                 try:
                     result = fn(*args)
                 except BaseException as exc:  # handed to the waiter, whatever it is
@@ -66,3 +79,17 @@ class Workers:
             del fut, fn, args
             with self._lock:
                 self._idle += 1
+
+
+def _settle(loop: asyncio.AbstractEventLoop, done: Wakeup[T], fn: Callable[..., T], *args: object) -> None:
+    """In a pool thread: run ``fn(*args)`` and hand its outcome to ``done`` on ``loop``."""
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # handed to the waiter, whatever it is
+        settle, outcome = done.fail, exc
+    else:
+        settle, outcome = done.wake, result  # type: ignore[assignment]
+    try:
+        loop.call_soon_threadsafe(settle, outcome)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits any more

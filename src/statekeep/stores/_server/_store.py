@@ -44,6 +44,7 @@ class ServerStore(Backend, Generic[C, L, A, R]):
     (the server's refusals, in statekeep's words).
     """
 
+    _eager = False  # redis-py and asyncpg use asyncio.timeout, which needs a Task of its own
     _local_type: type[L]
     _close_conn: Callable[[C], Coroutine[Any, Any, None]]
     _server_name: str
