@@ -32,7 +32,7 @@ from ..._writes import (
 )
 from . import _sql as sql
 from ._connections import is_busy, rolled_back_on_error
-from ._leases import read_leases
+from ._known import Key, Known, read_known
 from ._rows import decode_entry, listing_columns
 from ._schema import check_version
 
@@ -153,8 +153,8 @@ class _Batch:
         self.conn = conn
         self.ops = ops
         self.clock = clock
-        self.when = clock()
-        self.now = iso(self.when)
+        self.when = datetime.min  # read once the write lock is held (commit)
+        self.now = ""
         self.errors: list[BaseException | None] = [None] * len(ops)
 
     def commit(self) -> list[BaseException | None]:
@@ -162,13 +162,13 @@ class _Batch:
         pending = list(range(len(self.ops)))
         # The fast path needs distinct States; a fork reads its source, which an op before
         # it in the batch may change, so a batch with one goes op by op.
-        one_by_one = len({_op_id(op) for op in self.ops}) < len(self.ops) or any(
-            kind == "fork" for kind, _, _ in self.ops
+        one_by_one = any(kind == "fork" for kind, _, _ in self.ops) or (
+            len(self.ops) > 1 and len({_op_id(op) for op in self.ops}) < len(self.ops)
         )
         while pending:
             conn.execute(sql.BEGIN_IMMEDIATE)
             with rolled_back_on_error(conn):
-                check_version(self.path, conn)
+                # (The schema version is read with the States: _known.read_known.)
                 # The time once the write lock is held: no lease can change before the commit.
                 self.when = self.clock()
                 self.now = iso(self.when)
@@ -219,25 +219,14 @@ class _Batch:
     def _plan(self, indexes: list[int]) -> Changes:
         """Check ``ops[i]`` for each i against the stored States (reads only) and collect
         the changes of those accepted; a refused op gets its error in ``errors[i]``."""
-        known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]] = {}
-        leases: dict[tuple[str, str], Lease] = {}
-        by_ns: dict[str, list[str]] = {}
-        for i in indexes:
-            ns, sid = _op_id(self.ops[i])
-            by_ns.setdefault(ns, []).append(sid)
-        for ns, ids in by_ns.items():
-            marks = ",".join("?" * len(ids))
-            for sid, next_seq, expires, incarnation, sealed in self.conn.execute(
-                sql.KNOWN.format(marks=marks), (ns, *ids)
-            ):
-                known[ns, sid] = (next_seq, expires, incarnation, bool(sealed))
-            leases.update(((ns, sid), lease) for sid, lease in read_leases(self.conn, ns, ids).items())
+        ops = self.ops
+        keys = [_op_id(ops[i]) for i in indexes]
+        known, leases = read_known(self.path, self.conn, list(dict.fromkeys(keys)))
         changes = Changes()
-        for i in indexes:
+        for i, key in zip(indexes, keys, strict=True):
             try:
-                ns, sid = _op_id(self.ops[i])
-                self._fence(self.ops[i], leases.get((ns, sid)))
-                self._plan_one(self.ops[i], known, changes)
+                self._fence(ops[i], leases.get(key))
+                self._plan_one(ops[i], known, changes)
             except BaseException as exc:
                 if is_busy(exc):
                     raise
@@ -256,9 +245,7 @@ class _Batch:
     def _expired(self, expires: str | None) -> bool:
         return expires is not None and expires <= self.now
 
-    def _plan_one(
-        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]], changes: Changes
-    ) -> None:
+    def _plan_one(self, op: Op, known: dict[Key, Known], changes: Changes) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
         _, ns, value = op
         if isinstance(value, Delete):
@@ -267,12 +254,12 @@ class _Batch:
         fork = value if isinstance(value, Fork) else None
         write = value.write if isinstance(value, Fork) else value
         sid = write.state_id
-        next_seq, expires, incarnation, sealed = known.get((ns, sid), (None, None, None, False))
-        expired = next_seq is not None and self._expired(expires)
+        stored = known.get((ns, sid))
+        expired = stored is not None and self._expired(stored.expires_at)
         if expired:
-            next_seq = None  # expired is absent: a create replaces it, an update finds nothing
+            stored = None  # expired is absent: a create replaces it, an update finds nothing
         if write.create:
-            if next_seq is not None:
+            if stored is not None:
                 raise exists_error(sid)
             if fork is not None:
                 self._check_source(ns, fork)
@@ -286,9 +273,10 @@ class _Batch:
                 changes.copies.append((ns, sid, ns, fork.source, fork.count))
             changes.add_entries(ns, sid, write.first_seq, write.lines)
             return
-        if next_seq is None:
+        if stored is None:
             raise missing_error(sid)
-        check_preconditions(write, incarnation, next_seq, sealed)
+        next_seq = stored.next_seq
+        check_preconditions(write, stored.incarnation, next_seq, stored.sealed)
         skip = plan_append(write, next_seq)
         if skip:
             self._check_stored(ns, write, next_seq, skip)
@@ -297,7 +285,8 @@ class _Batch:
         if write.snapshot is not None:
             columns, labels = listing_columns(sid, write.snapshot)
             changes.updates.append((end, write.snapshot, *columns, ns, sid))
-            changes.relabel.append((ns, sid))
+            if stored.labelled:  # a State without labels has no rows to replace
+                changes.relabel.append((ns, sid))
             changes.add_labels(ns, sid, columns, labels)
         elif new:
             changes.seqs.append((end, ns, sid))

@@ -38,9 +38,13 @@ _MAX_IDLE_READERS = 8
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path, *, waits: bool = True) -> sqlite3.Connection:
     """A new connection to ``path`` with statekeep's settings (autocommit: transactions
-    are begun explicitly). Refuses a file that is not a SQLite database."""
+    are begun explicitly). Refuses a file that is not a SQLite database.
+
+    ``waits=False``: SQLite reports a lock held elsewhere at once (busy_timeout 0), for a
+    connection whose caller must not wait (on the owner loop) or waits in Python (the writer).
+    """
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False)
     conn.create_function("statekeep_sealed", 1, sealed_text, deterministic=True)
     with closed_on_error(conn):
@@ -49,6 +53,8 @@ def connect(path: Path) -> sqlite3.Connection:
             conn.execute(sql.SYNCHRONOUS_FULL)
             conn.execute(sql.FOREIGN_KEYS_ON)
             conn.execute(sql.JOURNAL_SIZE_LIMIT.format(size=_WAL_SIZE_LIMIT))
+            if not waits:
+                conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
         except sqlite3.DatabaseError as exc:
             refuse_not_a_database(path, exc)
             raise

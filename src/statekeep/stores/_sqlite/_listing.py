@@ -79,8 +79,7 @@ def loop_reader(path: Path, conns: Connections) -> sqlite3.Connection:
     """The reader used on the owner loop only (made on first use): it never waits for a lock."""
     conn = conns.loop_reader
     if conn is None:
-        conn = conns.loop_reader = connect(path)
-        conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
+        conn = conns.loop_reader = connect(path, waits=False)
     return conn
 
 

@@ -31,13 +31,7 @@ from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._changes import ChangeStamp
-from ._connections import (
-    BUSY_TIMEOUT_SECONDS,
-    Connections,
-    connect,
-    connections_slot,
-    is_busy,
-)
+from ._connections import Connections, connect, connections_slot, is_busy
 from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
 from ._rows import decode_entry
@@ -67,9 +61,9 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     or not at all; a write that raises stored nothing.
 
     Several processes may use one file: SQLite's locks serialise their writes (each in
-    ``BEGIN IMMEDIATE``), waiting up to ``BUSY_TIMEOUT_SECONDS`` (30) for a lock and then
-    retrying with backoff; only after ``BUSY_PATIENCE_SECONDS`` (120) does a call give up
-    with TimeoutError. Concurrent writes from one process (``asyncio.gather`` of
+    ``BEGIN IMMEDIATE``); a write finding the lock held retries with backoff (1 ms at
+    first, at most 100 ms apart), and only after ``BUSY_PATIENCE_SECONDS`` (120) does a
+    call give up with TimeoutError. Concurrent writes from one process (``asyncio.gather`` of
     ``awrite``) share one transaction and one fsync, each still failing or succeeding on
     its own.
 
@@ -263,14 +257,16 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _commit(self, ops: list[Op]) -> list[BaseException | None]:
         """Apply ``ops`` in one transaction (one fsync); return each one's error or None.
 
-        Runs in a worker thread, one call at a time per store and process (the flusher
-        awaits each), so the writer connection is never shared.
+        Runs in a worker thread (or a sync caller's own), one call at a time per store and
+        process (the flusher awaits each), so the writer connection is never shared. The
+        writer never waits inside SQLite (busy_timeout 0): a lock held elsewhere is waited
+        for here, by :meth:`_retry_busy`.
         """
         conns = self._slot.get()
         self._ensure_schema(conns)
-        conn = conns.take_writer(self._connect)
+        conn = conns.take_writer(self._connect_writer)
         try:
-            return self._retry_busy(lambda: commit_batch(self.path, conn, ops, self._now))
+            return self._retry_busy(commit_batch, self.path, conn, ops, self._now)
         finally:
             conns.give_writer(conn)
 
@@ -281,17 +277,13 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         conns = self._slot.get()
         if len(ops) != 1 or not conns.schema_ok or conns.writer is None:
             raise WouldBlock
-        conn = conns.take_writer(self._connect)
+        conn = conns.take_writer(self._connect_writer)
         try:
-            conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                return commit_batch(self.path, conn, ops, self._now)
-            except sqlite3.OperationalError as exc:
-                if is_busy(exc):
-                    raise WouldBlock from None  # nothing committed, no transaction open
-                raise
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+            return commit_batch(self.path, conn, ops, self._now)
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc):
+                raise WouldBlock from None  # nothing committed, no transaction open
+            raise
         finally:
             conns.give_writer(conn)
 
@@ -387,6 +379,9 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _connect(self) -> sqlite3.Connection:
         return connect(self.path)
 
+    def _connect_writer(self) -> sqlite3.Connection:
+        return connect(self.path, waits=False)
+
     def _ensure_schema(self, conns: Connections) -> None:
         """Create or migrate the schema once per process (refusing a newer one)."""
         if conns.schema_ok:
@@ -401,11 +396,12 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         """Run ``fn`` again (with backoff) while SQLite reports the database locked.
 
         ``fn`` must leave no transaction open when it raises, so a rerun starts clean.
-        busy_timeout already waits inside SQLite; this covers the cases where SQLite
-        reports BUSY at once (a WAL recovery under way, a deadlock it detected).
+        This is how the writer (busy_timeout 0) waits for another connection's write lock;
+        for the readers, whose busy_timeout waits inside SQLite, it covers the cases where
+        SQLite reports BUSY at once (a WAL recovery under way, a deadlock it detected).
         """
         deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
-        delay = 0.002
+        delay = 0.001
         while True:
             try:
                 return fn(*args, **kwargs)
@@ -418,4 +414,4 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
                         f"than {BUSY_PATIENCE_SECONDS:.0f} s; gave up ({exc})"
                     ) from exc
             time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.25)
+            delay = min(delay * 2, 0.1)  # as SQLite's own busy handler, at most

@@ -1,0 +1,82 @@
+"""What SQLiteStore asks of SQLite per operation, counted with a trace callback on its own
+connections: a steady-state write, a small read and a listing page each run only the
+statements their work needs (no setting flipped back and forth, no label rows touched for
+a State without labels, the schema version read with the rows)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statekeep import SQLiteStore
+from tests.conftest import entries, snapshot
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "store.db")
+    yield s
+    s.close()
+
+
+class Traced:
+    """The statements SQLite runs on the store's connections of this process, from now on."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        conns = store._conns
+        assert conns is not None
+        self.statements: list[str] = []
+        for conn in (conns.writer, conns.loop_reader, *conns.idle):
+            if conn is not None:
+                conn.set_trace_callback(self.statements.append)
+        self.conns = [conns.writer, conns.loop_reader, *conns.idle]
+
+    def stop(self) -> list[str]:
+        for conn in self.conns:
+            if conn is not None:
+                conn.set_trace_callback(None)
+        return self.statements
+
+
+def warm(store: SQLiteStore, sid: str = "a") -> int:
+    """Make State ``sid`` with a few writes (the connections are made by then); its next seq."""
+    store.write(sid, entries(0, 3), snapshot(turn=0), create=True)
+    for turn in range(1, 4):
+        store.write(sid, entries(turn * 3, 3), snapshot(turn=turn))
+    store.read(sid)
+    store.list(limit=50)
+    return 12
+
+
+def test_a_write_runs_at_most_seven_statements(store: SQLiteStore) -> None:
+    seq = warm(store)
+    traced = Traced(store)
+    store.write("a", entries(seq, 3), snapshot(turn=4))
+    statements = traced.stop()
+    # BEGIN IMMEDIATE; the State, its lease and the schema version in one query; the
+    # snapshot's update; the 3 entries; COMMIT (raw sqlite3 needs 6).
+    assert len(statements) <= 7, statements
+    assert not [s for s in statements if s.upper().startswith("PRAGMA")], statements
+    assert not [s for s in statements if "from labels" in s.lower() or "into labels" in s.lower()], statements
+    assert store.read("a").entries == entries(0, seq + 3)
+
+
+def test_label_rows_follow_the_snapshot(store: SQLiteStore) -> None:
+    # A write to a State without labels touches no label rows; one that had labels has
+    # them replaced (or removed) with the snapshot.
+    store.write("a", [], snapshot(), create=True)
+    store.write("a", [], snapshot(turn=1) | {"labels": {"user": "u1", "team": "t"}})
+    assert [r.id for r in store.list(labels={"user": "u1"})] == ["a"]
+    store.write("a", [], snapshot(turn=2) | {"labels": {"user": "u2"}})
+    assert [r.id for r in store.list(labels={"user": "u1"})] == []
+    assert [r.id for r in store.list(labels={"team": "t"})] == []
+    assert [r.id for r in store.list(labels={"user": "u2"})] == ["a"]
+    store.write("a", entries(0, 1), None)  # no snapshot: the labels stay
+    assert [r.id for r in store.list(labels={"user": "u2"})] == ["a"]
+    store.write("a", [], snapshot(turn=3))
+    assert [r.id for r in store.list(labels={"user": "u2"})] == []
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT count(*) FROM labels").fetchone() == (0,)
