@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from statekeep import SQLiteStore
+from statekeep import SQLiteStore, UnsupportedFormatError
+from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from tests.conftest import entries, snapshot
 
 
@@ -80,3 +81,17 @@ def test_label_rows_follow_the_snapshot(store: SQLiteStore) -> None:
     assert [r.id for r in store.list(labels={"user": "u2"})] == []
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("SELECT count(*) FROM labels").fetchone() == (0,)
+
+
+def test_a_newer_schema_the_write_query_does_not_fit_is_refused_as_newer(store: SQLiteStore) -> None:
+    # The version is read by the query that reads the States; a newer statekeep may have
+    # changed the tables under it: the write is refused as written by a newer statekeep,
+    # not with SQLite's complaint about a column.
+    warm(store)
+    with sqlite3.connect(store.path, isolation_level=None) as conn:
+        conn.execute("ALTER TABLE states DROP COLUMN incarnation")
+        conn.execute(f"UPDATE schema_version SET version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
+        store.write("a", entries(12, 1), None)
+    with sqlite3.connect(store.path, isolation_level=None) as conn:
+        assert conn.execute("SELECT max(seq) FROM entries").fetchone() == (11,)
