@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from statekeep import SQLiteStore, UnsupportedFormatError
+from statekeep import CorruptStateError, Record, SQLiteStore, UnsupportedFormatError
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from tests.conftest import entries, snapshot
 
@@ -65,6 +65,15 @@ def test_a_write_runs_at_most_seven_statements(store: SQLiteStore) -> None:
     assert store.read("a").entries == entries(0, seq + 3)
 
 
+def test_a_small_read_is_one_statement(store: SQLiteStore) -> None:
+    warm(store)
+    traced = Traced(store)
+    record = store.read("a")
+    statements = traced.stop()
+    assert record is not None and record.entries == entries(0, 12)
+    assert len(statements) == 1, statements
+
+
 def test_label_rows_follow_the_snapshot(store: SQLiteStore) -> None:
     # A write to a State without labels touches no label rows; one that had labels has
     # them replaced (or removed) with the snapshot.
@@ -95,3 +104,37 @@ def test_a_newer_schema_the_write_query_does_not_fit_is_refused_as_newer(store: 
         store.write("a", entries(12, 1), None)
     with sqlite3.connect(store.path, isolation_level=None) as conn:
         assert conn.execute("SELECT max(seq) FROM entries").fetchone() == (11,)
+
+
+@pytest.mark.parametrize("count", [3, 250], ids=["on-the-loop", "in-a-worker"])
+def test_reads_short_and_long_histories_whole(store: SQLiteStore, count: int) -> None:
+    # A short history is read on the owner loop, a long one in a worker thread: the same Record.
+    store.write("a", entries(0, count), snapshot(), create=True)
+    assert store.read("a") == Record(entries(0, count), snapshot())
+    assert store.read("a", since=count - 2) == Record(entries(count - 2, 2), snapshot())
+    assert store.read("a", since=count + 5) == Record([], snapshot())
+    assert store.read("nobody") is None
+
+
+@pytest.mark.parametrize("count", [3, 250], ids=["on-the-loop", "in-a-worker"])
+def test_a_read_after_another_process_upgraded_the_file_is_refused(store: SQLiteStore, count: int) -> None:
+    store.write("a", entries(0, count), snapshot(), create=True)
+    assert store.read("a") is not None
+    with sqlite3.connect(store.path, isolation_level=None) as conn:
+        conn.execute(f"UPDATE schema_version SET version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
+        store.read("a")
+    with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
+        store.read("nobody")
+    with sqlite3.connect(store.path, isolation_level=None) as conn:
+        conn.execute("ALTER TABLE states DROP COLUMN incarnation")  # a newer layout the read does not fit
+    with pytest.raises(UnsupportedFormatError, match="newer statekeep"):
+        store.read("a")
+
+
+def test_a_history_shorter_than_its_next_seq_is_reported(store: SQLiteStore) -> None:
+    store.write("a", entries(0, 3), snapshot(), create=True)
+    with sqlite3.connect(store.path, isolation_level=None) as conn:
+        conn.execute("DELETE FROM entries WHERE seq = 1")
+    with pytest.raises(CorruptStateError, match=r"records next seq 3 but has 2 entries from seq 0"):
+        store.read("a")

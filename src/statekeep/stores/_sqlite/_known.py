@@ -17,9 +17,8 @@ from typing import NamedTuple
 
 from ..._leases import Lease
 from . import _sql as sql
-from ._connections import is_busy
 from ._leases import lease_row
-from ._schema import refuse_newer
+from ._schema import refuse_newer, refuse_newer_after
 
 #: A State's (namespace, id).
 Key = tuple[str, str]
@@ -44,14 +43,7 @@ def read_known(
     try:
         rows = conn.execute(_known_sql(len(keys)), params).fetchall()
     except sqlite3.OperationalError as exc:
-        if is_busy(exc):
-            raise
-        # A newer schema the query does not fit (a table or column gone): say that.
-        try:
-            version = conn.execute(sql.VERSION).fetchone()[0]
-        except sqlite3.Error:
-            raise exc from None
-        refuse_newer(path, version or 0)
+        refuse_newer_after(path, conn, exc)
         raise
     refuse_newer(path, rows[0][2] or 0)
     known: dict[Key, Known] = {}

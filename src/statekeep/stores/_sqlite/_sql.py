@@ -243,6 +243,18 @@ RESEAL_SNAPSHOT = (
 
 # -- reads -----------------------------------------------------------------------------------
 
+# A read in one statement (so one consistent view, without BEGIN): the schema version and
+# the State's row (NULLs if it has none; always a first row, sorted first by its -1), then
+# its entries from a seq on (by the primary key: reading a history's end costs what it
+# returns), in seq order, at most the LIMIT of rows (-1: all). SQLite merges the two parts
+# in order, so the LIMIT stops the reading of entries.
+READ = (
+    "SELECT -1, v.version, s.next_seq, s.incarnation, CAST(s.snapshot AS BLOB) "
+    "FROM (SELECT max(version) AS version FROM schema_version) v "
+    "LEFT JOIN states s ON s.namespace = ? AND s.id = ? "
+    "UNION ALL SELECT seq, NULL, NULL, NULL, CAST(data AS BLOB) FROM entries "
+    "WHERE namespace = ? AND state_id = ? AND seq >= ? ORDER BY 1 LIMIT ?"
+)
 READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB), incarnation FROM states WHERE namespace = ? AND id = ?"
 # A live State's snapshot alone (expired: no row), for agent memory.
 READ_SNAPSHOT = (

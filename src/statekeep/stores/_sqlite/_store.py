@@ -14,12 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from ..._backend import Backend, Clock
 from ..._batching import GroupCommit, WouldBlock
 from ..._bridge import owner, run_async
-from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE, iso
 from ..._leases import Lease
 from ..._query import ListQuery, Page
@@ -34,7 +31,7 @@ from ._changes import ChangeStamp
 from ._connections import Connections, connect, connections_slot, is_busy
 from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
-from ._rows import decode_entry
+from ._reads import built, read_now, read_rows
 from ._schema import open_schema, read_transaction
 
 T = TypeVar("T")
@@ -172,8 +169,13 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         await self._submit(("delete", self.namespace, Delete(state_id, lease)))
 
-    async def _read(self, state_id: str, since: int = 0) -> Record | None:
+    async def _read(self, state_id: str, since: int = 0) -> Record | Callable[[], Record] | None:
         conns = self._slot.get()  # made here, on the owner loop, never by two threads at once
+        if conns.schema_ok:
+            try:  # a short history: read on the loop (a thread hop costs as much), decoded by the caller
+                return read_now(self.path, conns, self.namespace, state_id, since)
+            except WouldBlock:
+                pass
         return await owner().io.run(self._retry_busy, self._read_once, conns, state_id, since)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
@@ -292,24 +294,9 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _read_once(self, conns: Connections, sid: str, since: int) -> Record | None:
         if self._absent(conns):
             return None
-        with self._reading(conns) as conn:
-            row = conn.execute(sql.READ_STATE, (self.namespace, sid)).fetchone()
-            if row is None:
-                return None
-            data = conn.execute(sql.READ_ENTRIES, (self.namespace, sid, since)).fetchall()
-        next_seq, snap, incarnation = row
-        if len(data) != max(0, next_seq - since):
-            raise CorruptStateError(
-                f"{self.path}: State {sid!r} records next seq {next_seq} but has {len(data)} entries "
-                f"from seq {since}"
-            )
-        loads = orjson.loads
-        try:
-            entries = [loads(d) for (d,) in data]
-        except orjson.JSONDecodeError:  # names the bad one
-            entries = [decode_entry(self.path, sid, since + i, d) for i, (d,) in enumerate(data)]
-        snapshot = decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}")
-        return Record(entries, snapshot, incarnation)
+        with self._reader(conns) as conn:  # one statement: one consistent read
+            rows = read_rows(self.path, conn, self.namespace, sid, since)
+        return None if rows[0][2] is None else built(self.path, sid, since, rows)
 
     def _read_snapshot_once(self, conns: Connections, sid: str) -> dict[str, Any] | None:
         if self._absent(conns):
@@ -362,17 +349,22 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         return not conns.schema_ok and not os.path.exists(self.path)
 
     @contextmanager
-    def _reading(self, conns: Connections) -> Iterator[sqlite3.Connection]:
-        """A reader connection inside a read transaction (one consistent view of the file)."""
+    def _reader(self, conns: Connections) -> Iterator[sqlite3.Connection]:
+        """A reader connection (the schema made first), given back after the block."""
         self._ensure_schema(conns)
         conn = conns.take_reader() or self._connect()
         healthy = False
         try:
-            with read_transaction(self.path, conn):
-                yield conn
-            healthy = True
+            yield conn
+            healthy = not conn.in_transaction
         finally:
             conns.give_reader(conn, reuse=healthy)
+
+    @contextmanager
+    def _reading(self, conns: Connections) -> Iterator[sqlite3.Connection]:
+        """A reader connection inside a read transaction (one consistent view of the file)."""
+        with self._reader(conns) as conn, read_transaction(self.path, conn):
+            yield conn
 
     # -- connections, schema, locks -------------------------------------------------
 
