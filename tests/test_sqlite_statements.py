@@ -74,6 +74,17 @@ def test_a_small_read_is_one_statement(store: SQLiteStore) -> None:
     assert len(statements) == 1, statements
 
 
+def test_a_listing_page_is_one_statement(store: SQLiteStore) -> None:
+    warm(store)
+    for i in range(60):
+        store.write(f"s{i:02d}", [], snapshot(turn=i), create=True)
+    traced = Traced(store)
+    page = store.list(limit=50)
+    statements = traced.stop()
+    assert len(page) == 50 and page.next is not None
+    assert len(statements) == 1, statements
+
+
 def test_label_rows_follow_the_snapshot(store: SQLiteStore) -> None:
     # A write to a State without labels touches no label rows; one that had labels has
     # them replaced (or removed) with the snapshot.

@@ -272,3 +272,5 @@ ROW_COLUMNS = (
 )
 STATE_IDS = "SELECT id FROM states WHERE namespace = ? ORDER BY id"
 UNLISTED = "SELECT id, unlisted FROM states WHERE namespace = ? AND unlisted IS NOT NULL ORDER BY id"
+# Whether UNLISTED finds any (a column of a listing's first page: index states_unlisted).
+ANY_UNLISTED = "EXISTS (SELECT 1 FROM states u WHERE u.namespace = ? AND u.unlisted IS NOT NULL)"

@@ -316,8 +316,8 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _select_once(self, conns: Connections, query: ListQuery) -> tuple[Page, list[str]]:
         if self._absent(conns):
             return Page(), []
-        with self._reading(conns) as conn:
-            return read_page(conn, self.namespace, query, self._now_text())
+        with self._reader(conns) as conn:  # one statement (two if a State is unlisted)
+            return read_page(self.path, conn, self.namespace, query, self._now_text())
 
     def _gc_all(self, conns: Connections, limit: int | None) -> int:
         """Remove expired States, a chunk per transaction, each chunk found and removed
