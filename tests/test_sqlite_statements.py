@@ -61,8 +61,31 @@ def test_a_write_runs_at_most_seven_statements(store: SQLiteStore) -> None:
     # snapshot's update; the 3 entries; COMMIT (raw sqlite3 needs 6).
     assert len(statements) <= 7, statements
     assert not [s for s in statements if s.upper().startswith("PRAGMA")], statements
-    assert not [s for s in statements if "from labels" in s.lower() or "into labels" in s.lower()], statements
+    assert not [s for s in statements if touches_labels(s)], statements
     assert store.read("a").entries == entries(0, seq + 3)
+
+
+def touches_labels(statement: str) -> bool:
+    return "from labels" in statement.lower() or "into labels" in statement.lower()
+
+
+def test_a_delete_touches_only_what_the_state_has(store: SQLiteStore) -> None:
+    warm(store)
+    store.write("b", entries(0, 1), snapshot() | {"labels": {"user": "u1"}}, create=True)
+    traced = Traced(store)
+    store.delete("a")  # no labels
+    statements = traced.stop()
+    assert not [s for s in statements if touches_labels(s)], statements
+    traced = Traced(store)
+    store.delete("nobody")  # nothing there: BEGIN IMMEDIATE; the State, its lease, the version; COMMIT
+    statements = traced.stop()
+    assert len(statements) == 3, statements
+    store.delete("b")
+    assert store.read("a") is None and store.read("b") is None
+    assert store.list(labels={"user": "u1"}) == []
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT count(*) FROM labels").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM entries").fetchone() == (0,)
 
 
 def test_a_small_read_is_one_statement(store: SQLiteStore) -> None:

@@ -82,7 +82,7 @@ def gc_chunk(path: Path, conn: sqlite3.Connection, ns: str, now: str, chunk: int
     with rolled_back_on_error(conn):
         check_version(path, conn)
         ids = [(ns, sid) for (sid,) in conn.execute(sql.EXPIRED, (ns, now, now, chunk))]
-        Changes(deletes=ids).apply(conn)
+        Changes(deletes=ids, unlabel=ids).apply(conn)
         conn.execute(sql.COMMIT)
     return len(ids)
 
@@ -92,6 +92,7 @@ class Changes:
     """The rows a batch of accepted writes changes, applied with one executemany each."""
 
     deletes: list[tuple[str, str]] = field(default_factory=list)
+    unlabel: list[tuple[str, str]] = field(default_factory=list)  # deleted States that have labels
     creates: list[tuple[Any, ...]] = field(default_factory=list)
     entries: list[tuple[str, str, int, memoryview]] = field(default_factory=list)
     updates: list[tuple[Any, ...]] = field(default_factory=list)  # snapshot and next_seq
@@ -104,13 +105,20 @@ class Changes:
         # memoryview: the encoded line minus its newline, without copying a large entry.
         self.entries.extend((ns, sid, first_seq + i, memoryview(line)[:-1]) for i, line in enumerate(lines))
 
+    def remove(self, ns: str, sid: str, stored: Known) -> None:
+        """Delete a stored State (its label rows only if it has some)."""
+        self.deletes.append((ns, sid))
+        if stored.labelled:
+            self.unlabel.append((ns, sid))
+
     def add_labels(self, ns: str, sid: str, columns: tuple[Any, ...], labels: dict[str, str]) -> None:
         self.labels.extend((ns, sid, k, v, columns[2]) for k, v in labels.items())
 
     def apply(self, conn: sqlite3.Connection) -> None:
         if self.deletes:
             conn.executemany(sql.DELETE_ENTRIES, self.deletes)
-            conn.executemany(sql.DELETE_LABELS, self.deletes)
+            if self.unlabel:
+                conn.executemany(sql.DELETE_LABELS, self.unlabel)
             conn.executemany(sql.DELETE_STATE, self.deletes)
         if self.creates:  # before the entries and labels, which refer to them
             conn.executemany(sql.INSERT_STATE, self.creates)
@@ -153,8 +161,8 @@ class _Batch:
         self.conn = conn
         self.ops = ops
         self.clock = clock
-        self.when = datetime.min  # read once the write lock is held (commit)
-        self.now = ""
+        self._when: datetime | None = None  # see _time
+        self._now = ""
         self.errors: list[BaseException | None] = [None] * len(ops)
 
     def commit(self) -> list[BaseException | None]:
@@ -162,16 +170,13 @@ class _Batch:
         pending = list(range(len(self.ops)))
         # The fast path needs distinct States; a fork reads its source, which an op before
         # it in the batch may change, so a batch with one goes op by op.
-        one_by_one = any(kind == "fork" for kind, _, _ in self.ops) or (
-            len(self.ops) > 1 and len({_op_id(op) for op in self.ops}) < len(self.ops)
-        )
+        ops = self.ops
+        one_by_one = len(ops) > 1 and len({_op_id(op) for op in ops}) < len(ops)
+        one_by_one = one_by_one or any(kind == "fork" for kind, _, _ in ops)
         while pending:
             conn.execute(sql.BEGIN_IMMEDIATE)
+            self._when = None  # this transaction's time, read when first needed
             with rolled_back_on_error(conn):
-                # (The schema version is read with the States: _known.read_known.)
-                # The time once the write lock is held: no lease can change before the commit.
-                self.when = self.clock()
-                self.now = iso(self.when)
                 if one_by_one:
                     lost = self._apply_each(pending)
                 else:
@@ -233,38 +238,55 @@ class _Batch:
                 self.errors[i] = exc
         return changes
 
+    def _time(self) -> datetime:
+        """The store's clock, read once per transaction, when a rule first needs it: always
+        once the write lock is held, so no lease or expiry can change before the commit."""
+        if self._when is None:
+            self._when = self.clock()
+            self._now = iso(self._when)
+        return self._when
+
     def _fence(self, op: Op, held: Lease | None) -> None:
-        """The lease rule (:func:`check_fence`), in the transaction that makes the change."""
+        """The lease rule (:func:`check_fence`), in the transaction that makes the change
+        (nothing to check when the State never had a lease and the op names none)."""
         _, _, value = op
         if isinstance(value, Delete):
-            check_fence(value.state_id, held, value.lease, self.when, "nothing was deleted")
+            if held is not None or value.lease is not None:
+                check_fence(value.state_id, held, value.lease, self._time(), "nothing was deleted")
         else:
             write = value.write if isinstance(value, Fork) else value
-            check_fence(write.state_id, held, write.lease, self.when)
+            if held is not None or write.lease is not None:
+                check_fence(write.state_id, held, write.lease, self._time())
 
     def _expired(self, expires: str | None) -> bool:
-        return expires is not None and expires <= self.now
+        if expires is None:
+            return False
+        self._time()
+        return expires <= self._now
 
     def _plan_one(self, op: Op, known: dict[Key, Known], changes: Changes) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
         _, ns, value = op
         if isinstance(value, Delete):
-            changes.deletes.append((ns, value.state_id))
+            gone = known.get((ns, value.state_id))
+            if gone is not None:  # else there is nothing to delete
+                changes.remove(ns, value.state_id, gone)
             return
         fork = value if isinstance(value, Fork) else None
         write = value.write if isinstance(value, Fork) else value
         sid = write.state_id
-        stored = known.get((ns, sid))
-        expired = stored is not None and self._expired(stored.expires_at)
-        if expired:
+        stored = expired = known.get((ns, sid))
+        if stored is not None and self._expired(stored.expires_at):
             stored = None  # expired is absent: a create replaces it, an update finds nothing
+        else:
+            expired = None
         if write.create:
             if stored is not None:
                 raise exists_error(sid)
             if fork is not None:
                 self._check_source(ns, fork)
-            if expired:
-                changes.deletes.append((ns, sid))
+            if expired is not None:
+                changes.remove(ns, sid, expired)
             columns, labels = listing_columns(sid, write.snapshot)
             end = fork.count if fork is not None else write.end_seq
             changes.creates.append((ns, sid, end, write.snapshot, *columns, write.incarnation))
