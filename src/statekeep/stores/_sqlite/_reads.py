@@ -32,13 +32,26 @@ Rows = list[tuple[Any, ...]]
 def read_rows(path: Path, conn: sqlite3.Connection, ns: str, sid: str, since: int, limit: int = -1) -> Rows:
     """The rows of ``_sql.READ`` (at most ``limit``; -1: all); UnsupportedFormatError if
     the file's schema is newer. SQLITE_BUSY escapes (no transaction is left open)."""
+    rows = _checked(path, conn, sql.READ, (ns, sid, ns, sid, since, limit))
+    refuse_newer(path, rows[0][1] or 0)
+    return rows
+
+
+def read_snapshot(path: Path, conn: sqlite3.Connection, ns: str, sid: str, now: str) -> dict[str, Any] | None:
+    """A live State's snapshot alone (None: no State, expired at ``now``, or no snapshot)."""
+    ((version, snap),) = _checked(path, conn, sql.READ_SNAPSHOT, (ns, sid, now))
+    refuse_newer(path, version or 0)
+    return decode_snapshot(snap, f"{path}: the snapshot of State {sid!r}")
+
+
+def _checked(path: Path, conn: sqlite3.Connection, text: str, params: tuple[Any, ...]) -> Rows:
+    """The rows of a statement that reads the schema version with them, which the caller
+    checks; a newer schema the statement does not fit is refused here."""
     try:
-        rows = conn.execute(sql.READ, (ns, sid, ns, sid, since, limit)).fetchall()
+        return conn.execute(text, params).fetchall()
     except sqlite3.OperationalError as exc:
         refuse_newer_after(path, conn, exc)
         raise
-    refuse_newer(path, rows[0][1] or 0)
-    return rows
 
 
 def read_now(path: Path, conns: Connections, ns: str, sid: str, since: int) -> Callable[[], Record] | None:

@@ -256,14 +256,11 @@ READ = (
     "WHERE namespace = ? AND state_id = ? AND seq >= ? ORDER BY 1 LIMIT ?"
 )
 READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB), incarnation FROM states WHERE namespace = ? AND id = ?"
-# A live State's snapshot alone (expired: no row), for agent memory.
+# The schema version and a live State's snapshot alone (NULL if none, or expired), for
+# agent memory: one row, in one statement.
 READ_SNAPSHOT = (
-    "SELECT CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ? "
-    "AND (expires_at IS NULL OR expires_at > ?)"
-)
-# From a seq on: a range of the primary key, so reading a history's end costs what it returns.
-READ_ENTRIES = (
-    "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? AND seq >= ? ORDER BY seq"
+    "SELECT v.version, CAST(s.snapshot AS BLOB) FROM (SELECT max(version) AS version FROM schema_version) v "
+    "LEFT JOIN states s ON s.namespace = ? AND s.id = ? AND (s.expires_at IS NULL OR s.expires_at > ?)"
 )
 #: What a listing row is built from (``_rows.saved_state``), prefixed ``s.``.
 ROW_COLUMNS = (

@@ -20,7 +20,7 @@ from ..._bridge import owner, run_async
 from ..._labels import DEFAULT_NAMESPACE, iso
 from ..._leases import Lease
 from ..._query import ListQuery, Page
-from ..._records import Record, SavedState, decode_snapshot
+from ..._records import Record, SavedState
 from ..._redactor import Redactor
 from ..._sealing import Keyring
 from ..._writes import PreparedWrite, prepare_write
@@ -31,7 +31,7 @@ from ._changes import ChangeStamp
 from ._connections import Connections, connect, connections_slot, is_busy
 from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
-from ._reads import built, read_now, read_rows
+from ._reads import built, read_now, read_rows, read_snapshot
 from ._schema import open_schema, read_transaction
 
 T = TypeVar("T")
@@ -301,9 +301,8 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _read_snapshot_once(self, conns: Connections, sid: str) -> dict[str, Any] | None:
         if self._absent(conns):
             return None
-        with self._reading(conns) as conn:
-            row = conn.execute(sql.READ_SNAPSHOT, (self.namespace, sid, self._now_text())).fetchone()
-        return None if row is None else decode_snapshot(row[0], f"{self.path}: the snapshot of State {sid!r}")
+        with self._reader(conns) as conn:
+            return read_snapshot(self.path, conn, self.namespace, sid, self._now_text())
 
     def _count_expired_once(self, conns: Connections) -> int:
         if self._absent(conns):
