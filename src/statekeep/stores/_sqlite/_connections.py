@@ -13,20 +13,24 @@ ResourceWarning) when the store is dropped unclosed: see :class:`statekeep._brid
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..._bridge import Closer, _Owner, owner
 from ..._errors import NotAStoreError
 from ..._expect import sealed_text
 from ..._slot import ProcessSlot
 from . import _sql as sql
+
+T = TypeVar("T")
 
 #: How long SQLite itself waits for another connection's lock before giving up (busy_timeout).
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -78,6 +82,32 @@ def is_busy(exc: BaseException) -> bool:
         and code is not None
         and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
     )
+
+
+def retry_busy(path: Path, patience: float, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, run again (with backoff) while SQLite reports the database locked; after
+    ``patience`` seconds, TimeoutError.
+
+    ``fn`` must leave no transaction open when it raises, so a rerun starts clean.
+    This is how the writer (busy_timeout 0) waits for another connection's write lock;
+    for the readers, whose busy_timeout waits inside SQLite, it covers the cases where
+    SQLite reports BUSY at once (a WAL recovery under way, a deadlock it detected).
+    """
+    deadline = time.monotonic() + patience
+    delay = 0.001
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{path}: the database stayed locked by another connection for more "
+                    f"than {patience:.0f} s; gave up ({exc})"
+                ) from exc
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.1)  # as SQLite's own busy handler, at most
 
 
 def quietly(action: Callable[[], object]) -> None:

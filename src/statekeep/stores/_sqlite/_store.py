@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import sqlite3
-import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -28,7 +26,7 @@ from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._changes import ChangeStamp
-from ._connections import Connections, connect, connections_slot, is_busy
+from ._connections import Connections, connect, connections_slot, is_busy, retry_busy
 from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
 from ._reads import built, read_now, read_rows, read_snapshot
@@ -384,25 +382,5 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
                 conns.give_reader(conn, reuse=True)
 
     def _retry_busy(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn`` again (with backoff) while SQLite reports the database locked.
-
-        ``fn`` must leave no transaction open when it raises, so a rerun starts clean.
-        This is how the writer (busy_timeout 0) waits for another connection's write lock;
-        for the readers, whose busy_timeout waits inside SQLite, it covers the cases where
-        SQLite reports BUSY at once (a WAL recovery under way, a deadlock it detected).
-        """
-        deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
-        delay = 0.001
-        while True:
-            try:
-                return fn(*args, **kwargs)
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"{self.path}: the database stayed locked by another connection for more "
-                        f"than {BUSY_PATIENCE_SECONDS:.0f} s; gave up ({exc})"
-                    ) from exc
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.1)  # as SQLite's own busy handler, at most
+        """``fn(*args, **kwargs)``, run again while the database is locked (:func:`retry_busy`)."""
+        return retry_busy(self.path, BUSY_PATIENCE_SECONDS, fn, *args, **kwargs)
