@@ -340,10 +340,12 @@ async def test_a_lease_that_ends_while_its_write_waits_for_the_lock_is_refused(d
     store._commit_now = HeldCommits.in_a_worker  # type: ignore[method-assign]
     blocker = raw(db)
     blocker.execute("BEGIN IMMEDIATE")
-    clock.readers.clear()
+    writer = store._conns.writer
+    assert writer is not None
+    tried: list[str] = []
+    writer.set_trace_callback(tried.append)  # the batch's statements, from the thread running it
     write = asyncio.ensure_future(store.awrite("a", entries(1, 1), None, lease=lease))
-    here = threading.get_ident()
-    await wait_until(lambda: any(t != here for t in clock.readers), "the batch to read the clock")
+    await wait_until(lambda: "BEGIN IMMEDIATE" in tried, "the batch to ask for the write lock")
     clock.advance(11)  # the lease ends while the write waits for the lock
     blocker.execute("ROLLBACK")
     blocker.close()

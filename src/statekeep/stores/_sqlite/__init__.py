@@ -1,10 +1,10 @@
 """SQLiteStore: every State in one SQLite database file (stdlib ``sqlite3``, no server).
 
-Schema (version 3; the version sits in ``schema_version`` and migrations run on open)::
+Schema (version 4; the version sits in ``schema_version`` and migrations run on open)::
 
     states(namespace, id, next_seq, task, created_at, updated_at, turn, stopped_by, finished,
            status, agent, parent, expires_at, labels JSON, forked_from JSON, unlisted,
-           snapshot JSON text or NULL; PRIMARY KEY (namespace, id))
+           snapshot JSON text or NULL, incarnation; PRIMARY KEY (namespace, id))
     entries(namespace, state_id -> states, seq, data JSON text; PRIMARY KEY (namespace, state_id, seq))
     labels(namespace, state_id -> states, key, value, updated_at; PRIMARY KEY (namespace, state_id, key))
     leases(namespace, state_id, owner, token, expires_at, ttl_us; PRIMARY KEY (namespace, state_id))
@@ -24,11 +24,17 @@ it (the fence) in the transaction that makes the change, and lease changes are w
 transactions of their own, so SQLite's write lock orders them all, across processes.
 
 ``sqlite3`` calls run in worker threads of the owner loop; only a lone write that need not
-wait and a listing page of at most 100 rows run on the loop itself, with a busy timeout
-of 0 (a busy database sends them to a worker thread), since a thread hop costs as much
-as they do. One writer connection per process commits batches of writes (group commit); reads use a
-small pool of reader connections. In WAL mode readers never wait for the writer, and
-writers in other processes wait their turn on SQLite's own file locks.
+wait, a read of at most 100 entries and a listing page of at most 100 rows run on the loop
+itself, with a busy timeout of 0 (a busy database sends them to a worker thread), since a
+thread hop costs as much as they do. One writer connection per process commits batches of
+writes (group commit); it too never waits inside SQLite: a write finding another process's
+lock retries in its worker thread, with backoff. Reads use a small pool of reader
+connections. In WAL mode readers never wait for the writer.
+
+What each operation asks of SQLite is counted in tests/test_sqlite_statements.py: a write
+is BEGIN IMMEDIATE, one query for its States, their leases and the schema version, its
+entries, its snapshot, COMMIT; a read and a listing page are one statement each (the
+schema version read with the rows).
 
 The modules, one job each:
 
@@ -36,6 +42,8 @@ The modules, one job each:
   the retry while the database is locked;
 - ``_batch``: one batch of writes, deletes and forks applied in one transaction, each
   fenced by its State's lease; a gc chunk;
+- ``_known``: what a batch is checked against, read in one query under the write lock;
+- ``_reads``: a State's read in one statement (on the loop when short);
 - ``_leases``: lease rows changed in a transaction of their own; rekey's in-place reseal;
 - ``_schema``: the database file and its schema version, made, migrated and checked;
 - ``_connections``: opening connections, and each store's connections per process

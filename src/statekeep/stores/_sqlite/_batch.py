@@ -32,7 +32,7 @@ from ..._writes import (
 )
 from . import _sql as sql
 from ._connections import is_busy, rolled_back_on_error
-from ._leases import read_leases
+from ._known import Key, Known, read_known
 from ._rows import decode_entry, listing_columns
 from ._schema import check_version
 
@@ -82,7 +82,7 @@ def gc_chunk(path: Path, conn: sqlite3.Connection, ns: str, now: str, chunk: int
     with rolled_back_on_error(conn):
         check_version(path, conn)
         ids = [(ns, sid) for (sid,) in conn.execute(sql.EXPIRED, (ns, now, now, chunk))]
-        Changes(deletes=ids).apply(conn)
+        Changes(deletes=ids, unlabel=ids).apply(conn)
         conn.execute(sql.COMMIT)
     return len(ids)
 
@@ -92,6 +92,7 @@ class Changes:
     """The rows a batch of accepted writes changes, applied with one executemany each."""
 
     deletes: list[tuple[str, str]] = field(default_factory=list)
+    unlabel: list[tuple[str, str]] = field(default_factory=list)  # deleted States that have labels
     creates: list[tuple[Any, ...]] = field(default_factory=list)
     entries: list[tuple[str, str, int, memoryview]] = field(default_factory=list)
     updates: list[tuple[Any, ...]] = field(default_factory=list)  # snapshot and next_seq
@@ -104,13 +105,20 @@ class Changes:
         # memoryview: the encoded line minus its newline, without copying a large entry.
         self.entries.extend((ns, sid, first_seq + i, memoryview(line)[:-1]) for i, line in enumerate(lines))
 
+    def remove(self, ns: str, sid: str, stored: Known) -> None:
+        """Delete a stored State (its label rows only if it has some)."""
+        self.deletes.append((ns, sid))
+        if stored.labelled:
+            self.unlabel.append((ns, sid))
+
     def add_labels(self, ns: str, sid: str, columns: tuple[Any, ...], labels: dict[str, str]) -> None:
         self.labels.extend((ns, sid, k, v, columns[2]) for k, v in labels.items())
 
     def apply(self, conn: sqlite3.Connection) -> None:
         if self.deletes:
             conn.executemany(sql.DELETE_ENTRIES, self.deletes)
-            conn.executemany(sql.DELETE_LABELS, self.deletes)
+            if self.unlabel:
+                conn.executemany(sql.DELETE_LABELS, self.unlabel)
             conn.executemany(sql.DELETE_STATE, self.deletes)
         if self.creates:  # before the entries and labels, which refer to them
             conn.executemany(sql.INSERT_STATE, self.creates)
@@ -153,8 +161,8 @@ class _Batch:
         self.conn = conn
         self.ops = ops
         self.clock = clock
-        self.when = clock()
-        self.now = iso(self.when)
+        self._when: datetime | None = None  # see _time
+        self._now = ""
         self.errors: list[BaseException | None] = [None] * len(ops)
 
     def commit(self) -> list[BaseException | None]:
@@ -162,16 +170,13 @@ class _Batch:
         pending = list(range(len(self.ops)))
         # The fast path needs distinct States; a fork reads its source, which an op before
         # it in the batch may change, so a batch with one goes op by op.
-        one_by_one = len({_op_id(op) for op in self.ops}) < len(self.ops) or any(
-            kind == "fork" for kind, _, _ in self.ops
-        )
+        ops = self.ops
+        one_by_one = len(ops) > 1 and len({_op_id(op) for op in ops}) < len(ops)
+        one_by_one = one_by_one or any(kind == "fork" for kind, _, _ in ops)
         while pending:
             conn.execute(sql.BEGIN_IMMEDIATE)
+            self._when = None  # this transaction's time, read when first needed
             with rolled_back_on_error(conn):
-                check_version(self.path, conn)
-                # The time once the write lock is held: no lease can change before the commit.
-                self.when = self.clock()
-                self.now = iso(self.when)
                 if one_by_one:
                     lost = self._apply_each(pending)
                 else:
@@ -219,65 +224,69 @@ class _Batch:
     def _plan(self, indexes: list[int]) -> Changes:
         """Check ``ops[i]`` for each i against the stored States (reads only) and collect
         the changes of those accepted; a refused op gets its error in ``errors[i]``."""
-        known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]] = {}
-        leases: dict[tuple[str, str], Lease] = {}
-        by_ns: dict[str, list[str]] = {}
-        for i in indexes:
-            ns, sid = _op_id(self.ops[i])
-            by_ns.setdefault(ns, []).append(sid)
-        for ns, ids in by_ns.items():
-            marks = ",".join("?" * len(ids))
-            for sid, next_seq, expires, incarnation, sealed in self.conn.execute(
-                sql.KNOWN.format(marks=marks), (ns, *ids)
-            ):
-                known[ns, sid] = (next_seq, expires, incarnation, bool(sealed))
-            leases.update(((ns, sid), lease) for sid, lease in read_leases(self.conn, ns, ids).items())
+        ops = self.ops
+        keys = [_op_id(ops[i]) for i in indexes]
+        known, leases = read_known(self.path, self.conn, list(dict.fromkeys(keys)))
         changes = Changes()
-        for i in indexes:
+        for i, key in zip(indexes, keys, strict=True):
             try:
-                ns, sid = _op_id(self.ops[i])
-                self._fence(self.ops[i], leases.get((ns, sid)))
-                self._plan_one(self.ops[i], known, changes)
+                self._fence(ops[i], leases.get(key))
+                self._plan_one(ops[i], known, changes)
             except BaseException as exc:
                 if is_busy(exc):
                     raise
                 self.errors[i] = exc
         return changes
 
+    def _time(self) -> datetime:
+        """The store's clock, read once per transaction, when a rule first needs it: always
+        once the write lock is held, so no lease or expiry can change before the commit."""
+        if self._when is None:
+            self._when = self.clock()
+            self._now = iso(self._when)
+        return self._when
+
     def _fence(self, op: Op, held: Lease | None) -> None:
-        """The lease rule (:func:`check_fence`), in the transaction that makes the change."""
+        """The lease rule (:func:`check_fence`), in the transaction that makes the change
+        (nothing to check when the State never had a lease and the op names none)."""
         _, _, value = op
         if isinstance(value, Delete):
-            check_fence(value.state_id, held, value.lease, self.when, "nothing was deleted")
+            if held is not None or value.lease is not None:
+                check_fence(value.state_id, held, value.lease, self._time(), "nothing was deleted")
         else:
             write = value.write if isinstance(value, Fork) else value
-            check_fence(write.state_id, held, write.lease, self.when)
+            if held is not None or write.lease is not None:
+                check_fence(write.state_id, held, write.lease, self._time())
 
     def _expired(self, expires: str | None) -> bool:
-        return expires is not None and expires <= self.now
+        if expires is None:
+            return False
+        self._time()
+        return expires <= self._now
 
-    def _plan_one(
-        self, op: Op, known: dict[tuple[str, str], tuple[int, str | None, str | None, bool]], changes: Changes
-    ) -> None:
+    def _plan_one(self, op: Op, known: dict[Key, Known], changes: Changes) -> None:
         # Raises before it adds anything to ``changes``: a refused op leaves no trace.
         _, ns, value = op
         if isinstance(value, Delete):
-            changes.deletes.append((ns, value.state_id))
+            gone = known.get((ns, value.state_id))
+            if gone is not None:  # else there is nothing to delete
+                changes.remove(ns, value.state_id, gone)
             return
         fork = value if isinstance(value, Fork) else None
         write = value.write if isinstance(value, Fork) else value
         sid = write.state_id
-        next_seq, expires, incarnation, sealed = known.get((ns, sid), (None, None, None, False))
-        expired = next_seq is not None and self._expired(expires)
-        if expired:
-            next_seq = None  # expired is absent: a create replaces it, an update finds nothing
+        stored = expired = known.get((ns, sid))
+        if stored is not None and self._expired(stored.expires_at):
+            stored = None  # expired is absent: a create replaces it, an update finds nothing
+        else:
+            expired = None
         if write.create:
-            if next_seq is not None:
+            if stored is not None:
                 raise exists_error(sid)
             if fork is not None:
                 self._check_source(ns, fork)
-            if expired:
-                changes.deletes.append((ns, sid))
+            if expired is not None:
+                changes.remove(ns, sid, expired)
             columns, labels = listing_columns(sid, write.snapshot)
             end = fork.count if fork is not None else write.end_seq
             changes.creates.append((ns, sid, end, write.snapshot, *columns, write.incarnation))
@@ -286,9 +295,10 @@ class _Batch:
                 changes.copies.append((ns, sid, ns, fork.source, fork.count))
             changes.add_entries(ns, sid, write.first_seq, write.lines)
             return
-        if next_seq is None:
+        if stored is None:
             raise missing_error(sid)
-        check_preconditions(write, incarnation, next_seq, sealed)
+        next_seq = stored.next_seq
+        check_preconditions(write, stored.incarnation, next_seq, stored.sealed)
         skip = plan_append(write, next_seq)
         if skip:
             self._check_stored(ns, write, next_seq, skip)
@@ -297,7 +307,8 @@ class _Batch:
         if write.snapshot is not None:
             columns, labels = listing_columns(sid, write.snapshot)
             changes.updates.append((end, write.snapshot, *columns, ns, sid))
-            changes.relabel.append((ns, sid))
+            if stored.labelled:  # a State without labels has no rows to replace
+                changes.relabel.append((ns, sid))
             changes.add_labels(ns, sid, columns, labels)
         elif new:
             changes.seqs.append((end, ns, sid))

@@ -13,20 +13,24 @@ ResourceWarning) when the store is dropped unclosed: see :class:`statekeep._brid
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..._bridge import Closer, _Owner, owner
 from ..._errors import NotAStoreError
 from ..._expect import sealed_text
 from ..._slot import ProcessSlot
 from . import _sql as sql
+
+T = TypeVar("T")
 
 #: How long SQLite itself waits for another connection's lock before giving up (busy_timeout).
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -38,9 +42,13 @@ _MAX_IDLE_READERS = 8
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path, *, waits: bool = True) -> sqlite3.Connection:
     """A new connection to ``path`` with statekeep's settings (autocommit: transactions
-    are begun explicitly). Refuses a file that is not a SQLite database."""
+    are begun explicitly). Refuses a file that is not a SQLite database.
+
+    ``waits=False``: SQLite reports a lock held elsewhere at once (busy_timeout 0), for a
+    connection whose caller must not wait (on the owner loop) or waits in Python (the writer).
+    """
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False)
     conn.create_function("statekeep_sealed", 1, sealed_text, deterministic=True)
     with closed_on_error(conn):
@@ -49,6 +57,8 @@ def connect(path: Path) -> sqlite3.Connection:
             conn.execute(sql.SYNCHRONOUS_FULL)
             conn.execute(sql.FOREIGN_KEYS_ON)
             conn.execute(sql.JOURNAL_SIZE_LIMIT.format(size=_WAL_SIZE_LIMIT))
+            if not waits:
+                conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
         except sqlite3.DatabaseError as exc:
             refuse_not_a_database(path, exc)
             raise
@@ -72,6 +82,32 @@ def is_busy(exc: BaseException) -> bool:
         and code is not None
         and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
     )
+
+
+def retry_busy(path: Path, patience: float, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, run again (with backoff) while SQLite reports the database locked; after
+    ``patience`` seconds, TimeoutError.
+
+    ``fn`` must leave no transaction open when it raises, so a rerun starts clean.
+    This is how the writer (busy_timeout 0) waits for another connection's write lock;
+    for the readers, whose busy_timeout waits inside SQLite, it covers the cases where
+    SQLite reports BUSY at once (a WAL recovery under way, a deadlock it detected).
+    """
+    deadline = time.monotonic() + patience
+    delay = 0.001
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{path}: the database stayed locked by another connection for more "
+                    f"than {patience:.0f} s; gave up ({exc})"
+                ) from exc
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.1)  # as SQLite's own busy handler, at most
 
 
 def quietly(action: Callable[[], object]) -> None:

@@ -50,13 +50,6 @@ def read_lease(conn: sqlite3.Connection, ns: str, sid: str) -> Lease | None:
     return None if row is None else lease_row(ns, sid, row)
 
 
-def read_leases(conn: sqlite3.Connection, ns: str, ids: list[str]) -> dict[str, Lease]:
-    """The lease rows of ``ids`` that have one (inside the caller's transaction)."""
-    marks = ",".join("?" * len(ids))
-    rows = conn.execute(sql.LEASES.format(marks=marks), (ns, *ids)).fetchall()
-    return {sid: lease_row(ns, sid, rest) for sid, *rest in rows}
-
-
 def change_lease(
     path: Path, conn: sqlite3.Connection, ns: str, sid: str, clock: Callable[[], datetime], rule: Rule
 ) -> Lease | None:

@@ -26,27 +26,33 @@ from ..._records import left_out, trusted_row, utc_time
 from . import _sql as sql
 from ._connections import Connections, connect, is_busy
 from ._rows import saved_state
-from ._schema import check_version, refuse_newer
+from ._schema import check_version, refuse_newer, refuse_newer_after
 
 
 def read_page(
-    conn: sqlite3.Connection, namespace: str, query: ListQuery, now: str, *, check: Path | None = None
+    path: Path, conn: sqlite3.Connection, namespace: str, query: ListQuery, now: str
 ) -> tuple[Page, list[str]]:
-    """One page of ``query`` (in a read transaction on ``conn``, or with ``check``, the
-    database's path, in one statement that also reads the schema version, which is checked
-    here), and a message for each State left out: unlisted ones (on a walk's first page)
-    and rows whose columns were edited into something a listing cannot hold."""
-    text, params = listing_sql(namespace, query, now, with_version=check is not None)
-    rows = conn.execute(text, params).fetchall()
-    if check is not None:
-        # The statement read the version with the rows, so the rows were read under a schema
-        # this statekeep knows; with no rows, the version is read on its own.
-        if rows:
-            refuse_newer(check, rows[0][-1] or 0)
-        else:
-            check_version(check, conn)
+    """One page of ``query`` in one statement that also reads the schema version (checked
+    here: ``path`` names the database) and, on a walk's first page, whether any State is
+    unlisted; and a message for each State left out: unlisted ones (on a walk's first
+    page: a second statement, when there are some) and rows whose columns were edited into
+    something a listing cannot hold."""
+    first = query.after is None
+    text, params = listing_sql(namespace, query, now, with_version=True, with_unlisted=first)
+    try:
+        rows = conn.execute(text, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        refuse_newer_after(path, conn, exc)
+        raise
+    # The statement read the version with the rows, so the rows were read under a schema
+    # this statekeep knows; with no rows, the version is read on its own.
+    if rows:
+        refuse_newer(path, rows[0][-1] or 0)
+    else:
+        check_version(path, conn)
+    unlisted = first and (not rows or bool(rows[0][-2]))
     skipped = []
-    if query.after is None:
+    if unlisted:
         skipped = [left_out(sid, why) for sid, why in conn.execute(sql.UNLISTED, (namespace,))]
     page = Page()
     limit = len(rows) if query.limit is None else query.limit
@@ -68,7 +74,7 @@ def read_page_now(
     with nothing read, if SQLite reports the database busy."""
     conn = loop_reader(path, conns)
     try:  # one statement, so no explicit transaction: the page is one consistent read
-        return read_page(conn, namespace, query, now, check=path)
+        return read_page(path, conn, namespace, query, now)
     except sqlite3.OperationalError as exc:
         if is_busy(exc):
             raise WouldBlock from None
@@ -79,8 +85,7 @@ def loop_reader(path: Path, conns: Connections) -> sqlite3.Connection:
     """The reader used on the owner loop only (made on first use): it never waits for a lock."""
     conn = conns.loop_reader
     if conn is None:
-        conn = conns.loop_reader = connect(path)
-        conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=0))
+        conn = conns.loop_reader = connect(path, waits=False)
     return conn
 
 
@@ -94,14 +99,15 @@ def _cursor_after(row: tuple[Any, ...]) -> str:
 
 
 def listing_sql(
-    namespace: str, query: ListQuery, now: str, *, with_version: bool = False
+    namespace: str, query: ListQuery, now: str, *, with_version: bool = False, with_unlisted: bool = False
 ) -> tuple[str, list[Any]]:
     """The SELECT for one page of ``query`` (limit + 1 rows, to know whether more follow),
-    and its parameters; rows as ``_sql.ROW_COLUMNS``, then with ``with_version`` the
-    schema version (an uncorrelated subquery: SQLite reads it once)."""
+    and its parameters; rows as ``_sql.ROW_COLUMNS``, then with ``with_unlisted`` whether
+    the namespace has an unlisted State, then with ``with_version`` the schema version
+    (uncorrelated subqueries: SQLite runs each once)."""
     labels = list(query.labels.items())
     where: list[str] = []
-    params: list[Any] = []
+    params: list[Any] = [namespace] if with_unlisted else []  # the column's, before the WHERE's
     if labels:
         # Driven by the first label's index: order, cursor and range on the label rows.
         key, value = labels[0]
@@ -150,7 +156,8 @@ def listing_sql(
         where.append("(s.expires_at IS NULL OR s.expires_at > ?)")
         params.append(now)
     order = at.lstrip("+")
-    columns = sql.ROW_COLUMNS + (", (SELECT max(version) FROM schema_version)" if with_version else "")
+    columns = sql.ROW_COLUMNS + (f", {sql.ANY_UNLISTED}" if with_unlisted else "")
+    columns += ", (SELECT max(version) FROM schema_version)" if with_version else ""
     text = f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order} DESC, {sid}"
     if query.limit is not None:
         text += " LIMIT ?"

@@ -20,7 +20,7 @@ from ..._errors import NotAStoreError, UnsupportedFormatError
 from ..._labels import DEFAULT_NAMESPACE
 from .._fsio import OsIO, make_folders, write_file
 from . import _sql as sql
-from ._connections import closed_on_error, connect, refuse_not_a_database, rolled_back_on_error
+from ._connections import closed_on_error, connect, is_busy, refuse_not_a_database, rolled_back_on_error
 from ._rows import listing_columns
 
 #: The schema this statekeep writes; databases with a higher version are refused.
@@ -141,6 +141,19 @@ def read_transaction(path: Path, conn: sqlite3.Connection) -> Iterator[None]:
         check_version(path, conn)  # another process may have upgraded the file meanwhile
         yield
         conn.execute(sql.COMMIT)
+
+
+def refuse_newer_after(path: Path, conn: sqlite3.Connection, exc: sqlite3.OperationalError) -> None:
+    """For a statement that reads the version with its rows and failed with ``exc``: refuse
+    the file (UnsupportedFormatError) if its schema is newer, which the statement may not
+    fit (a table or column gone); else return, for the caller to raise ``exc``."""
+    if is_busy(exc):
+        return
+    try:
+        version = conn.execute(sql.VERSION).fetchone()[0]
+    except sqlite3.Error:
+        return
+    refuse_newer(path, version or 0)
 
 
 def refuse_newer(path: Path, version: int) -> None:

@@ -7,6 +7,8 @@ UTF-8 bytes); reads ``CAST`` back to get bytes for orjson.
 
 from __future__ import annotations
 
+from ..._expect import SEALED_KEY
+
 # -- the schema ------------------------------------------------------------------------------
 
 # Each step migrates from version i to i + 1; a step runs in the same transaction as the
@@ -163,14 +165,25 @@ RELEASE_SAVEPOINT = "RELEASE write"
 
 # -- writes (every statement names the namespace: a State is (namespace, id)) ----------------
 
-# With the State's incarnation, and whether it is sealed: its snapshot, else its last entry
-# (statekeep_sealed is _expect.sealed_text, registered on each connection: cheaper than a
-# scan in SQL).
+# What a batch's writes are checked against, in one query read under the write lock: per
+# (namespace, id) asked (a row each, the State there or not), the schema version (an
+# uncorrelated subquery: read once, with the rows), the State's next seq, expiry,
+# incarnation, whether it is sealed, whether it has labels, and its lease row. Sealed: its
+# snapshot, else its last entry, judged by statekeep_sealed (_expect.sealed_text,
+# registered on each connection) only when the text holds the sealed key at all, which a
+# clear record never does.
+_SEALED_KEY = f"'{SEALED_KEY.decode()}'"  # a SQL literal (the key holds no single quote)
 KNOWN = (
-    "SELECT id, next_seq, expires_at, incarnation, statekeep_sealed(CASE WHEN snapshot IS NOT NULL "
-    "THEN CAST(snapshot AS BLOB) ELSE (SELECT CAST(e.data AS BLOB) FROM entries e WHERE e.namespace = "
-    "states.namespace AND e.state_id = states.id AND e.seq = states.next_seq - 1) END) "
-    "FROM states WHERE namespace = ? AND id IN ({marks})"
+    "WITH k(ns, id) AS (VALUES {pairs}) "
+    "SELECT k.ns, k.id, (SELECT max(version) FROM schema_version), s.next_seq, s.expires_at, s.incarnation, "
+    f"CASE WHEN s.snapshot IS NOT NULL THEN (CASE WHEN instr(s.snapshot, {_SEALED_KEY}) "
+    "THEN statekeep_sealed(CAST(s.snapshot AS BLOB)) ELSE 0 END) "
+    f"ELSE (SELECT CASE WHEN instr(e.data, {_SEALED_KEY}) THEN statekeep_sealed(CAST(e.data AS BLOB)) "
+    "ELSE 0 END FROM entries e WHERE e.namespace = s.namespace AND e.state_id = s.id "
+    "AND e.seq = s.next_seq - 1) END, "
+    "s.labels IS NOT NULL, l.owner, l.token, l.expires_at, l.ttl_us "
+    "FROM k LEFT JOIN states s ON s.namespace = k.ns AND s.id = k.id "
+    "LEFT JOIN leases l ON l.namespace = k.ns AND l.state_id = k.id"
 )
 SOURCE = "SELECT next_seq, expires_at FROM states WHERE namespace = ? AND id = ?"
 STORED_ENTRIES = (
@@ -220,8 +233,6 @@ COUNT_EXPIRED = (
 
 LEASE_COLUMNS = "owner, token, expires_at, ttl_us"
 LEASE = f"SELECT {LEASE_COLUMNS} FROM leases WHERE namespace = ? AND state_id = ?"
-# The lease rows of a batch's States (one lookup of the primary key each).
-LEASES = f"SELECT state_id, {LEASE_COLUMNS} FROM leases WHERE namespace = ? AND state_id IN ({{marks}})"
 PUT_LEASE = f"INSERT OR REPLACE INTO leases (namespace, state_id, {LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 RESEAL_ENTRY = "UPDATE entries SET data = CAST(? AS TEXT) WHERE namespace = ? AND state_id = ? AND seq = ?"
 RESEAL_SNAPSHOT = (
@@ -232,15 +243,24 @@ RESEAL_SNAPSHOT = (
 
 # -- reads -----------------------------------------------------------------------------------
 
-READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB), incarnation FROM states WHERE namespace = ? AND id = ?"
-# A live State's snapshot alone (expired: no row), for agent memory.
-READ_SNAPSHOT = (
-    "SELECT CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ? "
-    "AND (expires_at IS NULL OR expires_at > ?)"
+# A read in one statement (so one consistent view, without BEGIN): the schema version and
+# the State's row (NULLs if it has none; always a first row, sorted first by its -1), then
+# its entries from a seq on (by the primary key: reading a history's end costs what it
+# returns), in seq order, at most the LIMIT of rows (-1: all). SQLite merges the two parts
+# in order, so the LIMIT stops the reading of entries.
+READ = (
+    "SELECT -1, v.version, s.next_seq, s.incarnation, CAST(s.snapshot AS BLOB) "
+    "FROM (SELECT max(version) AS version FROM schema_version) v "
+    "LEFT JOIN states s ON s.namespace = ? AND s.id = ? "
+    "UNION ALL SELECT seq, NULL, NULL, NULL, CAST(data AS BLOB) FROM entries "
+    "WHERE namespace = ? AND state_id = ? AND seq >= ? ORDER BY 1 LIMIT ?"
 )
-# From a seq on: a range of the primary key, so reading a history's end costs what it returns.
-READ_ENTRIES = (
-    "SELECT CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? AND seq >= ? ORDER BY seq"
+READ_STATE = "SELECT next_seq, CAST(snapshot AS BLOB), incarnation FROM states WHERE namespace = ? AND id = ?"
+# The schema version and a live State's snapshot alone (NULL if none, or expired), for
+# agent memory: one row, in one statement.
+READ_SNAPSHOT = (
+    "SELECT v.version, CAST(s.snapshot AS BLOB) FROM (SELECT max(version) AS version FROM schema_version) v "
+    "LEFT JOIN states s ON s.namespace = ? AND s.id = ? AND (s.expires_at IS NULL OR s.expires_at > ?)"
 )
 #: What a listing row is built from (``_rows.saved_state``), prefixed ``s.``.
 ROW_COLUMNS = (
@@ -249,3 +269,5 @@ ROW_COLUMNS = (
 )
 STATE_IDS = "SELECT id FROM states WHERE namespace = ? ORDER BY id"
 UNLISTED = "SELECT id, unlisted FROM states WHERE namespace = ? AND unlisted IS NOT NULL ORDER BY id"
+# Whether UNLISTED finds any (a column of a listing's first page: index states_unlisted).
+ANY_UNLISTED = "EXISTS (SELECT 1 FROM states u WHERE u.namespace = ? AND u.unlisted IS NOT NULL)"

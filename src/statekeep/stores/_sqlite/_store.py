@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import sqlite3
-import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from ..._backend import Backend, Clock
 from ..._batching import GroupCommit, WouldBlock
 from ..._bridge import owner, run_async
-from ..._errors import CorruptStateError
 from ..._labels import DEFAULT_NAMESPACE, iso
 from ..._leases import Lease
 from ..._query import ListQuery, Page
-from ..._records import Record, SavedState, decode_snapshot
+from ..._records import Record, SavedState
 from ..._redactor import Redactor
 from ..._sealing import Keyring
 from ..._writes import PreparedWrite, prepare_write
@@ -31,16 +26,10 @@ from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._changes import ChangeStamp
-from ._connections import (
-    BUSY_TIMEOUT_SECONDS,
-    Connections,
-    connect,
-    connections_slot,
-    is_busy,
-)
+from ._connections import Connections, connect, connections_slot, is_busy, retry_busy
 from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
-from ._rows import decode_entry
+from ._reads import built, read_now, read_rows, read_snapshot
 from ._schema import open_schema, read_transaction
 
 T = TypeVar("T")
@@ -67,9 +56,9 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     or not at all; a write that raises stored nothing.
 
     Several processes may use one file: SQLite's locks serialise their writes (each in
-    ``BEGIN IMMEDIATE``), waiting up to ``BUSY_TIMEOUT_SECONDS`` (30) for a lock and then
-    retrying with backoff; only after ``BUSY_PATIENCE_SECONDS`` (120) does a call give up
-    with TimeoutError. Concurrent writes from one process (``asyncio.gather`` of
+    ``BEGIN IMMEDIATE``); a write finding the lock held retries with backoff (1 ms at
+    first, at most 100 ms apart), and only after ``BUSY_PATIENCE_SECONDS`` (120) does a
+    call give up with TimeoutError. Concurrent writes from one process (``asyncio.gather`` of
     ``awrite``) share one transaction and one fsync, each still failing or succeeding on
     its own.
 
@@ -178,8 +167,13 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         await self._submit(("delete", self.namespace, Delete(state_id, lease)))
 
-    async def _read(self, state_id: str, since: int = 0) -> Record | None:
+    async def _read(self, state_id: str, since: int = 0) -> Record | Callable[[], Record] | None:
         conns = self._slot.get()  # made here, on the owner loop, never by two threads at once
+        if conns.schema_ok:
+            try:  # a short history: read on the loop (a thread hop costs as much), decoded by the caller
+                return read_now(self.path, conns, self.namespace, state_id, since)
+            except WouldBlock:
+                pass
         return await owner().io.run(self._retry_busy, self._read_once, conns, state_id, since)
 
     async def _list(self) -> tuple[list[SavedState], list[str]]:
@@ -263,14 +257,16 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _commit(self, ops: list[Op]) -> list[BaseException | None]:
         """Apply ``ops`` in one transaction (one fsync); return each one's error or None.
 
-        Runs in a worker thread, one call at a time per store and process (the flusher
-        awaits each), so the writer connection is never shared.
+        Runs in a worker thread (or a sync caller's own), one call at a time per store and
+        process (the flusher awaits each), so the writer connection is never shared. The
+        writer never waits inside SQLite (busy_timeout 0): a lock held elsewhere is waited
+        for here, by :meth:`_retry_busy`.
         """
         conns = self._slot.get()
         self._ensure_schema(conns)
-        conn = conns.take_writer(self._connect)
+        conn = conns.take_writer(self._connect_writer)
         try:
-            return self._retry_busy(lambda: commit_batch(self.path, conn, ops, self._now))
+            return self._retry_busy(commit_batch, self.path, conn, ops, self._now)
         finally:
             conns.give_writer(conn)
 
@@ -281,17 +277,13 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         conns = self._slot.get()
         if len(ops) != 1 or not conns.schema_ok or conns.writer is None:
             raise WouldBlock
-        conn = conns.take_writer(self._connect)
+        conn = conns.take_writer(self._connect_writer)
         try:
-            conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                return commit_batch(self.path, conn, ops, self._now)
-            except sqlite3.OperationalError as exc:
-                if is_busy(exc):
-                    raise WouldBlock from None  # nothing committed, no transaction open
-                raise
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+            return commit_batch(self.path, conn, ops, self._now)
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc):
+                raise WouldBlock from None  # nothing committed, no transaction open
+            raise
         finally:
             conns.give_writer(conn)
 
@@ -300,31 +292,15 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _read_once(self, conns: Connections, sid: str, since: int) -> Record | None:
         if self._absent(conns):
             return None
-        with self._reading(conns) as conn:
-            row = conn.execute(sql.READ_STATE, (self.namespace, sid)).fetchone()
-            if row is None:
-                return None
-            data = conn.execute(sql.READ_ENTRIES, (self.namespace, sid, since)).fetchall()
-        next_seq, snap, incarnation = row
-        if len(data) != max(0, next_seq - since):
-            raise CorruptStateError(
-                f"{self.path}: State {sid!r} records next seq {next_seq} but has {len(data)} entries "
-                f"from seq {since}"
-            )
-        loads = orjson.loads
-        try:
-            entries = [loads(d) for (d,) in data]
-        except orjson.JSONDecodeError:  # names the bad one
-            entries = [decode_entry(self.path, sid, since + i, d) for i, (d,) in enumerate(data)]
-        snapshot = decode_snapshot(snap, f"{self.path}: the snapshot of State {sid!r}")
-        return Record(entries, snapshot, incarnation)
+        with self._reader(conns) as conn:  # one statement: one consistent read
+            rows = read_rows(self.path, conn, self.namespace, sid, since)
+        return None if rows[0][2] is None else built(self.path, sid, since, rows)
 
     def _read_snapshot_once(self, conns: Connections, sid: str) -> dict[str, Any] | None:
         if self._absent(conns):
             return None
-        with self._reading(conns) as conn:
-            row = conn.execute(sql.READ_SNAPSHOT, (self.namespace, sid, self._now_text())).fetchone()
-        return None if row is None else decode_snapshot(row[0], f"{self.path}: the snapshot of State {sid!r}")
+        with self._reader(conns) as conn:
+            return read_snapshot(self.path, conn, self.namespace, sid, self._now_text())
 
     def _count_expired_once(self, conns: Connections) -> int:
         if self._absent(conns):
@@ -337,8 +313,8 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     def _select_once(self, conns: Connections, query: ListQuery) -> tuple[Page, list[str]]:
         if self._absent(conns):
             return Page(), []
-        with self._reading(conns) as conn:
-            return read_page(conn, self.namespace, query, self._now_text())
+        with self._reader(conns) as conn:  # one statement (two if a State is unlisted)
+            return read_page(self.path, conn, self.namespace, query, self._now_text())
 
     def _gc_all(self, conns: Connections, limit: int | None) -> int:
         """Remove expired States, a chunk per transaction, each chunk found and removed
@@ -370,22 +346,30 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         return not conns.schema_ok and not os.path.exists(self.path)
 
     @contextmanager
-    def _reading(self, conns: Connections) -> Iterator[sqlite3.Connection]:
-        """A reader connection inside a read transaction (one consistent view of the file)."""
+    def _reader(self, conns: Connections) -> Iterator[sqlite3.Connection]:
+        """A reader connection (the schema made first), given back after the block."""
         self._ensure_schema(conns)
         conn = conns.take_reader() or self._connect()
         healthy = False
         try:
-            with read_transaction(self.path, conn):
-                yield conn
-            healthy = True
+            yield conn
+            healthy = not conn.in_transaction
         finally:
             conns.give_reader(conn, reuse=healthy)
+
+    @contextmanager
+    def _reading(self, conns: Connections) -> Iterator[sqlite3.Connection]:
+        """A reader connection inside a read transaction (one consistent view of the file)."""
+        with self._reader(conns) as conn, read_transaction(self.path, conn):
+            yield conn
 
     # -- connections, schema, locks -------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
         return connect(self.path)
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        return connect(self.path, waits=False)
 
     def _ensure_schema(self, conns: Connections) -> None:
         """Create or migrate the schema once per process (refusing a newer one)."""
@@ -398,24 +382,5 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
                 conns.give_reader(conn, reuse=True)
 
     def _retry_busy(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn`` again (with backoff) while SQLite reports the database locked.
-
-        ``fn`` must leave no transaction open when it raises, so a rerun starts clean.
-        busy_timeout already waits inside SQLite; this covers the cases where SQLite
-        reports BUSY at once (a WAL recovery under way, a deadlock it detected).
-        """
-        deadline = time.monotonic() + BUSY_PATIENCE_SECONDS
-        delay = 0.002
-        while True:
-            try:
-                return fn(*args, **kwargs)
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"{self.path}: the database stayed locked by another connection for more "
-                        f"than {BUSY_PATIENCE_SECONDS:.0f} s; gave up ({exc})"
-                    ) from exc
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.25)
+        """``fn(*args, **kwargs)``, run again while the database is locked (:func:`retry_busy`)."""
+        return retry_busy(self.path, BUSY_PATIENCE_SECONDS, fn, *args, **kwargs)
