@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Hashable
-from contextlib import AsyncExitStack
 from datetime import timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -293,11 +292,10 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
     ) -> Any:
         """Run one statement on a connection of the pool, as ``conn.<method>(query, *args)``
         (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given."""
-        async with AsyncExitStack() as stack:
-            if local is None:  # else a flusher, already counted
-                local = await stack.enter_async_context(self._using(action))
-            else:
-                await stack.enter_async_context(self._talking(action))
+        if local is None:  # else a flusher, already counted
+            async with self._using(action) as used:
+                return await _pool.run(self._asyncpg, used.pool, method, query, *args)
+        async with self._talking(action):  # no exit stack: this runs for every write
             return await _pool.run(self._asyncpg, local.pool, method, query, *args)
 
     # -- the pool -------------------------------------------------------------------
