@@ -230,7 +230,8 @@ class StatekeepSession:
             return False  # deleted and started again shorter than this writer saw it
         # the last entry is re-sent by the next write: a copy, safe from changes to the items
         # (a JSON round trip: checked JSON already, and several times faster than deepcopy)
-        self._seen = dataclasses.replace(after, last=orjson.loads(orjson.dumps(entries[-1])))
+        last = orjson.loads(orjson.dumps(entries[-1]))
+        self._seen = Tail(after.end, after.start, after.items, after.created_at, last)
         return True
 
     async def _add(self, items: list[dict[str, Any]], stop: asyncio.Event) -> None:
