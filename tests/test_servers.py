@@ -214,6 +214,24 @@ def connections(server: Server, expected: int, name: str) -> int:
     return asyncio.run(postgres() if isinstance(server, PostgresServer) else redis())
 
 
+def test_a_postgres_store_closed_after_writes_leaves_no_connection(postgres_server: Server) -> None:
+    """The write queue keeps its connection between writes; close gives it back and
+    closes the pool (no connection left, nothing waits for the pool's own timeout)."""
+    pytest.importorskip("asyncpg")
+    name = unique_name("writer")
+    store = make(
+        "postgres", postgres_server, namespace("postgres"), server_settings={"application_name": name}
+    )
+    store.write("a", entries(0, 1), snapshot(), create=True)
+    store.write("a", entries(1, 1), snapshot(turn=1))
+    assert connections(postgres_server, 1, name) == 1
+    store.close()
+    assert connections(postgres_server, 0, name) == 0
+    store = make("postgres", postgres_server, store.schema, server_settings={"application_name": name})
+    assert len(store.read("a").entries) == 2  # type: ignore[union-attr]
+    store.close()
+
+
 def test_dropped_stores_close_their_connections(
     kind: str, server: Server, request: pytest.FixtureRequest
 ) -> None:

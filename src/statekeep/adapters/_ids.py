@@ -22,6 +22,7 @@ import re
 from .._ids import MAX_ID_LENGTH
 
 _PLAIN = re.compile(r"[a-z0-9-]")
+_ALL_PLAIN = re.compile(r"[a-z0-9-]+")
 _ESCAPE = re.compile(r"_(_|[0-9a-f]{2})")
 HASHED = "_h"
 
@@ -32,6 +33,8 @@ def state_id_for(framework_id: str) -> str:
         raise TypeError(f"a framework id must be a str, got {type(framework_id).__name__}")
     if not framework_id:
         raise ValueError("a framework id must not be empty")
+    if len(framework_id) <= MAX_ID_LENGTH and _ALL_PLAIN.fullmatch(framework_id):
+        return framework_id  # nothing to escape: one match, not one per character (every write)
     out: list[str] = []
     size = 0
     for char in framework_id:

@@ -8,11 +8,12 @@ against openai-agents 0.24.0 with its own session tests on every statekeep store
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
+
+import orjson
 
 from ._needs import framework_missing
 
@@ -228,7 +229,9 @@ class StatekeepSession:
                 raise  # not a gap: the history was not shortened under this write
             return False  # deleted and started again shorter than this writer saw it
         # the last entry is re-sent by the next write: a copy, safe from changes to the items
-        self._seen = dataclasses.replace(after, last=copy.deepcopy(entries[-1]))
+        # (a JSON round trip: checked JSON already, and several times faster than deepcopy)
+        last = orjson.loads(orjson.dumps(entries[-1]))
+        self._seen = Tail(after.end, after.start, after.items, after.created_at, last)
         return True
 
     async def _add(self, items: list[dict[str, Any]], stop: asyncio.Event) -> None:

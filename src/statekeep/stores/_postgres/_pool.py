@@ -12,6 +12,7 @@ from .._server import ServerLocal
 
 if TYPE_CHECKING:
     from asyncpg import Connection, Pool
+    from asyncpg.pool import PoolConnectionProxy
 
 
 async def _keep_session(conn: Connection) -> None:
@@ -24,14 +25,48 @@ async def _keep_session(conn: Connection) -> None:
 DEFAULT_POOL: dict[str, Any] = {"min_size": 0, "max_size": 10, "reset": _keep_session}
 
 
+#: Seconds the write queue's sender keeps its connection once writes stop.
+WRITER_IDLE = 1.0
+
+
 class PoolLocal(ServerLocal["Pool"]):
-    """The pool and write queue of a PostgresStore in one process."""
+    """The pool and write queue of a PostgresStore in one process, and the connection the
+    queue's sender keeps while writes keep coming (see :func:`run_writer`)."""
+
+    def __init__(self, own: _Owner) -> None:
+        super().__init__(own)
+        self.holds_writer = False  # set on open: a pool the store made, of 2 connections or more
+        self.writer: PoolConnectionProxy[Any] | None = None
+        self.writer_used = 0.0  # the loop's time of the writer's last statement
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def pool(self) -> Pool:
         """The asyncpg pool (opened by the time an operation gets this)."""
         assert self.conn is not None
         return self.conn
+
+    async def let_go(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        conn, self.writer = self.writer, None
+        if conn is not None:
+            await _give_back(self.pool, conn)
+
+    def _idle(self) -> None:
+        """The writer's idle check: give its connection back after WRITER_IDLE seconds without
+        a write (never while a batch is being sent), else look again then."""
+        self.idle_timer = None
+        if self.writer is None:
+            return
+        loop = asyncio.get_running_loop()
+        left = self.writer_used + WRITER_IDLE - loop.time()
+        if left > 0 or self.writes.flushers:
+            self.idle_timer = loop.call_later(max(left, 0.05), self._idle)
+        else:
+            conn, self.writer = self.writer, None
+            self.spawn(_give_back(self.pool, conn))
 
 
 def connection_errors(asyncpg: ModuleType) -> tuple[type[BaseException], ...]:
@@ -98,6 +133,55 @@ async def close_pool(pool: Pool) -> None:
         pool.terminate()
 
 
+async def run_writer(asyncpg: ModuleType, local: PoolLocal, method: str, query: str, *args: Any) -> Any:
+    """As :func:`run`, for the write queue's sender (one batch at a time per process), on a
+    connection it keeps between batches while writes keep coming: a pool's acquire and
+    release cost more client work than the statement itself. Given back to the pool after
+    WRITER_IDLE seconds without writes, on close, and after any error (a broken one is
+    left for :func:`run`, which sends the statement again on another)."""
+    if not local.holds_writer:
+        return await run(asyncpg, local.pool, method, query, *args)
+    loop = asyncio.get_running_loop()
+    conn = local.writer
+    if conn is not None and conn.is_closed():  # the server ended it meanwhile: as the pool would
+        _drop(local, conn)
+        conn = None
+    if conn is None:
+        conn = local.writer = await local.pool.acquire()
+        if local.idle_timer is None:
+            local.idle_timer = loop.call_later(WRITER_IDLE, local._idle)
+    local.writer_used = loop.time()
+    try:
+        return await getattr(conn, method)(query, *args)
+    except asyncpg.exceptions.InternalClientError as exc:
+        _drop(local, conn, terminate=True)
+        if str(exc).startswith("cannot switch to state"):  # refused before anything was sent
+            return await run(asyncpg, local.pool, method, query, *args)
+        raise
+    except BaseException:
+        _drop(local, conn)
+        raise
+
+
+def _drop(local: PoolLocal, conn: PoolConnectionProxy[Any], terminate: bool = False) -> None:
+    """Stop keeping ``conn`` as the writer, and give it back to the pool (closed first, if
+    ``terminate``)."""
+    if local.writer is conn:
+        local.writer = None
+    if terminate:
+        conn.terminate()
+    local.spawn(_give_back(local.pool, conn))
+
+
+async def _give_back(pool: Pool, conn: PoolConnectionProxy[Any]) -> None:
+    """Release ``conn`` to ``pool``; an error doing so is not the statement's (the pool
+    closes that connection)."""
+    try:
+        await pool.release(conn)
+    except Exception:
+        pass
+
+
 async def run(asyncpg: ModuleType, pool: Pool, method: str, query: str, *args: Any) -> Any:
     """Run one statement on a connection of ``pool``, as ``conn.<method>(query, *args)``.
 
@@ -118,8 +202,5 @@ async def run(asyncpg: ModuleType, pool: Pool, method: str, query: str, *args: A
                 continue  # refused before anything was sent
             raise
         finally:
-            try:
-                await pool.release(conn)
-            except Exception:
-                pass
+            await _give_back(pool, conn)
     raise AssertionError("unreachable")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Hashable
-from contextlib import AsyncExitStack
 from datetime import timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -256,15 +255,15 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         """Send ``batch`` as one transaction (one statement when it is one write), skipping
         States whose row is locked: those are sent again alone, in tasks of their own."""
         batch.sort(key=lambda item: item[0][:2])  # row locks in (ns, id) order, the same everywhere
+        sql = self._sql.write
         try:
-            if len(batch) == 1:
-                rows = [
-                    await self._query("write", "fetchrow", self._sql.write, *batch[0][0], True, local=local)
-                ]
-            else:
-                rows = await self._query(
-                    "write", "fetchmany", self._sql.write, [(*a, True) for a, _ in batch], local=local
-                )
+            async with self._talking("write"):
+                if len(batch) == 1:
+                    rows = [await _pool.run_writer(self._asyncpg, local, "fetchrow", sql, *batch[0][0], True)]
+                else:
+                    rows = await _pool.run_writer(
+                        self._asyncpg, local, "fetchmany", sql, [(*a, True) for a, _ in batch]
+                    )
         except ConnectionError as exc:
             for _, future in batch:  # the outcome is unknown for every one of them
                 if not future.done():
@@ -293,11 +292,10 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
     ) -> Any:
         """Run one statement on a connection of the pool, as ``conn.<method>(query, *args)``
         (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given."""
-        async with AsyncExitStack() as stack:
-            if local is None:  # else a flusher, already counted
-                local = await stack.enter_async_context(self._using(action))
-            else:
-                await stack.enter_async_context(self._talking(action))
+        if local is None:  # else a flusher, already counted
+            async with self._using(action) as used:
+                return await _pool.run(self._asyncpg, used.pool, method, query, *args)
+        async with self._talking(action):  # no exit stack: this runs for every write
             return await _pool.run(self._asyncpg, local.pool, method, query, *args)
 
     # -- the pool -------------------------------------------------------------------
@@ -313,6 +311,9 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         # memory sibling that shares it.
         root = self._root if isinstance(self._root, PostgresStore) else self
         await root._checked_open(local, pool, self._migrate_once)
+        # The write queue keeps a connection of a pool it made between batches, leaving one
+        # or more to reads (never one of a pool of yours, which others share).
+        local.holds_writer = self._user_pool is None and pool.get_max_size() >= 2
         return pool
 
     async def _migrate_once(self, pool: Pool) -> None:

@@ -15,7 +15,8 @@ from ..._bridge import _Owner
 from ..._urlquery import check_names, take_ours
 from .._server import ServerLocal
 from ._lease_lua import ACQUIRE, RELEASE, RENEW, RESEAL
-from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT, WRITE, WRITE_KEYS
+from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT
+from ._write_lua import WRITE, WRITE_KEYS
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -42,6 +43,8 @@ class ClientLocal(ServerLocal["Redis"]):
         self.renew_script: AsyncScript | None = None
         self.release_script: AsyncScript | None = None
         self.reseal_script: AsyncScript | None = None
+        #: The server's refusal of one command (redis-py's ResponseError): a reply, not a lost connection.
+        self.refused: type[Exception] = Exception
 
     @property
     def client(self) -> Redis:
@@ -51,6 +54,9 @@ class ClientLocal(ServerLocal["Redis"]):
 
     def register(self, client: Redis) -> None:
         """Make the scripts ready to run on ``client``."""
+        from redis.exceptions import ResponseError
+
+        self.refused = ResponseError
         self.write_script = client.register_script(WRITE)
         self.select_script = client.register_script(SELECT)
         self.delete_script = client.register_script(DELETE)
@@ -142,6 +148,11 @@ async def run_scripts(
 async def _evalsha(local: ClientLocal, calls: Sequence[ScriptCall]) -> list[Any]:
     assert local.write_script is not None
     sha = local.write_script.sha
+    if len(calls) == 1:  # alone: one command, without a pipeline's own machinery
+        try:
+            return [await local.client.evalsha(sha, WRITE_KEYS, *calls[0])]
+        except local.refused as exc:
+            return [exc]
     async with local.client.pipeline(transaction=False) as pipe:
         for call in calls:
             pipe.evalsha(sha, WRITE_KEYS, *call)

@@ -16,17 +16,9 @@ the same step (see :mod:`._lease_lua`); gc leaves a State with a live lease alon
 
 from __future__ import annotations
 
-from .._server import COMPARE, EXISTS, GAP, MISSING, OK
-from ._expect_lua import PRECONDITIONS
+from .._server import EXISTS, MISSING, OK
 from ._keys import STAMPED
 from ._lease_lua import FENCE
-
-# The write script's outcomes: those of every server store (OK, MISSING, ...), and its own:
-# a key of the wrong type, nothing written.
-WRONGTYPE = 5
-# ARGV slots of the write before the index keys, and its keys.
-HEAD = 17
-WRITE_KEYS = 7
 
 #: Helpers every changing script starts with. ``ns`` is the table of namespace keys.
 COMMON = f"""
@@ -85,23 +77,43 @@ local function iso(us)
     math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, frac)
 end
 
+-- Take live State ``id`` out of the indexes its listing row names, before that row is set
+-- again (a listed State is in no ``bad``; one with no expiry, ``had_exp`` false, in no ``expiry``).
+local function unlist(ns, id, had_exp)
+  local old = redis.call('HGET', ns.rows, id)
+  local o = old and cmsgpack.unpack(old)
+  if o and o[1] ~= '' then
+    redis.call('ZREM', ns.all, o[1])
+    for i = 2, #o do redis.call('ZREM', o[i], o[1]) end
+  else
+    redis.call('ZREM', ns.bad, id)
+  end
+  if had_exp then redis.call('ZREM', ns.expiry, id) end
+end
+
 -- Store ``snapshot`` for State ``id`` and index it: ``member`` ('' if unlisted), the
 -- index keys ARGV[from .. from + n - 1], ``exp`` ('' for none), and with ``retention``
--- ('' for none) the expiry stamped now, by this server's clock.
-local function set_snapshot(ns, id, state, snapshot, member, from, n, exp, retention)
+-- ('' for none) the expiry stamped now, by this server's clock. ``fields``: more fields of
+-- the State's hash to set with it. ``had_exp``: whether the live State had an expiry, or
+-- 'gone' (its keys and index entries were just removed), or nil (not known: remove it from
+-- every index). Returns the expiry set ('' for none).
+local function set_snapshot(ns, id, state, snapshot, member, from, n, exp, retention, fields, had_exp)
   if retention ~= '' then
     local at = now + tonumber(retention)
     snapshot = '{{"expires_at":"' .. iso(at) .. '"' .. string.sub(snapshot, {len(STAMPED)} + 1)
     exp = string.format('%d', at)
   end
-  unindex(ns, id)
-  redis.call('HSET', state, 'snapshot', snapshot)
+  if had_exp == nil then unindex(ns, id) elseif had_exp ~= 'gone' then unlist(ns, id, had_exp) end
+  local set = {{'snapshot', snapshot}}
+  for _, v in ipairs(fields or {{}}) do set[#set + 1] = v end
   if exp ~= '' then
-    redis.call('HSET', state, 'exp', exp)
+    set[#set + 1] = 'exp'
+    set[#set + 1] = exp
     redis.call('ZADD', ns.expiry, exp, id)
-  else
+  elseif had_exp == nil or had_exp == true then
     redis.call('HDEL', state, 'exp')
   end
+  redis.call('HSET', state, unpack(set))
   local row = {{member}}
   if member == '' then
     redis.call('ZADD', ns.bad, 0, id)
@@ -113,113 +125,27 @@ local function set_snapshot(ns, id, state, snapshot, member, from, n, exp, reten
     end
   end
   redis.call('HSET', ns.rows, id, cmsgpack.pack(row))
+  return exp
 end
 
--- Native expiry on the State's keys: its ``exp``, or none.
-local function expire(state, entries)
-  local exp = redis.call('HGET', state, 'exp')
-  if exp then
+-- Native expiry on the State's keys: ``exp`` (false or '' for none); ``had``: false when
+-- they are known to carry none now (nothing to take off).
+local function expire_at(state, entries, exp, had)
+  if exp and exp ~= '' then
     local ms = string.format('%d', math.ceil(tonumber(exp) / 1000))
     redis.call('PEXPIREAT', state, ms)
     redis.call('PEXPIREAT', entries, ms)
-  else
+  elseif had ~= false then
     redis.call('PERSIST', state)
     redis.call('PERSIST', entries)
   end
 end
+
+-- Native expiry on the State's keys: its ``exp``, or none.
+local function expire(state, entries)
+  expire_at(state, entries, redis.call('HGET', state, 'exp'))
+end
 """
-
-#: The write, as one script: atomic, and serialised with every other write to the State.
-WRITE = (
-    COMMON
-    + FENCE
-    + PRECONDITIONS
-    + f"""
--- KEYS: state hash, entries list, then the namespace keys, then the lease row
--- ARGV: id, create, first seq, n entries, has snapshot, snapshot, n approved, member,
---       exp, retention, n index keys, lease token ('' for none), lease owner, expect_next
---       ('' for none), clear ('1': the write is not sealed), incarnation ('' for none), bound
---       ('1': the State's must be it), then the index keys, the n entries, then the approved
---       stored entries
-local id = ARGV[1]
-local create = ARGV[2] == '1'
-local first = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local has_snapshot = ARGV[5] == '1'
-local napproved = tonumber(ARGV[7])
-local nindex = tonumber(ARGV[11])
-local base = {HEAD} + nindex
-local ns = ns_keys(3)
-
--- Every key's type before the first write: a key of another type (the prefix shared with
--- something else) would fail half-way through, after some writes were made.
-local want = {{'hash', 'list', 'zset', 'hash', 'zset', 'zset', 'hash'}}
-for i = 1, {WRITE_KEYS} do
-  local t = redis.call('TYPE', KEYS[i]).ok
-  if t ~= 'none' and t ~= want[i] then return {{{WRONGTYPE}, KEYS[i], t, want[i]}} end
-end
-local refused = fence(KEYS[7], ARGV[12], ARGV[13])
-if refused then return refused end
-
-local function push(from, to)
-  local i = from
-  while i <= to do
-    local j = math.min(i + 999, to)
-    redis.call('RPUSH', KEYS[2], unpack(ARGV, i, j))
-    i = j + 1
-  end
-end
-
-local function snapshot_and_expiry()
-  if has_snapshot then
-    set_snapshot(ns, id, KEYS[1], ARGV[6], ARGV[8], {HEAD} + 1, nindex, ARGV[9], ARGV[10])
-  end
-  expire(KEYS[1], KEYS[2])
-end
-
-local is_live = live(KEYS[1])
-if create then
-  if is_live then return {{{EXISTS}}} end
-  purge(ns, id, KEYS[1], KEYS[2])  -- an expired State, or what native expiry left
-  push(base + 1, base + n)
-  redis.call('HSET', KEYS[1], 'next', string.format('%d', n))
-  if ARGV[16] ~= '' then redis.call('HSET', KEYS[1], 'inc', ARGV[16]) end
-  snapshot_and_expiry()
-  return {{{OK}, n}}
-end
-if not is_live then return {{{MISSING}}} end
-local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
-local unmet = preconditions(KEYS[1], KEYS[2], nxt)
-if unmet then return unmet end
-local skip = 0
-if n > 0 then
-  if first > nxt then return {{{GAP}, nxt}} end
-  skip = math.min(nxt - first, n)
-end
-if skip > 0 then
-  local stored = redis.call('LRANGE', KEYS[2], first, first + skip - 1)
-  local same = #stored == skip
-  if same then
-    for i = 1, skip do
-      if stored[i] ~= ARGV[base + i] then same = false; break end
-    end
-  end
-  if not same and napproved == skip and #stored == skip then
-    same = true
-    for i = 1, skip do
-      if stored[i] ~= ARGV[base + n + i] then same = false; break end
-    end
-  end
-  if not same then return {{{COMPARE}, nxt, stored}} end
-end
-if skip < n then
-  push(base + skip + 1, base + n)
-  redis.call('HSET', KEYS[1], 'next', string.format('%d', first + n))
-end
-snapshot_and_expiry()
-return {{{OK}, math.max(nxt, first + n)}}
-"""
-)
 
 #: A fork: the source's entries 0..at copied on the server, and the new State created.
 FORK = (

@@ -71,17 +71,13 @@ def _as_bytes(value: object) -> bytes:
 
 
 def _decode_entries(items: list[bytes], where: str, first: int = 0) -> list[dict[str, Any]]:
-    """The entries (JSON objects, by seq), or CorruptStateError naming the first bad one."""
-    if not items:
-        return []
+    """The entries (JSON objects, by seq), or CorruptStateError naming the first bad one.
+    One by one: faster than joining them into one JSON array first (no copies of it all)."""
+    loads = orjson.loads
     try:
-        joined = b",".join(items)
-    except TypeError:  # a client that decodes responses gives str
-        joined = b",".join(_as_bytes(i) for i in items)
-    try:
-        entries = orjson.loads(b"[" + joined + b"]")
+        entries = [loads(item) for item in items]
     except orjson.JSONDecodeError:
         entries = None
-    if entries is None or len(entries) != len(items) or not all(isinstance(e, dict) for e in entries):
+    if entries is None or not all(type(entry) is dict for entry in entries):
         servercommon.raise_bad_entry(items, lambda i: f"{where}: the entry at seq {first + i}")
     return cast(list[dict[str, Any]], entries)

@@ -27,7 +27,7 @@ from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
 from ._layout import check_server
-from ._lua import WRONGTYPE
+from ._write_lua import WRONGTYPE
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -9,7 +9,7 @@ the parent's alone (never closing it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 from ..._bridge import Closer, _Owner
@@ -38,8 +38,18 @@ class ServerLocal(Generic[C]):
         while (self.busy or not self.writes.idle or self.tasks) and loop.time() < deadline:
             await asyncio.sleep(0.005)
 
+    async def let_go(self) -> None:
+        """Give back what this keeps between operations (a store's hook), before closing ``conn``."""
+
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as a task that :meth:`drain` waits for."""
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+async def close_local(local: ServerLocal[C], close: Callable[[C], Awaitable[None]], conn: C) -> None:
+    """What closes a connection a store made (see bridge.Closer): ``local`` gives back what
+    it keeps first, then ``close(conn)``."""
+    await local.let_go()
+    await close(conn)

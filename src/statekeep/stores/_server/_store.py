@@ -21,7 +21,7 @@ from ... import _redaction as redaction
 from ..._backend import Backend
 from ..._slot import ProcessSlot
 from ._batches import Queued
-from ._local import ServerLocal
+from ._local import ServerLocal, close_local
 from ._talking import Talking
 
 C = TypeVar("C")  # the connection object: a pool, a client
@@ -123,7 +123,9 @@ class ServerStore(Backend, Generic[C, L, A, R]):
             raise
         if conn is not user:
             # Closed by close(), at exit, or (with a ResourceWarning) when the store is dropped.
-            local.closer = local.owner.track(self, functools.partial(self._close_conn, conn))
+            local.closer = local.owner.track(
+                self, functools.partial(close_local, local, self._close_conn, conn)
+            )
 
     async def _close(self) -> None:
         local = self._slot.current()
@@ -133,6 +135,7 @@ class ServerStore(Backend, Generic[C, L, A, R]):
         self._slot = self._new_slot()  # this process's connection is forgotten
         if local.closer is not None:
             local.closer.release()
+        await local.let_go()
         if local.conn is not None and local.conn is not self._user_conn:
             await self._close_conn(local.conn)
 
