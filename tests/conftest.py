@@ -210,6 +210,9 @@ def is_root() -> bool:
 def drop_and_collect(stores: list[Store]) -> list[str]:
     """Drop the caller's ``stores`` (the list is emptied), collect garbage, and wait until
     statekeep's loop has closed what they held. Returns the ResourceWarnings raised."""
+    # The loop may still be leaving the step that settled the caller's last call, its frame
+    # holding that store: one more call through the loop waits until it has left.
+    owner_loop_settled()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         stores.clear()
