@@ -34,6 +34,7 @@ _REMEMBERED = 4096
 
 #: (incarnation, bound) of a write: what it is sealed for, and whether the store checks it.
 Binding = tuple[str | None, bool]
+_UNBOUND: Binding = (None, False)
 
 
 def incarnated(store: Any, incarnation: str | None) -> dict[str, Any]:
@@ -145,6 +146,10 @@ class Incarnated:
         write continues: StateConflictError if it was deleted and created again), or None
         when it must be learned first (:meth:`_alearn`; see :meth:`Known.binding`)."""
         sealed = self._protection.keyring is not None
+        if not (sealed or create or incarnation is not None):
+            # An unsealed append given none (the usual write) is bound to none; its id is
+            # checked with its data (prepare_write), before anything is sent.
+            return self._check_open(_UNBOUND)
         return self._known.binding(self._check_open(state_id), create, incarnation, sealed)
 
     async def _alearn(self, state_id: str) -> Binding:
