@@ -144,7 +144,7 @@ class GroupCommit(Generic[T]):
         if queue.idle() and not owner().posted:
             now = self._now
             on_loop = now is not None and caller is not None and not caller.runs_batches
-            if on_loop and asyncio.current_task() is None:
+            if now is not None and on_loop and asyncio.current_task() is None:
                 # In the operation's first step (no Task runs it): committed here if it need
                 # not wait, and its caller gets the outcome when the step ends, its lock
                 # released (not woken now, to wait for this thread).

@@ -149,7 +149,8 @@ class Incarnated:
         if not (sealed or create or incarnation is not None):
             # An unsealed append given none (the usual write) is bound to none; its id is
             # checked with its data (prepare_write), before anything is sent.
-            return self._check_open(_UNBOUND)
+            self._check_open(None)
+            return _UNBOUND
         return self._known.binding(self._check_open(state_id), create, incarnation, sealed)
 
     async def _alearn(self, state_id: str) -> Binding:
