@@ -88,7 +88,7 @@ def prepare_write(
                 f"entries[{i}] has seq {seq}, expected {first_seq + i}: "
                 "the entries of one write must have consecutive seqs, in order"
             )
-        line = encode(entry, f"entries[{i}]")
+        line = encode(entry, ("entries", i))  # (its name spelled only for an error)
         if b'"sk.' in line:
             _check_reserved(entry, i)
         lines.append(line + b"\n")
