@@ -52,7 +52,7 @@ def decode(data: bytes | str) -> Any:
 
 
 def _name(path: Where) -> str:
-    if type(path) is str:
+    if isinstance(path, str):
         return path
     parent, key = path
     return f"{_name(parent)}[{key!r}]"
