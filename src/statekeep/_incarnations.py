@@ -147,9 +147,7 @@ class Incarnated:
         when it must be learned first (:meth:`_alearn`; see :meth:`Known.binding`)."""
         sealed = self._protection.keyring is not None
         if not (sealed or create or incarnation is not None):
-            # An unsealed append given none (the usual write) is bound to none; its id is
-            # checked with its data (prepare_write), before anything is sent.
-            self._check_open(None)
+            validate_id(self._check_open(state_id))  # an unsealed append given none: bound to none
             return _UNBOUND
         return self._known.binding(self._check_open(state_id), create, incarnation, sealed)
 
