@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+import orjson
 import pytest
 
 from statekeep import SavedState
@@ -91,3 +92,32 @@ def test_from_snapshot_takes_any_mapping_and_converts_times_to_utc() -> None:
 def test_utc_time_gives_aware_utc_datetimes(raw: str, utc: datetime) -> None:
     when = utc_time(raw)
     assert when == utc and when.tzinfo is UTC
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "2026-01-02T03:04:05+00:00",
+        "2026-01-02T03:04:05.000006+00:00",
+        "2026-01-02T03:04:05.123+00:00",
+        "2026-01-02 03:04:05+00:00",
+        "2026-01-02T03:04:05Z",
+        "2026-01-02T05:04:05+02:00",
+        "2026-01-02T030405+00:00",
+        "2026-01-02T030405.1+00:00",
+        "20260102T03:04:05+00:00",
+        "2026-01-02T03:04:05.12345+00:00",
+        "2026-01-02T03:04+00:00",
+        "0001-01-01T00:00:00+00:00",
+        "9999-12-31T23:59:59.999999+00:00",
+    ],
+)
+def test_sqlite_time_columns_are_the_fixed_width_utc_text(raw: str) -> None:
+    # The columns a SQLite write fills take the snapshot's text as is when it is that text
+    # already: any other spelling is converted, as datetime.isoformat would.
+    from statekeep.stores._sqlite._rows import listing_columns, utc_text
+
+    when = utc_time(raw)
+    assert utc_text(raw, when) == when.isoformat(timespec="microseconds")
+    columns, _ = listing_columns("s1", orjson.dumps({**SNAP, "created_at": raw, "updated_at": raw}))
+    assert columns[1] == columns[2] == when.isoformat(timespec="microseconds")

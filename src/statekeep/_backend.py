@@ -231,7 +231,7 @@ class Backend(Leasing, Incarnated, Store):
         """As :meth:`Store.awrite`; ``incarnation``: see :meth:`Incarnated._binding`."""
         binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
-        write = expecting_next(write, expect_next)
+        write = write if expect_next is None else expecting_next(write, expect_next)
         with self._known.watching(write):
             await run_async(self._locked_write(self._check_open(write)), direct=True, eager=self._eager)
 
@@ -248,7 +248,7 @@ class Backend(Leasing, Incarnated, Store):
     ) -> None:
         binding = self._binding(state_id, create, incarnation) or run_sync(self._alearn(state_id), "aread")
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
-        write = expecting_next(write, expect_next)
+        write = write if expect_next is None else expecting_next(write, expect_next)
         with self._known.watching(write):
             run_sync(self._locked_write(self._check_open(write)), "awrite", direct=True, eager=self._eager)
 

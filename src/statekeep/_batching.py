@@ -142,7 +142,22 @@ class GroupCommit(Generic[T]):
         if caller is not None:
             direct_caller.set(None)  # its outcome is this item's; nothing else may claim it
         if queue.idle() and not owner().posted:
-            await self._alone(queue, item, caller)
+            now = self._now
+            on_loop = now is not None and caller is not None and not caller.runs_batches
+            if now is not None and on_loop and asyncio.current_task() is None:
+                # In the operation's first step (no Task runs it): committed here if it need
+                # not wait, and its caller gets the outcome when the step ends, its lock
+                # released (not woken now, to wait for this thread).
+                try:
+                    errors = now([item])
+                except WouldBlock:
+                    pass
+                else:
+                    if errors[0] is not None:
+                        raise errors[0]
+                    return
+                on_loop = False  # it would wait: not tried again
+            await self._alone(queue, item, caller, on_loop)
             return
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -154,25 +169,18 @@ class GroupCommit(Generic[T]):
     def _start_flusher(self, queue: _Queue[T], loop: asyncio.AbstractEventLoop) -> None:
         queue.flusher = loop.create_task(self._flush(queue, loop))
 
-    async def _alone(self, queue: _Queue[T], item: T, caller: Direct | None) -> None:
+    async def _alone(self, queue: _Queue[T], item: T, caller: Direct | None, on_loop: bool) -> None:
         """Commit ``item`` as a batch of one, as the flusher would (see the module's
-        docstring for where), without it: writes submitted meanwhile queue behind it."""
+        docstring for where), without it: writes submitted meanwhile queue behind it.
+        ``on_loop``: try ``commit_now`` on the loop first (under a Task: the committing
+        thread wakes the caller)."""
         job = _Job(self._commit, [item], [caller])
         errors = None
-        if caller is not None and not caller.runs_batches and self._now is not None:
-            # In the operation's first step (no Task runs it), its caller gets the outcome
-            # when the step ends, its lock released: not woken now, to wait for this thread.
-            first = asyncio.current_task() is None
+        if on_loop:
             try:
-                errors = self._now([item]) if first else job.run(self._now)  # if it need not wait
+                errors = job.run(self._now)  # on the loop, if it need not wait
             except WouldBlock:
                 pass
-            except BaseException as exc:  # only from self._now: job.run reports all
-                errors = [exc]
-            if first and errors is not None:
-                if errors[0] is not None:
-                    raise errors[0]
-                return
         if errors is None:
             # Woken by the committing thread's report, which resumes this operation at once
             # (see Wakeup): its lock is released before the loop begins the next one.

@@ -27,7 +27,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ._eager import Outcome, Wakeup, first_step, reraise_fatal, rest
-from ._handoff import Call, Direct, Waiter, direct_caller, finished, may_run_batches, retrieved
+from ._handoff import Call, Direct, Waiter, direct_caller, finished, retrieved
 from ._statelocks import StateLocks
 from ._workers import Workers
 
@@ -59,6 +59,7 @@ class _Owner(StateLocks):
         self.thread = threading.Thread(target=self._main, args=(started,), name="statekeep-loop", daemon=True)
         self.thread.start()
         started.wait()
+        self.ident = self.thread.ident
 
     def _main(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
@@ -279,13 +280,15 @@ def run_sync(
     ``eager``: start it eagerly (see :meth:`_Owner.start`).
     """
     own = owner()
-    if threading.current_thread() is own.thread:
+    ident = threading.get_ident()
+    if ident == own.ident:
         coro.close()
         raise RuntimeError(
             f"this sync statekeep method was called from statekeep's own event loop "
             f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
         )
-    waiter: Waiter[T] = Waiter(runs_batches=direct and may_run_batches())
+    # The main thread is never granted a batch (see Waiter.grant).
+    waiter: Waiter[T] = Waiter(runs_batches=direct and ident != threading.main_thread().ident)
     own.start(coro, waiter.settle, direct=waiter if direct else None, eager=eager)
     try:
         return waiter.wait()

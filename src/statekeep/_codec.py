@@ -16,10 +16,16 @@ import orjson
 # orjson's limits: integers must fit in 64 bits (signed or unsigned), nesting is capped.
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
+_isfinite = math.isfinite
 MAX_DEPTH = 254
 
 
-def encode(value: dict[str, Any], path: str) -> bytes:
+#: Where a value sits, for error messages: a name (``entries[2]``), or (where its parent
+#: sits, its key or index), spelled only when an error needs it.
+Where = str | tuple[Any, str | int]
+
+
+def encode(value: dict[str, Any], path: Where) -> bytes:
     """Encode a JSON object to compact UTF-8 bytes (no trailing newline).
 
     ``path`` names the value in error messages, e.g. ``entries[2]``.
@@ -28,7 +34,7 @@ def encode(value: dict[str, Any], path: str) -> bytes:
     object that is not a dict, list, tuple, str, int, float, bool or None.
     """
     if not isinstance(value, dict):
-        raise TypeError(f"{path} must be a dict (a JSON object), got {type(value).__name__}")
+        raise TypeError(f"{_name(path)} must be a dict (a JSON object), got {type(value).__name__}")
     _check(value, path, 0)
     return orjson.dumps(value)
 
@@ -45,55 +51,76 @@ def decode(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
-def _check(value: object, path: str, depth: int) -> None:
+def _name(path: Where) -> str:
+    if isinstance(path, str):
+        return path
+    parent, key = path
+    return f"{_name(parent)}[{key!r}]"
+
+
+def _check(value: object, path: Where, depth: int) -> None:
     # Walks containers iteratively per level; recursion depth is bounded by MAX_DEPTH.
+    # The usual items (str, int, float, None, bool) are checked in the loop itself; the
+    # path of a nested one is a tuple, spelled only for an error.
     if depth >= MAX_DEPTH and isinstance(value, (dict, list, tuple)):
-        raise TypeError(f"{path} is nested more than {MAX_DEPTH} levels deep (or refers to itself)")
+        raise TypeError(f"{_name(path)} is nested more than {MAX_DEPTH} levels deep (or refers to itself)")
     if isinstance(value, dict):
-        for key, item in value.items():
+        items: Any = value.items()
+        keyed = True
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+        keyed = False
+    else:
+        _check_scalar(value, path)
+        return
+    for key, item in items:
+        if keyed:
             if not isinstance(key, str):
                 raise TypeError(
-                    f"{path} has a key {key!r} of type {type(key).__name__}: JSON keys must be str"
+                    f"{_name(path)} has a key {key!r} of type {type(key).__name__}: JSON keys must be str"
                 )
             if not key.isascii():
-                _check_str(key, f"{path} key {key!r}")
-            if item is None or item is True or item is False:
-                continue
-            t = type(item)
-            if t is str:
-                if not item.isascii():
-                    _check_str(item, f"{path}[{key!r}]")
-            elif t is int:
-                if not _INT_MIN <= item <= _INT_MAX:
-                    raise TypeError(f"{path}[{key!r}] = {item} does not fit in 64 bits")
-            else:
-                _check(item, f"{path}[{key!r}]", depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check(item, f"{path}[{i}]", depth + 1)
-    elif isinstance(value, str):
+                _check_str(key, f"{_name(path)} key {key!r}")
+        if item is None or item is True or item is False:
+            continue
+        t = type(item)
+        if t is str:
+            if not item.isascii():
+                _check_str(item, (path, key))
+        elif t is int:
+            if not _INT_MIN <= item <= _INT_MAX:
+                raise TypeError(f"{_name((path, key))} = {item} does not fit in 64 bits")
+        elif t is float:
+            if not _isfinite(item):
+                raise TypeError(f"{_name((path, key))} is {item!r}: JSON has no NaN or infinity")
+        else:
+            _check(item, (path, key), depth + 1)
+
+
+def _check_scalar(value: object, path: Where) -> None:
+    if isinstance(value, str):
         if not value.isascii():
             _check_str(value, path)
     elif value is None or isinstance(value, bool):
         pass
     elif isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
-            raise TypeError(f"{path} = {value} does not fit in 64 bits")
+            raise TypeError(f"{_name(path)} = {value} does not fit in 64 bits")
     elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise TypeError(f"{path} is {value!r}: JSON has no NaN or infinity")
+        if not _isfinite(value):
+            raise TypeError(f"{_name(path)} is {value!r}: JSON has no NaN or infinity")
     else:
         raise TypeError(
-            f"{path} is a {type(value).__name__}, which JSON cannot hold; "
+            f"{_name(path)} is a {type(value).__name__}, which JSON cannot hold; "
             "convert it to a dict, list, str, int, float, bool or None"
         )
 
 
-def _check_str(value: str, path: str) -> None:
+def _check_str(value: str, path: Where) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise TypeError(
-            f"{path} holds a lone surrogate, which is not valid UTF-8; "
+            f"{_name(path)} holds a lone surrogate, which is not valid UTF-8; "
             "decode bytes with errors='replace' instead of 'surrogateescape'"
         ) from None

@@ -55,11 +55,6 @@ class Direct(Protocol):
 direct_caller: contextvars.ContextVar[Direct | None] = contextvars.ContextVar("direct_caller", default=None)
 
 
-def may_run_batches() -> bool:
-    """Whether a sync call from this thread may be granted a batch (see :meth:`Waiter.grant`)."""
-    return threading.current_thread() is not threading.main_thread()
-
-
 def retrieved(task: asyncio.Task[object]) -> None:
     """Mark a task's error as seen: its caller may have stopped waiting (cancelled, or
     interrupted by Ctrl-C), and asyncio would log "Task exception was never retrieved"."""

@@ -34,6 +34,7 @@ _REMEMBERED = 4096
 
 #: (incarnation, bound) of a write: what it is sealed for, and whether the store checks it.
 Binding = tuple[str | None, bool]
+_UNBOUND: Binding = (None, False)
 
 
 def incarnated(store: Any, incarnation: str | None) -> dict[str, Any]:
@@ -145,6 +146,9 @@ class Incarnated:
         write continues: StateConflictError if it was deleted and created again), or None
         when it must be learned first (:meth:`_alearn`; see :meth:`Known.binding`)."""
         sealed = self._protection.keyring is not None
+        if not (sealed or create or incarnation is not None):
+            validate_id(self._check_open(state_id))  # an unsealed append given none: bound to none
+            return _UNBOUND
         return self._known.binding(self._check_open(state_id), create, incarnation, sealed)
 
     async def _alearn(self, state_id: str) -> Binding:

@@ -81,18 +81,14 @@ class Appender:
     def commit_now(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         """:meth:`commit` of one write that must not wait: WouldBlock, having changed
         nothing, if another process holds the State's lock (or the budget is spent)."""
-        sid = writes[0].state_id if len(writes) == 1 else ""
-        if (
-            not sid
-            or sid not in self._tails
-            or sid in self._doubts
-            or sid in self._suspects
-            or not self._store.settled
-        ):
-            raise WouldBlock  # more than an append and its fsync may be needed: off the loop
-        outcome = steady.append(self, writes[0], wait=False)
+        if len(writes) != 1:
+            raise WouldBlock
+        outcome = steady.append(self, writes[0], wait=False)  # first: it checks what is below
         if outcome is not steady.MISS:
             return [cast(BaseException | None, outcome)]
+        sid = writes[0].state_id
+        if sid not in self._tails or sid in self._doubts or sid in self._suspects or not self._store.settled:
+            raise WouldBlock  # more than an append and its fsync may be needed: off the loop
         with BUDGET.held(1, wait=False):
             errors = self._commit(writes, wait=False)
         if isinstance(errors[0], WouldBlock):

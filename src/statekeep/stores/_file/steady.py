@@ -104,14 +104,15 @@ def _locked(appender: Appender, item: Append, tail: Tail) -> object:
         st = io.stat(paths[0])
     except OSError:
         return MISS  # deleted (or worse): the general way says which
-    if (st.st_ino, st.st_dev, st.st_size) != (tail.ino, tail.dev, tail.size):
+    if st.st_size != tail.size or st.st_ino != tail.ino or st.st_dev != tail.dev:
         return MISS  # made again, rekeyed, or appended to by another process
     held = appender._leases.read_path(sid, paths[1])
     if held is not None or write.lease is not None:
         check_fence(sid, held, write.lease, appender._now())
-    check_preconditions(write, tail.incarnation, tail.next_seq, tail.sealed is True)
+    if write.bound or write.expect_next is not None or tail.sealed:  # else none can refuse it
+        check_preconditions(write, tail.incarnation, tail.next_seq, tail.sealed is True)
     lines, snapshot = write.lines, write.snapshot
-    entries = b"".join([frame(line) for line in lines])
+    entries = b"".join([frame(line) for line in lines]) if lines else b""
     next_seq = tail.next_seq + len(lines)
     new = entries + closing_record(next_seq, entries, snapshot, tail.snapshot_at, tail.incarnation)
     item.new, item.appended = new, True

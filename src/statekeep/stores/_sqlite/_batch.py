@@ -112,7 +112,8 @@ class Changes:
             self.unlabel.append((ns, sid))
 
     def add_labels(self, ns: str, sid: str, columns: tuple[Any, ...], labels: dict[str, str]) -> None:
-        self.labels.extend((ns, sid, k, v, columns[2]) for k, v in labels.items())
+        if labels:
+            self.labels.extend((ns, sid, k, v, columns[2]) for k, v in labels.items())
 
     def apply(self, conn: sqlite3.Connection) -> None:
         if self.deletes:
@@ -171,8 +172,8 @@ class _Batch:
         # The fast path needs distinct States; a fork reads its source, which an op before
         # it in the batch may change, so a batch with one goes op by op.
         ops = self.ops
-        one_by_one = len(ops) > 1 and len({_op_id(op) for op in ops}) < len(ops)
-        one_by_one = one_by_one or any(kind == "fork" for kind, _, _ in ops)
+        one_by_one = any(kind == "fork" for kind, _, _ in ops) if len(ops) > 1 else ops[0][0] == "fork"
+        one_by_one = one_by_one or (len(ops) > 1 and len({_op_id(op) for op in ops}) < len(ops))
         while pending:
             conn.execute(sql.BEGIN_IMMEDIATE)
             self._when = None  # this transaction's time, read when first needed
@@ -298,7 +299,8 @@ class _Batch:
         if stored is None:
             raise missing_error(sid)
         next_seq = stored.next_seq
-        check_preconditions(write, stored.incarnation, next_seq, stored.sealed)
+        if write.bound or write.expect_next is not None or stored.sealed:  # else none can refuse it
+            check_preconditions(write, stored.incarnation, next_seq, stored.sealed)
         skip = plan_append(write, next_seq)
         if skip:
             self._check_stored(ns, write, next_seq, skip)

@@ -18,8 +18,8 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -118,13 +118,20 @@ def quietly(action: Callable[[], object]) -> None:
         pass
 
 
-@contextmanager
-def _on_error(undo: Callable[[], object]) -> Iterator[None]:
-    try:
-        yield
-    except BaseException:
-        undo()
-        raise
+class _on_error:  # a class, not a generator: it is on every commit's path
+    """Call ``undo()`` if the block raises (the error goes on)."""
+
+    __slots__ = ("_undo",)
+
+    def __init__(self, undo: Callable[[], object]) -> None:
+        self._undo = undo
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        if kind is not None:
+            self._undo()
 
 
 def closed_on_error(conn: sqlite3.Connection) -> AbstractContextManager[None]:

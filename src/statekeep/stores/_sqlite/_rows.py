@@ -37,8 +37,8 @@ def listing_columns(sid: str, snapshot: bytes | None) -> tuple[tuple[Any, ...], 
     finished = row.finished
     return (
         row.task,
-        row.created_at.isoformat(timespec="microseconds"),  # UTC, fixed width: sorts as text
-        row.updated_at.isoformat(timespec="microseconds"),
+        utc_text(value["created_at"], row.created_at),  # UTC, fixed width: sorts as text
+        utc_text(value["updated_at"], row.updated_at),
         row.turn if row.turn <= _INT64_MAX else str(row.turn),  # SQLite integers are signed 64-bit
         row.stopped_by,
         int(finished),
@@ -50,6 +50,23 @@ def listing_columns(sid: str, snapshot: bytes | None) -> tuple[tuple[Any, ...], 
         None if row.forked_from is None else orjson.dumps(row.forked_from).decode(),
         None,
     ), row.labels
+
+
+def utc_text(raw: str, when: datetime) -> str:
+    """``when`` (``raw`` parsed, in UTC) as fixed-width ISO text; from ``raw`` itself when it
+    has that shape already (``datetime.isoformat`` costs a microsecond, on every write)."""
+    if (
+        raw[10:11] == "T"
+        and raw[4] == raw[7] == "-"
+        and raw[13] == raw[16] == ":"
+        and raw.endswith("+00:00")
+        and when.tzinfo is UTC
+    ):
+        if len(raw) == 32 and raw[19] == ".":  # YYYY-MM-DDTHH:MM:SS.ffffff+00:00
+            return raw
+        if len(raw) == 25:  # YYYY-MM-DDTHH:MM:SS+00:00
+            return raw[:19] + ".000000+00:00"
+    return when.isoformat(timespec="microseconds")
 
 
 def expiry_column(snapshot: object) -> str | None:
