@@ -9,6 +9,7 @@ name. Every wait is bounded by a timeout that only turns a hang into a failure.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from statekeep import FileStore, MemoryStore, Record, SQLiteStore, Store
 from statekeep import _bridge as bridge
+from statekeep import _eager as eager
 from tests.conftest import entries, owner_loop_settled, snapshot
 from tests.test_bridge import JOIN, join_all
 
@@ -169,3 +171,16 @@ def test_writes_posted_together_share_a_batch(tmp_path: Path, kind: str) -> None
     for sid in "abc":
         assert store.read(sid) == Record(entries(0, 3), snapshot(turn=2))
     store.close()
+
+
+def test_an_operation_cancelled_in_its_first_step_raises_asyncios_cancellation() -> None:
+    """As a Task's result does: an awaiting caller on the owner loop gets asyncio's
+    CancelledError, not concurrent.futures' (a different class), which it would not catch."""
+
+    async def cancelled() -> None:
+        raise asyncio.CancelledError
+
+    outcome, pending = eager.first_step(cancelled(), contextvars.copy_context())
+    assert outcome is not None and pending is None and outcome.cancelled()
+    with pytest.raises(asyncio.CancelledError):
+        outcome.result()

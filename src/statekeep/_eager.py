@@ -21,7 +21,6 @@ redis-py and asyncpg use) must not be started eagerly: the stores that run it sa
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, Protocol, TypeVar
@@ -51,9 +50,9 @@ class Finished(Generic[T]):
         return isinstance(self._error, asyncio.CancelledError)
 
     def result(self) -> T:
+        """The value, or the error raised as is (a cancellation as asyncio's, as a Task's
+        result does; the sync caller's wait turns it into its own, see ``_handoff._of_task``)."""
         if self._error is not None:
-            if self.cancelled():
-                raise concurrent.futures.CancelledError
             raise self._error
         return self._value  # type: ignore[return-value]
 

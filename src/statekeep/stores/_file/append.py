@@ -62,7 +62,6 @@ class Appender:
         # Logs whose fsync failed: (dev, ino, from) -- bytes past ``from`` may be clean in
         # the page cache yet not on disk (fsyncgate), so they are written again first.
         self._suspects: dict[str, tuple[int, int, int]] = {}
-        self._paths: dict[str, tuple[str, str]] = {}  # (log, lease row) by id: see .steady
 
     def commit(self, writes: list[PreparedWrite]) -> list[BaseException | None]:
         """Append a batch of writes (one per State) durably; return each one's error.

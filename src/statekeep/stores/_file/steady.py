@@ -97,16 +97,13 @@ def _locked(appender: Appender, item: Append, tail: Tail) -> object:
     """The append, with the State's lock held: MISS, or the write's error (None: done)."""
     write, store, io = item.write, appender._store, appender._io
     sid = write.state_id
-    paths = appender._paths.get(sid)
-    if paths is None:  # (log, lease row), by their full paths
-        paths = appender._paths[sid] = (store.where(sid, LOG), appender._leases.where(sid))
     try:
-        st = io.stat(paths[0])
+        st = io.stat(store.where(sid, LOG))  # by its full path: no descriptor to open
     except OSError:
         return MISS  # deleted (or worse): the general way says which
     if st.st_size != tail.size or st.st_ino != tail.ino or st.st_dev != tail.dev:
         return MISS  # made again, rekeyed, or appended to by another process
-    held = appender._leases.read_path(sid, paths[1])
+    held = appender._leases.read_path(sid, appender._leases.where(sid))
     if held is not None or write.lease is not None:
         check_fence(sid, held, write.lease, appender._now())
     if write.bound or write.expect_next is not None or tail.sealed:  # else none can refuse it
