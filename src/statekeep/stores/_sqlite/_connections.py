@@ -205,9 +205,6 @@ class Connections:
         with self.lock:
             self.closed = True
             idle, self.idle = self.idle, []
-            if self.loop_reader is not None:  # not in use: the loop is awaiting this close
-                idle.append(self.loop_reader)
-                self.loop_reader = None
             if not self.writer_busy and self.writer is not None:
                 idle.append(self.writer)
                 self.writer = None
@@ -239,6 +236,18 @@ def _closer(conns: Connections) -> Callable[[], Coroutine[Any, Any, None]]:
     refer to the store, which is only weakly tracked."""
 
     async def close() -> None:
-        await owner().io.run(conns.close)
+        await close_all(conns)
 
     return close
+
+
+async def close_all(conns: Connections) -> None:
+    """On the owner loop: close ``conns``. The loop's own reader is closed here, in this
+    step, where no other step can be using it; the rest on a worker thread (closing may
+    checkpoint the WAL), while the loop goes on with other operations."""
+    with conns.lock:
+        conns.closed = True  # from here, loop_reader() refuses to make another
+        reader, conns.loop_reader = conns.loop_reader, None
+    if reader is not None:
+        quietly(reader.close)
+    await owner().io.run(conns.close)

@@ -85,6 +85,8 @@ def loop_reader(path: Path, conns: Connections) -> sqlite3.Connection:
     """The reader used on the owner loop only (made on first use): it never waits for a lock."""
     conn = conns.loop_reader
     if conn is None:
+        if conns.closed:  # a read that passed the open check before close() began
+            raise RuntimeError(f"SQLiteStore({str(path)!r}) is closed; open a new store to use it again")
         conn = conns.loop_reader = connect(path, waits=False)
     return conn
 

@@ -26,7 +26,7 @@ from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._changes import ChangeStamp
-from ._connections import Connections, connect, connections_slot, is_busy, retry_busy
+from ._connections import Connections, close_all, connect, connections_slot, is_busy, retry_busy
 from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
 from ._reads import built, read_now, read_rows, read_snapshot
@@ -244,7 +244,7 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         if conns is not None:
             if conns.closer is not None:
                 conns.closer.release()
-            await owner().io.run(conns.close)
+            await close_all(conns)
 
     # -- group commit ---------------------------------------------------------------
 
