@@ -1,8 +1,10 @@
 """The FileStore's seam to the operating system: every call that writes, syncs, renames,
 creates, removes or changes a mode goes through one :class:`OsIO` object, so tests can
 replace it to inject short writes, ENOSPC, EIO or a crash after any single operation.
-So does every other system call of an append (open, stat, flock, pread, close...) and of a
-read or a listing's rows, so that a test can count them (tests/test_file_syscalls.py).
+So does every other system call of a steady append (open, stat, flock, close...), of the
+general append's staging, and of a read or a listing's rows, so that a test can count them
+(tests/test_file_syscalls.py). Not yet: the reads of a log's tail during recovery
+(``_logtail.reader``) and the checks after a failed fsync (``append.py``), which call ``os``.
 
 Also the one way statekeep makes what it creates owner-only whatever the umask, and
 durable, through the seam: :func:`write_private` for a file (0600, written, fsync'd),
