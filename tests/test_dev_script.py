@@ -55,11 +55,12 @@ def test_the_first_run_says_what_it_sets_up_before_each_slow_step(tmp_path: Path
 
 
 # Stands in for an interpreter whose virtualenv only notes each program it runs: `-m venv DIR`
-# makes DIR/bin/python, ruff and mypy, which write "DIR/bin/NAME ARGS" to $DEV_LOG.
+# makes DIR/bin/python and the tools ./dev test runs (ruff, mypy, mkdocs), which each write
+# "DIR/bin/NAME ARGS" to $DEV_LOG.
 RECORDING_PYTHON = """#!/bin/sh
 if [ "$1" = -m ] && [ "$2" = venv ]; then
     mkdir -p "$3/bin"
-    for name in python ruff mypy; do
+    for name in python ruff mypy mkdocs; do
         printf '#!/bin/sh\\necho "%s $*" >> "$DEV_LOG"\\n' "$3/bin/$name" > "$3/bin/$name"
         chmod +x "$3/bin/$name"
     done
@@ -93,6 +94,7 @@ def test_dev_test_runs_the_whole_suite_on_python3_and_the_core_suites_on_the_oth
         (bin / tool).write_text("#!/bin/sh\n")
         (bin / tool).chmod(0o755)
     log = tmp_path / "ran.log"
+    base = {"PATH": str(bin), "PYTHON": str(python), "PYENV_ROOT": str(pyenv), "DEV_LOG": str(log)}
 
     def dev_test(**env: str) -> subprocess.CompletedProcess[str]:
         log.write_text("")
@@ -101,7 +103,7 @@ def test_dev_test_runs_the_whole_suite_on_python3_and_the_core_suites_on_the_oth
             capture_output=True,
             text=True,
             timeout=60,
-            env={"PATH": str(bin), "PYTHON": str(python), "PYENV_ROOT": str(pyenv), "DEV_LOG": str(log), **env},
+            env={**base, **env},
         )
 
     done = dev_test()
@@ -109,10 +111,15 @@ def test_dev_test_runs_the_whole_suite_on_python3_and_the_core_suites_on_the_oth
     ran = log.read_text().splitlines()
     assert ".venv-3.12/bin/python -m pip install --quiet -e .[test]" in ran  # set up as .venv is
     ran = [line for line in ran if " -m pip " not in line]
-    assert ran[:3] == [".venv/bin/ruff check .", ".venv/bin/ruff format --check .", ".venv/bin/mypy src/statekeep"]
+    assert ran[:3] == [
+        ".venv/bin/ruff check .",
+        ".venv/bin/ruff format --check .",
+        ".venv/bin/mypy src/statekeep",
+    ]
     pytest_runs = [line for line in ran if " -m pytest " in line]
     assert pytest_runs[0] == ".venv/bin/python -m pytest -n auto"  # the whole suite
-    assert len(pytest_runs) == 2 and pytest_runs[1].startswith(".venv-3.12/bin/python -m pytest -n auto tests/")
+    assert len(pytest_runs) == 2
+    assert pytest_runs[1].startswith(".venv-3.12/bin/python -m pytest -n auto tests/")  # the core suites
     assert "3.13" in done.stderr and "not found" in done.stderr, done.stderr
 
     in_ci = dev_test(CI="true")  # CI must not pass without every Python
