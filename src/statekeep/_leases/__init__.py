@@ -1,0 +1,1 @@
+"""Fenced leases as the stores serve them, and the keep-alive of an Agent's lease."""
