@@ -26,12 +26,12 @@ from ._core.errors import (
 from ._core.ids import ID_RULE, validate_id
 from ._core.labels import LABEL_RULE, NAMESPACE_RULE
 from ._core.leases import Lease
+from ._core.publish import publish
 from ._core.query import Page
 from ._core.records import Record, SavedState
 from ._core.redactor import DEFAULT_KEYS, Redactor
 from ._protect.rekey import RekeyReport, arekey, rekey
 from ._protect.sealing import Keyring
-from ._publish import publish
 from ._run.history import FORMAT_VERSION
 from ._run.resumecheck import ResumeWarning
 from ._run.state import State, agent_info

@@ -20,7 +20,7 @@ MOVED = {
     "_errors": "_core.errors", "_ids": "_core.ids", "_codec": "_core.codec", "_frozen": "_core.frozen",
     "_records": "_core.records", "_labels": "_core.labels", "_query": "_core.query", "_ranges": "_core.ranges",
     "_writes": "_core.writes", "_jsontext": "_core.jsontext", "_redactor": "_core.redactor",
-    "_redaction": "_core.passwords", "_leases": "_core.leases",
+    "_redaction": "_core.passwords",
     "_history": "_run.history", "_state": "_run.state", "_resume": "_run.resume", "_lineage": "_run.lineage",
     "_agentcheck": "_run.resumecheck", "adapters._shown": "_run.shown", "adapters._shown_alpine": "_run.shown_alpine",
     "adapters._shown_langgraph": "_run.shown_langgraph", "adapters._shown_openai": "_run.shown_openai",
@@ -47,7 +47,7 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith("statekeep.") or fullname.removeprefix("statekeep.") not in MOVED:
             return None
-        # ``statekeep._store``, ``._transfer`` and ``._agent`` are packages now: each one's
+        # ``statekeep._store``, ``._leases``, ``._transfer`` and ``._agent`` are packages now: each one's
         # ``__getattr__`` hands out the old module's names instead.
         return importlib.machinery.ModuleSpec(fullname, self)
 

@@ -6,7 +6,7 @@ their drivers (extras ``statekeep[postgres]`` and ``statekeep[redis]``).
 
 from typing import TYPE_CHECKING
 
-from .._publish import publish
+from .._core.publish import publish
 from ._file import FileStore
 from ._fsio import OsIO
 from ._memory import MemoryStore

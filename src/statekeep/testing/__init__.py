@@ -71,7 +71,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._publish import publish
+from .._core.publish import publish
 from ._contract import StoreContract
 from ._expiry import FakeClock
 from ._helpers import Api, entries, snapshot
