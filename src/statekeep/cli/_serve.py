@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .._clikeys import keys_option
 from ._common import USAGE, fail, open_store_at, refuse_memory, reporting, store_option
 from ._group import main
+from ._keys import keys_option
 
 TOKEN_ENV = "STATEKEEP_TOKEN"
 

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._store import Store
+from .._store.contract import Store
 from .feed import Changes
 from .guard import Guard
 from .live import run_events, runs_events

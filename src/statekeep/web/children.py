@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 
-from .._records import SavedState
-from .._store import Store
+from .._core.records import SavedState
+from .._store.contract import Store
 
 #: Writers' clocks differ: a child saved by a machine whose clock runs behind its parent's
 #: is still counted within this much.

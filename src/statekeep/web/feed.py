@@ -6,7 +6,7 @@ polling on its own cost a core on a large store. One :class:`Changes` per app po
 :data:`POLL_MIN` seconds while States change, backing off to :data:`POLL_MAX` while none
 do, and only while a runs page is open. Each feed then filters the rows itself.
 
-Each poll first asks the store's change stamp (:mod:`statekeep._changes`: one ``stat`` on a
+Each poll first asks the store's change stamp (:mod:`statekeep._store.changes`: one ``stat`` on a
 FileStore) and lists only when it moved, so an idle page costs the store next to nothing;
 at least every :data:`RESYNC` seconds it lists whatever the stamp says, so a change the
 stamp missed (a writer of an older statekeep, one killed before its copy was refreshed)
@@ -23,10 +23,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from .._changes import change_stamp
-from .._records import SavedState
-from .._redaction import redact_text
-from .._store import Store
+from .._core.passwords import redact_text
+from .._core.records import SavedState
+from .._store.changes import change_stamp
+from .._store.contract import Store
 from .children import children_counts
 from .render import render, row_view
 from .statuses import Statuses

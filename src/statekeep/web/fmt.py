@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .._ids import validate_id
-from ..adapters._shown import reader
+from .._core.ids import validate_id
+from .._run.readers import reader
 
 # Usage keys of the common model APIs, summed as input / output / total.
 _INPUT_KEYS = ("input_tokens", "prompt_tokens")

@@ -14,7 +14,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._redaction import redact_text
+from .._core.passwords import redact_text
 from .render import message
 
 _log = logging.getLogger("statekeep.web")

@@ -17,10 +17,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from .._errors import DecryptionError
-from .._ids import validate_id
-from .._query import ListQuery, make_query
-from .._store import Store
+from .._core.errors import DecryptionError
+from .._core.ids import validate_id
+from .._core.query import ListQuery, make_query
+from .._store.contract import Store
 from . import fmt
 from .children import children_counts
 from .feed import OVERLAP, ROWS, Changes, rendered

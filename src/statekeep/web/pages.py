@@ -10,10 +10,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._errors import DecryptionError
-from .._ids import validate_id
-from .._records import SavedState
-from .._store import Store
+from .._core.errors import DecryptionError
+from .._core.ids import validate_id
+from .._core.records import SavedState
+from .._store.contract import Store
 from . import fmt
 from .children import children_counts
 from .render import entries_html, message, page, row_view, snapshot_status

@@ -10,8 +10,9 @@ from typing import Any
 import jinja2
 from starlette.responses import HTMLResponse
 
-from .._records import SavedState, run_status
-from ..adapters._shown import Shown, reader
+from .._core.records import SavedState, run_status
+from .._run.readers import reader
+from .._run.shown import Shown
 from . import fmt
 
 _ENV = jinja2.Environment(

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 import uvicorn
 
-from .._store import Store
+from .._store.contract import Store
 from .app import check_token, create_app
 from .guard import is_loopback
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .._records import SavedState
+from .._core.records import SavedState
 
 MOST = 100  # stop reasons kept at most (a store writing a new reason per run stays bounded)
 FIXED = ("running", "finished")

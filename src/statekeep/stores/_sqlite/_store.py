@@ -12,16 +12,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..._backend import Backend, Clock
-from ..._batching import GroupCommit, WouldBlock
-from ..._bridge import owner, run_async
-from ..._labels import DEFAULT_NAMESPACE, iso
-from ..._leases import Lease
-from ..._query import ListQuery, Page
-from ..._records import Record, SavedState
-from ..._redactor import Redactor
-from ..._sealing import Keyring
-from ..._writes import PreparedWrite, prepare_write
+from ..._core.labels import DEFAULT_NAMESPACE, iso
+from ..._core.leases import Lease
+from ..._core.query import ListQuery, Page
+from ..._core.records import Record, SavedState
+from ..._core.redactor import Redactor
+from ..._core.writes import PreparedWrite, prepare_write
+from ..._protect.sealing import Keyring
+from ..._runtime.batching import GroupCommit, WouldBlock
+from ..._runtime.bridge import owner, run_async
+from ..._store.backend import Backend, Clock
 from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
