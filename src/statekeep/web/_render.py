@@ -13,7 +13,7 @@ from starlette.responses import HTMLResponse
 from .._core.records import SavedState, run_status
 from .._run.readers import reader
 from .._run.shown import Shown
-from . import fmt
+from . import _fmt as fmt
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),

@@ -16,8 +16,8 @@ from urllib.parse import urlencode
 import uvicorn
 
 from .._store.contract import Store
-from .app import check_token, create_app
-from .guard import is_loopback
+from ._app import check_token, create_app
+from ._guard import is_loopback
 
 
 class _Server(uvicorn.Server):

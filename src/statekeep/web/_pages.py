@@ -14,10 +14,10 @@ from .._core.errors import DecryptionError
 from .._core.ids import validate_id
 from .._core.records import SavedState
 from .._store.contract import Store
-from . import fmt
-from .children import children_counts
-from .render import entries_html, message, page, row_view, snapshot_status
-from .statuses import Statuses
+from . import _fmt as fmt
+from ._children import children_counts
+from ._render import entries_html, message, page, row_view, snapshot_status
+from ._statuses import Statuses
 
 PAGE_SIZE = 50
 LAST = 500  # entries a run's page shows at most (the latest, or those before ?before=SEQ)

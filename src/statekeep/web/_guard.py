@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._core.passwords import redact_text
-from .render import message
+from ._render import message
 
 _log = logging.getLogger("statekeep.web")
 

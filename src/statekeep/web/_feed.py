@@ -27,9 +27,9 @@ from .._core.passwords import redact_text
 from .._core.records import SavedState
 from .._store.changes import change_stamp
 from .._store.contract import Store
-from .children import children_counts
-from .render import render, row_view
-from .statuses import Statuses
+from ._children import children_counts
+from ._render import render, row_view
+from ._statuses import Statuses
 
 POLL_MIN = 2.0  # seconds between two listings while States change
 POLL_MAX = 5.0  # ... and at most, while none does

@@ -21,11 +21,11 @@ from .._core.errors import DecryptionError
 from .._core.ids import validate_id
 from .._core.query import ListQuery, make_query
 from .._store.contract import Store
-from . import fmt
-from .children import children_counts
-from .feed import OVERLAP, ROWS, Changes, rendered
-from .pages import filters_of, locked
-from .render import entries_html, message, snapshot_status
+from . import _fmt as fmt
+from ._children import children_counts
+from ._feed import OVERLAP, ROWS, Changes, rendered
+from ._pages import filters_of, locked
+from ._render import entries_html, message, snapshot_status
 
 POLL = 0.5  # seconds between two looks at the store
 _KEEPALIVE = 15.0  # seconds: a comment line now and then, so a gone client is noticed

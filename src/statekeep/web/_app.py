@@ -13,12 +13,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._store.contract import Store
-from .feed import Changes
-from .guard import Guard
-from .live import run_events, runs_events
-from .pages import run_page, runs_page
-from .render import message
-from .statuses import Statuses
+from ._feed import Changes
+from ._guard import Guard
+from ._live import run_events, runs_events
+from ._pages import run_page, runs_page
+from ._render import message
+from ._statuses import Statuses
 
 STATIC = Path(__file__).parent / "static"
 
