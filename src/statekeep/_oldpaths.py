@@ -1,5 +1,5 @@
-"""The private module paths of statekeep 0.1 (``statekeep._errors``, ``statekeep._state``, ...),
-importable for one more release as aliases of where their code lives now.
+"""The module paths of statekeep 0.1 that moved (``statekeep._errors``, ``statekeep._state``,
+``statekeep.web.app``, ...), importable for one more release as aliases of where their code lives now.
 
 Pickles name a class by its module: one made by 0.1 names ``statekeep._errors.StateConflictError``
 and must still load. Importing an old path gives the new module itself (one module object, so
@@ -38,6 +38,9 @@ MOVED = {
     "_urls": "stores._urls", "_urlquery": "stores._urlquery",
     "_logframe": "stores._file.logformat", "_logtail": "stores._file.logtail",
     "_render": "cli._render", "_demo": "cli._demo", "_clikeys": "cli._keys",
+    "web.app": "web._app", "web.children": "web._children", "web.feed": "web._feed", "web.fmt": "web._fmt",
+    "web.guard": "web._guard", "web.live": "web._live", "web.pages": "web._pages", "web.render": "web._render",
+    "web.server": "web._server", "web.statuses": "web._statuses",
 }  # fmt: skip
 
 
