@@ -32,7 +32,7 @@ SHELL = {str(page.relative_to(ROOT)): found for page in pages() if (found := blo
 
 
 def test_the_pages_have_examples() -> None:
-    assert len(EXAMPLES) >= 30
+    assert len(EXAMPLES) >= 20
     assert [kit.page.name for kit in KITS] == ["write-your-own-store.md"]
     assert {"docs/cli.md", "docs/viewer.md", "docs/moving-runs.md"} <= set(SHELL)
 
