@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -175,3 +176,25 @@ def test_the_api_reference_shows_every_public_name() -> None:
         if f"{module}.{name}" not in paths and id(getattr(importlib.import_module(module), name)) not in shown
     ]
     assert missing == []
+
+
+def test_a_broken_link_or_a_page_left_out_of_the_nav_fails_the_strict_build(tmp_path: Path) -> None:
+    """What ./dev docs and ./dev test run (mkdocs build --strict), on a copy of the site with a
+    link to an anchor that does not exist and a page no nav entry names: the build fails naming both."""
+    for name in ("docs", "scripts"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    (tmp_path / "src").symlink_to(ROOT / "src")
+    with (tmp_path / "docs" / "index.md").open("a") as index:
+        index.write("\nSee [the queries](queries.md#no-such-part).\n")
+    (tmp_path / "docs" / "orphan.md").write_text("# Nobody links here\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=tmp_path,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "'#no-such-part'" in proc.stderr and "orphan.md" in proc.stderr, proc.stderr
