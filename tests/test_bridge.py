@@ -951,7 +951,7 @@ try:
 except KeyboardInterrupt as exc:
     print("NOTE", *exc.__notes__)
 release.set()
-store.write("job", [], None)  # the README's way to tell which: waits for the interrupted save
+store.write("job", [], None)  # the docs' way to tell which (Sync and async): waits for the interrupted save
 print("USERS", [e["text"] for e in store.read("job").entries if e["kind"] == "user"])
 store.save(state)  # and to go on: nothing is missing, nothing conflicts
 print("USERS", [e["text"] for e in store.load("job").history if e["kind"] == "user"])

@@ -175,8 +175,8 @@ class State:
 
     @property
     def incarnation(self) -> str | None:
-        """This State's life in its store: a random id (README, "Incarnations"); None if its
-        store keeps none, or it was saved before statekeep kept one."""
+        """This State's life in its store: a random id (the docs' "Protection" page,
+        "Incarnations"); None if its store keeps none, or it was saved before statekeep kept one."""
         return self._incarnation
 
     @property

@@ -62,8 +62,8 @@ class MemoryStore(Backend):
     by ``clock`` (default: the system clock, UTC): an expired State is absent to reads,
     listings, forks and writes, and ``gc`` removes it. Leases are judged by that clock too.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     def __init__(

@@ -147,8 +147,8 @@ class FileStore(FileLeasing, Backend):
     or a delete so tokens only grow; the fence is checked under the flock the write or
     delete holds.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
     clear in the files: ids (folder names), seqs, times and the listing fields.
     """
 

@@ -104,8 +104,8 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
     client's: they hold across processes and hosts. A write, delete or fork checks the
     State's lease in its own transaction, once it holds the State's row.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     _local_type = PoolLocal

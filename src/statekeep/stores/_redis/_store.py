@@ -102,8 +102,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     scripts; the fence runs in the write and delete scripts themselves), so they hold
     across processes and hosts whatever their clocks say; a State's lease row
     (``lease:{id}``) has no TTL and outlives the State, so its token only grows.
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     _local_type = ClientLocal

@@ -100,8 +100,8 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     processes on other hosts (a network file system) are not supported by SQLite itself.
     The row stays after a release or a delete: a State's token only grows.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     def __init__(
