@@ -1,4 +1,4 @@
-"""``statekeep copy``'s engine (statekeep._transfer.acopy): States copied per second, next to
+"""``statekeep copy``'s engine (statekeep._transfer.transfer.acopy): States copied per second, next to
 the same States written directly into the same kind of store.
 
 Run from the repository::
@@ -39,7 +39,7 @@ from tests import servers  # noqa: E402
 import common  # noqa: E402
 from common import Scratch, make_entry, make_snapshot  # noqa: E402
 from statekeep import FileStore, Record, SQLiteStore, Store  # noqa: E402
-from statekeep._transfer import acopy  # noqa: E402
+from statekeep._transfer.transfer import acopy  # noqa: E402
 
 
 @dataclass(frozen=True)

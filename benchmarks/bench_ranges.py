@@ -47,7 +47,7 @@ from tests import servers  # noqa: E402
 import common  # noqa: E402
 from common import POOL, Row, Scratch, make_snapshot  # noqa: E402
 from statekeep import FileStore, MemoryStore, Record, SQLiteStore, Store  # noqa: E402
-from statekeep._ranges import cut  # noqa: E402
+from statekeep._core.ranges import cut  # noqa: E402
 from statekeep.stores._file import reads  # noqa: E402
 
 TAIL = 10

@@ -33,7 +33,7 @@ from bench_core import Turn, make_workload, store_concurrent, store_sequential
 from bench_sqlite_pages import measure_pages, page_rows
 from common import ListedRow, Scratch, settle, state_id, timed
 from statekeep import SQLiteStore
-from statekeep._query import make_query
+from statekeep._core.query import make_query
 from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.stores._sqlite._rows import listing_columns
 from statekeep.stores._sqlite._sql import LISTING_COLUMNS, MIGRATIONS

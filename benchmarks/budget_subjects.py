@@ -166,7 +166,7 @@ def prepare_call() -> Callable[[list[dict[str, Any]], dict[str, Any], bool], obj
     """statekeep's own validation and encoding of a write, called bare (a private function:
     None if it moved)."""
     try:
-        from statekeep._writes import prepare_write
+        from statekeep._core.writes import prepare_write
 
         prepare_write(SID, [common.make_entry(0)], common.make_snapshot(0, 0), True)
     except (ImportError, TypeError):  # moved, or called another way now

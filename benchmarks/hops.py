@@ -95,7 +95,7 @@ async def awaited(calls: int, awrite: Callable[[], Awaitable[object]]) -> float:
 def owner_loop() -> asyncio.AbstractEventLoop | None:
     """statekeep's owner loop (private: None if it moved)."""
     try:
-        from statekeep import _bridge as bridge
+        from statekeep._runtime import bridge
 
         loop = bridge.owner().loop
     except (ImportError, AttributeError):
@@ -138,7 +138,7 @@ def commit_alone(store: SQLiteStore, calls: int) -> float | None:
     """Median µs of SQLiteStore's blocking commit of one no-op write, called in this thread
     (private parts: None if they moved)."""
     try:
-        from statekeep._writes import prepare_write
+        from statekeep._core.writes import prepare_write
 
         op = ("write", store.namespace, prepare_write("hop", [], None, False))
         store._commit([op])

@@ -1,4 +1,4 @@
-"""Take the README's screenshots of the viewer (``statekeep serve``) in a real headless Chromium.
+"""Take the docs' screenshots of the viewer (``statekeep serve``) in a real headless Chromium.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
@@ -192,7 +192,7 @@ def shoot(browser: Any, url: str, ready: str, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Take the viewer's screenshots for the README.")
+    parser = argparse.ArgumentParser(description="Take the viewer's screenshots for the docs.")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots", help="folder for the PNGs")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="statekeep-screenshots-") as folder:

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, Store
-from statekeep import _bridge as bridge
+from statekeep._runtime import bridge
 from statekeep.testing import Api as Api  # the kit's helpers, as the tests import them
 from statekeep.testing import entries as entries
 from statekeep.testing import snapshot as snapshot
@@ -73,7 +73,7 @@ async def plant_snapshot(store: Store, state_id: str, raw: bytes) -> None:
         store._snapshots[state_id] = raw
     elif isinstance(store, FileStore):
         # The log is the truth: a write that records ``raw``, and no copy to read instead.
-        from statekeep._logframe import closing_record
+        from statekeep.stores._file.logformat import closing_record
 
         record = await store.aread(state_id)
         assert record is not None
@@ -126,7 +126,7 @@ async def _redis_call(command: str, *args: Any) -> None:
 
 def stored_record(store: Store, state_id: str) -> Any:
     """A State's records as its store holds them (sealed ones not opened), with its incarnation."""
-    from statekeep._bridge import run_sync
+    from statekeep._runtime.bridge import run_sync
 
     found = run_sync(store._read(state_id), "aread")  # type: ignore[attr-defined]
     return found() if callable(found) else found
@@ -142,7 +142,7 @@ async def plant_entry(store: Store, state_id: str, seq: int, raw: bytes) -> None
     if isinstance(store, MemoryStore):
         store._space.lines[state_id][seq] = raw + b"\n"
     elif isinstance(store, FileStore):
-        from statekeep._logframe import closing_record, frame, scan_log
+        from statekeep.stores._file.logformat import closing_record, frame, scan_log
 
         log = store.path / state_id / "log.jsonl"
         scan = scan_log(log.read_bytes())

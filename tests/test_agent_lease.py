@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from statekeep import Agent, LeaseHeldError, Reply, ScriptedModel, StaleLeaseError, State, Store, open_store
-from statekeep._bridge import run_async
+from statekeep._runtime.bridge import run_async
 from tests import lease_agent_child as child
 from tests import servers
 from tests.conftest import STORE_FACTORIES

@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore, MemoryStore, Record, StateConflictError, Store
-from statekeep import _bridge as bridge
+from statekeep._runtime import bridge
 from statekeep.stores import OsIO
 from tests.conftest import entries, owner_loop_settled, snapshot, warnings_once_settled
 
@@ -810,7 +810,7 @@ def test_exit_with_writes_in_flight_does_not_hang(tmp_path: Path, daemon: str, m
 SIGNAL_AT_EVERY_LINE = """
 import asyncio, signal, sys, threading
 from statekeep import FileStore, State
-from statekeep import _bridge as bridge
+from statekeep._runtime import bridge
 
 store = FileStore(sys.argv[1])
 main = State("main", id="main")
@@ -951,7 +951,7 @@ try:
 except KeyboardInterrupt as exc:
     print("NOTE", *exc.__notes__)
 release.set()
-store.write("job", [], None)  # the README's way to tell which: waits for the interrupted save
+store.write("job", [], None)  # the docs' way to tell which (Sync and async): waits for the interrupted save
 print("USERS", [e["text"] for e in store.read("job").entries if e["kind"] == "user"])
 store.save(state)  # and to go on: nothing is missing, nothing conflicts
 print("USERS", [e["text"] for e in store.load("job").history if e["kind"] == "user"])

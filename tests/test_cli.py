@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from statekeep import ID_RULE, FileStore, SQLiteStore, State, agent_info
-from statekeep._resume import INTERRUPTED_TOOL
+from statekeep._run.resume import INTERRUPTED_TOOL
 from statekeep.cli import main
 from tests.conftest import sqlite_looks
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from statekeep import State, Store, agent_info
-from statekeep._urls import open_store
 from statekeep.cli._follow import stopped_after
+from statekeep.stores._urls import open_store
 from tests.cli_follower import DEADLINE, Follower
 from tests.conftest import URL_KINDS, store_url
 

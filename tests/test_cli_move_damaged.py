@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from statekeep import FileStore, Store
-from statekeep._urls import open_store
 from statekeep.cli import main
+from statekeep.stores._urls import open_store
 from tests.conftest import URL_KINDS, plant_snapshot, store_url
 from tests.move_runs import contents, make_runs
 from tests.older import REPO, run_older

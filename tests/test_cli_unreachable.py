@@ -11,7 +11,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from statekeep._redaction import redact_url
+from statekeep._core.passwords import redact_url
 from statekeep.cli import main
 from tests import servers
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore, MemoryStore, Store
-from statekeep._codec import MAX_DEPTH, encode
+from statekeep._core.codec import MAX_DEPTH, encode
 from tests.conftest import Api, entries, snapshot
 
 

@@ -1,4 +1,4 @@
-"""What an operation costs the owner loop when nothing else is going on (statekeep._eager,
+"""What an operation costs the owner loop when nothing else is going on (statekeep._runtime.eager,
 _batching): an operation that never waits runs in one step, with no Task; a lone write
 commits without the batch machinery; writes posted together still share one batch.
 
@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore, MemoryStore, Record, SQLiteStore, Store
-from statekeep import _bridge as bridge
-from statekeep import _eager as eager
+from statekeep._runtime import bridge, eager
 from tests.conftest import entries, owner_loop_settled, snapshot
 from tests.test_bridge import JOIN, join_all
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, Store
-from statekeep._errors import UnsupportedFormatError
-from statekeep._exportfile import FORMAT, ExportFileError, verify
-from statekeep._exporting import aexport, aimport
+from statekeep._core.errors import UnsupportedFormatError
+from statekeep._transfer.exportfile import FORMAT, ExportFileError, verify
+from statekeep._transfer.exporting import aexport, aimport
 from tests.move_runs import contents, make_runs
 
 

@@ -29,7 +29,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore
-from statekeep._logframe import frame
+from statekeep.stores._file.logformat import frame
 from tests import crash_writer
 from tests.crash_writer import created_state, entry, snapshot
 

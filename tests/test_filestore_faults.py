@@ -30,8 +30,8 @@ import orjson
 import pytest
 
 from statekeep import FileStore, Record
-from statekeep._batching import WouldBlock
-from statekeep._bridge import run_async
+from statekeep._runtime.batching import WouldBlock
+from statekeep._runtime.bridge import run_async
 from statekeep.stores import OsIO
 from tests.conftest import entries, is_root, snapshot
 

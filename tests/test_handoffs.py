@@ -1,4 +1,4 @@
-"""Where a write's commit runs, and who wakes its caller (statekeep._handoff, _batching).
+"""Where a write's commit runs, and who wakes its caller (statekeep._runtime.handoff, _batching).
 
 A sync write from a thread other than the main one commits its batch in its own thread; the
 main thread's goes to a worker thread, since a signal handler may run in the main thread

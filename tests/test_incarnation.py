@@ -198,8 +198,8 @@ def test_a_retention_stamp_may_only_move_later(opener: Opener, moved: timedelta,
 
 
 def test_copy_export_import_and_rekey_keep_the_incarnation(opener: Opener, tmp_path: Path) -> None:
-    from statekeep._exporting import aexport, aimport
-    from statekeep._transfer import acopy
+    from statekeep._transfer.exporting import aexport, aimport
+    from statekeep._transfer.transfer import acopy
 
     source = opener()
     state = job()

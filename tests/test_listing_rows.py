@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from statekeep import SavedState
-from statekeep._records import trusted_row, utc_time
+from statekeep._core.records import trusted_row, utc_time
 
 SNAP: dict[str, Any] = {
     "v": 1,

@@ -1,4 +1,4 @@
-"""FileStore's log format 2 (statekeep._logframe): checksummed lines, writes closed by a
+"""FileStore's log format 2 (statekeep.stores._file.logformat): checksummed lines, writes closed by a
 record carrying the snapshot, recovery that tells an unfinished write (even one with
 holes) from damage, reading back from the end, and upgrading stores of format 1.
 
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from statekeep import CorruptStateError, FileStore, Record, UnsupportedFormatError
-from statekeep._logframe import closing_record, frame, scan_log
-from statekeep._logtail import decode_copy, encode_copy, entries_back, last_write
+from statekeep.stores._file.logformat import closing_record, frame, scan_log
+from statekeep.stores._file.logtail import decode_copy, encode_copy, entries_back, last_write
 from tests.conftest import entries, snapshot
 from tests.test_logframe import scalars as values
 

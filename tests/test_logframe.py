@@ -1,4 +1,4 @@
-"""The log decoder (statekeep._logframe.scan_log): round trips, torn and zero-filled tails, garbage,
+"""The log decoder (statekeep.stores._file.logformat.scan_log): round trips, torn and zero-filled tails, garbage,
 mutated logs and corruption reports, as unit tests and Hypothesis fuzzing.
 
 Rules under test (see the logframe module and notes/durability.md): the longest valid prefix
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from statekeep import CorruptStateError, FileStore
-from statekeep._logframe import LogScan, scan_log
+from statekeep.stores._file.logformat import LogScan, scan_log
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from statekeep import DecryptionError, Keyring, MemoryStore, Store
-from statekeep._kv import key_id
-from statekeep._transfer import memory_view
+from statekeep._store.agentmemory import key_id
+from statekeep._transfer.transfer import memory_view
 
 
 def leave_headless(store: Store, scope: str, key: str, count: int) -> None:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from statekeep import Record, UnsupportedFormatError
-from statekeep._bridge import owner
+from statekeep._runtime.bridge import owner
 from tests import servers
 from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name

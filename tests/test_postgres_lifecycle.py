@@ -26,7 +26,7 @@ from tests.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 
-from statekeep._query import make_query  # noqa: E402
+from statekeep._core.query import make_query  # noqa: E402
 from statekeep.stores import PostgresStore  # noqa: E402
 from statekeep.stores._postgres._listing import page_query  # noqa: E402
 from statekeep.stores._postgres._schema import SCHEMA_VERSION, bootstrap, migrations  # noqa: E402
@@ -470,7 +470,7 @@ def test_fork_copies_the_entries_on_the_server(postgres_server: PostgresServer, 
 
 
 async def test_fork_refuses_a_source_gone_or_replaced_since_it_was_read(pg: PostgresStore) -> None:
-    from statekeep._lineage import fork_state
+    from statekeep._run.lineage import fork_state
 
     def source(task: str) -> State:
         state = State(task, id="src")

@@ -25,9 +25,9 @@ import pytest
 
 import statekeep as sk
 from statekeep import DecryptionError, FileStore, Keyring, LeaseHeldError, Redactor, StaleLeaseError
-from statekeep._bridge import run_sync
-from statekeep._logframe import closing_record, frame, scan_log
-from statekeep._sealing import open_entry, open_snapshot, seal_entry, seal_snapshot
+from statekeep._protect.sealing import open_entry, open_snapshot, seal_entry, seal_snapshot
+from statekeep._runtime.bridge import run_sync
+from statekeep.stores._file.logformat import closing_record, frame, scan_log
 
 pytest.importorskip("cryptography")
 
@@ -535,7 +535,7 @@ def test_reseal_replaces_what_is_unchanged_and_nothing_else(tmp_path: Path) -> N
 KILLER = """
 import os, signal, sys
 import statekeep as sk
-from statekeep._bridge import run_sync
+from statekeep._runtime.bridge import run_sync
 from statekeep.stores._fsio import OsIO
 from tests.test_protection_file import K1, K2, resealed
 

@@ -21,9 +21,9 @@ import pytest
 
 import statekeep as sk
 from statekeep import DecryptionError, Keyring, LeaseHeldError, Redactor, StaleLeaseError, State
-from statekeep._bridge import run_sync
-from statekeep._leases import ENDED
-from statekeep._protection import Protection
+from statekeep._core.leases import ENDED
+from statekeep._protect.protection import Protection
+from statekeep._runtime.bridge import run_sync
 from tests import servers
 from tests.conftest import entries, snapshot
 from tests.servers import PostgresServer, unique_name

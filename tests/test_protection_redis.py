@@ -26,8 +26,8 @@ from statekeep import (
     StaleLeaseError,
     State,
 )
-from statekeep._bridge import run_sync
-from statekeep._sealing import seal_entry, seal_snapshot
+from statekeep._protect.sealing import seal_entry, seal_snapshot
+from statekeep._runtime.bridge import run_sync
 from tests import servers
 from tests.servers import RedisServer, unique_name
 from tests.test_redis import raw

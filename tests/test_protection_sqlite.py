@@ -27,8 +27,8 @@ from statekeep import (
     State,
     open_store,
 )
-from statekeep._bridge import run_sync
-from statekeep._sealing import seal_entry, seal_snapshot
+from statekeep._protect.sealing import seal_entry, seal_snapshot
+from statekeep._runtime.bridge import run_sync
 from statekeep.stores._sqlite import _sql as sql
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from tests.conftest import entries, snapshot

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from statekeep import Page, SavedState, State
-from statekeep._labels import check_labels, expired_at, validate_namespace
-from statekeep._lineage import tree_order
-from statekeep._query import decode_cursor, encode_cursor, make_query, select
+from statekeep._core.labels import check_labels, expired_at, validate_namespace
+from statekeep._core.query import decode_cursor, encode_cursor, make_query, select
+from statekeep._run.lineage import tree_order
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

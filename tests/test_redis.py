@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from statekeep import CorruptStateError, Record, UnsupportedFormatError
-from statekeep._bridge import owner, run_sync
+from statekeep._runtime.bridge import owner, run_sync
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
 from tests.servers import RedisServer, unique_name

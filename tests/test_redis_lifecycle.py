@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from statekeep import State, StateExistsError, StateNotFoundError, open_store
-from statekeep._query import make_query, select
-from statekeep._records import SavedState, listing_order
+from statekeep._core.query import make_query, select
+from statekeep._core.records import SavedState, listing_order
 from tests import servers
 from tests.conftest import entries
 from tests.servers import RedisServer, unique_name

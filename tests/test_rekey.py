@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, State, Store, rekey
-from statekeep._bridge import run_sync
+from statekeep._runtime.bridge import run_sync
 from tests import servers
 from tests.conftest import STORE_FACTORIES
 from tests.test_conformance import namespace

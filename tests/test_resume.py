@@ -42,7 +42,7 @@ from statekeep import (
     Store,
     agent_info,
 )
-from statekeep._resume import INTERRUPTED_MODEL, INTERRUPTED_TOOL
+from statekeep._run.resume import INTERRUPTED_MODEL, INTERRUPTED_TOOL
 from statekeep.stores import OsIO
 from tests import agent_child as child
 from tests.test_agent import call, kinds, lookup, no_warnings, t1, t2

@@ -1,4 +1,4 @@
-"""scripts/screenshots.py, which takes the README's pictures of the viewer, runs and writes them."""
+"""scripts/screenshots.py, which takes the docs' pictures of the viewer, runs and writes them."""
 
 from __future__ import annotations
 

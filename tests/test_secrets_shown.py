@@ -26,7 +26,7 @@ from statekeep import (
     StaleLeaseError,
     State,
 )
-from statekeep._leases import check_owner
+from statekeep._core.leases import check_owner
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(100, 132))

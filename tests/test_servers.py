@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from statekeep import NotAStoreError, Record, StateConflictError, Store
-from statekeep._bridge import owner
+from statekeep._runtime.bridge import owner
 from tests import servers
 from tests.conftest import drop_and_collect, entries, snapshot
 from tests.servers import PostgresServer, Server, unique_name

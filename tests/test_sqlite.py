@@ -35,10 +35,10 @@ from statekeep import (
     StateConflictError,
     UnsupportedFormatError,
 )
-from statekeep._batching import WouldBlock
-from statekeep._bridge import owner
-from statekeep._query import make_query
-from statekeep._writes import prepare_write
+from statekeep._core.query import make_query
+from statekeep._core.writes import prepare_write
+from statekeep._runtime.batching import WouldBlock
+from statekeep._runtime.bridge import owner
 from statekeep.stores._sqlite import _connections, _store
 from statekeep.stores._sqlite._batch import Delete, Op
 from statekeep.stores._sqlite._listing import listing_sql

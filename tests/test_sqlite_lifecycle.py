@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from statekeep import Record, SQLiteStore, StateConflictError, StateExistsError, StateNotFoundError
-from statekeep._lineage import fork_state
-from statekeep._query import make_query
+from statekeep._core.query import make_query
+from statekeep._run.lineage import fork_state
 from statekeep.stores._sqlite import _schema, _sql
 from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from statekeep._statelocks import StateLocks
+from statekeep._runtime.statelocks import StateLocks
 
 
 async def _user(locks: StateLocks, name: str, log: list[str], gate: asyncio.Event, how: str) -> None:

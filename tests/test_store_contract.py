@@ -29,7 +29,7 @@ from tests.conftest import STORE_FACTORIES, drop_and_collect, entries, snapshot
 
 def write_to(data: dict[str, Record], state_id: str, entries: Any, snapshot: Any, create: bool) -> None:
     """The contract's seq rules over ``data``, with public names only, as a store of your own
-    would apply them (the README's "Write your own store" has one in full)."""
+    would apply them (the docs' "Write your own store" page has one in full)."""
     validate_id(state_id)
     ents = orjson.loads(orjson.dumps(list(entries)))  # copies; tuples become lists
     snap = None if snapshot is None else orjson.loads(orjson.dumps(snapshot))
@@ -117,7 +117,7 @@ class AsyncDictStore(Store):
 
 
 class TestSyncDictStore(StoreContract):
-    """A store written by subclassing Store as the README says passes the same suite."""
+    """A store written by subclassing Store as the docs say passes the same suite."""
 
     durable = supports_list = supports_delete = checks_data = refuses_closed = False
     supports_expiry = supports_namespaces = supports_memory = False

@@ -1,4 +1,4 @@
-"""Putting States from one store into another (statekeep._transfer): created whole, a prefix
+"""Putting States from one store into another (statekeep._transfer.transfer): created whole, a prefix
 extended, identical ones skipped, different ones refused and left as they were."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore, Keyring, MemoryStore, SQLiteStore, State, Store
-from statekeep._exporting import aexport, aimport
-from statekeep._records import Record
-from statekeep._transfer import (
+from statekeep._core.records import Record
+from statekeep._transfer.exporting import aexport, aimport
+from statekeep._transfer.transfer import (
     CHUNK,
     CopyConflictError,
     CopyVerifyError,
@@ -315,9 +315,9 @@ def test_walking_a_store_lists_a_filestore_once_and_pages_through_the_others(
 ) -> None:
     """Each FileStore listing reads every State: paging would cost one such scan per page
     (n² reads for n States); the other stores page by keyset."""
-    import statekeep._store
+    import statekeep._store.contract
 
-    monkeypatch.setattr(statekeep._store, "ITER_PAGE", 2)
+    monkeypatch.setattr(statekeep._store.contract, "ITER_PAGE", 2)
     store = FileStore(tmp_path / "src") if kind == "file" else SQLiteStore(tmp_path / "src.db")
     with store:
         ids = make_runs(store, 4)

@@ -37,7 +37,7 @@ from statekeep import (
     Store,
     arekey,
 )
-from statekeep import _bridge as bridge
+from statekeep._runtime import bridge
 from tests.conftest import entries, snapshot, warnings_once_settled
 from tests.test_bridge import JOIN, HeldFsync
 
@@ -364,7 +364,7 @@ def test_the_asyncio_path_never_goes_through_anyio(tmp_path: Path) -> None:
             assert (await store.aread("a")).entries == [{{"seq": 0}}]
             await store.aclose()
         asyncio.run(main())
-        print(sorted(m for m in ("anyio", "statekeep._elsewhere") if m in sys.modules))
+        print(sorted(m for m in ("anyio", "statekeep._runtime.elsewhere") if m in sys.modules))
         """
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=JOIN)

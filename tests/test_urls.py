@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, State, open_store
-from statekeep._redaction import redact_url
+from statekeep._core.passwords import redact_url
 from statekeep.cli import main
 from tests import servers
 
@@ -204,7 +204,7 @@ def test_a_driver_older_than_the_floor_is_refused_when_the_store_is_made(
 def test_lifecycle_parameters_are_split_from_the_url() -> None:
     from datetime import timedelta
 
-    from statekeep._urls import split_lifecycle
+    from statekeep.stores._urls import split_lifecycle
 
     assert split_lifecycle("sqlite:///runs.db?namespace=team-a&retention=3600") == (
         "sqlite:///runs.db",

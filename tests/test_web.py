@@ -399,9 +399,9 @@ def test_a_runs_page_has_at_most_200_rows() -> None:
 def test_children_are_counted_past_the_one_listing_too(
     store: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import statekeep.web.children
+    import statekeep.web._children
 
-    monkeypatch.setattr(statekeep.web.children, "MAX_SCAN", 2)  # more States than one listing holds
+    monkeypatch.setattr(statekeep.web._children, "MAX_SCAN", 2)  # more States than one listing holds
     parent = finished("parent", id="mom")
     save_all(store, parent, *(parent.child(f"kid {j}", id=f"kid{j}") for j in range(3)))
     with TestClient(create_app(store), base_url=LOCAL) as c:

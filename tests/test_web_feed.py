@@ -52,10 +52,10 @@ def feed(base: str, query: str = "") -> str:
 
 
 def test_open_runs_pages_share_one_poller(monkeypatch: pytest.MonkeyPatch) -> None:
-    import statekeep.web.feed
+    import statekeep.web._feed
 
-    monkeypatch.setattr(statekeep.web.feed, "POLL_MIN", 0.05)  # quick looks, to see many soon
-    monkeypatch.setattr(statekeep.web.feed, "POLL_MAX", 0.1)
+    monkeypatch.setattr(statekeep.web._feed, "POLL_MIN", 0.05)  # quick looks, to see many soon
+    monkeypatch.setattr(statekeep.web._feed, "POLL_MAX", 0.1)
     store = Listings()
     with start(store) as viewer, client() as http, ExitStack() as streams:
         tabs = [events(streams.enter_context(http.stream("GET", feed(viewer.url)))) for _ in range(3)]

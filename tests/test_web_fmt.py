@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from statekeep.web import fmt
+from statekeep.web import _fmt as fmt
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
-import statekeep.web.feed
+import statekeep.web._feed
 from statekeep import Store
 from statekeep.web import start
 from tests.web_runs import running
@@ -35,7 +35,7 @@ class Calls:
         self.seen: list[Any] = []
         self.cond = threading.Condition()
         original_list = store.alist
-        original_stamp = getattr(statekeep.web.feed, "change_stamp", None)
+        original_stamp = getattr(statekeep.web._feed, "change_stamp", None)
 
         async def alist(**filters: Any) -> Any:
             rows = await original_list(**filters)
@@ -47,7 +47,7 @@ class Calls:
             return await original_stamp(of)
 
         monkeypatch.setattr(store, "alist", alist)
-        monkeypatch.setattr(statekeep.web.feed, "change_stamp", change_stamp, raising=False)
+        monkeypatch.setattr(statekeep.web._feed, "change_stamp", change_stamp, raising=False)
 
     def note(self, call: Any) -> None:
         with self.cond:
@@ -89,8 +89,8 @@ def feed_url(base: str) -> str:
 
 @pytest.fixture
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statekeep.web.feed, "POLL_MIN", 0.01)  # many polls soon
-    monkeypatch.setattr(statekeep.web.feed, "POLL_MAX", 0.02)
+    monkeypatch.setattr(statekeep.web._feed, "POLL_MIN", 0.01)  # many polls soon
+    monkeypatch.setattr(statekeep.web._feed, "POLL_MAX", 0.02)
 
 
 def test_an_idle_runs_page_lists_nothing_per_poll(
@@ -131,8 +131,8 @@ def test_a_change_the_stamp_missed_still_reaches_the_page(
     async def never_moves(store: Store) -> Hashable | None:
         return "always the same"  # a store whose stamp misses every change
 
-    monkeypatch.setattr(statekeep.web.feed, "change_stamp", never_moves, raising=False)
-    monkeypatch.setattr(statekeep.web.feed, "RESYNC", 0.2, raising=False)  # a listing at least this often
+    monkeypatch.setattr(statekeep.web._feed, "change_stamp", never_moves, raising=False)
+    monkeypatch.setattr(statekeep.web._feed, "RESYNC", 0.2, raising=False)  # a listing at least this often
     with (
         FileStore(tmp_path / "store") as store,
         start(store) as viewer,

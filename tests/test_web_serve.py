@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from statekeep import FileStore, Keyring, MemoryStore, Store
-from statekeep._urls import open_store
+from statekeep.stores._urls import open_store
 from statekeep.web import start
 from tests import servers
 from tests.web_runs import EVIL, finished, running

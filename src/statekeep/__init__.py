@@ -7,9 +7,10 @@ has a sync twin that works from scripts, threads and running event loops.
 
 from typing import TYPE_CHECKING
 
-from ._agent import Agent, Reply, ScriptedModel
-from ._agentcheck import ResumeWarning
-from ._errors import (
+from . import _oldpaths
+from ._agent.loop import Agent, Reply, ScriptedModel
+from ._agent.tools import Tool
+from ._core.errors import (
     CorruptStateError,
     DecryptionError,
     LeaseHeldError,
@@ -22,21 +23,22 @@ from ._errors import (
     UnsafeStoreError,
     UnsupportedFormatError,
 )
-from ._history import FORMAT_VERSION
-from ._ids import ID_RULE, validate_id
-from ._kv import Item, Memory
-from ._labels import LABEL_RULE, NAMESPACE_RULE
-from ._leases import Lease
-from ._query import Page
-from ._records import Record, SavedState
-from ._redactor import DEFAULT_KEYS, Redactor
-from ._rekey import RekeyReport, arekey, rekey
-from ._sealing import Keyring
-from ._state import State, agent_info
-from ._store import Store
-from ._tools import Tool
-from ._urls import open_store
+from ._core.ids import ID_RULE, validate_id
+from ._core.labels import LABEL_RULE, NAMESPACE_RULE
+from ._core.leases import Lease
+from ._core.publish import publish
+from ._core.query import Page
+from ._core.records import Record, SavedState
+from ._core.redactor import DEFAULT_KEYS, Redactor
+from ._protect.rekey import RekeyReport, arekey, rekey
+from ._protect.sealing import Keyring
+from ._run.history import FORMAT_VERSION
+from ._run.resumecheck import ResumeWarning
+from ._run.state import State, agent_info
+from ._store.agentmemory import Item, Memory
+from ._store.contract import Store
 from .stores import FileStore, MemoryStore, SQLiteStore
+from .stores._urls import open_store
 
 if TYPE_CHECKING:  # loaded on first use by __getattr__ below
     from .stores import PostgresStore, RedisStore
@@ -88,11 +90,16 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+publish(__name__, globals(), __all__)
+_oldpaths.install()
+
 
 def __getattr__(name: str) -> object:
     # The server stores load on first use, so that importing statekeep never needs their drivers.
     if name in ("PostgresStore", "RedisStore"):
         from . import stores
 
-        return getattr(stores, name)
+        found: object = getattr(stores, name)
+        publish(__name__, {name: found}, [name])
+        return found
     raise AttributeError(f"module 'statekeep' has no attribute {name!r}")

@@ -20,8 +20,8 @@ import pytest
 from agents.memory import sqlite_session
 
 from statekeep import Store, open_store
-from statekeep._urls import split_lifecycle
 from statekeep.adapters.openai_agents import StatekeepSession
+from statekeep.stores._urls import split_lifecycle
 
 _stores: dict[str, Store] = {}
 _opened: list[Store] = []

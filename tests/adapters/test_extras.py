@@ -1,4 +1,4 @@
-"""Each framework extra installs what its adapter and its README example import, and an
+"""Each framework extra installs what its adapter and its docs example import, and an
 adapter imported without its framework says which extra to install.
 
 What ``pip install 'statekeep[X]'`` installs is read from the installed statekeep's metadata
@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
-import re
 import subprocess
 import sys
 import tomllib
@@ -21,9 +20,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.docs.pages import all_blocks
+
 REPO = Path(__file__).resolve().parent.parent.parent
 ADAPTERS = REPO / "src" / "statekeep" / "adapters"
-README = REPO / "README.md"
 
 #: adapter module -> (its extra, the framework's top-level modules, its private modules' prefix)
 FRAMEWORKS = {
@@ -81,13 +81,12 @@ def imported(code: str) -> set[str]:
     }
 
 
-def readme_example(adapter: str) -> str:
-    [code] = [
-        block
-        for block in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-        if f"statekeep.adapters.{adapter} import" in block
+def docs_example(adapter: str) -> str:
+    """The one example in the docs (its adapter's page) that imports the adapter."""
+    [block] = [
+        block for block in all_blocks("python") if f"statekeep.adapters.{adapter} import" in block.code
     ]
-    return code
+    return block.code
 
 
 def test_the_installed_metadata_is_this_checkouts() -> None:
@@ -105,11 +104,11 @@ def test_the_installed_metadata_is_this_checkouts() -> None:
 
 
 @pytest.mark.parametrize("adapter", sorted(FRAMEWORKS))
-def test_the_extra_installs_what_the_readme_example_and_the_adapter_import(adapter: str) -> None:
+def test_the_extra_installs_what_the_docs_example_and_the_adapter_import(adapter: str) -> None:
     extra, _, private = FRAMEWORKS[adapter]
     installs = extra_requirements(extra)
     sources = [ADAPTERS / f"{adapter}.py", *sorted(ADAPTERS.glob(f"{private}*.py"))]
-    needed = imported(readme_example(adapter)) | {
+    needed = imported(docs_example(adapter)) | {
         name for path in sources for name in imported(path.read_text())
     }
     assert needed  # the example or the adapter imports its framework

@@ -10,7 +10,7 @@ import pytest
 from agents.memory import Session, SessionSettings
 
 from statekeep import CorruptStateError, MemoryStore, StateConflictError, Store
-from statekeep._records import Record
+from statekeep._core.records import Record
 from statekeep.adapters._ids import framework_id_for, state_id_for
 from statekeep.adapters.openai_agents import StatekeepSession
 

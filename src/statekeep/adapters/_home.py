@@ -16,12 +16,12 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from .._backend import Backend
-from .._errors import StateNotFoundError
-from .._labels import DEFAULT_NAMESPACE, validate_namespace
-from .._ranges import SNAPSHOT_ONLY
-from .._records import Record, SavedState
-from .._store import Store
+from .._core.errors import StateNotFoundError
+from .._core.labels import DEFAULT_NAMESPACE, validate_namespace
+from .._core.ranges import SNAPSHOT_ONLY
+from .._core.records import Record, SavedState
+from .._store.backend import Backend
+from .._store.contract import Store
 
 
 def placed(store: Store, namespace: str | None, own: str) -> tuple[Store, Store | None]:

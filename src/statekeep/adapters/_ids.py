@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from .._ids import MAX_ID_LENGTH
+from .._core.ids import MAX_ID_LENGTH
 
 _PLAIN = re.compile(r"[a-z0-9-]")
 _ALL_PLAIN = re.compile(r"[a-z0-9-]+")

@@ -13,16 +13,16 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import (
+from .._core.errors import (
     CorruptStateError,
     StateConflictError,
     StateExistsError,
     StateNotFoundError,
     UnsupportedFormatError,
 )
-from .._expect import expecting
-from .._ranges import SNAPSHOT_ONLY
-from .._records import Record
+from .._core.ranges import SNAPSHOT_ONLY
+from .._core.records import Record
+from .._store.expect import expecting
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import (

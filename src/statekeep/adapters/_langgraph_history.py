@@ -39,7 +39,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, writes_sort_key
 
-from .._errors import CorruptStateError
+from .._core.errors import CorruptStateError
 
 #: The snapshot key that marks a State as a LangGraph thread, and its format.
 MARK = "langgraph"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .._codec import check
+from .._core.codec import check
 
 META = "openai_session"
 #: The label every session's State carries.

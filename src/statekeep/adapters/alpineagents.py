@@ -38,11 +38,11 @@ try:
 except ImportError as exc:
     raise framework_missing("alpineagents", "alpineagents", "alpineagents", exc) from exc
 
-from .._errors import StateExistsError, StateNotFoundError
-from .._ranges import SNAPSHOT_ONLY
-from .._records import Record as StatekeepRecord
-from .._records import SavedState
-from .._store import Store as StatekeepBase
+from .._core.errors import StateExistsError, StateNotFoundError
+from .._core.ranges import SNAPSHOT_ONLY
+from .._core.records import Record as StatekeepRecord
+from .._core.records import SavedState
+from .._store.contract import Store as StatekeepBase
 from ._alpine_snapshot import LABELS, alpine_id_of, check_text, info_of, snapshot_for
 from ._home import Home
 from ._ids import state_id_for

@@ -30,7 +30,7 @@ try:
 except ImportError as exc:
     raise framework_missing("langgraph", "LangGraph", "langgraph", exc) from exc
 
-from .._store import Store
+from .._store.contract import Store
 from . import _langgraph_flows as flows
 from ._home import Home
 from ._ids import state_id_for

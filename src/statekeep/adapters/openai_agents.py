@@ -27,11 +27,11 @@ try:
 except ImportError as exc:
     raise framework_missing("openai_agents", "the OpenAI Agents SDK", "openai-agents", exc) from exc
 
-from .._codec import check
-from .._errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
-from .._expect import expecting
-from .._ranges import SNAPSHOT_ONLY
-from .._store import Store
+from .._core.codec import check
+from .._core.errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from .._core.ranges import SNAPSHOT_ONLY
+from .._store.contract import Store
+from .._store.expect import expecting
 from ._home import Home
 from ._ids import state_id_for
 from ._openai_history import (

@@ -21,22 +21,22 @@ from typing import NoReturn
 
 import click
 
-from .._agentcheck import ResumeWarning
-from .._clikeys import load_keyring
-from .._errors import (
+from .._core.errors import (
     CorruptStateError,
     NotAStoreError,
     UnsafeStoreError,
     UnsupportedFormatError,
 )
-from .._ids import ID_RULE, validate_id
-from .._labels import LABEL_RULE, check_labels
-from .._query import decode_cursor
-from .._redaction import redact_text
-from .._render import DEFAULT_STORE, safe
-from .._store import Store
-from .._urls import _looks_sqlite, open_store
+from .._core.ids import ID_RULE, validate_id
+from .._core.labels import LABEL_RULE, check_labels
+from .._core.passwords import redact_text
+from .._core.query import decode_cursor
+from .._run.resumecheck import ResumeWarning
+from .._store.contract import Store
 from ..stores._memory import MemoryStore
+from ..stores._urls import _looks_sqlite, open_store
+from ._keys import load_keyring
+from ._render import DEFAULT_STORE, safe
 from ._words import cli_text
 
 _STORE_HELP = "the store: a folder (default ./.statekeep) or a URL such as sqlite:///runs.db"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from .._clikeys import load_keyring
-from .._errors import NotAStoreError
-from .._store import Store
-from .._urls import open_store
+from .._core.errors import NotAStoreError
+from .._store.contract import Store
 from ..stores import SQLiteStore
+from ..stores._urls import open_store
 from ._common import refuse_memory
+from ._keys import load_keyring
 
 
 def open_destination(url: str, keys_file: str | None, *, env: bool = True) -> Store:

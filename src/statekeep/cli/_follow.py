@@ -30,10 +30,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._records import Record
-from .._render import entry_json, heading, lines
-from .._store import Store
+from .._core.records import Record
+from .._store.contract import Store
 from ._common import NOT_FOUND, emit, fail, say
+from ._render import entry_json, heading, lines
 
 FIRST_WAIT = 0.2
 LONGEST_WAIT = 1.0

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .._clikeys import keys_option
-from .._query import MAX_LIMIT
-from .._render import listing, record_json, row_json, timeline
-from .._writes import missing_error
+from .._core.query import MAX_LIMIT
+from .._core.writes import missing_error
 from . import _follow
 from ._common import (
     after_arg,
@@ -23,7 +21,9 @@ from ._common import (
     text_arg,
 )
 from ._group import main
+from ._keys import keys_option
 from ._moveopts import prefix_arg
+from ._render import listing, record_json, row_json, timeline
 
 
 @main.command("list")

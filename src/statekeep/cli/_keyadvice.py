@@ -3,9 +3,9 @@ found, and what to do in that command's own options (never the library's keyword
 
 from __future__ import annotations
 
-from .._clikeys import KEYS_ENV
-from .._errors import DecryptionError
-from .._protection import InClearError, RefusedRecord
+from .._core.errors import DecryptionError
+from .._protect.protection import InClearError, RefusedRecord
+from ._keys import KEYS_ENV
 
 # (command, side) -> the option that gives that side's keys
 _KEYS = {

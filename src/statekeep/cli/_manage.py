@@ -8,11 +8,9 @@ from contextlib import closing
 
 import click
 
-from .._bridge import run_sync
-from .._clikeys import KEYS_ENV, ProgressBar, keys_option
-from .._errors import CorruptStateError, StateExistsError
-from .._render import DEFAULT_STORE, short, summary
-from .._writes import missing_error
+from .._core.errors import CorruptStateError, StateExistsError
+from .._core.writes import missing_error
+from .._runtime.bridge import run_sync
 from ._common import (
     DATA_ERROR,
     USAGE,
@@ -25,6 +23,8 @@ from ._common import (
     store_option,
 )
 from ._group import main
+from ._keys import KEYS_ENV, ProgressBar, keys_option
+from ._render import DEFAULT_STORE, short, summary
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -131,7 +131,7 @@ def fork(
 )
 def demo(store_url: str) -> None:
     """Run an agent, kill it with SIGKILL mid-tool-call, then load it and finish the run."""
-    from .._demo import run
+    from ._demo import run
 
     with reporting():
         status = run(store_url)
@@ -163,7 +163,7 @@ def rekey(
     running writers, and resumable: stopped part way, run it again (what is done is
     skipped). A progress bar shows on a terminal (stderr); a summary line is printed.
     """
-    from .._rekey import rekey as rekey_store
+    from .._protect.rekey import rekey as rekey_store
 
     if keys_file is None and not os.environ.get(KEYS_ENV):
         fail(f"rekey needs the keys: pass --keys FILE or set ${KEYS_ENV} (see statekeep rekey --help)", USAGE)

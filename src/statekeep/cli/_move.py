@@ -18,11 +18,10 @@ from typing import Any, TypeVar
 
 import click
 
-from .._clikeys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option
-from .._errors import DecryptionError
-from .._ids import MAX_ID_LENGTH
-from .._redaction import redact_text
-from .._transfer import CopyReport, RenameError
+from .._core.errors import DecryptionError
+from .._core.ids import MAX_ID_LENGTH
+from .._core.passwords import redact_text
+from .._transfer.transfer import CopyReport, RenameError
 from ._common import (
     DATA_ERROR,
     INTERRUPTED,
@@ -38,6 +37,7 @@ from ._common import (
 from ._destination import open_destination
 from ._group import main
 from ._keyadvice import keys_trouble
+from ._keys import KEYS_ENV, KEYS_HELP, ProgressBar, keys_option
 from ._moveopts import (
     filter_options,
     ids_arg,
@@ -167,7 +167,7 @@ def export_states(
     gives: decrypted with --keys, labels and expiry included. A State the store cannot read
     is left out, named (exit 3) and listed in the trailer. The file appears once whole;
     a new one is readable by its owner only (0600), one replaced keeps its mode."""
-    from .._exporting import aexport
+    from .._transfer.exporting import aexport
 
     chosen = _choose(ids, everything, listing_filters(status, agent, labels, id_prefix), "export")
     bar = ProgressBar.on_terminal("exporting", quiet=quiet)
@@ -214,7 +214,7 @@ def import_states(
     missing). The whole file is checked first (format, version, counts, checksum);
     identical States are skipped, and a State that differs in the store is left as it is
     and named (exit 3). States the export left out (its trailer says) are named too."""
-    from .._exporting import aimport
+    from .._transfer.exporting import aimport
 
     if file == "-" and sys.stdin.isatty():
         fail(
@@ -285,7 +285,7 @@ def copy_states(
     Each copy is read back and checked.
     With --src-keys or $STATEKEEP_KEYS opening the source, give --dst-keys (or --plaintext
     to write the copies in clear)."""
-    from .._transfer import acopy
+    from .._transfer.transfer import acopy
 
     filters = listing_filters(status, agent, labels, id_prefix)
     for key, value in pairs.items():

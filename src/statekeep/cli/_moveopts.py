@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from .._ids import validate_id
-from .._labels import validate_namespace
+from .._core.ids import validate_id
+from .._core.labels import validate_namespace
 from ._common import labels_arg, state_id_arg, text_arg
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .._clikeys import keys_option
 from ._common import USAGE, fail, open_store_at, refuse_memory, reporting, store_option
 from ._group import main
+from ._keys import keys_option
 
 TOKEN_ENV = "STATEKEEP_TOKEN"
 
@@ -30,8 +30,8 @@ def serve(
 
     Prints "statekeep: serving URL" once it listens; Ctrl-C stops it."""
     try:
-        from ..web.server import check_host
-        from ..web.server import serve as run_viewer
+        from ..web._server import check_host
+        from ..web._server import serve as run_viewer
     except ImportError:
         fail("the viewer needs the web extra: pip install 'statekeep[web]'", USAGE)
     try:

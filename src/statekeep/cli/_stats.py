@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import click
 
-from .._bridge import run_sync
-from .._clikeys import ProgressBar, keys_option
-from .._store import Store
+from .._runtime.bridge import run_sync
+from .._store.contract import Store
 from ._common import open_store_at, reporting, say, store_option
 from ._group import main
+from ._keys import ProgressBar, keys_option
 
 
 @dataclass

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from .._clikeys import KEYS_ENV
-from .._errors import DecryptionError, NotAStoreError, StateNotFoundError
+from .._core.errors import DecryptionError, NotAStoreError, StateNotFoundError
+from ._keys import KEYS_ENV
 
 #: What to do about a place that holds no statekeep store, as the CLI says it.
 GIVE_A_STORE = "give --store the folder or URL statekeep saved to (the commands that read create no store)"

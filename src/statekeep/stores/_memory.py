@@ -8,14 +8,11 @@ from typing import Any, cast
 
 import orjson
 
-from .._backend import Backend, Clock
-from .._expect import check_preconditions, sealed_text
-from .._labels import DEFAULT_NAMESPACE, check_period, iso
-from .._leases import Lease, acquired, check_fence, is_live, released, renewed
-from .._records import Record, SavedState, left_out, listing_order
-from .._redactor import Redactor
-from .._sealing import Keyring
-from .._writes import (
+from .._core.labels import DEFAULT_NAMESPACE, check_period, encoded_expiry, iso
+from .._core.leases import Lease, acquired, check_fence, is_live, released, renewed
+from .._core.records import Record, SavedState, left_out, listing_order
+from .._core.redactor import Redactor
+from .._core.writes import (
     PreparedWrite,
     check_overlap,
     exists_error,
@@ -23,7 +20,9 @@ from .._writes import (
     plan_append,
     same_json,
 )
-from ._file.expiry import encoded_expiry
+from .._protect.sealing import Keyring
+from .._store.backend import Backend, Clock
+from .._store.expect import check_preconditions, sealed_text
 
 
 class _Space:
@@ -63,8 +62,8 @@ class MemoryStore(Backend):
     by ``clock`` (default: the system clock, UTC): an expired State is absent to reads,
     listings, forks and writes, and ``gc`` removes it. Leases are judged by that clock too.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     def __init__(
@@ -169,7 +168,7 @@ class MemoryStore(Backend):
         return None if raw is None or self._gone(state_id) else cast(dict[str, Any], orjson.loads(raw))
 
     async def _change_stamp(self) -> Hashable | None:
-        """A count of the snapshots kept and States dropped (see :mod:`statekeep._changes`)."""
+        """A count of the snapshots kept and States dropped (see :mod:`statekeep._store.changes`)."""
         return self._space.changes
 
     async def _state_ids(self) -> list[str] | None:

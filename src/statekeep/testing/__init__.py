@@ -71,6 +71,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._core.publish import publish
 from ._contract import StoreContract
 from ._expiry import FakeClock
 from ._helpers import Api, entries, snapshot
@@ -79,11 +80,13 @@ if TYPE_CHECKING:  # loaded on first use by __getattr__ below: it needs Hypothes
     from ._model import StoreMachine
 
 __all__ = ["Api", "FakeClock", "StoreContract", "StoreMachine", "entries", "snapshot"]
+publish(__name__, globals(), __all__)
 
 
 def __getattr__(name: str) -> object:
     if name == "StoreMachine":
         from ._model import StoreMachine
 
+        publish(__name__, {name: StoreMachine}, [name])
         return StoreMachine
     raise AttributeError(f"module 'statekeep.testing' has no attribute {name!r}")

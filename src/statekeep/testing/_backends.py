@@ -29,7 +29,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from .._bridge import _on_asyncio
+from .._runtime.bridge import _on_asyncio
 
 T = TypeVar("T")
 

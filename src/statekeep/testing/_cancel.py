@@ -22,10 +22,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from .._bridge import _on_asyncio
-from .._records import Record
-from .._state import State
-from .._store import Store
+from .._core.records import Record
+from .._run.state import State
+from .._runtime.bridge import _on_asyncio
+from .._store.contract import Store
 from ._backends import asyncio_only
 from ._helpers import entries, snapshot
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .._query import QUERY_KEYWORDS
+from .._core.query import QUERY_KEYWORDS
 
 #: What a NotImplementedError of statekeep's ``Store`` names, and the flag it is about.
 _METHODS = (

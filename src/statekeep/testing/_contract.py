@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 import pytest
 
-from .._errors import StateConflictError
-from .._records import Record, SavedState
-from .._store import Store
+from .._core.errors import StateConflictError
+from .._core.records import Record, SavedState
+from .._store.contract import Store
 from ._backends import BackendContract, add_trio_twins, on_asyncio
 from ._cancel import CancellationContract
 from ._capabilities import name_the_flags

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import pytest
 
-from .._errors import StateNotFoundError
-from .._labels import iso
-from .._records import Record
-from .._state import State
-from .._store import Store
+from .._core.errors import StateNotFoundError
+from .._core.labels import iso
+from .._core.records import Record
+from .._run.state import State
+from .._store.contract import Store
 from ._backends import on_asyncio
 from ._helpers import Api, entries, snapshot
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from .._errors import (
+from .._core.errors import (
     CorruptStateError,
     StateConflictError,
     StateExistsError,
@@ -19,9 +19,9 @@ from .._errors import (
     StateNotFoundError,
     UnsupportedFormatError,
 )
-from .._history import FORMAT_VERSION
-from .._records import Record
-from .._state import State
+from .._core.records import Record
+from .._run.history import FORMAT_VERSION
+from .._run.state import State
 from ._helpers import Api, entries, snapshot
 
 asyncio_test = pytest.mark.asyncio

@@ -7,9 +7,9 @@ import builtins
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._records import Record, SavedState
-from .._state import State
-from .._store import Store
+from .._core.records import Record, SavedState
+from .._run.state import State
+from .._store.contract import Store
 
 
 def snapshot(

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from .._errors import LeaseHeldError, StaleLeaseError, StateConflictError
-from .._leases import Lease
-from .._records import Record
-from .._state import State
-from .._store import Store
+from .._core.errors import LeaseHeldError, StaleLeaseError, StateConflictError
+from .._core.leases import Lease
+from .._core.records import Record
+from .._run.state import State
+from .._store.contract import Store
 from ._expiry import Timeline, expiring
 from ._helpers import Api, entries, snapshot
 

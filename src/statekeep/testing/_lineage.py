@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 
-from .._errors import StateExistsError, StateNotFoundError
-from .._records import SavedState
-from .._state import State, agent_info
+from .._core.errors import StateExistsError, StateNotFoundError
+from .._core.records import SavedState
+from .._run.state import State, agent_info
 from ._helpers import Api, entries, snapshot
 
 asyncio_test = pytest.mark.asyncio

@@ -29,9 +29,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from .._errors import StateConflictError
-from .._records import SavedState
-from .._store import Store
+from .._core.errors import StateConflictError
+from .._core.records import SavedState
+from .._store.contract import Store
 from ._helpers import MakesStores, snapshot
 
 IDS = ("a", "b", "run-3")

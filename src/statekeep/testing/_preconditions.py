@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from .._errors import StateConflictError
-from .._expect import takes_expect_next
-from .._incarnations import takes_incarnation
-from .._records import Record
-from .._state import State
+from .._core.errors import StateConflictError
+from .._core.records import Record
+from .._run.state import State
+from .._store.expect import takes_expect_next
+from .._store.incarnations import takes_incarnation
 from ._helpers import Api, entries, snapshot
 
 asyncio_test = pytest.mark.asyncio

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from .._errors import DecryptionError, StateConflictError
-from .._expect import takes_expect_next
-from .._records import Record
-from .._redactor import Redactor
-from .._sealing import Keyring
-from .._state import State
-from .._store import Store
+from .._core.errors import DecryptionError, StateConflictError
+from .._core.records import Record
+from .._core.redactor import Redactor
+from .._protect.sealing import Keyring
+from .._run.state import State
+from .._store.contract import Store
+from .._store.expect import takes_expect_next
 from ._helpers import Api, entries, snapshot
 from ._spaces import MemoryApi
 

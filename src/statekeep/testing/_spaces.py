@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from .._errors import StateConflictError
-from .._kv import Item, Memory
-from .._records import Record
-from .._store import Store
+from .._core.errors import StateConflictError
+from .._core.records import Record
+from .._store.agentmemory import Item, Memory
+from .._store.contract import Store
 from ._helpers import Api, entries, snapshot
 
 asyncio_test = pytest.mark.asyncio

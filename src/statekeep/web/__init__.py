@@ -15,7 +15,9 @@ try:
 except ImportError as exc:  # pragma: no cover  (the test environment has the extra)
     raise ImportError(f"the viewer needs the web extra: pip install 'statekeep[web]' ({exc})") from exc
 
-from .app import create_app
-from .server import Viewer, serve, start
+from .._core.publish import publish
+from ._app import create_app
+from ._server import Viewer, serve, start
 
 __all__ = ["Viewer", "create_app", "serve", "start"]
+publish(__name__, globals(), __all__)

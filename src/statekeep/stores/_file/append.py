@@ -17,23 +17,24 @@ from typing import Any, cast
 
 import orjson
 
-from ..._batching import WouldBlock
-from ..._bridge import owner
-from ..._errors import StateNotFoundError
-from ..._expect import check_preconditions, sealed_after
-from ..._leases import check_fence
-from ..._logframe import closing_record, frame
-from ..._logtail import entries_back
-from ..._records import decode_snapshot
-from ..._writes import PreparedWrite, check_overlap, missing_error, plan_append
+from ..._core.errors import StateNotFoundError
+from ..._core.labels import encoded_expiry
+from ..._core.leases import check_fence
+from ..._core.records import decode_snapshot
+from ..._core.writes import PreparedWrite, check_overlap, missing_error, plan_append
+from ..._runtime.batching import WouldBlock
+from ..._runtime.bridge import owner
+from ..._store.expect import check_preconditions, sealed_after
 from . import steady
 from .budget import BUDGET, limit_hit
 from .copies import Copies
-from .expiry import encoded_expiry, log_expiry
+from .expiry import log_expiry
 from .folder import StoreFolder, log_named, still_named
 from .handles import SpaceHandles, close_pair
 from .leases import LeaseRows
 from .locking import hold
+from .logformat import closing_record, frame
+from .logtail import entries_back
 from .recovery import Tail, io_reader, read_tail, scan_whole, sealed_log
 from .staged import Append, Doubt
 from .trust import LOG, SNAPSHOT

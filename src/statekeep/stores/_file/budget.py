@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..._batching import WouldBlock
+from ..._runtime.batching import WouldBlock
 
 _FDS_PER_WRITE = 3
 _FDS_SHARE = 4

@@ -28,11 +28,11 @@ from typing import Any
 
 import orjson
 
-from ..._logtail import decode_copy, encode_copy, last_write, reader, snapshot_record
-from ..._records import decode_snapshot
+from ..._core.records import decode_snapshot
 from .._fsio import write_private
 from .folder import StoreFolder, quietly, still_named
 from .locking import hold, release
+from .logtail import decode_copy, encode_copy, last_write, reader, snapshot_record
 from .recovery import Tail, check_copy, scan_part
 from .trust import LOG, SNAPSHOT, SNAPSHOT_TMP, check_stat, euid
 

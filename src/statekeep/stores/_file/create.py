@@ -22,16 +22,16 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..._errors import CorruptStateError
-from ..._expect import sealed_after
-from ..._logframe import closing_record, frame
-from ..._writes import PreparedWrite, exists_error
+from ..._core.errors import CorruptStateError
+from ..._core.labels import encoded_expiry
+from ..._core.writes import PreparedWrite, exists_error
+from ..._store.expect import sealed_after
 from .._fsio import write_private
 from .copies import current_snapshot, write_copy
-from .expiry import encoded_expiry
 from .folder import StoreFolder, quietly, remove_tree, still_named
 from .leases import guard
 from .locking import hold, lock, release, unlock
+from .logformat import closing_record, frame
 from .recovery import Tail
 from .trust import CREATING, DELETING, DIR, LOG, foreign_files
 

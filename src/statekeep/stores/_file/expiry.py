@@ -10,33 +10,9 @@ with the State's flock held, so a write that extended it in another process is s
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-import orjson
-
-from ..._logtail import reader, snapshot_record
-from ..._records import utc_time
-
-_KEY = b'"expires_at"'
-
-
-def expiry_of(snapshot: Any) -> datetime | None:
-    """A decoded snapshot's ``expires_at``; None if it has none (or one no reader takes:
-    such a State never expires, as listings and reads judge it)."""
-    raw = snapshot.get("expires_at") if isinstance(snapshot, dict) else None
-    if type(raw) is not str:
-        return None
-    try:
-        return utc_time(raw)
-    except ValueError:
-        return None
-
-
-def encoded_expiry(encoded: bytes | None) -> datetime | None:
-    """:func:`expiry_of` an encoded snapshot, decoded only if it may hold an expiry."""
-    if encoded is None or _KEY not in encoded:
-        return None
-    return expiry_of(orjson.loads(encoded))
+from ..._core.labels import encoded_expiry
+from .logtail import reader, snapshot_record
 
 
 def log_expiry(log: int, snapshot_at: int | None, size: int) -> datetime | None:

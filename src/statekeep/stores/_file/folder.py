@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from ..._errors import CorruptStateError
+from ..._core.errors import CorruptStateError
 from .._fsio import OsIO, make_folders, read_rest
 from .locking import hold, release, unlock
 from .trust import (
@@ -205,7 +205,7 @@ class StoreFolder:
             release(root)
 
     def stamp(self) -> tuple[int, ...] | None:
-        """The change stamp (see :mod:`statekeep._changes`): the modification and change
+        """The change stamp (see :mod:`statekeep._store.changes`): the modification and change
         times of this namespace's folder, which a create or a delete (a rename in it) and a
         refresh of a snapshot copy (.copies) move. None while younger than
         :data:`SETTLE_NS`, or if the folder cannot be looked at. Writes of a statekeep

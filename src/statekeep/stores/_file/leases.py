@@ -31,10 +31,10 @@ from datetime import timedelta
 
 import orjson
 
-from ..._errors import CorruptStateError
-from ..._labels import iso
-from ..._leases import Lease
-from ..._records import utc_time
+from ..._core.errors import CorruptStateError
+from ..._core.labels import iso
+from ..._core.leases import Lease
+from ..._core.records import utc_time
 from .._fsio import write_file
 from .folder import StoreFolder, quietly, still_named
 from .locking import hold, lock, unlock

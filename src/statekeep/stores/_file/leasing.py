@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import cast
 
-from ..._bridge import owner
-from ..._leases import Lease, acquired, check_fence, is_live, released, renewed
+from ..._core.leases import Lease, acquired, check_fence, is_live, released, renewed
+from ..._runtime.bridge import owner
 from .copies import Copies
 from .folder import StoreFolder
 from .handles import SpaceHandles

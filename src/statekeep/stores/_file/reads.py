@@ -8,15 +8,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..._errors import CorruptStateError
-from ..._ids import validate_id
-from ..._logframe import scan_log
-from ..._logtail import decode_copy, entries_back, last_write, reader, snapshot_record
-from ..._ranges import cut
-from ..._records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
+from ..._core.errors import CorruptStateError
+from ..._core.ids import validate_id
+from ..._core.ranges import cut
+from ..._core.records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
 from .._fsio import OsIO, read_rest
 from .copies import current_snapshot, listed_snapshot
 from .folder import StoreFolder, still_named
+from .logformat import scan_log
+from .logtail import decode_copy, entries_back, last_write, reader, snapshot_record
 from .recovery import check_copy, scan_part
 from .trust import DIR, LOG, SNAPSHOT
 

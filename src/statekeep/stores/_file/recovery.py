@@ -1,6 +1,6 @@
 """A State's log as a FileStore finds it before an append: the tail cache (:class:`Tail`),
 reading only what another process appended since, or, cold, only the log's last write
-(:func:`~statekeep._logframe.last_write`), and cutting an unfinished write left by a
+(:func:`~statekeep.stores._file.logformat.last_write`), and cutting an unfinished write left by a
 crashed writer -- unless ``snapshot.json`` says it was acknowledged (then it is damage:
 CorruptStateError)."""
 
@@ -10,13 +10,13 @@ import os
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from ..._errors import CorruptStateError
-from ..._expect import sealed_text
-from ..._logframe import LogScan, scan_log
-from ..._logtail import ReadAt, SnapshotCopy, decode_copy, entries_back, last_write, reader, snapshot_record
-from ..._sealing import SEALED
+from ..._core.errors import CorruptStateError
+from ..._protect.sealing import SEALED
+from ..._store.expect import sealed_text
 from .._fsio import OsIO
 from .folder import StoreFolder
+from .logformat import LogScan, scan_log
+from .logtail import ReadAt, SnapshotCopy, decode_copy, entries_back, last_write, reader, snapshot_record
 from .trust import LOG, SNAPSHOT
 
 CHECK_BYTES = 64  # how much of a log's end a Tail keeps, to tell it from another

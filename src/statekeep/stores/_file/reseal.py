@@ -22,14 +22,14 @@ from typing import Any
 
 import orjson
 
-from ..._errors import CorruptStateError
-from ..._logframe import closing_record, frame, scan_log
-from ..._logtail import decode_copy
-from ..._records import decode_snapshot
+from ..._core.errors import CorruptStateError
+from ..._core.records import decode_snapshot
 from .._fsio import write_private
 from .copies import write_copy
 from .folder import StoreFolder, quietly, still_named
 from .locking import lock, unlock
+from .logformat import closing_record, frame, scan_log
+from .logtail import decode_copy
 from .recovery import Tail, check_copy
 from .trust import LOG, LOG_TMP, SNAPSHOT
 

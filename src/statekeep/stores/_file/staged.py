@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..._writes import PreparedWrite
+from ..._core.writes import PreparedWrite
 from .._fsio import OsIO
 from .locking import release
 from .recovery import Tail

@@ -21,15 +21,15 @@ from __future__ import annotations
 import fcntl
 from typing import TYPE_CHECKING, Final
 
-from ..._batching import WouldBlock
-from ..._expect import check_preconditions, sealed_after
-from ..._leases import check_fence
-from ..._logframe import closing_record, frame
-from ..._writes import PreparedWrite
+from ..._core.labels import encoded_expiry
+from ..._core.leases import check_fence
+from ..._core.writes import PreparedWrite
+from ..._runtime.batching import WouldBlock
+from ..._store.expect import check_preconditions, sealed_after
 from .budget import limit_hit
-from .expiry import encoded_expiry
 from .handles import close_pair
 from .locking import hold, release
+from .logformat import closing_record, frame
 from .recovery import CHECK_BYTES, Tail
 from .staged import Append
 from .trust import LOG

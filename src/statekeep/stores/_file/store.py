@@ -8,7 +8,7 @@ Layout under the store's folder::
                             memory, internal namespaces such as "default.memory.notes"),
                             laid out as the default namespace's below
     {id}/log.jsonl          the State: entry lines, each write closed by a record carrying
-                            its snapshot (format: statekeep._logframe), appended and fsync'd
+                            its snapshot (format: statekeep.stores._file.logformat), appended and fsync'd
     {id}/snapshot.json      a copy of the current snapshot for listings (.copies), lazily
                             refreshed by rename, never fsync'd
     {id}/snapshot.json.tmp  the next copy while it is being written
@@ -35,16 +35,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, cast
 
-from ..._backend import Backend, Clock
-from ..._batching import GroupCommit
-from ..._bridge import owner
-from ..._labels import DEFAULT_NAMESPACE
-from ..._leases import Lease
-from ..._query import ListQuery, Page, select
-from ..._records import Record, SavedState
-from ..._redactor import Redactor
-from ..._sealing import Keyring
-from ..._writes import PreparedWrite
+from ..._core.labels import DEFAULT_NAMESPACE
+from ..._core.leases import Lease
+from ..._core.query import ListQuery, Page, select
+from ..._core.records import Record, SavedState
+from ..._core.redactor import Redactor
+from ..._core.writes import PreparedWrite
+from ..._protect.sealing import Keyring
+from ..._runtime.batching import GroupCommit
+from ..._runtime.bridge import owner
+from ..._store.backend import Backend, Clock
 from .._fsio import OsIO, tree_bytes
 from .append import Appender
 from .budget import batch_cap
@@ -147,8 +147,8 @@ class FileStore(FileLeasing, Backend):
     or a delete so tokens only grow; the fence is checked under the flock the write or
     delete holds.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
     clear in the files: ids (folder names), seqs, times and the listing fields.
     """
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from ..._errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
-from ..._ids import validate_id
+from ..._core.errors import CorruptStateError, NotAStoreError, UnsafeStoreError, UnsupportedFormatError
+from ..._core.ids import validate_id
 from .._fsio import OsIO, write_file
 
 MARKER = ".statekeep-store"

@@ -7,13 +7,13 @@ import os
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ... import _redaction as redaction
-from ..._urlquery import check_names, take_ours
+from ..._core import passwords as redaction
+from .._urlquery import check_names, take_ours
 
 
 def redact_dsn(dsn: str) -> str:
     """``dsn`` with its user information and every password replaced by ``***`` (see
-    :mod:`statekeep._redaction`)."""
+    :mod:`statekeep._core.passwords`)."""
     return redaction.redact_url(dsn)
 
 

@@ -1,7 +1,7 @@
 """PostgresStore's leases, client side: each operation is one call of a server function
 (:mod:`._schema_leases`) that judges the lease by the server's clock; a refusal comes back
 with the State's lease row and the server's time, and the error is the one the pure rule
-of :mod:`statekeep._leases` raises for them. Also rekey's in-place reseal."""
+of :mod:`statekeep._core.leases` raises for them. Also rekey's in-place reseal."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from ..._backend import Backend
-from ..._leases import Lease, acquired, check_fence, is_live, renewed
+from ..._core.leases import Lease, acquired, check_fence, is_live, renewed
+from ..._store.backend import Backend
 from .._server import OK
 from ._listing import listing
 from ._sql import Sql

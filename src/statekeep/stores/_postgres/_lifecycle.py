@@ -12,12 +12,12 @@ import hashlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..._backend import Backend
-from ..._bridge import owner, run_async
-from ..._errors import StateConflictError
-from ..._query import ListQuery, Page
-from ..._records import SavedState, Snapshot, decode_snapshot
-from ..._writes import exists_error, missing_error, prepare_write
+from ..._core.errors import StateConflictError
+from ..._core.query import ListQuery, Page
+from ..._core.records import SavedState, Snapshot, decode_snapshot
+from ..._core.writes import exists_error, missing_error, prepare_write
+from ..._runtime.bridge import owner, run_async
+from ..._store.backend import Backend
 from .. import _server as servercommon
 from ._leasing import refused
 from ._listing import listing, page_query, page_rows
@@ -31,7 +31,7 @@ GC_BATCH = 1000
 
 
 class Lifecycle(Backend):
-    """The part of :class:`PostgresStore` that :class:`~statekeep._backend.Backend` lets a
+    """The part of :class:`PostgresStore` that :class:`~statekeep._store.backend.Backend` lets a
     store answer itself (a mixin; the store supplies ``_sql`` and ``_query``)."""
 
     _sql: Sql

@@ -1,5 +1,5 @@
 """PostgresStore's listing: the columns a write fills from its snapshot, and a page of a
-:class:`~statekeep._query.ListQuery` as one statement answered from the indexes.
+:class:`~statekeep._core.query.ListQuery` as one statement answered from the indexes.
 
 A page is one ordered index scan (``updated_at DESC, id`` after the namespace, or after
 the agent, parent or status filtered on, or after a label's key and value in the labels
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..._query import ListQuery, Page, encode_cursor
-from ..._records import SavedState, left_out, listing_order, trusted_row, utc_time
+from ..._core.query import ListQuery, Page, encode_cursor
+from ..._core.records import SavedState, left_out, listing_order, trusted_row, utc_time
 from .. import _server as servercommon
 
 if TYPE_CHECKING:

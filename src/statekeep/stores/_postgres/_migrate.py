@@ -8,7 +8,7 @@ import hashlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ..._errors import NotAStoreError, UnsupportedFormatError
+from ..._core.errors import NotAStoreError, UnsupportedFormatError
 from ._schema import SCHEMA_VERSION, bootstrap, migrations
 from ._sql import Sql
 

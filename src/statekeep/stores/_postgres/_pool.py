@@ -7,7 +7,7 @@ import asyncio
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..._bridge import _Owner
+from ..._runtime.bridge import Owner
 from .._server import ServerLocal
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class PoolLocal(ServerLocal["Pool"]):
     """The pool and write queue of a PostgresStore in one process, and the connection the
     queue's sender keeps while writes keep coming (see :func:`run_writer`)."""
 
-    def __init__(self, own: _Owner) -> None:
+    def __init__(self, own: Owner) -> None:
         super().__init__(own)
         self.holds_writer = False  # set on open: a pool the store made, of 2 connections or more
         self.writer: PoolConnectionProxy[Any] | None = None
@@ -104,7 +104,7 @@ def refusal(asyncpg: ModuleType, exc: BaseException, user: str | None, database:
 
 async def make_pool(
     asyncpg: ModuleType,
-    own: _Owner,
+    own: Owner,
     user_pool: Pool | None,
     store: str,
     dsn: str | None,
@@ -120,7 +120,7 @@ async def make_pool(
         raise RuntimeError(
             f"{store}: the asyncpg pool passed as pool= belongs to another event loop; "
             "statekeep runs all I/O on its own loop. Pass a DSN instead, or make the pool "
-            "on statekeep._bridge.owner().loop"
+            "on statekeep._runtime.bridge.owner().loop"
         )
     return user_pool
 

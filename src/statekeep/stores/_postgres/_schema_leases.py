@@ -4,7 +4,7 @@ write, delete and fork runs, and the acquire, renew, release and reseal function
 One row per (namespace, State): ``(owner, token, expires_at, ttl)``, kept after a release
 (``expires_at`` set to the Unix epoch) and after the State is deleted, so the token of a
 State only grows. Every judgment uses the server's clock at the moment it is made
-(``clock_timestamp()``), the rules of :mod:`statekeep._leases` spelled in PL/pgSQL; a
+(``clock_timestamp()``), the rules of :mod:`statekeep._core.leases` spelled in PL/pgSQL; a
 refusal returns the lease row and that time, from which the client raises the same error
 the pure rule would (:mod:`._leases`).
 
@@ -57,7 +57,7 @@ def lock(sql: Sql) -> str:
 
 
 def fence(sql: Sql, owner: str, token: str) -> str:
-    """The fence of :func:`statekeep._leases.check_fence` for the State ``p_id``, run once
+    """The fence of :func:`statekeep._core.leases.check_fence` for the State ``p_id``, run once
     its row is held (see the module docstring); ``owner`` and ``token`` are the lease given
     (NULL: none). Refused: ``o_status`` FENCED with the lease row, and the function returns.
     Without a lease row and without a lease given it costs one index lookup."""
@@ -95,7 +95,7 @@ def functions(sql: Sql) -> tuple[str, ...]:
 
 
 def _acquire_body(sql: Sql) -> str:
-    """:func:`statekeep._leases.acquired`: a new row of token 1, or the row's token + 1 if
+    """:func:`statekeep._core.leases.acquired`: a new row of token 1, or the row's token + 1 if
     its lease has ended; FENCED with the holder while it is live."""
     row = "l.ns = p_ns AND l.state_id = p_id"
     return f"""
@@ -124,7 +124,7 @@ END
 
 
 def _renew_body(sql: Sql) -> str:
-    """:func:`statekeep._leases.renewed`: the current, live lease extended to now + ttl."""
+    """:func:`statekeep._core.leases.renewed`: the current, live lease extended to now + ttl."""
     return f"""
 BEGIN
     {DURABLE}
@@ -143,8 +143,8 @@ END
 
 
 def _release_body(sql: Sql) -> str:
-    """:func:`statekeep._leases.released`: a current, live lease ends (token kept), its
-    ``expires_at`` set to :data:`~statekeep._leases.ENDED`, the Unix epoch, so no clock
+    """:func:`statekeep._core.leases.released`: a current, live lease ends (token kept), its
+    ``expires_at`` set to :data:`~statekeep._core.leases.ENDED`, the Unix epoch, so no clock
     stepping back can make it live again."""
     return f"""
 BEGIN

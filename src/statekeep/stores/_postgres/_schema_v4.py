@@ -1,5 +1,5 @@
 """Schema version 4 of PostgresStore: each State's incarnation, and the write's
-preconditions (see :mod:`statekeep._expect`).
+preconditions (see :mod:`statekeep._store.expect`).
 
 From version 3, in the migration's one transaction: the column ``incarnation`` of the
 ``states`` table (NULL for the States made before), and the write and fork functions
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._writes import PreparedWrite
+from ..._core.writes import PreparedWrite
 from .._server import SEALED_STATE, UNEXPECTED
 from . import _schema_leases as leases
 from ._schema_v2 import FORK_ARGS, WRITE_ARGS, dollar_quote
@@ -34,7 +34,7 @@ from ._sql import Sql
 #: What version 4's write and fork take after version 3's arguments (before ``p_nowait``).
 PRECONDITION_ARGS = ("p_expect_next bigint", "p_clear boolean", "p_incarnation text", "p_bound boolean")
 FORK_INCARNATION = ("p_incarnation text",)
-#: How a sealed record ends (statekeep._expect.sealed_text), as a regular expression.
+#: How a sealed record ends (statekeep._store.expect.sealed_text), as a regular expression.
 _SEALED = '"sk[.]sealed":"[^"]*"[}]$'
 
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ... import _redaction as redaction
-from ..._errors import CorruptStateError
-from ..._leases import Lease
-from ..._records import Record, decode_snapshot
-from ..._redactor import Redactor
-from ..._sealing import Keyring
-from ..._writes import PreparedWrite, check_overlap
+from ..._core import passwords as redaction
+from ..._core.errors import CorruptStateError
+from ..._core.leases import Lease
+from ..._core.records import Record, decode_snapshot
+from ..._core.redactor import Redactor
+from ..._core.writes import PreparedWrite, check_overlap
+from ..._protect.sealing import Keyring
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
@@ -66,7 +66,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
 
     ``pool``: an asyncpg pool to use instead of making one. asyncpg pools belong to the
     event loop that made them and statekeep runs all I/O on its own loop, so pass a pool
-    only if it was made on that loop (``statekeep._bridge.owner().loop``); the store never
+    only if it was made on that loop (``statekeep._runtime.bridge.owner().loop``); the store never
     closes a pool it did not make. Usually, leave it out.
 
     Tables live in ``schema`` (created if missing, with the tables, on first use), each
@@ -104,8 +104,8 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
     client's: they hold across processes and hosts. A write, delete or fork checks the
     State's lease in its own transaction, once it holds the State's row.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     _local_type = PoolLocal

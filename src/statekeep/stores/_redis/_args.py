@@ -6,9 +6,9 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from ..._codec import encode
-from ..._leases import Lease
-from ..._writes import PreparedWrite
+from ..._core.codec import encode
+from ..._core.leases import Lease
+from ..._core.writes import PreparedWrite
 from ._keys import Keys, indexed
 
 

@@ -10,10 +10,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from ... import _redaction as redaction
-from ..._bridge import _Owner
-from ..._urlquery import check_names, take_ours
+from ..._core import passwords as redaction
+from ..._runtime.bridge import Owner
 from .._server import ServerLocal
+from .._urlquery import check_names, take_ours
 from ._lease_lua import ACQUIRE, RELEASE, RENEW, RESEAL
 from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT
 from ._write_lua import WRITE, WRITE_KEYS
@@ -31,7 +31,7 @@ ScriptCall = tuple[bytes | str, ...]
 class ClientLocal(ServerLocal["Redis"]):
     """The client, its scripts and the write queue of a RedisStore in one process."""
 
-    def __init__(self, own: _Owner) -> None:
+    def __init__(self, own: Owner) -> None:
         super().__init__(own)
         self.write_script: AsyncScript | None = None
         self.select_script: AsyncScript | None = None

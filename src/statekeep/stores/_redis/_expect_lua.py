@@ -1,4 +1,4 @@
-"""The Lua of the write's preconditions (see :mod:`statekeep._expect`), which the write script
+"""The Lua of the write's preconditions (see :mod:`statekeep._store.expect`), which the write script
 runs once it knows the State live and its next seq, in this order: the State's incarnation
 (with ARGV[17] = '1', the write is bound to the incarnation ARGV[16]: REBORN unless it is
 the State's), ``expect_next`` (ARGV[14], '' for none), and whether a clear write
@@ -12,7 +12,7 @@ from .._server import REBORN, SEALED_STATE, UNEXPECTED
 #: (``snapshot`` and ``inc``: the State's fields, false when it has none).
 PRECONDITIONS = f"""
 -- Whether the State is sealed: its snapshot, else its last entry, ends with the sealed
--- record's last key (as statekeep._expect.sealed_text judges it).
+-- record's last key (as statekeep._store.expect.sealed_text judges it).
 local function sealed_state(entries, nxt, rec)
   if not rec and nxt > 0 then rec = redis.call('LINDEX', entries, nxt - 1) end
   return rec and string.find(rec, '"sk%.sealed":"[^"]*"}}$') ~= nil

@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from ..._labels import DEFAULT_NAMESPACE
-from ..._query import ListQuery
-from ..._records import SavedState, utc_time
+from ..._core.labels import DEFAULT_NAMESPACE
+from ..._core.query import ListQuery
+from ..._core.records import SavedState, utc_time
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FIRST = datetime(1, 1, 1, tzinfo=UTC)

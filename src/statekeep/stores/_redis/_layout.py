@@ -25,8 +25,8 @@ import warnings
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-from ..._errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
-from ..._labels import DEFAULT_NAMESPACE
+from ..._core.errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
+from ..._core.labels import DEFAULT_NAMESPACE
 from ._keys import WIDTH, Keys, indexed
 from ._lua import COMMON
 

@@ -5,7 +5,7 @@ A State's lease row is the hash ``N lease:{id}``: ``owner``, ``token``, ``exp`` 
 microseconds since 1970 by the server's ``TIME``) and ``ttl`` (the period it was taken or
 last renewed for, in microseconds). It has no TTL, and no script removes it (delete, gc and
 native expiry leave it), so a State's token only ever grows. Each script mirrors the pure
-rule of :mod:`statekeep._leases` it stands for; a refusal returns the lease row and the
+rule of :mod:`statekeep._core.leases` it stands for; a refusal returns the lease row and the
 server's time, and the client raises the error by running that same rule on them
 (:mod:`._leases`), so Redis and every other store say the same thing.
 """
@@ -40,7 +40,7 @@ local function refusal(status, h)
   return {{status, h[1] or '', h[2] or '', h[3] or '', h[4] or '', fmt(now)}}
 end
 
--- The fence (statekeep._leases.check_fence) of the lease row ``key`` against the lease a
+-- The fence (statekeep._core.leases.check_fence) of the lease row ``key`` against the lease a
 -- caller passed (``token`` '' for none): nil when the write may go on, else the refusal.
 local function fence(key, token, owner)
   local h = lease_row(key)
@@ -53,7 +53,7 @@ local function fence(key, token, owner)
 end
 """
 
-#: statekeep._leases.acquired: a new token unless a live lease is held.
+#: statekeep._core.leases.acquired: a new token unless a live lease is held.
 ACQUIRE = (
     _NOW
     + FENCE
@@ -68,7 +68,7 @@ return {{0, token, exp}}
 """
 )
 
-#: statekeep._leases.renewed: the same token, a new expiry, if it is current and live.
+#: statekeep._core.leases.renewed: the same token, a new expiry, if it is current and live.
 RENEW = (
     _NOW
     + FENCE
@@ -82,7 +82,7 @@ return {0, ARGV[2], exp}
 """
 )
 
-#: statekeep._leases.released: end it (``exp`` 0, the epoch: no clock stepping back makes it
+#: statekeep._core.leases.released: end it (``exp`` 0, the epoch: no clock stepping back makes it
 #: live again; token kept) if it is current and live.
 RELEASE = (
     _NOW

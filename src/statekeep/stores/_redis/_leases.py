@@ -1,5 +1,5 @@
 """RedisStore's leases, client side: the lease scripts' calls (:mod:`._lease_lua`), and the
-errors of the scripts that refuse, raised by the pure rules of :mod:`statekeep._leases`
+errors of the scripts that refuse, raised by the pure rules of :mod:`statekeep._core.leases`
 run on the lease row and server time the script returned. Also rekey's in-place re-seal.
 """
 
@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 
 import orjson
 
-from ..._leases import Lease, acquired, check_fence, is_live, renewed
-from ..._writes import same_json
+from ..._core.leases import Lease, acquired, check_fence, is_live, renewed
+from ..._core.writes import same_json
 from ._client import ClientLocal
 from ._keys import Keys, from_us
 from ._lease_lua import LEASE_HELD, STALE

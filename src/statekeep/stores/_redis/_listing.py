@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._query import ListQuery, Page, encode_cursor
-from ..._records import SavedState
+from ..._core.query import ListQuery, Page, encode_cursor
+from ..._core.records import SavedState
 from .._server import add_listed
 from ._client import ClientLocal
 from ._keys import Keys, down

@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import orjson
 
-from ..._errors import CorruptStateError
-from ..._records import Record, decode_snapshot
+from ..._core.errors import CorruptStateError
+from ..._core.records import Record, decode_snapshot
 from .. import _server as servercommon
 from ._client import ClientLocal
 from ._keys import Keys

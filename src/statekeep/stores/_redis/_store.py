@@ -8,20 +8,20 @@ from collections.abc import Hashable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ... import _redaction as redaction
-from ..._backend import Backend
-from ..._bridge import owner, run_async
-from ..._errors import CorruptStateError
-from ..._labels import DEFAULT_NAMESPACE
-from ..._leases import Lease
-from ..._query import ListQuery, Page
-from ..._records import Record, SavedState, Snapshot
-from ..._redactor import Redactor
-from ..._sealing import Keyring
-from ..._urlquery import our_values
-from ..._writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
+from ..._core import passwords as redaction
+from ..._core.errors import CorruptStateError
+from ..._core.labels import DEFAULT_NAMESPACE
+from ..._core.leases import Lease
+from ..._core.query import ListQuery, Page
+from ..._core.records import Record, SavedState, Snapshot
+from ..._core.redactor import Redactor
+from ..._core.writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
+from ..._protect.sealing import Keyring
+from ..._runtime.bridge import owner, run_async
+from ..._store.backend import Backend
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
+from .._urlquery import our_values
 from . import _client, _leases, _listing, _reads
 from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 def redact_url(url: str) -> str:
     """``url`` with its user information and every password replaced by ``***`` (see
-    :mod:`statekeep._redaction`)."""
+    :mod:`statekeep._core.passwords`)."""
     return redaction.redact_url(url)
 
 
@@ -102,8 +102,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     scripts; the fence runs in the write and delete scripts themselves), so they hold
     across processes and hosts whatever their clocks say; a State's lease row
     (``lease:{id}``) has no TTL and outlives the State, so its token only grows.
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     _local_type = ClientLocal

@@ -1,7 +1,7 @@
 """The write queue of a server store in one process: writes that wait at the same moment
 go to the server together, each still with its own outcome.
 
-This is a second group-commit engine beside :class:`statekeep._batching.GroupCommit`
+This is a second group-commit engine beside :class:`statekeep._runtime.batching.GroupCommit`
 (FileStore's and SQLiteStore's), on purpose. GroupCommit runs a blocking commit on a worker thread, one batch
 at a time, and each caller learns only success or an error. A server store talks to its
 server with async I/O on the owner loop itself (no thread), each write gets back a value

@@ -8,8 +8,8 @@ from typing import Any, NoReturn
 
 import orjson
 
-from ..._errors import CorruptStateError
-from ..._records import SavedState, decode_snapshot, left_out
+from ..._core.errors import CorruptStateError
+from ..._core.records import SavedState, decode_snapshot, left_out
 
 
 def decode_stored(stored: Sequence[bytes | str], sid: str, place: str) -> list[Any]:

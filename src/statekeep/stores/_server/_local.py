@@ -2,7 +2,7 @@
 
 A connection pool or client is bound to the event loop that made it, so a server store
 keeps it, its write queue and the tasks it started in one :class:`ServerLocal` per process,
-held in a :class:`statekeep._slot.ProcessSlot`: a forked child makes a new one and leaves
+held in a :class:`statekeep._runtime.slot.ProcessSlot`: a forked child makes a new one and leaves
 the parent's alone (never closing it).
 """
 
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from ..._bridge import Closer, _Owner
+from ..._runtime.bridge import Closer, Owner
 from ._batches import WriteQueue
 
 C = TypeVar("C")
@@ -22,7 +22,7 @@ class ServerLocal(Generic[C]):
     """The connection (``conn``: a pool or a client), the write queue, the operations in
     flight and the tasks of one server store in one process."""
 
-    def __init__(self, own: _Owner) -> None:
+    def __init__(self, own: Owner) -> None:
         self.owner = own
         self.starting = asyncio.Lock()  # one connect at a time
         self.conn: C | None = None

@@ -3,13 +3,13 @@ and the errors of those that refuse the write."""
 
 from __future__ import annotations
 
-from ..._errors import StateConflictError
-from ..._expect import check_clear, check_next, reborn
-from ..._writes import PreparedWrite, exists_error, missing_error, plan_append
+from ..._core.errors import StateConflictError
+from ..._core.writes import PreparedWrite, exists_error, missing_error, plan_append
+from ..._store.expect import check_clear, check_next, reborn
 
 # Outcomes of a server-side write; a store may add its own after these (5 to 9).
 OK, MISSING, EXISTS, GAP, COMPARE = 0, 1, 2, 3, 4
-# The write's preconditions refused it (see statekeep._expect): the State's next seq is not
+# The write's preconditions refused it (see statekeep._store.expect): the State's next seq is not
 # its expect_next (reported with the next seq), or the write is clear and the State sealed.
 UNEXPECTED, SEALED_STATE = 10, 11
 # The write is bound to an incarnation the State no longer has (deleted and created again

@@ -1,7 +1,7 @@
 """ServerStore: the base of the stores that talk to a server (PostgresStore, RedisStore).
 
 It keeps this process's connection object (an asyncpg pool, a redis-py client) in a
-:class:`statekeep._slot.ProcessSlot` of :class:`ServerLocal`, opens it on first use (again
+:class:`statekeep._runtime.slot.ProcessSlot` of :class:`ServerLocal`, opens it on first use (again
 in a forked child, leaving the parent's alone), counts the operations using it so that
 close waits for them, turns errors into :class:`Talking`'s, and queues writes so that
 those waiting at the same moment go to the server together. A store says how to open,
@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
-from ... import _redaction as redaction
-from ..._backend import Backend
-from ..._slot import ProcessSlot
+from ..._core import passwords as redaction
+from ..._runtime.slot import ProcessSlot
+from ..._store.backend import Backend
 from ._batches import Queued
 from ._local import ServerLocal, close_local
 from ._talking import Talking

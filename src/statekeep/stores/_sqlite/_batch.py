@@ -19,17 +19,17 @@ from typing import Any
 
 import orjson
 
-from ..._errors import CorruptStateError, StateConflictError
-from ..._expect import check_preconditions
-from ..._labels import iso
-from ..._leases import Lease, check_fence
-from ..._writes import (
+from ..._core.errors import CorruptStateError, StateConflictError
+from ..._core.labels import iso
+from ..._core.leases import Lease, check_fence
+from ..._core.writes import (
     PreparedWrite,
     check_overlap,
     exists_error,
     missing_error,
     plan_append,
 )
+from ..._store.expect import check_preconditions
 from . import _sql as sql
 from ._connections import is_busy, rolled_back_on_error
 from ._known import Key, Known, read_known

@@ -1,4 +1,4 @@
-"""SQLiteStore's change stamp (:mod:`statekeep._changes`): ``PRAGMA data_version`` on the
+"""SQLiteStore's change stamp (:mod:`statekeep._store.changes`): ``PRAGMA data_version`` on the
 reader the owner loop keeps, which moves whenever another connection, in this process or
 any other, commits to the file (every namespace's writes move it: a listing too many)."""
 
@@ -9,8 +9,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..._bridge import run_async
-from ..._slot import ProcessSlot
+from ..._runtime.bridge import run_async
+from ..._runtime.slot import ProcessSlot
 from ._connections import Connections, is_busy
 from ._listing import loop_reader
 

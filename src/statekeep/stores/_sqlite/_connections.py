@@ -8,7 +8,7 @@ the parent's. So a child keeps every inherited :class:`Connections` referenced u
 exits.
 
 A store's connections are closed by ``close()``, at interpreter exit, or (with a
-ResourceWarning) when the store is dropped unclosed: see :class:`statekeep._bridge.Closer`.
+ResourceWarning) when the store is dropped unclosed: see :class:`statekeep._runtime.bridge.Closer`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..._bridge import Closer, _Owner, owner
-from ..._errors import NotAStoreError
-from ..._expect import sealed_text
-from ..._slot import ProcessSlot
+from ..._core.errors import NotAStoreError
+from ..._runtime.bridge import Closer, Owner, owner
+from ..._runtime.slot import ProcessSlot
+from ..._store.expect import sealed_text
 from . import _sql as sql
 
 T = TypeVar("T")
@@ -221,7 +221,7 @@ def connections_slot(store: object) -> ProcessSlot[Connections]:
     """
     ref = weakref.ref(store)
 
-    def make(own: _Owner) -> Connections:
+    def make(own: Owner) -> Connections:
         conns = Connections()
         target = ref()
         if target is not None:  # it is: the store is asking

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..._leases import Lease
+from ..._core.leases import Lease
 from . import _sql as sql
 from ._leases import lease_row
 from ._schema import refuse_newer, refuse_newer_after

@@ -3,7 +3,7 @@
 A State's lease row ``(owner, token, expires_at, ttl_us)`` sits in ``leases`` under
 ``(namespace, state_id)``. Every change to it runs in ``BEGIN IMMEDIATE``: SQLite's write
 lock serialises it with every write, delete and other lease change of the file, in any
-process on the host, and the rule (:mod:`statekeep._leases`) is applied in Python inside
+process on the host, and the rule (:mod:`statekeep._core.leases`) is applied in Python inside
 that transaction, at a time read from the store's clock once the lock is held.
 """
 
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from ..._bridge import owner
-from ..._errors import CorruptStateError, StatekeepError
-from ..._labels import iso
-from ..._leases import Lease, acquired, is_live, released, renewed
-from ..._slot import ProcessSlot
+from ..._core.errors import CorruptStateError, StatekeepError
+from ..._core.labels import iso
+from ..._core.leases import Lease, acquired, is_live, released, renewed
+from ..._runtime.bridge import owner
+from ..._runtime.slot import ProcessSlot
 from . import _sql as sql
 from ._connections import Connections, rolled_back_on_error
 from ._rows import listing_columns

@@ -1,6 +1,6 @@
 """A listing query as SQL: one page, answered from one index in listing order.
 
-Every filter of :class:`~statekeep._query.ListQuery` has an index whose columns are its
+Every filter of :class:`~statekeep._core.query.ListQuery` has an index whose columns are its
 equality columns and then ``updated_at DESC, id`` (see the version 2 schema in ``_sql``),
 so a page is one range of that index, read until the page is full; the other filters are
 checked on the rows found. A label filter reads the labels table's index (which holds the
@@ -9,7 +9,7 @@ alone reads the primary key's range of that prefix and sorts it. Expired States 
 store's clock) are left out as they are met, unless the (internal) query includes them.
 
 The cursor condition ``updated_at <= at AND (updated_at < at OR id > cursor id)`` is the
-keyset order of :mod:`statekeep._query`, written so that its first part bounds the range.
+keyset order of :mod:`statekeep._core.query`, written so that its first part bounds the range.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..._batching import WouldBlock
-from ..._labels import iso
-from ..._query import ListQuery, Page, encode_cursor
-from ..._records import left_out, trusted_row, utc_time
+from ..._core.labels import iso
+from ..._core.query import ListQuery, Page, encode_cursor
+from ..._core.records import left_out, trusted_row, utc_time
+from ..._runtime.batching import WouldBlock
 from . import _sql as sql
 from ._connections import Connections, connect, is_busy
 from ._rows import saved_state

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from ..._batching import WouldBlock
-from ..._errors import CorruptStateError
-from ..._records import Record, decode_snapshot
+from ..._core.errors import CorruptStateError
+from ..._core.records import Record, decode_snapshot
+from ..._runtime.batching import WouldBlock
 from . import _sql as sql
 from ._connections import Connections, is_busy
 from ._listing import loop_reader

@@ -5,7 +5,7 @@ The listing columns are filled from the snapshot when it is written, with
 :meth:`SavedState.from_snapshot`; times are kept as fixed-width UTC ISO text so that text
 order is time order. A snapshot that lacks a listing key leaves them NULL and keeps the
 reason in ``unlisted``; its ``expires_at`` column is still filled by the rule reads use
-(:func:`~statekeep._labels.expired_at`), so such a State expires, and is collected, alike.
+(:func:`~statekeep._core.labels.expired_at`), so such a State expires, and is collected, alike.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from ..._labels import iso
-from ..._records import SavedState, decode_object, run_status, trusted_row, utc_time
+from ..._core.labels import iso
+from ..._core.records import SavedState, decode_object, run_status, trusted_row, utc_time
 
 _INT64_MAX = 2**63 - 1
 _parse_time = datetime.fromisoformat

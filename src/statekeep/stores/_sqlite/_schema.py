@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..._errors import NotAStoreError, UnsupportedFormatError
-from ..._labels import DEFAULT_NAMESPACE
+from ..._core.errors import NotAStoreError, UnsupportedFormatError
+from ..._core.labels import DEFAULT_NAMESPACE
 from .._fsio import OsIO, make_folders, write_file
 from . import _sql as sql
 from ._connections import closed_on_error, connect, is_busy, refuse_not_a_database, rolled_back_on_error

@@ -7,7 +7,7 @@ UTF-8 bytes); reads ``CAST`` back to get bytes for orjson.
 
 from __future__ import annotations
 
-from ..._expect import SEALED_KEY
+from ..._store.expect import SEALED_KEY
 
 # -- the schema ------------------------------------------------------------------------------
 

@@ -12,16 +12,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..._backend import Backend, Clock
-from ..._batching import GroupCommit, WouldBlock
-from ..._bridge import owner, run_async
-from ..._labels import DEFAULT_NAMESPACE, iso
-from ..._leases import Lease
-from ..._query import ListQuery, Page
-from ..._records import Record, SavedState
-from ..._redactor import Redactor
-from ..._sealing import Keyring
-from ..._writes import PreparedWrite, prepare_write
+from ..._core.labels import DEFAULT_NAMESPACE, iso
+from ..._core.leases import Lease
+from ..._core.query import ListQuery, Page
+from ..._core.records import Record, SavedState
+from ..._core.redactor import Redactor
+from ..._core.writes import PreparedWrite, prepare_write
+from ..._protect.sealing import Keyring
+from ..._runtime.batching import GroupCommit, WouldBlock
+from ..._runtime.bridge import owner, run_async
+from ..._store.backend import Backend, Clock
 from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
@@ -100,8 +100,8 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     processes on other hosts (a network file system) are not supported by SQLite itself.
     The row stays after a release or a delete: a State's token only grows.
 
-    ``redact``, ``encrypt`` and ``allow_plaintext``: see "Protecting what you store" in
-    the README (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+    ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
+    (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
 
     def __init__(

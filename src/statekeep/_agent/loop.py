@@ -1,0 +1,212 @@
+"""A reference agent loop: a small, clear example of a loop that saves as it goes.
+
+Not a framework. It shows where a loop saves (at run start, before each model request,
+after each reply, after each tool result, at the stop) so that a crash at any instant
+leaves a State that ``store.load`` can continue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, cast
+
+from .._core.errors import LeaseHeldError, StaleLeaseError
+from .._core.leases import Lease, check_owner, check_ttl
+from .._leases.keepalive import LeaseKeeper, default_owner
+from .._run.state import State, agent_info
+from .._runtime.callerloop import worker_thread
+from .._store.contract import Store
+from .tools import Tool
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a model returns: text, tool calls (``{"id", "name", "args"}``), usage, stop reason."""
+
+    text: str = ""
+    tool_calls: Sequence[Mapping[str, Any]] = ()
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    stop_reason: str | None = None
+
+
+#: A model: called with the messages and the tool schemas, returns a Reply (or awaits one).
+Model = Callable[[list[dict[str, Any]], list[dict[str, Any]]], "Reply | Awaitable[Reply]"]
+
+
+class ScriptedModel:
+    """Replays scripted replies in order, for tests and demos. A str is a final text reply."""
+
+    def __init__(self, replies: Iterable[Reply | str], *, name: str = "scripted") -> None:
+        self.replies = [Reply(r) if isinstance(r, str) else r for r in replies]
+        self.name = name
+        self.calls: list[list[dict[str, Any]]] = []  # the messages of each call
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        if len(self.calls) >= len(self.replies):
+            raise RuntimeError(f"ScriptedModel has no reply left (it had {len(self.replies)})")
+        self.calls.append(list(messages))
+        return self.replies[len(self.calls) - 1]
+
+
+class Agent:
+    """Runs a State: asks the model, runs the tools it calls, until it answers.
+
+    With a ``store``, the State is saved as the run goes. ``limit`` caps the model turns
+    of one run; reaching it stops the run (``stopped_by == "limit"``) without finishing
+    it, so it can run again.
+
+    Leases (built-in stores): with ``lease_ttl`` (seconds or a timedelta) each run takes
+    the State's lease for ``owner`` (default ``host/pid-N/<name>``) and releases it at its
+    end; or pass a lease you acquired to :meth:`run`/:meth:`arun` as ``lease=`` (kept: you
+    release it). Either way the run renews the lease once half its period has gone by
+    (checked at every step, and by a heartbeat while a long model or tool call runs) and
+    saves with ``lease=``. When another owner takes the State over, the run stops at once,
+    saves nothing more, and raises :class:`StaleLeaseError`: the State in memory may then
+    hold steps the store does not; load it again before going on.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        tools: Iterable[Callable[..., Any]] = (),
+        system: str | None = None,
+        name: str = "agent",
+        store: Store | None = None,
+        limit: int = 20,
+        lease_ttl: float | timedelta | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = {t.name: t for t in map(Tool.from_function, tools)}
+        self.system = system
+        self.name = name
+        self.store = store
+        self.limit = limit
+        self.lease_ttl = None if lease_ttl is None else check_ttl(lease_ttl, "lease_ttl")
+        self.owner = default_owner(name) if owner is None else check_owner(owner)
+        self.model_name = str(getattr(model, "name", getattr(model, "__name__", type(model).__name__)))
+
+    def info(self) -> dict[str, Any]:
+        """The agent as ``run_start`` records it."""
+        return agent_info(self.name, self.model_name, system=self.system, tools=self.tools)
+
+    def run(self, state: State, *, lease: Lease | None = None) -> Any:
+        """Sync :meth:`arun`: runs the loop on an event loop of its own, never on statekeep's
+        private one, so slow tools and models never hold up other callers' saves. Inside a
+        running event loop it runs on a thread of its own and blocks that loop meanwhile."""
+        state._check_run(self.info())  # here, so that a ResumeWarning points at the caller
+        try:
+            asyncio.get_running_loop()
+            in_a_loop = True
+        except RuntimeError:
+            in_a_loop = False
+        # Outside the except block: errors of the run must not be chained to the RuntimeError.
+        if not in_a_loop:
+            return asyncio.run(self.arun(state, lease=lease))
+        with ThreadPoolExecutor(1, thread_name_prefix="statekeep-agent") as pool:
+            return pool.submit(asyncio.run, self.arun(state, lease=lease)).result()
+
+    async def arun(self, state: State, *, lease: Lease | None = None) -> Any:
+        """Run until the model answers without calling tools; return the answer.
+
+        A tool whose output JSON cannot hold gives the model an error result saying so
+        (outcome ``done``: the tool ran), and the run goes on. ``lease=``: see the class;
+        :class:`StaleLeaseError` once the State is taken over (nothing more is saved)."""
+        keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
+        if keeper is None:
+            return await self._run(state, None)
+        return await keeper.run(lambda: self._run(state, keeper))
+
+    async def _run(self, state: State, keeper: LeaseKeeper | None) -> Any:
+        state.begin_run(self.info())
+        await self._save(state, keeper)
+        schemas = [t.schema for t in self.tools.values()]
+        try:
+            for _ in range(self.limit):
+                state.request(self.model_name)
+                await self._save(state, keeper)
+                reply = await self._ask(state, schemas)
+                state.add_reply(
+                    reply.text, reply.tool_calls, usage=reply.usage, stop_reason=reply.stop_reason
+                )
+                await self._save(state, keeper)
+                if not reply.tool_calls:
+                    state.finish(reply.text)
+                    await self._save(state, keeper)
+                    return reply.text
+                for call in reply.tool_calls:
+                    if keeper is not None:
+                        await keeper.keep()  # a tool's effects must not start on a lost lease
+                    output, is_error = await self._call_tool(call)
+                    _record_result(state, call, output, is_error)
+                    await self._save(state, keeper)
+            state.stop("limit")
+            await self._save(state, keeper)
+            return None
+        except Exception as exc:
+            if isinstance(exc, (StaleLeaseError, LeaseHeldError)) or (keeper and keeper.saw(exc)):
+                raise  # another worker holds the State: save nothing more
+            if state.waiting_on_model:
+                state.add_model_error(f"{type(exc).__name__}: {exc}")
+            if not state.pending_calls:
+                state.add_error(f"{type(exc).__name__}: {exc}")
+            await self._save(state, keeper)
+            raise
+
+    async def _ask(self, state: State, schemas: list[dict[str, Any]]) -> Reply:
+        messages = list(state.messages)
+        if self.system is not None:
+            messages.insert(0, {"role": "system", "content": self.system})
+        got: object
+        if _is_async(self.model):
+            got = self.model(messages, schemas)
+        else:  # a blocking model call must not hold up the event loop
+            got = await worker_thread(self.model, messages, schemas)
+        if inspect.isawaitable(got):
+            got = await got
+        if isinstance(got, Mapping):
+            return Reply(**got)
+        return cast(Reply, got)  # a Reply, or any object with its attributes
+
+    async def _call_tool(self, call: Mapping[str, Any]) -> tuple[Any, bool]:
+        tool = self.tools.get(call["name"])
+        if tool is None:
+            return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
+        try:
+            return await tool.call(dict(call.get("args") or {})), False
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}", True
+
+    async def _save(self, state: State, keeper: LeaseKeeper | None) -> None:
+        if self.store is None:
+            return
+        if keeper is None:
+            await self.store.asave(state)
+        else:
+            await self.store.asave(state, lease=await keeper.keep())
+
+
+def _record_result(state: State, call: Mapping[str, Any], output: Any, is_error: bool) -> None:
+    try:
+        state.add_tool_result(call["id"], output, is_error=is_error)
+    except TypeError as exc:
+        # The tool ran (its effects happened: outcome done), but its output cannot be saved.
+        state.add_tool_result(
+            call["id"],
+            f"tool {call['name']!r} ran, but its result cannot be saved: {exc}",
+            is_error=True,
+            outcome="done",
+        )
+
+
+def _is_async(fn: Any) -> bool:
+    """Is ``fn`` a coroutine function, or an object whose ``__call__`` is one?"""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)

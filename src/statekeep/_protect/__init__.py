@@ -1,0 +1,1 @@
+"""Protection of what a store keeps: redaction, encryption at rest, rekey."""

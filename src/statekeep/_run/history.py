@@ -1,0 +1,257 @@
+"""The history vocabulary (the on-disk format of a State) and its replay, pure and linear.
+
+Every entry is a JSON object with ``seq`` (dense from 0), ``kind`` and ``at`` (ISO 8601,
+UTC). Format version :data:`FORMAT_VERSION`; the kinds and their keys (optional ones in
+brackets, where absent and ``null`` are the same, standing for what follows ``=``):
+
+=============== ==========================================================================
+kind            keys
+=============== ==========================================================================
+task            ``text``, [``parent``], [``call_id``] — always seq 0: what the State is for;
+                a subagent's names the State that spawned it and the tool call that did
+user            ``text`` — a message from the user
+run_start       ``agent``: {``name``, ``model``, ``system_sha256``, ``tools``: sorted names}
+model_request   ``model`` — a request sent to the model, waiting for its reply
+model_reply     [``text`` = ""], [``tool_calls`` = []]: [{``id``, ``name``, ``args``}],
+                [``usage``], [``stop_reason``]
+model_error     ``message`` — closes a request that got no reply
+tool_result     ``call_id``, ``name``, ``output``, ``is_error``, ``outcome``: done | error | unknown
+stop            ``by``: finish | limit | the condition that stopped the run; [``answer``]
+data            ``key``, and ``value`` unless [``deleted``] is true — application data
+error           ``message`` — the run ended with an exception
+=============== ==========================================================================
+
+Every other key is required and must not be ``null``, except the JSON values a writer
+gives, where ``null`` is a value: ``args``, ``output``, ``answer`` and a data ``value``.
+Unknown keys (on an entry, a tool call or a run_start agent) are kept in the entry as
+written and ignored by everything derived from it.
+
+:class:`Replay` applies entries one at a time, checking that each can follow what came
+before, and keeps everything the read side needs up to date, so rebuilding a State is
+linear in the length of its history.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from .._core.frozen import FrozenDict, freeze
+
+#: Version 2 (statekeep 0.2) added the task entry's ``parent`` and ``call_id`` and the
+#: snapshot's ``agent``, ``parent``, ``labels``, ``expires_at`` and ``forked_from``; version 1
+#: histories read as they are. A statekeep that knows only version 1 refuses version 2
+#: States (it would drop their labels on its next save).
+FORMAT_VERSION = 2
+KINDS = (
+    "task",
+    "user",
+    "run_start",
+    "model_request",
+    "model_reply",
+    "model_error",
+    "tool_result",
+    "stop",
+    "data",
+    "error",
+)
+OUTCOMES = ("done", "error", "unknown")
+AGENT_KEYS = ("name", "model", "system_sha256", "tools")
+
+# Keys each kind must have, with the types they must hold (never null).
+_STR, _BOOL, _LIST, _DICT = (str,), (bool,), (list,), (dict,)
+_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+    "task": {"text": _STR},
+    "user": {"text": _STR},
+    "run_start": {"agent": _DICT},
+    "model_request": {"model": _STR},
+    "model_reply": {},
+    "model_error": {"message": _STR},
+    "tool_result": {"call_id": _STR, "name": _STR, "is_error": _BOOL, "outcome": _STR},
+    "stop": {"by": _STR},
+    "data": {"key": _STR},
+    "error": {"message": _STR},
+}
+# Keys a kind may have, with the types they hold when present: absent and null are the same.
+_OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
+    "task": {"parent": _STR, "call_id": _STR},
+    "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
+}
+
+
+def _json_type(value: Any) -> str:
+    """What ``value`` is, in JSON's words, for messages about a damaged entry."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def now() -> str:
+    """The current time as the ISO 8601 UTC string history entries carry."""
+    return datetime.now(UTC).isoformat()
+
+
+class Replay:
+    """What a history says so far, updated entry by entry."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []
+        self.turn = 0
+        self.pending_request: dict[str, Any] | None = None
+        self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
+        self.answered: set[str] = set()
+        self.finished = False
+        self.answer: Any = None
+        self.stopped_by: str | None = None
+        self._values: dict[str, Any] = {}  # key -> deep-frozen value
+        self._data_view: FrozenDict | None = FrozenDict()
+        self.last_agent: dict[str, Any] | None = None
+
+    @property
+    def data(self) -> FrozenDict:
+        """The application data, deep-frozen; built again only after it changes."""
+        if self._data_view is None:
+            self._data_view = FrozenDict(self._values)
+        return self._data_view
+
+    def apply(self, entry: dict[str, Any]) -> None:
+        """Append ``entry`` if it can follow the history; else ValueError saying why."""
+        seq, kind = entry.get("seq"), entry.get("kind")
+        if seq != len(self.entries):
+            raise ValueError(f"entry has seq {seq!r}, expected {len(self.entries)}")
+        if kind not in _REQUIRED:
+            raise ValueError(f"seq {seq}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        if not isinstance(entry.get("at"), str):
+            raise ValueError(f"seq {seq}: {kind} entry has no 'at' time")
+        for key, types in _REQUIRED[kind].items():
+            if not isinstance(entry.get(key), types):
+                got = "has none" if key not in entry else f"has {_json_type(entry[key])}"
+                raise ValueError(
+                    f"seq {seq}: {kind} entry needs {key!r} of type {types[0].__name__}; it {got}"
+                )
+        for key, types in _OPTIONAL.get(kind, {}).items():
+            value = entry.get(key)
+            if value is not None and not isinstance(value, types):
+                raise ValueError(
+                    f"seq {seq}: {kind} entry's {key!r} must be null or of type {types[0].__name__}; "
+                    f"it has {_json_type(value)}"
+                )
+        if (kind == "task") != (seq == 0):
+            raise ValueError(f"seq {seq}: a history starts with one task entry, at seq 0")
+        if self.finished:
+            raise ValueError(f"seq {seq}: the State is finished; nothing can follow its stop entry")
+        getattr(self, "_" + kind)(entry)
+        self.entries.append(entry)
+
+    # -- one method per kind: check, then update --------------------------------------
+
+    def _task(self, e: dict[str, Any]) -> None:
+        self.messages.append({"role": "user", "content": e["text"]})
+
+    def _user(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a user message")
+        self.messages.append({"role": "user", "content": e["text"]})
+
+    def _run_start(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a run start")
+        agent = e["agent"]
+        for key in AGENT_KEYS:
+            if agent.get(key) is None:
+                got = f"{key!r}: null" if key in agent else f"no {key!r}"
+                raise ValueError(
+                    f"seq {e['seq']}: run_start agent has {got}; it needs {', '.join(AGENT_KEYS)}"
+                )
+        self.last_agent = {key: agent[key] for key in AGENT_KEYS}  # other keys are ignored
+        self.stopped_by = None
+        self.answer = None
+
+    def _model_request(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a model request")
+        self.pending_request = e
+
+    def _model_reply(self, e: dict[str, Any]) -> None:
+        if self.pending_request is None:
+            raise ValueError(f"seq {e['seq']}: a model reply with no request waiting for it")
+        calls = {}
+        for call in e.get("tool_calls") or ():
+            if not (
+                isinstance(call, dict)
+                and isinstance(call.get("id"), str)
+                and isinstance(call.get("name"), str)
+            ):
+                raise ValueError(f"seq {e['seq']}: each tool call needs a str 'id' and 'name' and 'args'")
+            if "args" not in call:
+                raise ValueError(f"seq {e['seq']}: tool call {call['id']!r} has no 'args'")
+            if call["id"] in calls or call["id"] in self.answered:
+                raise ValueError(f"seq {e['seq']}: tool call id {call['id']!r} is used twice")
+            calls[call["id"]] = {"id": call["id"], "name": call["name"], "args": call["args"]}
+        self.pending_request = None
+        self.pending_calls = calls
+        self.turn += 1
+        message: dict[str, Any] = {"role": "assistant", "content": e.get("text") or ""}
+        if calls:
+            message["tool_calls"] = list(calls.values())
+        self.messages.append(message)
+
+    def _model_error(self, e: dict[str, Any]) -> None:
+        if self.pending_request is None:
+            raise ValueError(f"seq {e['seq']}: a model error with no request waiting")
+        self.pending_request = None
+
+    def _tool_result(self, e: dict[str, Any]) -> None:
+        call = self.pending_calls.pop(e["call_id"], None)
+        if call is None:
+            why = "was answered already" if e["call_id"] in self.answered else "is not a pending call"
+            raise ValueError(f"seq {e['seq']}: a result for tool call {e['call_id']!r}, which {why}")
+        if e["outcome"] not in OUTCOMES:
+            raise ValueError(f"seq {e['seq']}: outcome {e['outcome']!r} is not one of {', '.join(OUTCOMES)}")
+        if "output" not in e:
+            raise ValueError(f"seq {e['seq']}: tool_result entry needs 'output'")
+        self.answered.add(e["call_id"])
+        self.messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": e["call_id"],
+                "name": e["name"],
+                "content": e["output"],
+                "is_error": e["is_error"],
+            }
+        )
+
+    def _stop(self, e: dict[str, Any]) -> None:
+        self._idle(e, "a stop")
+        self.stopped_by = e["by"]
+        self.answer = e.get("answer")
+        self.finished = e["by"] == "finish"
+
+    def _data(self, e: dict[str, Any]) -> None:
+        if e.get("deleted") is True:
+            self._values.pop(e["key"], None)
+        elif "value" in e:
+            self._values[e["key"]] = freeze(e["value"])
+        else:
+            raise ValueError(f"seq {e['seq']}: a data entry needs 'value' or 'deleted': true")
+        self._data_view = None
+
+    def _error(self, e: dict[str, Any]) -> None:
+        self.stopped_by = "error"
+
+    def _idle(self, e: dict[str, Any], what: str) -> None:
+        self.check_idle(what, e["seq"])
+
+    def check_idle(self, what: str, seq: int) -> None:
+        """Refuse ``what`` (at ``seq``) while the model or tools owe an answer."""
+        if self.pending_request is not None:
+            raise ValueError(f"seq {seq}: {what} while a model request waits for its reply")
+        if self.pending_calls:
+            ids = ", ".join(self.pending_calls)
+            raise ValueError(f"seq {seq}: {what} while tool calls wait for results: {ids}")

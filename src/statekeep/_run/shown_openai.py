@@ -1,0 +1,36 @@
+"""An OpenAI Agents session's history entry in words (pure, framework-free)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .shown import Shown, text_of
+
+
+def shown(entry: dict[str, Any]) -> Shown:
+    kind = entry.get("kind")
+    if kind == "session":
+        return Shown(entry, f"session {entry.get('session_id')!r} started")
+    if kind == "pop":
+        return Shown(entry, f"pop_item: the item at seq {entry.get('of')} was removed")
+    if kind == "clear":
+        return Shown(entry, "clear_session: every item before this was removed")
+    if kind == "item" and isinstance(entry.get("item"), Mapping):
+        return _item(entry, entry["item"])
+    return Shown(entry)
+
+
+def _item(entry: dict[str, Any], item: Mapping[str, Any]) -> Shown:
+    kind = item.get("type")
+    if "role" in item and kind in (None, "message"):
+        text = text_of(item.get("content"))
+        return Shown(entry, f"{item.get('role')}: {text}", None if text else dict(item))
+    if kind == "function_call":
+        line = f"calls {item.get('name')}({item.get('arguments', '')}) [{item.get('call_id')}]"
+        return Shown(entry, line)
+    if kind == "function_call_output":
+        output = item.get("output")
+        shown_output = output if isinstance(output, str) else text_of(output)
+        return Shown(entry, f"output of [{item.get('call_id')}]: {shown_output}")
+    return Shown(entry, f"{kind or 'item'}", dict(item))

@@ -1,0 +1,420 @@
+"""State: one agent run's history, with everything derived from it, ready to save or continue."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from .._core.codec import check, decode
+from .._core.ids import new_incarnation, validate_id
+from .._core.labels import aware_time, check_labels, check_period, iso
+from .history import AGENT_KEYS, FORMAT_VERSION, Replay, now
+from .resumecheck import warn_if_agent_changed
+
+
+def agent_info(
+    name: str, model: str, *, system: str | None = None, tools: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The ``run_start`` description of an agent: name, model, system prompt hash, tool names."""
+    return {
+        "name": name,
+        "model": model,
+        "system_sha256": hashlib.sha256((system or "").encode()).hexdigest(),
+        "tools": sorted(tools),
+    }
+
+
+class State:
+    """An agent run: an append-only history plus everything derived from it.
+
+    Create one with ``State(task)``, append with the write-side methods (each adds one
+    history entry, or raises ValueError if history cannot follow, TypeError for a value
+    JSON cannot hold, and then adds nothing), save it with
+    ``store.save(state)`` and get it back with ``store.load(state.id)``. Read-side
+    properties are kept up to date entry by entry.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        id: str | None = None,
+        parent: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        call_id: str | None = None,
+    ) -> None:
+        if not isinstance(task, str):
+            raise TypeError(f"task must be a str, got {type(task).__name__}")
+        self._setup(uuid.uuid4().hex if id is None else validate_id(id))
+        self._incarnation: str | None = new_incarnation()
+        self.labels.update(check_labels(labels))
+        lineage: dict[str, Any] = {}
+        if parent is not None:
+            lineage["parent"] = validate_id(parent)
+        if call_id is not None:
+            if parent is None:
+                raise ValueError("call_id names the parent's tool call that spawned a child: give parent too")
+            if not isinstance(call_id, str):
+                raise TypeError(f"call_id must be a str, got {type(call_id).__name__}")
+            lineage["call_id"] = call_id
+        self._append("task", "State()", text=task, **lineage)
+
+    def _setup(self, state_id: str) -> None:
+        self.id = state_id
+        self._replay = Replay()
+        #: Labels saved with the next save: a ``dict[str, str]`` you may change freely; a
+        #: bad label is a ValueError naming it at save time, and nothing is written.
+        self.labels: dict[str, str] = {}
+        self._expires_at: datetime | None = None
+        self._forked_from: dict[str, Any] | None = None
+        # Save bookkeeping, kept by the methods below: where the State is saved, how much of
+        # its history that store has, and whether the store has it at all.
+        self._store: object = None
+        self._incarnation = None  # see ``incarnation``: __init__, fork_state or a load sets it
+        self._saved = 0
+        self._created = False
+        self._unsure = False  # a write failed in a way that may have stored it
+        self._check_agent = False  # the first run after a load compares agents
+
+    @classmethod
+    def _from_history(cls, state_id: str, entries: Iterable[dict[str, Any]]) -> State:
+        """Rebuild a State by replaying ``entries``; ValueError if they cannot be replayed."""
+        self = cls.__new__(cls)
+        self._setup(state_id)
+        for entry in entries:
+            self._replay.apply(entry)
+        if not self.history:
+            raise ValueError("the history is empty: it must start with a task entry")
+        return self
+
+    # -- read side ----------------------------------------------------------------------
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The entries, in seq order (do not modify them)."""
+        return self._replay.entries
+
+    @property
+    def task(self) -> str:
+        return str(self.history[0]["text"])
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat so far, provider-neutral: ``user``, ``assistant`` (with ``tool_calls``)
+        and ``tool`` (with ``tool_call_id``) messages."""
+        return self._replay.messages
+
+    @property
+    def turn(self) -> int:
+        """How many model replies the State holds."""
+        return self._replay.turn
+
+    @property
+    def pending_calls(self) -> list[dict[str, Any]]:
+        """Tool calls of the last reply that have no result yet."""
+        return list(self._replay.pending_calls.values())
+
+    @property
+    def waiting_on_model(self) -> bool:
+        """A model request was sent and has no reply (or error) yet."""
+        return self._replay.pending_request is not None
+
+    @property
+    def finished(self) -> bool:
+        return self._replay.finished
+
+    @property
+    def answer(self) -> Any:
+        """The answer of the last stop, or None."""
+        return self._replay.answer
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Why the last run stopped (``finish``, ``limit``, ...), or None while one runs."""
+        return self._replay.stopped_by
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        """Application data set with :meth:`set_data`, read-only and deep-frozen.
+
+        It is a dict whose dicts and lists refuse changes (TypeError): change data with
+        :meth:`set_data` and :meth:`delete_data`, which the history records. It does not
+        follow later changes; ``copy.deepcopy(state.data)`` gives a plain copy to edit.
+        """
+        return self._replay.data
+
+    @property
+    def created_at(self) -> str:
+        return str(self.history[0]["at"])
+
+    @property
+    def updated_at(self) -> str:
+        return str(self.history[-1]["at"])
+
+    @property
+    def last_agent(self) -> dict[str, Any] | None:
+        """The agent of the last ``run_start``, or None."""
+        return self._replay.last_agent
+
+    @property
+    def parent(self) -> str | None:
+        """The id of the State that spawned this one (see :meth:`child`), or None."""
+        parent = self.history[0].get("parent")
+        return parent if isinstance(parent, str) else None
+
+    @property
+    def call_id(self) -> str | None:
+        """The parent's tool call that spawned this State, if it was given."""
+        call_id = self.history[0].get("call_id")
+        return call_id if isinstance(call_id, str) else None
+
+    @property
+    def incarnation(self) -> str | None:
+        """This State's life in its store: a random id (the docs' "Protection" page,
+        "Incarnations"); None if its store keeps none, or it was saved before statekeep kept one."""
+        return self._incarnation
+
+    @property
+    def forked_from(self) -> dict[str, Any] | None:
+        """``{"id": ..., "seq": ...}`` for a State made by ``store.fork``, else None."""
+        return None if self._forked_from is None else dict(self._forked_from)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the State expires, as set by :meth:`expire_at` or :meth:`keep_for` (None:
+        never, unless the store has a ``retention``)."""
+        return self._expires_at
+
+    def expire_at(self, when: datetime | None) -> None:
+        """Expire the State at ``when`` (an aware datetime), or never with None; saved by
+        the next save. An expired State is gone for every reader, as if deleted, and
+        ``store.gc()`` removes it."""
+        self._expires_at = None if when is None else aware_time(when, "expire_at(when)")
+
+    def keep_for(self, period: timedelta) -> None:
+        """Expire the State ``period`` from now (see :meth:`expire_at`): from this machine's
+        clock now, so the expiry is a fixed time, saved as such. (A store's ``retention``
+        instead counts from each write, by the clock of the store or its server.)"""
+        self._expires_at = datetime.now(UTC) + check_period(period, "keep_for(period)")
+
+    def child(
+        self,
+        task: str,
+        *,
+        id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        call_id: str | None = None,
+    ) -> State:
+        """A new State (a subagent's run) whose :attr:`parent` is this one.
+
+        Its first entry records this State's id and, when given, ``call_id``, the tool call
+        that spawned it. ``store.list(parent=state.id)`` lists the children once saved.
+        """
+        return State(task, id=id, parent=self.id, labels=labels, call_id=call_id)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The dict a store keeps beside the history, which ``SavedState.from_snapshot`` reads.
+
+        ValueError naming the label if :attr:`labels` holds a bad one.
+        """
+        labels = check_labels(self.labels, "state.labels")  # checked, never rebound: yours stays yours
+        agent = self._replay.last_agent
+        return {
+            "v": FORMAT_VERSION,
+            "task": self.task,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "turn": self.turn,
+            "stopped_by": self.stopped_by,
+            "finished": self.finished,
+            "seq": len(self.history) - 1,
+            "agent": None if agent is None else agent["name"],
+            "parent": self.parent,
+            "labels": labels,
+            "expires_at": None if self._expires_at is None else iso(self._expires_at),
+            "forked_from": self.forked_from,
+        }
+
+    def _restore(self, snapshot: Mapping[str, Any] | None) -> None:
+        """Take back what a saved snapshot holds beyond the history: labels, an explicit
+        expiry, the fork source. Unreadable values are dropped (the history is the truth)."""
+        if not snapshot:
+            return
+        labels = snapshot.get("labels")
+        try:
+            saved = check_labels(labels if isinstance(labels, Mapping) else None)
+        except ValueError:
+            saved = {}
+        self.labels.clear()
+        self.labels.update(saved)
+        expiry = snapshot.get("expires_at")
+        if isinstance(expiry, str) and snapshot.get("expiry") != "retention":
+            try:
+                self._expires_at = aware_time(expiry, "expires_at")
+            except ValueError:
+                self._expires_at = None
+        forked = snapshot.get("forked_from")
+        if isinstance(forked, dict) and isinstance(forked.get("id"), str) and type(forked.get("seq")) is int:
+            self._forked_from = {"id": forked["id"], "seq": forked["seq"]}
+
+    # -- write side ---------------------------------------------------------------------
+
+    def add_user(self, text: str) -> None:
+        self._append("user", "State.add_user()", text=text)
+
+    def begin_run(self, agent: Mapping[str, Any]) -> None:
+        """Start a run by ``agent`` (see :func:`agent_info`). The first run after a load
+        warns with :class:`ResumeWarning` if the agent differs from the last one."""
+        self._append("run_start", "State.begin_run()", agent=self._check_run(agent))
+
+    def _check_run(self, agent: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``run_start`` agent for ``agent``, once a run can start; adds nothing. The
+        first check after a load warns if the agent changed (Agent.run checks early, in the
+        caller's thread, so that the warning points at the caller's line)."""
+        if self.finished:
+            raise ValueError(
+                f"State {self.id!r} is finished; a finished State cannot run again. To go on from "
+                "it, start a new State and give it what it needs from this one's messages "
+                "(state.messages), e.g. with add_user()"
+            )
+        info = {key: agent[key] for key in AGENT_KEYS if key in agent}
+        if set(info) != set(AGENT_KEYS):
+            raise ValueError(f"agent needs {', '.join(AGENT_KEYS)}; use statekeep.agent_info(...)")
+        info["tools"] = sorted(info["tools"])
+        self._replay.check_idle("a run start", len(self.history))
+        if self._check_agent:
+            warn_if_agent_changed(self.id, self.last_agent, info)  # may raise under -W error
+            self._check_agent = False
+        return info
+
+    def request(self, model: str) -> None:
+        """Record that a request is being sent to ``model``."""
+        self._append("model_request", "State.request()", model=model)
+
+    def add_reply(
+        self,
+        text: str = "",
+        tool_calls: Iterable[Mapping[str, Any]] = (),
+        *,
+        usage: Mapping[str, Any] | None = None,
+        stop_reason: str | None = None,
+    ) -> None:
+        """Record the model's reply to the waiting request."""
+        calls = [{"id": c["id"], "name": c["name"], "args": c.get("args", {})} for c in tool_calls]
+        self._append(
+            "model_reply",
+            "State.add_reply()",
+            text=text,
+            tool_calls=calls,
+            usage=dict(usage or {}),
+            stop_reason=stop_reason,
+        )
+
+    def add_model_error(self, message: str) -> None:
+        """Close the waiting request: the model gave no reply."""
+        self._append("model_error", "State.add_model_error()", message=message)
+
+    def add_tool_result(
+        self, call_id: str, output: Any, *, is_error: bool = False, outcome: str | None = None
+    ) -> None:
+        """Record the result of a pending tool call (outcome ``done``, or ``error`` if
+        ``is_error``, unless given). ``output`` must be a JSON value (TypeError otherwise)."""
+        call = self._replay.pending_calls.get(call_id)
+        name = call["name"] if call else ""
+        self._append(
+            "tool_result",
+            f"State.add_tool_result({call_id!r})",
+            call_id=call_id,
+            name=name,
+            output=output,
+            is_error=is_error,
+            outcome=outcome or ("error" if is_error else "done"),
+        )
+
+    def stop(self, by: str, answer: Any = None) -> None:
+        """End the current run; ``by`` says why (``limit``, a condition's name, ...)."""
+        self._append("stop", f"State.stop({by!r})", by=by, answer=answer)
+
+    def finish(self, answer: Any) -> None:
+        """End the run for good with ``answer``; a finished State cannot run again."""
+        self._append("stop", "State.finish()", by="finish", answer=answer)
+
+    def set_data(self, key: str, value: Any) -> None:
+        """Set application data ``key`` to ``value``, a JSON value (TypeError otherwise)."""
+        self._append("data", f"State.set_data({key!r})", key=key, value=value)
+
+    def delete_data(self, key: str) -> None:
+        self._append("data", f"State.delete_data({key!r})", key=key, deleted=True)
+
+    def add_error(self, message: str) -> None:
+        """Record that the run ended with an exception."""
+        self._append("error", "State.add_error()", message=message)
+
+    def _append(self, kind: str, call: str, **fields: Any) -> None:
+        """Add an entry holding ``fields``, or raise naming ``call`` (the State method) and
+        the key; nothing is added then, so every save can still encode the history."""
+        for key, value in fields.items():
+            check(value, f"{call} {key}", 1)
+        # The history keeps a JSON copy: later changes to the caller's objects never reach
+        # it, and it equals what a load gives back (tuples become lists).
+        entry = decode(orjson.dumps({"seq": len(self.history), "kind": kind, "at": now(), **fields}))
+        try:
+            self._replay.apply(entry)
+        except ValueError as exc:
+            raise ValueError(f"{call}: {exc}") from None
+
+    # -- save bookkeeping (for Store.save and load) -------------------------------------
+
+    def _unsaved(self, store: object) -> tuple[list[dict[str, Any]], dict[str, Any], bool, bool]:
+        """What a save to ``store`` sends: the entries it lacks, the snapshot, ``create``
+        (the first save), and whether an earlier create failed after it may have been
+        stored. ValueError if the State is saved in another store."""
+        if self._store is not None and self._store != store:
+            raise ValueError(
+                f"State {self.id!r} is saved in {self._store!r}; a State is saved in one store only. "
+                "Load it from that store, or make a new State for this one"
+            )
+        create = not self._created
+        return self.history[self._saved :], self.snapshot(), create, create and self._unsure
+
+    def _expected_next(self) -> int | None:
+        """A save's ``expect_next``: None before the create, and after a write that may have landed."""
+        return None if self._unsure or not self._created else self._saved
+
+    def _mark_saved(self, store: object, sent: int) -> None:
+        """``store`` now holds the first ``sent`` entries (and so holds the State)."""
+        self._store, self._saved, self._created, self._unsure = store, sent, True, False
+
+    def _mark_failed(self) -> None:
+        """A save failed in a way that may have stored it; the next save skips what is stored
+        (a failed create is retried as an append first), without ``expect_next``."""
+        self._unsure = True
+
+    def _bind_loaded(self, store: object) -> None:
+        """The State was just loaded from ``store``, which holds all of it; its first run
+        compares agents (:class:`ResumeWarning`)."""
+        self._mark_saved(store, len(self.history))
+        self._check_agent = True
+
+    def _add_repair(self, entry: dict[str, Any]) -> None:
+        """Add an entry that load builds to close an interrupted run (not saved yet)."""
+        self._replay.apply(entry)
+
+    # -- identity -----------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.id == other.id and self.history == other.history
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"State(id={self.id!r}, task={self.task[:40]!r}, turn={self.turn}, entries={len(self.history)})"
+        )

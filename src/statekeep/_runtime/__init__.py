@@ -1,0 +1,1 @@
+"""The runtime: the owner loop, hand-offs, foreign loops, workers, the process slot, group commit."""

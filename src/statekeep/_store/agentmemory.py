@@ -1,0 +1,213 @@
+"""Agent memory: a small durable key/value store with revisions, kept beside a store's States.
+
+Each key is a record of its own in a namespace of the store's storage that listings of
+States never show (``<namespace>.memory.<scope>``). Its history holds one small entry per
+change (``put`` or ``delete``, with an operation id); the value lives in its snapshot,
+which each change replaces in the same write. So a key has the codec and durability of a
+State, and the revision check is the store's own seq rule: a change is written at the seq
+its revision names, and a different change already there is a StateConflictError.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .._core.errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from .._core.query import Page
+from .._core.records import utc_time
+from .._run.history import now
+from .._runtime.bridge import run_sync
+from .expect import expecting
+
+if TYPE_CHECKING:
+    from .contract import Store
+
+KEY_RULE = (
+    "a key is a non-empty str; letters, digits and '-' count one character each, any other "
+    "character three per UTF-8 byte, and a key may count at most 128"
+)
+_PLAIN = re.compile(r"[A-Za-z0-9-]")
+_RETRIES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One key's current value. ``revision`` counts its changes (1 after the first put)."""
+
+    key: str
+    value: Any
+    revision: int
+    updated_at: datetime
+
+
+def key_id(key: object, what: str = "key") -> str:
+    """The record id of ``key``: reversible, and a prefix of a key maps to a prefix of its id."""
+    if type(key) is not str or not key:
+        raise ValueError(f"invalid {what} {key!r}: {KEY_RULE}")
+    out = "".join(c if _PLAIN.fullmatch(c) else "".join(f"_{b:02x}" for b in c.encode()) for c in key)
+    if len(out) > 128:
+        raise ValueError(f"{what} {key[:40]!r}... is too long: {KEY_RULE}")
+    return out
+
+
+class Memory:
+    """A durable key/value store for what an agent keeps between runs: ``store.memory(scope)``.
+
+    - ``get(key)`` -> :class:`Item` or None;
+    - ``put(key, value, *, revision=None)`` -> :class:`Item`: with ``revision``, only if the
+      key is at that revision now (``0``: only if it does not exist), else
+      :class:`StateConflictError` and nothing is written;
+    - ``delete(key, *, revision=None)``: the same check; a missing key is no error;
+    - ``items(prefix=None, limit=None, after=None)``: a page, most recently changed first,
+      with ``.next`` as listings have.
+
+    Each method has an async twin (``aget``, ``aput``, ``adelete``, ``aitems``). A put or
+    delete is durable on return as the store's ``write`` is. Values are JSON values; with
+    the store's ``redact=``, a key with a secret name has its value masked whole in what
+    the store keeps, as a ``data`` entry's is (``put`` returns the value given).
+    """
+
+    def __init__(self, store: Store, scope: str) -> None:
+        self._store = store
+        self.scope = scope
+
+    def __repr__(self) -> str:
+        return f"Memory(scope={self.scope!r}, store={self._store!r})"
+
+    # -- async --------------------------------------------------------------------------
+
+    async def aget(self, key: str) -> Item | None:
+        return _item(key, await self._snapshot(key_id(key)))
+
+    async def _snapshot(self, record_id: str) -> dict[str, Any] | None:
+        """The key's snapshot alone (its value and revision): never its history of changes."""
+        read_snapshot = getattr(self._store, "aread_snapshot", None)
+        if read_snapshot is not None:
+            snapshot: dict[str, Any] | None = await read_snapshot(record_id)
+            return snapshot
+        record = await self._store.aread(record_id)
+        return None if record is None else record.snapshot
+
+    async def aput(self, key: str, value: Any, *, revision: int | None = None) -> Item:
+        return await self._change(key, revision, value=value)  # type: ignore[return-value]
+
+    async def adelete(self, key: str, *, revision: int | None = None) -> None:
+        await self._change(key, revision, deleted=True)
+
+    async def aitems(
+        self, prefix: str | None = None, limit: int | None = None, after: str | None = None
+    ) -> Page:
+        filters: dict[str, Any] = {"finished": False, "limit": limit, "after": after}
+        if prefix:
+            filters["id_prefix"] = key_id(prefix, "prefix")
+        rows = await self._store.alist(**filters)
+        page = Page(next=getattr(rows, "next", None))
+        for row in rows:  # one snapshot read per row: a listing row does not carry the value
+            item = await self.aget(row.task)
+            if item is not None:
+                page.append(item)  # type: ignore[arg-type]  # a Page of Items
+        return page
+
+    async def _change(
+        self, key: str, revision: int | None, *, value: Any = None, deleted: bool = False
+    ) -> Item | None:
+        sid = key_id(key)
+        if revision is not None and (type(revision) is not int or revision < 0):
+            raise ValueError(f"revision must be an int >= 0 or None, got {revision!r}")
+        op = uuid.uuid4().hex
+        headless = False  # the key's record exists, maybe without a snapshot (see _next_seq)
+        for _ in range(_RETRIES):
+            snapshot = await self._snapshot(sid)
+            # A key's snapshot holds its revision, which is also its count of changes: the
+            # seq the next change takes.
+            held = 0 if snapshot is None else _revision(snapshot)
+            if snapshot is None and headless:
+                held = await self._next_seq(sid)
+            live = snapshot is not None and not snapshot.get("finished", False)
+            current = held if live else 0  # a deleted key is at revision 0, as one never put
+            if revision is not None and revision != current:
+                raise _stale(key, revision, current)
+            if deleted and not live:
+                return None
+            at = now()
+            entry = {"seq": held, "kind": "delete" if deleted else "put", "at": at, "op": op}
+            new = {
+                "task": key,
+                "created_at": at if snapshot is None else snapshot.get("created_at", at),
+                "updated_at": at,
+                "turn": held + 1,
+                "stopped_by": None,
+                "finished": deleted,
+                "value": None if deleted else value,
+            }
+            create = snapshot is None and not held
+            try:
+                # expect_next: a key deleted and made again since its read is a conflict,
+                # never a gap or a change on top of another history.
+                await self._store.awrite(sid, [entry], new, create=create, **expecting(self._store, held))
+            except StateExistsError:
+                # Made by another writer since its read, or left with changes but no
+                # snapshot (a copy or import cut short): read it again, then repair it.
+                headless = True
+                continue
+            except (StateConflictError, StateNotFoundError) as exc:
+                # Another writer got ahead (a change at this seq, or a delete): with a
+                # revision that is stale, else go again.
+                if revision is not None:
+                    raise _stale(key, revision, None) from exc
+                continue
+            return None if deleted else Item(key, _copy(value), held + 1, utc_time(at))
+        raise StateConflictError(f"memory key {key!r}: {_RETRIES} writers got ahead of this one; try again")
+
+    async def _next_seq(self, record_id: str) -> int:
+        """The seq after the last change of a key's record (0 if there is none): for a
+        record that has changes but no snapshot, which says its revision."""
+        record = await self._store.aread(record_id)
+        return 0 if record is None else len(record.entries)
+
+    # -- sync ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> Item | None:
+        return run_sync(self.aget(key), "aget")
+
+    def put(self, key: str, value: Any, *, revision: int | None = None) -> Item:
+        return run_sync(self.aput(key, value, revision=revision), "aput")
+
+    def delete(self, key: str, *, revision: int | None = None) -> None:
+        run_sync(self.adelete(key, revision=revision), "adelete")
+
+    def items(self, prefix: str | None = None, limit: int | None = None, after: str | None = None) -> Page:
+        return run_sync(self.aitems(prefix, limit, after), "aitems")
+
+
+def _item(key: str, snapshot: dict[str, Any] | None) -> Item | None:
+    if not snapshot or snapshot.get("finished"):
+        return None
+    return Item(key, snapshot.get("value"), _revision(snapshot), utc_time(snapshot["updated_at"]))
+
+
+def _revision(snapshot: dict[str, Any]) -> int:
+    revision = snapshot.get("turn")
+    if type(revision) is not int or revision < 0:
+        raise CorruptStateError(
+            f"memory key {snapshot.get('task')!r} is damaged: its revision is {revision!r}"
+        )
+    return revision
+
+
+def _copy(value: Any) -> Any:
+    import orjson
+
+    return orjson.loads(orjson.dumps(value))
+
+
+def _stale(key: str, revision: int, current: int | None) -> StateConflictError:
+    now_at = "" if current is None else f" (it is at revision {current})"
+    return StateConflictError(
+        f"memory key {key!r} is not at revision {revision}{now_at}: another writer changed it; "
+        "nothing was written. Get it again and retry with its revision"
+    )

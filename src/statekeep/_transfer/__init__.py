@@ -1,0 +1,1 @@
+"""Moving States between stores and files: copy, export and import."""
