@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.web_serving import serving  # noqa: E402  (statekeep serve in a process of its own)
+from tests.support.web_serving import serving  # noqa: E402  (statekeep serve in a process of its own)
 
 from statekeep import FileStore, State, agent_info  # noqa: E402
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import drop_and_collect
+from tests.support.settle import drop_and_collect
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)

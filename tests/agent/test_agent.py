@@ -5,7 +5,7 @@
   async runs;
 - it saves as it goes: while a tool or the model runs, the store already holds every step.
 
-Saving, loading and repairing a State: tests/test_resume.py.
+Saving, loading and repairing a State: tests/run/test_resume.py.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from statekeep import Agent, Reply, ScriptedModel, StaleLeaseError, State, Store
-from tests.conftest import STORE_FACTORIES
-from tests.test_agent_lease import call, history, stalls_until_taken_over, store_now
+from tests.leases.test_agent_lease import call, history, stalls_until_taken_over, store_now
+from tests.support.stores import STORE_FACTORIES
 
 #: Keys of a saved entry that differ between two runs of the same story.
 VARYING = {"at", "agent"}
@@ -186,7 +186,7 @@ def test_a_caller_cancelled_by_an_anyio_scope_still_releases_the_runs_lease(
 
 
 def test_a_resume_warning_under_trio_points_at_the_callers_line(store: Store) -> None:
-    from tests.test_resume import changed_agent, one_resume_warning, saved_after_one_run
+    from tests.run.test_resume import changed_agent, one_resume_warning, saved_after_one_run
 
     sid = saved_after_one_run(store)
     for how in ("anyio.run(arun)", "await arun"):

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests import servers
+from tests.support import REPO, servers
 
-REPO = Path(__file__).resolve().parent.parent
 HEADER = ["measure", "value", "spread", "baseline", "ratio", "target", "met"]
 # At least this many rows each.
 ROWS = {

@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 from statekeep import ID_RULE, FileStore, SQLiteStore, State, agent_info
 from statekeep._resume import INTERRUPTED_TOOL
 from statekeep.cli import main
-from tests.conftest import sqlite_looks
+from tests.support.stores import sqlite_looks
 
 LONG_TASK = "Book a table for four people in Paris on Friday evening, " * 5
 LONG_ANSWER = "Booked: Chez Janou, Friday 20:00, a table for four, confirmed by phone with the owner. " * 3
@@ -505,7 +505,7 @@ def test_an_empty_store_is_bad_usage() -> None:
 
 
 def test_an_unreachable_server_is_one_line() -> None:
-    from tests import servers
+    from tests.support import servers
 
     port = servers.free_port()  # loopback, nothing listening
     for url in (f"postgresql://u:pw@127.0.0.1:{port}/db", f"redis://127.0.0.1:{port}/0"):
@@ -515,7 +515,7 @@ def test_an_unreachable_server_is_one_line() -> None:
 
 def test_redis_durability_warning_is_one_short_note() -> None:
     pytest.importorskip("redis")
-    from tests import servers
+    from tests.support import servers
 
     try:
         server = servers.start_redis(extra=("--appendfsync", "everysec"))

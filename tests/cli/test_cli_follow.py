@@ -21,8 +21,8 @@ import pytest
 from statekeep import State, Store, agent_info
 from statekeep._urls import open_store
 from statekeep.cli._follow import stopped_after
-from tests.cli_follower import DEADLINE, Follower
-from tests.conftest import URL_KINDS, store_url
+from tests.support.cli_follower import DEADLINE, Follower
+from tests.support.stores import URL_KINDS, store_url
 
 
 @pytest.fixture(params=URL_KINDS)

@@ -19,8 +19,8 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, Keyring, SQLiteStore, State
 from statekeep.cli import main
-from tests.move_runs import contents, cut_short_and_leased, make_runs
-from tests.test_cli_protect import run_on_a_terminal
+from tests.cli.test_cli_protect import run_on_a_terminal
+from tests.support.move_runs import contents, cut_short_and_leased, make_runs
 
 KEY = os.urandom(32)
 

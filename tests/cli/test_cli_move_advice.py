@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, Keyring, State
 from statekeep.cli import main
-from tests.move_runs import make_runs
+from tests.support.move_runs import make_runs
 
 KEY = os.urandom(32)
 

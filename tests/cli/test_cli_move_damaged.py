@@ -15,9 +15,9 @@ from click.testing import CliRunner, Result
 from statekeep import FileStore, Store
 from statekeep._urls import open_store
 from statekeep.cli import main
-from tests.conftest import URL_KINDS, plant_snapshot, store_url
-from tests.move_runs import contents, make_runs
-from tests.older import REPO, run_older
+from tests.support.move_runs import contents, make_runs
+from tests.support.older import REPO, run_older
+from tests.support.stores import URL_KINDS, plant_snapshot, store_url
 
 
 def cli(*args: str) -> Result:
@@ -107,7 +107,7 @@ def older_runs(folder: Path, count: int) -> list[str]:
         import sys
         sys.path.append({str(REPO)!r})
         from statekeep import FileStore
-        from tests.move_runs import make_runs
+        from tests.support.move_runs import make_runs
         store = FileStore({str(folder)!r})
         print(" ".join(make_runs(store, {count})))
         store.close()
@@ -138,7 +138,7 @@ def test_a_file_exported_before_the_trailer_could_list_what_was_left_out_still_i
 
 def test_an_older_statekeep_imports_the_states_of_a_file_that_left_some_out(tmp_path: Path) -> None:
     # States it made (a State made by this release has an incarnation: export format 3,
-    # which the older refuses, as tests/test_upgrade_incarnation.py checks).
+    # which the older refuses, as tests/store/test_upgrade_incarnation.py checks).
     ids = older_runs(tmp_path / "src", 3)
     with FileStore(tmp_path / "src") as store:
         damage("file", store, ids[1])

@@ -13,8 +13,8 @@ from click.testing import CliRunner, Result
 
 from statekeep import FileStore, State, agent_info, open_store
 from statekeep.cli import main
-from tests.conftest import URL_KINDS, store_url
-from tests.test_cli import on_terminal
+from tests.cli.test_cli import on_terminal
+from tests.support.stores import URL_KINDS, store_url
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)

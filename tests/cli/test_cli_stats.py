@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from statekeep import State, Store, agent_info
 from statekeep._urls import open_store
 from statekeep.cli import main
-from tests.conftest import URL_KINDS, store_url
+from tests.support.stores import URL_KINDS, store_url
 
 STAMP = "2026-01-01T00:00:00+00:00"
 

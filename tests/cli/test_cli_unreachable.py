@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from statekeep._redaction import redact_url
 from statekeep.cli import main
-from tests import servers
+from tests.support import servers
 
 DRIVER_NAMES = ("Error:", "Exception", "asyncpg", "redis.", "Errno", "Traceback")
 

@@ -15,7 +15,7 @@ import pytest
 
 from statekeep import FileStore, MemoryStore, Store
 from statekeep._codec import MAX_DEPTH, encode
-from tests.conftest import Api, entries, snapshot
+from statekeep.testing import Api, entries, snapshot
 
 
 def deep(levels: int, innermost: Any) -> Any:

@@ -21,10 +21,10 @@ import pytest
 
 from statekeep import Agent, LeaseHeldError, Reply, ScriptedModel, StaleLeaseError, State, Store, open_store
 from statekeep._bridge import run_async
-from tests import lease_agent_child as child
-from tests import servers
-from tests.conftest import STORE_FACTORIES
-from tests.test_conformance import namespace
+from tests.store.test_conformance import namespace
+from tests.support import servers
+from tests.support.children import lease_agent_child as child
+from tests.support.stores import STORE_FACTORIES
 
 #: Every built-in store; those whose leases hold across processes.
 LEASE_STORES = sorted(STORE_FACTORIES)

@@ -1,5 +1,5 @@
 """Leases across hosts: PostgreSQL and Redis each on a host of its own, workers on two
-more, each host a network namespace on one switch (tests/netns.py), with a pulled cable
+more, each host a network namespace on one switch (tests/support/netns.py), with a pulled cable
 as the partition.
 
 Worker A holds the lease and writes; its link is cut with a write of A's on the wire;
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests import netns, servers
-from tests.netns import SUBNET, Net, need_namespaces, start_postgres_in, start_redis_in
-from tests.servers import Server, ServerMissing, unique_name
-from tests.workers_driver import Worker, wait_lease_gone
+from tests.support import netns, servers
+from tests.support.netns import SUBNET, Net, need_namespaces, start_postgres_in, start_redis_in
+from tests.support.servers import Server, ServerMissing, unique_name
+from tests.support.workers_driver import Worker, wait_lease_gone
 
 KINDS = ["postgres", "redis"]
 

@@ -1,7 +1,7 @@
 """Leases between real processes on one host, on every store that holds them across
 processes: FileStore, SQLiteStore, PostgresStore and RedisStore (servers from
-tests/servers.py). Each worker is a ``python -m tests.lease_worker`` process with a store
-of its own, driven one command at a time (tests/workers_driver.py).
+tests/support/servers.py). Each worker is a ``python -m tests.support.children.lease_worker`` process with a store
+of its own, driven one command at a time (tests/support/workers_driver.py).
 
 A lease is made to lapse soon by renewing it with a short ttl; the tests then wait on the
 store's own clock (``current_lease`` until None), never on a sleep.
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests import servers
-from tests.servers import unique_name
-from tests.workers_driver import Worker, wait_lease_gone
+from tests.support import servers
+from tests.support.servers import unique_name
+from tests.support.workers_driver import Worker, wait_lease_gone
 
 LONG = 60  # a ttl no step of a test outlives
 SHORT = 0.2  # the ttl a lease is renewed with to make it lapse

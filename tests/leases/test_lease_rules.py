@@ -10,7 +10,7 @@ import pytest
 
 from statekeep import LeaseHeldError, MemoryStore, StaleLeaseError, State
 from statekeep.testing import FakeClock
-from tests.older import run_older
+from tests.support.older import run_older
 
 
 def test_a_released_lease_stays_ended_when_the_clock_steps_back() -> None:

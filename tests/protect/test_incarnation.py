@@ -19,8 +19,7 @@ import pytest
 import statekeep as sk
 from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, StateConflictError, Store
 from statekeep.stores import RedisStore
-
-from .conftest import plant_entry, plant_snapshot, servers, stored_record
+from tests.support.stores import plant_entry, plant_snapshot, servers, stored_record
 
 pytest.importorskip("cryptography")
 

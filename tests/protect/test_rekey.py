@@ -1,7 +1,7 @@
 """Rekey: records sealed with an old key re-sealed with the current one, resumable, with
 counts and progress; the stored bytes checked, not just the reads.
 
-The ``statekeep rekey`` command: tests/test_cli_protect.py.
+The ``statekeep rekey`` command: tests/cli/test_cli_protect.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 
 from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, State, Store, rekey
 from statekeep._bridge import run_sync
-from tests import servers
-from tests.conftest import STORE_FACTORIES
-from tests.test_conformance import namespace
+from tests.store.test_conformance import namespace
+from tests.support import servers
+from tests.support.stores import STORE_FACTORIES
 
 K0, K1, K2 = (bytes([n]) * 32 for n in (7, 1, 2))
 OLD = Keyring({"k1": K1}, current="k1")

@@ -1,4 +1,4 @@
-"""Saving, loading and repairing a State (the agent loop itself: tests/test_agent.py).
+"""Saving, loading and repairing a State (the agent loop itself: tests/agent/test_agent.py).
 
 - ``save`` writes only what is new, and every history kind round-trips through every store;
 - crash tests: a real child process running an agent is killed with SIGKILL in the middle of a
@@ -44,10 +44,10 @@ from statekeep import (
 )
 from statekeep._resume import INTERRUPTED_MODEL, INTERRUPTED_TOOL
 from statekeep.stores import OsIO
-from tests import agent_child as child
-from tests.test_agent import call, kinds, lookup, no_warnings, t1, t2
+from tests.agent.test_agent import call, kinds, lookup, no_warnings, t1, t2
+from tests.support.children import agent_child as child
 
-CHILD = str(Path(__file__).with_name("agent_child.py"))
+CHILD = child.__file__
 CHILD_TIMEOUT = 60.0  # a watchdog against a hung child, never reached when things work
 SNAPSHOT_KEYS = {"v", "task", "created_at", "updated_at", "turn", "stopped_by", "finished", "seq"} | {
     "agent",
@@ -239,7 +239,7 @@ def test_snapshot_of_an_unfinished_state(store: Store) -> None:
 
 
 def kill_when_blocked(mode: str, root: Path, state_id: str) -> None:
-    """Run tests/agent_child.py, wait for its marker line, SIGKILL it, wait for it to die."""
+    """Run tests/support/children/agent_child.py, wait for its marker line, SIGKILL it, wait for it to die."""
     stderr_path = root.parent / f"child-{mode}.stderr"
     with stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(
@@ -276,7 +276,7 @@ def book(place: str, people: int) -> str:
 
 
 def resumed_agent(model: ScriptedModel, store: Store) -> Agent:
-    """The agent of tests/agent_child.py, as another process builds it."""
+    """The agent of tests/support/children/agent_child.py, as another process builds it."""
     return Agent(model, tools=[child.lookup, book], system=child.SYSTEM, store=store)
 
 

@@ -29,7 +29,9 @@ import pytest
 from statekeep import FileStore, MemoryStore, Record, StateConflictError, Store
 from statekeep import _bridge as bridge
 from statekeep.stores import OsIO
-from tests.conftest import entries, owner_loop_settled, snapshot, warnings_once_settled
+from statekeep.testing import entries, snapshot
+from tests.support import REPO
+from tests.support.settle import owner_loop_settled, warnings_once_settled
 
 JOIN = 120.0  # seconds; a bound that turns a deadlock into a failure, not a speed limit
 SID = "shared"
@@ -104,7 +106,7 @@ def run_script(code: str, *args: str, timeout: float = 30) -> subprocess.Complet
             capture_output=True,
             text=True,
             timeout=timeout,
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=REPO,
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the process did not exit within {timeout}s (hang at exit?): {exc.stderr!r}")

@@ -20,8 +20,9 @@ import pytest
 from statekeep import FileStore, MemoryStore, Record, SQLiteStore, Store
 from statekeep import _bridge as bridge
 from statekeep import _eager as eager
-from tests.conftest import entries, owner_loop_settled, snapshot
-from tests.test_bridge import JOIN, join_all
+from statekeep.testing import entries, snapshot
+from tests.runtime.test_bridge import JOIN, join_all
+from tests.support.settle import owner_loop_settled
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ import pytest
 
 from statekeep import FileStore, Record, SQLiteStore, Store
 from statekeep.stores import OsIO
-from tests.conftest import entries, snapshot
-from tests.test_bridge import JOIN, join_all, run_script
+from statekeep.testing import entries, snapshot
+from tests.runtime.test_bridge import JOIN, join_all, run_script
 
 
 class LogWrites(OsIO):

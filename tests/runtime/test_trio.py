@@ -3,7 +3,7 @@ that settles before it reports, sync calls made inside a trio run, the same erro
 an asyncio path that never goes through anyio.
 
 The conformance kit runs its async tests under trio too (``*_under_trio`` in
-tests/test_conformance.py); these are what it does not cover. Every wait is bounded by a
+tests/store/test_conformance.py); these are what it does not cover. Every wait is bounded by a
 generous deadline that only turns a hang into a failure; nothing sleeps to synchronise.
 """
 
@@ -38,8 +38,9 @@ from statekeep import (
     arekey,
 )
 from statekeep import _bridge as bridge
-from tests.conftest import entries, snapshot, warnings_once_settled
-from tests.test_bridge import JOIN, HeldFsync
+from statekeep.testing import entries, snapshot
+from tests.runtime.test_bridge import JOIN, HeldFsync
+from tests.support.settle import warnings_once_settled
 
 #: After how many checkpoints of the trio caller a write is cancelled.
 TURNS = (0, 1, 2, 3, 5, 8, 13, 21, 34)

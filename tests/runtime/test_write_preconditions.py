@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from statekeep import Record, StateConflictError, Store
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
 
 IDS = [f"b{i}" for i in range(8)]
 STALE = "b3"

@@ -14,10 +14,10 @@ import sniffio
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, StateConflictError, Store
 from statekeep.testing import StoreContract
-from tests import servers
-from tests.conftest import plant_snapshot
-from tests.test_model import FileMachine
-from tests.test_sqlite import SQLiteMachine
+from tests.stores.file.test_model import FileMachine
+from tests.stores.sqlite.test_sqlite import SQLiteMachine
+from tests.support import servers
+from tests.support.stores import plant_snapshot
 
 
 def namespace(tmp_path: Path) -> str:

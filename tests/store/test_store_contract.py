@@ -23,8 +23,9 @@ from statekeep import (
     Store,
     validate_id,
 )
-from statekeep.testing import Api, StoreContract
-from tests.conftest import STORE_FACTORIES, drop_and_collect, entries, snapshot
+from statekeep.testing import Api, StoreContract, entries, snapshot
+from tests.support.settle import drop_and_collect
+from tests.support.stores import STORE_FACTORIES
 
 
 def write_to(data: dict[str, Record], state_id: str, entries: Any, snapshot: Any, create: bool) -> None:

@@ -16,9 +16,8 @@ import pytest
 
 import statekeep as sk
 from statekeep import Keyring, Store
-
-from .conftest import servers
-from .older import run_older
+from tests.support.older import run_older
+from tests.support.stores import servers
 
 pytest.importorskip("cryptography")
 
@@ -138,8 +137,7 @@ def test_records_of_a_state_made_before_open_only_there(tmp_path: Path) -> None:
     """A record sealed without an incarnation (by the older statekeep) does not open in a
     State that has one: spliced into a new State of the same id, it fails."""
     from statekeep import DecryptionError
-
-    from .conftest import plant_entry, stored_record
+    from tests.support.stores import plant_entry, stored_record
 
     place = Place("sqlite", tmp_path)
     older(

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from statekeep import FileStore, SQLiteStore, State, open_store
 from statekeep.cli import main
-from tests import servers
+from tests.support import servers
 
 
 def cli(*args: str) -> tuple[int, str, str]:

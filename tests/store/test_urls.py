@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from statekeep import FileStore, MemoryStore, SQLiteStore, State, open_store
 from statekeep._redaction import redact_url
 from statekeep.cli import main
-from tests import servers
+from tests.support import servers
 
 
 def test_a_folder_path_is_a_file_store(tmp_path: Path) -> None:

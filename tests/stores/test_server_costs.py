@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from statekeep.testing import entries, snapshot
-from tests.servers import PostgresServer, RedisServer, unique_name
+from tests.support.servers import PostgresServer, RedisServer, unique_name
 
 TURNS = 5
 

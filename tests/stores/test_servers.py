@@ -1,7 +1,7 @@
 """What PostgresStore and RedisStore share beyond the conformance suite, one test for both:
 many processes, a server killed and restarted, fork, closing under load, dropped stores,
 ``create=False``, unreachable servers, missing drivers. Runs on throwaway servers
-(tests/servers.py); what only one of them has: tests/test_postgres.py, tests/test_redis.py."""
+(tests/support/servers.py); what only one of them has: tests/stores/postgres/test_postgres.py, tests/stores/redis/test_redis.py."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import pytest
 
 from statekeep import NotAStoreError, Record, StateConflictError, Store
 from statekeep._bridge import owner
-from tests import servers
-from tests.conftest import drop_and_collect, entries, snapshot
-from tests.servers import PostgresServer, Server, unique_name
+from statekeep.testing import entries, snapshot
+from tests.support import servers
+from tests.support.servers import PostgresServer, Server, unique_name
+from tests.support.settle import drop_and_collect
 
 KINDS = ["postgres", "redis"]
 DRIVERS = {"postgres": "asyncpg", "redis": "redis.asyncio"}

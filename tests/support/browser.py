@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.web_serving import start_serve, url_of
+from tests.support.web_serving import start_serve, url_of
 
 STOP_DEADLINE = 20.0
 WAIT = 20.0  # seconds a test waits for something to show in the page

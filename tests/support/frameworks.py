@@ -22,7 +22,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
 
 
 def under_ci() -> bool:
@@ -104,8 +104,8 @@ BACKENDS = ("memory", "file", "sqlite", "postgres", "redis")
 def backend_url(backend: str, tmp_path: Path) -> str:
     """A store URL for a fresh, empty store of ``backend`` that a child process can open
     (``memory://`` opens a MemoryStore of the child's own). Server stores get a namespace
-    of their own on the shared throwaway server (tests/servers.py)."""
-    from tests import servers
+    of their own on the shared throwaway server (tests/support/servers.py)."""
+    from tests.support import servers
 
     if backend == "memory":
         return "memory://"

@@ -36,9 +36,9 @@ from typing import Any
 
 import pytest
 
-from tests import servers
-from tests.servers import START_TIMEOUT, PostgresServer, RedisServer, _tail
-from tests.workers_driver import Worker
+from tests.support import servers
+from tests.support.servers import START_TIMEOUT, PostgresServer, RedisServer, _tail
+from tests.support.workers_driver import Worker
 
 SUBNET = "198.18.0"  # /24, inside 198.18.0.0/15
 
@@ -131,7 +131,7 @@ class Net:
         return ["ip", "netns", "exec", self.ns(node)]
 
     def worker(self, node: str, name: str | None = None) -> Worker:
-        """A tests/lease_worker.py process on ``node``."""
+        """A tests/support/children/lease_worker.py process on ``node``."""
         return Worker(name or node, self.prefix(node))
 
     def routes(self, node: str) -> list[str]:

@@ -17,10 +17,10 @@ from functools import cache
 from io import BytesIO
 from pathlib import Path
 
+from tests.support import REPO
+
 #: The last release: main as it stood before this round's format changes (issue 21 on).
 LAST_RELEASE = "f6ddde7eb8ee1b136f381902b1857bf2c66e2f36"
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @cache

@@ -1,6 +1,6 @@
 """A model of what a power cut leaves of a folder tree, for the FileStore power-loss test.
 
-It replays the operations :class:`tests.powerloss_recorder.RecordingIO` logged while a
+It replays the operations :class:`tests.support.powerloss_recorder.RecordingIO` logged while a
 FileStore ran on a real folder, and lists the trees a power cut after any of them could
 leave.
 
@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.powerloss_recorder import Op, RecordingIO
+from tests.support.powerloss_recorder import Op, RecordingIO
 
 PAGE = 4096
 COMBOS = 128  # file-version combinations checked whole per tree of names, above: bounded

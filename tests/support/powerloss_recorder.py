@@ -1,6 +1,6 @@
 """The recorder of the FileStore power-loss test: an :class:`~statekeep.stores.OsIO` that
 performs every operation for real and logs each one a power cut could lose, for
-:mod:`tests.powerloss` to replay.
+:mod:`tests.support.powerloss` to replay.
 
 Logged (as :class:`Op`): file and folder creates, writes with their offset and bytes,
 truncates, fsyncs, renames, unlinks and rmdirs. Ops name *model inodes*, numbered at

@@ -9,7 +9,7 @@ benchmarks and the tests that kill and restart a server of their own; the shared
 A missing server binary skips the tests that need it, saying what to install; under CI
 (``CI=true``) it fails them instead, so that a CI machine without the servers cannot pass.
 
-Also a small worker for the multi-process tests: ``python -m tests.servers writer ...``.
+Also a small worker for the multi-process tests: ``python -m tests.support.servers writer ...``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import REPO
 
 PG_VERSION = "15"
 START_TIMEOUT = 60.0
@@ -456,9 +458,6 @@ def redis_store(tmp_path: Any = None, **options: Any) -> Any:
 # -- shared test bodies ---------------------------------------------------------------
 
 
-REPO = Path(__file__).resolve().parent.parent
-
-
 def run_writers(
     kind: str, where: str, namespace: str, states: list[str], *, workers: int, writes: int, pad: int = 0
 ) -> int:
@@ -469,7 +468,7 @@ def run_writers(
     procs = [
         subprocess.Popen(
             [
-                *(sys.executable, "-m", "tests.servers", "writer", "--kind", kind, "--where", where),
+                *(sys.executable, "-m", "tests.support.servers", "writer", "--kind", kind, "--where", where),
                 *("--namespace", namespace, "--name", f"w{n}", "--writes", str(writes), "--pad", str(pad)),
                 *states,
             ],
@@ -647,7 +646,7 @@ async def _writer(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.servers")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.servers")
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("writer", help="append to States from this process (multi-process tests)")
     w.add_argument("--kind", choices=["postgres", "redis"], required=True)

@@ -1,4 +1,4 @@
-"""The test side of tests/lease_worker.py: start a worker process and talk to it.
+"""The test side of tests/support/children/lease_worker.py: start a worker process and talk to it.
 
 Every wait for a reply has a deadline; missing it fails the test with the worker's stderr
 (it never decides anything by time). A worker can be paused (SIGSTOP) and resumed
@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tests.servers import REPO, _die_with_parent
+from tests.support.servers import REPO, _die_with_parent
 
 REPLY_TIMEOUT = 60.0  # a watchdog against a hung worker, never reached when things work
 
@@ -34,14 +34,14 @@ class WorkerError(Exception):
 
 
 class Worker:
-    """One ``python -m tests.lease_worker`` process, run under ``prefix`` (e.g.
+    """One ``python -m tests.support.children.lease_worker`` process, run under ``prefix`` (e.g.
     ``ip netns exec NS``) if given."""
 
     def __init__(self, name: str, prefix: Sequence[str] = ()) -> None:
         self.name = name
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  # closed by stop()
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "tests.lease_worker"],
+            [*prefix, sys.executable, "-m", "tests.support.children.lease_worker"],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -6,7 +6,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import REPO
+
+ROOT = REPO
 
 # Stands in for the interpreter ./dev makes its virtualenv with (the real first setup
 # downloads packages for minutes): `-m venv DIR` makes DIR/bin/python and DIR/bin/statekeep,

@@ -17,7 +17,7 @@ from statekeep import FileStore, MemoryStore, SQLiteStore, Store
 from statekeep._errors import UnsupportedFormatError
 from statekeep._exportfile import FORMAT, ExportFileError, verify
 from statekeep._exporting import aexport, aimport
-from tests.move_runs import contents, make_runs
+from tests.support.move_runs import contents, make_runs
 
 
 def export(store: Store, out: Any, **options: Any) -> Any:

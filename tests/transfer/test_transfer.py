@@ -22,8 +22,8 @@ from statekeep._transfer import (
     acopy,
     aput_state,
 )
-from tests.conftest import servers
-from tests.move_runs import contents, make_runs
+from tests.support.move_runs import contents, make_runs
+from tests.support.stores import servers
 
 KEYS = Keyring({"k1": base64.b64decode(base64.b64encode(b"k" * 32))}, current="k1")
 

@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.browser import browser_binaries
+from tests.support import REPO
+from tests.support.browser import browser_binaries
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "screenshots.py"
+SCRIPT = REPO / "scripts" / "screenshots.py"
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -36,6 +37,6 @@ def test_the_script_writes_both_pages_1280_wide(tmp_path: Path) -> None:
 
 def test_the_committed_screenshots_are_small_pngs() -> None:
     for name in ("runs.png", "run.png"):
-        path = SCRIPT.parent.parent / "docs" / "screenshots" / name
+        path = REPO / "docs" / "screenshots" / name
         assert png_size(path)[0] == 1280
         assert path.stat().st_size < 400_000, f"{path} is large; take it again with scripts/screenshots.py"

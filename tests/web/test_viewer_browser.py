@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore, State, agent_info
-from tests.browser import Server, wait_for
+from tests.support.browser import Server, wait_for
 
 RESEARCHER = agent_info("researcher", "model-r", system="You research.", tools=["search"])
 PLANNER = agent_info("planner", "model-p", tools=["book"])

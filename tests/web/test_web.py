@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 from statekeep import FileStore, MemoryStore
 from statekeep.web import create_app
-from tests.web_runs import EVIL, every_kind, evil, finished, running, save_all
-from tests.webpage import Node, parse
+from tests.support.web_runs import EVIL, every_kind, evil, finished, running, save_all
+from tests.support.webpage import Node, parse
 
 LOCAL = "http://127.0.0.1:8765"
 CSP = (

@@ -16,8 +16,8 @@ import pytest
 
 from statekeep import FileStore, MemoryStore
 from statekeep.web import start
-from tests.web_runs import running
-from tests.web_serving import DEADLINE, client, events, until
+from tests.support.web_runs import running
+from tests.support.web_serving import DEADLINE, client, events, until
 
 
 class Listings(MemoryStore):

@@ -17,8 +17,8 @@ import pytest
 import statekeep.web.feed
 from statekeep import Store
 from statekeep.web import start
-from tests.web_runs import running
-from tests.web_serving import DEADLINE, client, events, until
+from tests.support.web_runs import running
+from tests.support.web_serving import DEADLINE, client, events, until
 
 #: Stores with a change stamp: an idle poll lists nothing there. The server stores list by
 #: ``updated_after`` from an index: their idle poll is that one range read (of the States

@@ -21,9 +21,9 @@ import pytest
 from statekeep import FileStore, Keyring, MemoryStore, Store
 from statekeep._urls import open_store
 from statekeep.web import start
-from tests import servers
-from tests.web_runs import EVIL, finished, running
-from tests.web_serving import (
+from tests.support import servers
+from tests.support.web_runs import EVIL, finished, running
+from tests.support.web_serving import (
     client,
     events,
     read_line,
@@ -34,7 +34,7 @@ from tests.web_serving import (
     until,
     url_of,
 )
-from tests.webpage import parse
+from tests.support.webpage import parse
 
 
 def store_url(kind: str, tmp_path: Path) -> str:

@@ -21,7 +21,8 @@ import pytest
 
 from statekeep import CorruptStateError, FileStore, MemoryStore, StateExistsError, StateNotFoundError
 from statekeep.stores import OsIO
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
+from tests.support import REPO
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -181,7 +182,7 @@ def test_a_create_over_an_expired_state_another_process_replaced_meanwhile_is_re
     extend = textwrap.dedent(f"""
         from datetime import UTC, datetime
         from statekeep import FileStore
-        from tests.conftest import entries, snapshot
+        from statekeep.testing import entries, snapshot
         clock = lambda: datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
         FileStore({str(path)!r}, clock=clock).write("a", entries(0, 2), snapshot("kept"), create=True)
     """)
@@ -189,7 +190,7 @@ def test_a_create_over_an_expired_state_another_process_replaced_meanwhile_is_re
     class ExtendFirst(OsIO):
         def rename(self, src: str, dst: str, *, dir_fd: int) -> None:
             if src.startswith(".creating-"):  # the State is extended right before
-                subprocess.run([sys.executable, "-c", extend], check=True, cwd=Path(__file__).parent.parent)
+                subprocess.run([sys.executable, "-c", extend], check=True, cwd=REPO)
             super().rename(src, dst, dir_fd=dir_fd)
 
     with pytest.raises(StateExistsError):

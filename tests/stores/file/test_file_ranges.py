@@ -9,8 +9,8 @@ import pytest
 
 from statekeep import CorruptStateError, FileStore, Record
 from statekeep.stores._file.reads import read_range
-from tests.conftest import entries, snapshot
-from tests.test_logformat import format_1_store
+from statekeep.testing import entries, snapshot
+from tests.stores.file.test_logformat import format_1_store
 
 
 def test_a_range_read_does_not_read_the_history_before_since(tmp_path: Path) -> None:

@@ -21,9 +21,10 @@ import pytest
 import statekeep as sk
 from statekeep import FileStore, Keyring, LeaseHeldError, Record, StateConflictError, StateNotFoundError
 from statekeep.stores import OsIO
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
+from tests.support import REPO
 
-ROOT = Path(__file__).parent.parent
+ROOT = REPO
 #: The issue's bound for a steady-state append (same process, no other writer since).
 STEADY_BOUND = 8
 
@@ -66,7 +67,7 @@ for _name in (
 @pytest.fixture
 def no_copy_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """Snapshot copies refreshed by a store's first write to a State and at close only
-    (as tests/test_filestore_faults.py does): so how fast this machine is does not matter."""
+    (as tests/stores/file/test_filestore_faults.py does): so how fast this machine is does not matter."""
     monkeypatch.setattr("statekeep.stores._file.copies.INTERVAL", 3600.0)
     monkeypatch.setattr("statekeep.stores._file.store.INTERVAL", 3600.0)
 
@@ -122,7 +123,7 @@ def test_an_append_by_another_process_between_two_steady_appends_is_seen(tmp_pat
         """
         import sys
         from statekeep import FileStore
-        from tests.conftest import entries, snapshot
+        from statekeep.testing import entries, snapshot
         with FileStore(sys.argv[1]) as other:
             other.write("a", entries(12, 3), snapshot(turn=4))
         """,
@@ -150,7 +151,7 @@ def test_a_state_made_again_by_another_process_between_two_steady_appends(
         """
         import sys
         from statekeep import FileStore
-        from tests.conftest import entries, snapshot
+        from statekeep.testing import entries, snapshot
         with FileStore(sys.argv[1]) as other:
             other.delete("a")
             other.write("a", entries(0, 3), snapshot(), create=True)

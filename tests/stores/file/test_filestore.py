@@ -19,7 +19,8 @@ import pytest
 
 from statekeep import CorruptStateError, FileStore, Record, State
 from statekeep.stores import OsIO
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
+from tests.support import REPO
 
 
 def mode(path: Path) -> int:
@@ -211,7 +212,7 @@ def test_leftovers_of_crashed_creates_and_deletes_are_removed(tmp_path: Path) ->
     assert [r.id for r in store.list()] == ["a"]
     assert len(list(tmp_path.iterdir())) == 4  # reads never write, not even to clean up
     store.write("a", entries(1, 1), None)  # the first write (or delete) sweeps
-    # A create or delete still at work is left alone: tests/test_filestore_trust.py.
+    # A create or delete still at work is left alone: tests/stores/file/test_filestore_trust.py.
     assert sorted(p.name for p in tmp_path.iterdir()) == [".statekeep-store", "a"]
 
 
@@ -250,11 +251,11 @@ def test_appends_by_another_process_are_seen(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         from statekeep import FileStore
-        from tests.conftest import entries
+        from statekeep.testing import entries
         FileStore({str(tmp_path)!r}).write("a", entries(1, 2), None)
         """
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     with pytest.raises(ValueError, match="expected seq 3 next, got seq 4"):
         store.write("a", [{"seq": 4}], None)
     store.write("a", entries(1, 3), None)  # 1-2 skipped as equal, 3 new
@@ -370,7 +371,7 @@ async def test_many_states_written_at_once_share_commits_without_wedging(tmp_pat
 APPEND_ALL_AT_ONCE = """
 import asyncio, resource, sys
 from statekeep import FileStore
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
 
 root, count, limit, instances = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -399,7 +400,7 @@ def test_many_appends_at_once_stay_within_the_descriptor_limit(tmp_path: Path, i
         setup.write(f"s{i}", entries(0, 1), snapshot(), create=True)
     done = subprocess.run(
         [sys.executable, "-c", APPEND_ALL_AT_ONCE, str(tmp_path), str(count), str(limit), str(instances)],
-        cwd=Path(__file__).parent.parent,
+        cwd=REPO,
         capture_output=True,
         text=True,
     )

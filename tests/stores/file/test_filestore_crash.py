@@ -1,4 +1,4 @@
-"""SIGKILL crash tests with real processes: a writer (tests/crash_writer.py) is killed at
+"""SIGKILL crash tests with real processes: a writer (tests/support/children/crash_writer.py) is killed at
 random moments, and a fresh FileStore must then hold every acknowledged entry byte for
 byte, nothing that was never written, and accept the next write.
 
@@ -30,10 +30,10 @@ import pytest
 
 from statekeep import FileStore
 from statekeep._logframe import frame
-from tests import crash_writer
-from tests.crash_writer import created_state, entry, snapshot
+from tests.support.children import crash_writer
+from tests.support.children.crash_writer import created_state, entry, snapshot
 
-WRITER = str(Path(__file__).with_name("crash_writer.py"))
+WRITER = crash_writer.__file__
 LINE_TIMEOUT = 60.0  # a watchdog against a hung writer, never reached when things work
 
 

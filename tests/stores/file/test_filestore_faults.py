@@ -33,10 +33,8 @@ from statekeep import FileStore, Record
 from statekeep._batching import WouldBlock
 from statekeep._bridge import run_async
 from statekeep.stores import OsIO
-from tests.conftest import entries, is_root, snapshot
-
-REPO = Path(__file__).resolve().parent.parent
-
+from statekeep.testing import entries, snapshot
+from tests.support import REPO, is_root
 
 # -- the faulty I/O -------------------------------------------------------------------
 
@@ -390,7 +388,7 @@ def test_a_steady_state_append_is_one_write_and_one_fsync_of_the_log(
         store.write(SID, entries(seq, 1), snapshot("steady", turn=seq))
         # One write() of the entry and the closing record, one fsync of the log; the only
         # other open is of the State's lease row (absent): the fence. (Every other system
-        # call of it: tests/test_file_syscalls.py.)
+        # call of it: tests/stores/file/test_file_syscalls.py.)
         row = str(tmp_path / ".leases" / SID)
         assert io.calls == [("open", row), ("write", log), ("fsync", log)], (seq, io.calls)
     store.close()  # refreshes the copy
@@ -938,7 +936,7 @@ DIES_BEFORE_FSYNC = """
 import os, signal, sys
 from statekeep import FileStore
 from statekeep.stores import OsIO
-from tests.test_filestore_faults import NEW_ENTRIES, NEW_SNAPSHOT
+from tests.stores.file.test_filestore_faults import NEW_ENTRIES, NEW_SNAPSHOT
 
 class DiesBeforeFsync(OsIO):
     def fsync(self, fd):
@@ -1081,7 +1079,7 @@ CREATE_DIES_BEFORE_LAST_FSYNC = """
 import os, signal, sys
 from statekeep import FileStore
 from statekeep.stores import OsIO
-from tests.test_filestore_faults import INCARNATION, OLD, SID
+from tests.stores.file.test_filestore_faults import INCARNATION, OLD, SID
 
 class DiesBeforeStoreFsync(OsIO):
     def fsync(self, fd):

@@ -1,4 +1,4 @@
-"""SIGKILL, many times, mostly in the middle of a write: writer processes (tests/kill_child.py)
+"""SIGKILL, many times, mostly in the middle of a write: writer processes (tests/support/children/kill_child.py)
 append entries of a few bytes to several MB, with snapshots, to a FileStore through its
 public API, and this test kills them with SIGKILL at least :data:`KILLS` times. For part of
 the run two processes write the same State at once.
@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore
-from tests import kill_child
-from tests.kill_child import planned
+from tests.support.children import kill_child
+from tests.support.children.kill_child import planned
 
 KILLS = 200
 #: Is each write all or nothing after a kill, snapshot included? Not with the log format of
@@ -55,7 +55,7 @@ def forkserver() -> ForkServerContext:
     """Writers are forked from a server that has statekeep imported: a real process per
     kill without a Python start-up each."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["statekeep", "tests.kill_child"])
+    ctx.set_forkserver_preload(["statekeep", "tests.support.children.kill_child"])
     return ctx
 
 

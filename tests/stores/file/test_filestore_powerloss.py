@@ -1,7 +1,7 @@
 """Power-loss simulation for FileStore, through its I/O seam (``io=``).
 
 A scenario is run once on a real folder with
-:class:`tests.powerloss_recorder.RecordingIO`, which performs every operation and logs
+:class:`tests.support.powerloss_recorder.RecordingIO`, which performs every operation and logs
 each one a power cut could lose (creates, writes, truncates, fsyncs, renames, unlinks),
 and the point of that log at which each write and delete returned (was acknowledged).
 The scenario (:data:`STEPS`): three States, ``a`` driven through the sync API, ``b`` and
@@ -12,7 +12,7 @@ rows of two States' appends sent together (one group commit when they meet).
 
 Then for every crash point k (after the k-th op, k = 0 .. all) and every choice of what
 survives of what was not yet durable (the model and its bounds are in
-:mod:`tests.powerloss`: unsynced writes lost, kept, or torn per 4 KiB page or cut short;
+:mod:`tests.support.powerloss`: unsynced writes lost, kept, or torn per 4 KiB page or cut short;
 unsynced creates, renames and unlinks in a folder each done or not), the tree a power cut
 could leave is built in a fresh folder, a new FileStore opens it, and this is checked,
 knowing only the public API:
@@ -61,8 +61,8 @@ import pytest
 from statekeep import FileStore, Record
 from statekeep.stores import OsIO
 from statekeep.testing import Api, snapshot
-from tests.powerloss import build, crash_points, read_tree
-from tests.powerloss_recorder import RecordingIO
+from tests.support.powerloss import build, crash_points, read_tree
+from tests.support.powerloss_recorder import RecordingIO
 
 SEED = 9
 #: Most crash states checked per crash point: the first half as enumerated (each file at its

@@ -18,11 +18,12 @@ import pytest
 
 from statekeep import CorruptStateError, FileStore, Record, open_store
 from statekeep.stores import OsIO
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
+from tests.support import REPO
 
 NOBODY = 65534
 MARKER = ".statekeep-store"
-ROOT = Path(__file__).parent.parent
+ROOT = REPO
 
 
 def make_store(path: Path, *ids: str) -> FileStore:

@@ -2,7 +2,7 @@
 record carrying the snapshot, recovery that tells an unfinished write (even one with
 holes) from damage, reading back from the end, and upgrading stores of format 1.
 
-The format 1 rules (plain lines) are tested in tests/test_logframe.py: a log of format 2
+The format 1 rules (plain lines) are tested in tests/stores/file/test_logframe.py: a log of format 2
 may start with such lines, and they are read as before.
 """
 
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from statekeep import CorruptStateError, FileStore, Record, UnsupportedFormatError
 from statekeep._logframe import closing_record, frame, scan_log
 from statekeep._logtail import decode_copy, encode_copy, entries_back, last_write
-from tests.conftest import entries, snapshot
-from tests.test_logframe import scalars as values
+from statekeep.testing import entries, snapshot
+from tests.stores.file.test_logframe import scalars as values
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PAGE = 4096

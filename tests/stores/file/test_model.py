@@ -1,5 +1,5 @@
 """Model-based tests of FileStore: the kit's state machine (statekeep.testing.StoreMachine,
-run by tests/test_conformance.py for every store) with FileStore's own invariant, and the
+run by tests/store/test_conformance.py for every store) with FileStore's own invariant, and the
 FileStore cases found while building the model.
 """
 
@@ -13,8 +13,7 @@ import pytest
 from hypothesis.stateful import invariant
 
 from statekeep import FileStore, MemoryStore, StateConflictError, Store
-from statekeep.testing import StoreMachine
-from tests.conftest import snapshot
+from statekeep.testing import StoreMachine, snapshot
 
 
 class FileMachine(StoreMachine):

@@ -28,6 +28,7 @@ from statekeep import DecryptionError, FileStore, Keyring, LeaseHeldError, Redac
 from statekeep._bridge import run_sync
 from statekeep._logframe import closing_record, frame, scan_log
 from statekeep._sealing import open_entry, open_snapshot, seal_entry, seal_snapshot
+from tests.support import REPO
 
 pytest.importorskip("cryptography")
 
@@ -537,7 +538,7 @@ import os, signal, sys
 import statekeep as sk
 from statekeep._bridge import run_sync
 from statekeep.stores._fsio import OsIO
-from tests.test_protection_file import K1, K2, resealed
+from tests.stores.file.test_protection_file import K1, K2, resealed
 
 class Killing(OsIO):
     armed, left = False, int(sys.argv[2])
@@ -571,7 +572,7 @@ def test_reseal_killed_at_any_step_leaves_the_old_log_or_the_new(tmp_path: Path)
     state.add_user("a second write")
     FileStore(tmp_path / "seed", encrypt=k1).save(state)
     seed = (tmp_path / "seed" / "a" / "log.jsonl").read_bytes()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), *sys.path])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
     for step in range(100):
         folder = tmp_path / f"run{step}"
         shutil.copytree(tmp_path / "seed", folder)

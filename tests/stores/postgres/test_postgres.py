@@ -1,6 +1,6 @@
 """PostgresStore beyond the conformance suite: row locks and batches, hostile names, passwords,
-migrations, settings. Runs on throwaway servers (tests/servers.py); what it shares with
-RedisStore (many processes, a crashing server, fork, dropped stores): tests/test_servers.py."""
+migrations, settings. Runs on throwaway servers (tests/support/servers.py); what it shares with
+RedisStore (many processes, a crashing server, fork, dropped stores): tests/stores/test_servers.py."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 
 from statekeep import Record, UnsupportedFormatError
 from statekeep._bridge import owner
-from tests import servers
-from tests.conftest import entries, snapshot
-from tests.servers import PostgresServer, unique_name
+from statekeep.testing import entries, snapshot
+from tests.support import servers
+from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 

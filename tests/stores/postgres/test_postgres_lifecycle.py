@@ -1,9 +1,9 @@
 """PostgresStore's schema version 2 beyond the conformance suite: the migration from version 1,
 listings answered from indexes (EXPLAIN), expiry by the server's clock, gc from several
 processes racing writers, the server-side fork, and namespaces. On throwaway servers
-(tests/servers.py).
+(tests/support/servers.py).
 
-Run as a script, this module is the gc race's worker: ``python -m tests.test_postgres_lifecycle
+Run as a script, this module is the gc race's worker: ``python -m tests.stores.postgres.test_postgres_lifecycle
 writer|collector DSN SCHEMA ...``.
 """
 
@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from statekeep import CorruptStateError, Record, State, StateConflictError, StateNotFoundError, agent_info
-from tests.conftest import entries, snapshot
-from tests.servers import PostgresServer, unique_name
+from statekeep.testing import entries, snapshot
+from tests.support import REPO
+from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -32,7 +33,7 @@ from statekeep.stores._postgres._listing import page_query  # noqa: E402
 from statekeep.stores._postgres._schema import SCHEMA_VERSION, bootstrap, migrations  # noqa: E402
 from statekeep.stores._postgres._sql import Sql  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 @pytest.fixture
@@ -387,7 +388,7 @@ def test_gc_from_several_processes_never_removes_a_state_a_writer_renewed(
 
     asyncio.run(setup())
     stop = tmp_path / "stop"
-    command = [sys.executable, "-m", "tests.test_postgres_lifecycle"]
+    command = [sys.executable, "-m", "tests.stores.postgres.test_postgres_lifecycle"]
     collectors = [
         subprocess.Popen(
             [*command, "collector", postgres_server.dsn, pg.schema, str(stop)],

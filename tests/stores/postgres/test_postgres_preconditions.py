@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from statekeep import StateConflictError
-from tests.conftest import entries, snapshot
-from tests.older import run_older
-from tests.servers import PostgresServer, unique_name
-from tests.test_postgres import old_tables, raw
+from statekeep.testing import entries, snapshot
+from tests.stores.postgres.test_postgres import old_tables, raw
+from tests.support.older import run_older
+from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 

@@ -24,10 +24,10 @@ from statekeep import DecryptionError, Keyring, LeaseHeldError, Redactor, StaleL
 from statekeep._bridge import run_sync
 from statekeep._leases import ENDED
 from statekeep._protection import Protection
-from tests import servers
-from tests.conftest import entries, snapshot
-from tests.servers import PostgresServer, unique_name
-from tests.test_postgres import old_tables, raw
+from statekeep.testing import entries, snapshot
+from tests.stores.postgres.test_postgres import old_tables, raw
+from tests.support import servers
+from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 pytest.importorskip("cryptography")

@@ -28,9 +28,9 @@ from statekeep import (
 )
 from statekeep._bridge import run_sync
 from statekeep._sealing import seal_entry, seal_snapshot
-from tests import servers
-from tests.servers import RedisServer, unique_name
-from tests.test_redis import raw
+from tests.stores.redis.test_redis import raw
+from tests.support import servers
+from tests.support.servers import RedisServer, unique_name
 
 aioredis = pytest.importorskip("redis.asyncio")
 pytest.importorskip("cryptography")
@@ -75,7 +75,7 @@ def dumps(server: RedisServer, prefix: str) -> bytes:
 
 
 def aof(server: RedisServer) -> bytes:
-    """Every append-only file of the server (fsync'd on each write: see tests/servers.py)."""
+    """Every append-only file of the server (fsync'd on each write: see tests/support/servers.py)."""
     reply = raw(server, "CONFIG", "GET", "appenddirname")
     folder = (reply[b"appenddirname"] if isinstance(reply, dict) else reply[1]).decode()
     files = sorted((server.root / folder).iterdir())

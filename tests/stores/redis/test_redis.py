@@ -1,7 +1,7 @@
 """RedisStore beyond the conformance suite: scripts, key prefixes, the durability warning,
-passwords, clients of your own, TLS. Runs on throwaway servers (tests/servers.py); what it
+passwords, clients of your own, TLS. Runs on throwaway servers (tests/support/servers.py); what it
 shares with PostgresStore (many processes, a crashing server, fork, dropped stores):
-tests/test_servers.py."""
+tests/stores/test_servers.py."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import pytest
 
 from statekeep import CorruptStateError, Record, UnsupportedFormatError
 from statekeep._bridge import owner, run_sync
-from tests import servers
-from tests.conftest import drop_and_collect, entries, snapshot
-from tests.servers import RedisServer, unique_name
+from statekeep.testing import entries, snapshot
+from tests.support import servers
+from tests.support.servers import RedisServer, unique_name
+from tests.support.settle import drop_and_collect
 
 aioredis = pytest.importorskip("redis.asyncio")
 

@@ -1,4 +1,4 @@
-"""RedisStore's layout 3, beside the last release's statekeep on one prefix (tests/older.py).
+"""RedisStore's layout 3, beside the last release's statekeep on one prefix (tests/support/older.py).
 
 Layout 3 says every process on the prefix honours the lease rows: the last release (layout
 2) must refuse it, and the first new process upgrades a layout 2 prefix to it.
@@ -13,10 +13,10 @@ import warnings
 import pytest
 
 from statekeep import LeaseHeldError, State
-from tests import servers
-from tests.older import run_older
-from tests.servers import RedisServer, unique_name
-from tests.test_redis import raw
+from tests.stores.redis.test_redis import raw
+from tests.support import servers
+from tests.support.older import run_older
+from tests.support.servers import RedisServer, unique_name
 
 pytest.importorskip("redis.asyncio")
 

@@ -1,6 +1,6 @@
 """RedisStore's own side of issue 10: the indexes behind list(), namespaces, expiry by the
 server's clock (native expiry, retention stamped in Lua), gc, the server-side fork, and the
-upgrade of layout 1 keys. Runs on throwaway servers (tests/servers.py)."""
+upgrade of layout 1 keys. Runs on throwaway servers (tests/support/servers.py)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import pytest
 from statekeep import State, StateExistsError, StateNotFoundError, open_store
 from statekeep._query import make_query, select
 from statekeep._records import SavedState, listing_order
-from tests import servers
-from tests.conftest import entries
-from tests.servers import RedisServer, unique_name
+from statekeep.testing import entries
+from tests.support import servers
+from tests.support.servers import RedisServer, unique_name
 
 redis = pytest.importorskip("redis")
 

@@ -31,8 +31,8 @@ from statekeep._bridge import run_sync
 from statekeep._sealing import seal_entry, seal_snapshot
 from statekeep.stores._sqlite import _sql as sql
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
-from tests.conftest import entries, snapshot
-from tests.test_sqlite import HeldCommits, raw, run_python, wait_until
+from statekeep.testing import entries, snapshot
+from tests.stores.sqlite.test_sqlite import HeldCommits, raw, run_python, wait_until
 
 SECRET = "hunter2-zx81-secret"
 MARK = "plainmark-4417-qv"  # a unique plaintext marker

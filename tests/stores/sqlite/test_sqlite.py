@@ -3,7 +3,7 @@ several processes on one file, group commit with a failing write, schema version
 SIGKILL of a writer, locked databases, fork, and text that looks like SQL.
 
 Worker processes run small programs given with ``python -c`` from the repository root. The
-model-based test (the kit's state machine) runs from tests/test_conformance.py.
+model-based test (the kit's state machine) runs from tests/store/test_conformance.py.
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ from statekeep.stores._sqlite import _connections, _store
 from statekeep.stores._sqlite._batch import Delete, Op
 from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
-from statekeep.testing import StoreMachine
-from tests.conftest import drop_and_collect, entries, snapshot, sqlite_looks
+from statekeep.testing import StoreMachine, entries, snapshot
+from tests.support import REPO
+from tests.support.settle import drop_and_collect
+from tests.support.stores import sqlite_looks
 
-REPO = Path(__file__).resolve().parent.parent
 #: A schema version newer than this statekeep's.
 NEWER = SCHEMA_VERSION + 1
 
@@ -139,7 +140,7 @@ def test_folders_0700_files_0600_whatever_the_umask(tmp_path: Path, umask: int) 
 
 
 def test_list_is_one_ordered_index_scan(store: SQLiteStore, db: Path) -> None:
-    # Every filter's plan: tests/test_sqlite_lifecycle.py.
+    # Every filter's plan: tests/stores/sqlite/test_sqlite_lifecycle.py.
     store.write("a", [], snapshot(), create=True)
     text, params = listing_sql("default", make_query(limit=50), "2026-01-01T00:00:00.000000+00:00")
     with raw(db) as conn:
@@ -851,7 +852,7 @@ def test_forked_child_opens_its_own_connections(store: SQLiteStore) -> None:
 
 
 class SQLiteMachine(StoreMachine):
-    """The kit's rules (statekeep.testing.StoreMachine, run by tests/test_conformance.py)
+    """The kit's rules (statekeep.testing.StoreMachine, run by tests/store/test_conformance.py)
     against SQLiteStore in a fresh file, where a second instance (as another process would)
     writes, deletes and re-creates between the main instance's calls; at the end the
     database passes SQLite's own checks."""

@@ -24,9 +24,9 @@ from statekeep._query import make_query
 from statekeep.stores._sqlite import _schema, _sql
 from statekeep.stores._sqlite._listing import listing_sql
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

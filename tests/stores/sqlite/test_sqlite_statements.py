@@ -13,7 +13,7 @@ import pytest
 
 from statekeep import CorruptStateError, Record, SQLiteStore, UnsupportedFormatError
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from statekeep import Record, SQLiteStore
-from tests.conftest import entries, snapshot
+from statekeep.testing import entries, snapshot
 
 # Another process takes the write lock, says so, and keeps it until told to let go.
 HOLDER = """

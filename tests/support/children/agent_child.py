@@ -1,4 +1,4 @@
-"""An agent process that tests/test_resume.py kills with SIGKILL in the middle of a step.
+"""An agent process that tests/run/test_resume.py kills with SIGKILL in the middle of a step.
 
 Run as ``python agent_child.py MODE ROOT STATE_ID``, with a FileStore in ROOT:
 

@@ -1,4 +1,4 @@
-"""A writer that tests/test_filestore_crash.py kills with SIGKILL at random moments.
+"""A writer that tests/stores/file/test_filestore_crash.py kills with SIGKILL at random moments.
 
 Run as ``python crash_writer.py MODE ROOT ...``; it prints a line after each acknowledged
 operation (flushed), so the parent knows what the store promised before the kill:

@@ -1,4 +1,4 @@
-"""The writer processes tests/test_filestore_kill.py SIGKILLs, and the content they write.
+"""The writer processes tests/stores/file/test_filestore_kill.py SIGKILLs, and the content they write.
 
 A writer is forked (multiprocessing's forkserver, which has statekeep imported already) and
 appends to one State through the public API forever, until the test kills it. It reports

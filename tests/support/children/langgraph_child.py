@@ -1,7 +1,7 @@
 """A LangGraph graph with an interrupt, run against a statekeep store by
 test_langgraph_resume.py, in a process of its own:
 
-    python -m tests.adapters.langgraph_child STORE_URL THREAD_ID start|resume sync|async
+    python -m tests.support.children.langgraph_child STORE_URL THREAD_ID start|resume sync|async
 
 ``start`` runs the graph until it stops at the interrupt; ``resume`` answers it with
 ``Command(resume=...)``. Each prints what the graph returned as one JSON line.

@@ -1,4 +1,4 @@
-"""An agent process run under a lease, for tests/test_agent_lease.py to pause (SIGSTOP).
+"""An agent process run under a lease, for tests/leases/test_agent_lease.py to pause (SIGSTOP).
 
 Run as ``python lease_agent_child.py URL OPTIONS_JSON STATE_ID TTL``: an Agent with
 ``lease_ttl=TTL`` (owner ``child``) runs State STATE_ID in the store ``open_store(URL,

@@ -1,7 +1,7 @@
-"""A worker process the lease tests drive step by step: ``python -m tests.lease_worker``.
+"""A worker process the lease tests drive step by step: ``python -m tests.support.children.lease_worker``.
 
 It reads one JSON command per line on stdin and answers each with one JSON line on stdout,
-in order, so a test decides exactly what each process does and when (tests/workers_driver.py
+in order, so a test decides exactly what each process does and when (tests/support/workers_driver.py
 starts and talks to it). On start it prints ``{"ready": PID}``.
 
 Commands (``op`` plus arguments)::
