@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from statekeep import Store
-from statekeep.testing import Api
-from tests.support.stores import STORE_FACTORIES
+# Before tests.support is first imported: its asserts report what they compared, as a test's do.
+pytest.register_assert_rewrite("tests.support")
+
+from statekeep import Store  # noqa: E402
+from statekeep.testing import Api  # noqa: E402
+from tests.support.stores import STORE_FACTORIES  # noqa: E402
 
 pytest_plugins = [
     "tests.support.servers",

@@ -13,9 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import traceback
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 import pytest
@@ -30,14 +27,7 @@ from statekeep import (
     Tool,
     agent_info,
 )
-
-
-def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
-    return {"id": call_id, "name": name, "args": args}
-
-
-def kinds(history: list[dict[str, Any]]) -> list[str]:
-    return [e["kind"] for e in history]
+from tests.support.agents import call, kinds, lookup, no_warnings, t1
 
 
 def drive(agent: Agent, state: State, mode: str) -> Any:
@@ -47,34 +37,10 @@ def drive(agent: Agent, state: State, mode: str) -> Any:
     return asyncio.run(agent.arun(state))
 
 
-@contextmanager
-def no_warnings() -> Iterator[None]:
-    """Fail if anything warns inside the block (from any thread)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
-
-
-def lookup(city: str) -> str:
-    """Find a restaurant in a city."""
-    return f"{city}: Chez Janou"
-
-
 async def fetch(url: str, timeout: float = 1.0) -> dict[str, Any]:
     """Fetch a page."""
     await asyncio.sleep(0)
     return {"url": url, "status": 200}
-
-
-def t1() -> str:
-    """Tool one."""
-    return "one"
-
-
-def t2() -> str:
-    """Tool two."""
-    return "two"
 
 
 # -- the loop ---------------------------------------------------------------------------

@@ -17,7 +17,15 @@ import pytest
 import trio
 
 from statekeep import Agent, Reply, ScriptedModel, StaleLeaseError, State, Store
-from tests.leases.test_agent_lease import call, history, stalls_until_taken_over, store_now
+from tests.support.agents import (
+    call,
+    changed_agent,
+    history,
+    one_resume_warning,
+    saved_after_one_run,
+    stalls_until_taken_over,
+    store_now,
+)
 from tests.support.stores import STORE_FACTORIES
 
 #: Keys of a saved entry that differ between two runs of the same story.
@@ -186,8 +194,6 @@ def test_a_caller_cancelled_by_an_anyio_scope_still_releases_the_runs_lease(
 
 
 def test_a_resume_warning_under_trio_points_at_the_callers_line(store: Store) -> None:
-    from tests.run.test_resume import changed_agent, one_resume_warning, saved_after_one_run
-
     sid = saved_after_one_run(store)
     for how in ("anyio.run(arun)", "await arun"):
         agent, _ = changed_agent(store, name=f"other-{how}", limit=1, call_id=f"c-{how}")

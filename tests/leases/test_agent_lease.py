@@ -12,19 +12,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from statekeep import Agent, LeaseHeldError, Reply, ScriptedModel, StaleLeaseError, State, Store, open_store
-from statekeep._bridge import run_async
-from tests.store.test_conformance import namespace
+from statekeep import Agent, LeaseHeldError, Reply, ScriptedModel, StaleLeaseError, State, open_store
 from tests.support import servers
+from tests.support.agents import call, history, stalls_until_taken_over, store_now
 from tests.support.children import lease_agent_child as child
-from tests.support.stores import STORE_FACTORIES
+from tests.support.stores import STORE_FACTORIES, namespace
 
 #: Every built-in store; those whose leases hold across processes.
 LEASE_STORES = sorted(STORE_FACTORIES)
@@ -36,21 +33,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     s = STORE_FACTORIES[request.param](tmp_path)
     yield s
     s.close()
-
-
-async def store_now(store: Any) -> datetime:
-    """The time by the clock that judges the store's leases."""
-    return await run_async(store._server_now())
-
-
-def history(store: Store, state_id: str) -> list[dict[str, Any]]:
-    record = store.read(state_id)
-    assert record is not None
-    return record.entries
-
-
-def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
-    return {"id": call_id, "name": name, "args": args}
 
 
 @pytest.mark.parametrize("mode", ["run", "arun"])
@@ -90,30 +72,6 @@ def test_a_lease_for_another_state_is_refused_before_anything_runs(store: Any) -
 def test_a_leased_run_needs_a_store() -> None:
     with pytest.raises(ValueError, match="no store"):
         Agent(ScriptedModel(["x"]), lease_ttl=5).run(State("t"))
-
-
-def stalls_until_taken_over(store: Any, taken: dict[str, Any], reply: Reply) -> Any:
-    """A model whose call blocks its event loop (heartbeat and all: a stalled worker) until
-    the State's lease has lapsed by the store's clock and "worker-b" has acquired it and saved
-    a user message; then it answers ``reply``. ``taken`` gets worker-b's lease and the history
-    it left ("lease", "entries")."""
-
-    def take_over() -> None:
-        while store.current_lease("job") is not None:  # until the store's clock ends the lease
-            pass
-        lease = store.acquire("job", "worker-b", 30)
-        state = store.load("job")
-        state.add_user("worker-b was here")
-        store.save(state, lease=lease)
-        taken["lease"], taken["entries"] = lease, history(store, "job")
-
-    async def stalling_model(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
-        thief = threading.Thread(target=take_over)
-        thief.start()
-        thief.join()
-        return reply
-
-    return stalling_model
 
 
 def test_a_stalled_worker_taken_over_saves_nothing_more_and_raises(store: Any) -> None:

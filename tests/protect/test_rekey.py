@@ -13,9 +13,8 @@ import pytest
 
 from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, State, Store, rekey
 from statekeep._bridge import run_sync
-from tests.store.test_conformance import namespace
 from tests.support import servers
-from tests.support.stores import STORE_FACTORIES
+from tests.support.stores import STORE_FACTORIES, namespace
 
 K0, K1, K2 = (bytes([n]) * 32 for n in (7, 1, 2))
 OLD = Keyring({"k1": K1}, current="k1")

@@ -44,7 +44,17 @@ from statekeep import (
 )
 from statekeep._resume import INTERRUPTED_MODEL, INTERRUPTED_TOOL
 from statekeep.stores import OsIO
-from tests.agent.test_agent import call, kinds, lookup, no_warnings, t1, t2
+from tests.support.agents import (
+    call,
+    changed_agent,
+    kinds,
+    lookup,
+    no_warnings,
+    one_resume_warning,
+    saved_after_one_run,
+    t1,
+    t2,
+)
 from tests.support.children import agent_child as child
 
 CHILD = child.__file__
@@ -402,22 +412,8 @@ def test_sigkill_while_waiting_on_the_model(tmp_path: Path) -> None:
 # -- ResumeWarning ----------------------------------------------------------------------
 
 
-def saved_after_one_run(store: Store, state_id: str = "resume") -> str:
-    """A State run once by the base agent (name 'agent', model 'scripted', system 'A', tools t1)."""
-    state = State("resume me", id=state_id)
-    model = ScriptedModel([Reply("", [call("c0", "t1")])])
-    assert Agent(model, tools=[t1], system="A", store=store, limit=1).run(state) is None
-    assert state.stopped_by == "limit"
-    return state_id
-
-
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def one_resume_warning(caught: list[warnings.WarningMessage]) -> warnings.WarningMessage:
-    [warning] = [w for w in caught if issubclass(w.category, ResumeWarning)]
-    return warning
 
 
 def test_resume_warning_points_at_the_callers_line(store: Store) -> None:
@@ -475,16 +471,6 @@ CHANGES = {
     "no system": (dict(system=None), {"system_sha256": (sha("A"), sha(""))}),
     "tools": (dict(tools=[t1, t2]), {"tools": (["t1"], ["t1", "t2"])}),
 }
-
-
-def changed_agent(
-    store: Store, *, limit: int = 20, call_id: str = "c1", **change: Any
-) -> tuple[Agent, ScriptedModel]:
-    """The base agent with ``change``; its model calls t1 once (as ``call_id``), then answers."""
-    config: dict[str, Any] = dict(name="agent", model_name="scripted", system="A", tools=[t1])
-    config.update(change)
-    model = ScriptedModel([Reply("", [call(call_id, "t1")]), "done"], name=config.pop("model_name"))
-    return Agent(model, store=store, limit=limit, **config), model
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))

@@ -3,7 +3,6 @@ through the sync and the async API, with statekeep's own error messages."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,12 +16,7 @@ from statekeep.testing import StoreContract
 from tests.stores.file.test_model import FileMachine
 from tests.stores.sqlite.test_sqlite import SQLiteMachine
 from tests.support import servers
-from tests.support.stores import plant_snapshot
-
-
-def namespace(tmp_path: Path) -> str:
-    """A schema or key prefix of its own for each folder, the same for the same folder."""
-    return "sk_" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
+from tests.support.stores import namespace, plant_snapshot
 
 
 class BuiltinContract(StoreContract):

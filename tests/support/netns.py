@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from tests.support import servers
-from tests.support.servers import START_TIMEOUT, PostgresServer, RedisServer, _tail
+from tests.support.serverprocs import START_TIMEOUT, PostgresServer, RedisServer, _tail
 from tests.support.workers_driver import Worker
 
 SUBNET = "198.18.0"  # /24, inside 198.18.0.0/15

@@ -3,6 +3,7 @@ to change what a store holds through its own storage (as a hand edit or an older
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 from collections.abc import Callable
@@ -151,6 +152,11 @@ def store_url(kind: str, tmp_path: Path, prefix: str) -> str:
     if kind == "postgres":
         return f"{servers().shared_postgres().dsn}?namespace={name}"
     return f"{servers().shared_redis().url}?namespace={name}"
+
+
+def namespace(tmp_path: Path) -> str:
+    """A schema or key prefix of its own for each folder, the same for the same folder."""
+    return "sk_" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
 
 
 #: The kinds :func:`store_url` makes: every store a second process can open.

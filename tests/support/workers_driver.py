@@ -19,7 +19,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tests.support.servers import REPO, _die_with_parent
+from tests.support import REPO
+from tests.support.serverprocs import _die_with_parent
 
 REPLY_TIMEOUT = 60.0  # a watchdog against a hung worker, never reached when things work
 
