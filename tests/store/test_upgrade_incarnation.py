@@ -179,7 +179,7 @@ def test_an_export_file_of_the_older_statekeep_imports_and_the_older_refuses_a_n
         f"""
 import asyncio
 import statekeep as sk
-from statekeep._transfer.exporting import aexport
+from statekeep._exporting import aexport
 state = sk.State("exported by the older statekeep", id="old")
 store.save(state)
 asyncio.run(aexport(store, {str(old_file)!r}))
@@ -199,6 +199,6 @@ asyncio.run(aexport(store, {str(old_file)!r}))
         place,
         False,
         TRY
-        + f"from statekeep._transfer.exporting import verify\nattempt('verify', lambda: verify(open({str(new_file)!r}, 'rb')))",
+        + f"from statekeep._exporting import verify\nattempt('verify', lambda: verify(open({str(new_file)!r}, 'rb')))",
     )
     assert [line.split()[:2] for line in lines] == [["verify", "UnsupportedFormatError"]], lines
