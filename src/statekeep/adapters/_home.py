@@ -22,7 +22,7 @@ from .._core.ranges import SNAPSHOT_ONLY
 from .._core.records import Record, SavedState
 from .._store.backend import Backend
 from .._store.contract import Store
-from ._flow import Call, Flow, adrive, drive
+from ._flow import Call, Flow
 
 
 def placed(store: Store, namespace: str | None, own: str) -> tuple[Store, Store | None]:
@@ -50,8 +50,8 @@ def _in_namespace(store: Backend, namespace: str) -> Backend:
 
 
 class Home:
-    """The store calls an adapter makes (``read``, ``write``, ``delete``, ``iter_states`` and
-    their async twins, each written once as a flow), made in its namespace, or in ``default`` for a State the adapter
+    """The store calls an adapter makes (``read``, ``write``, ``delete``, ``iter_states``), as
+    flows (:mod:`._flow`) its sync and async methods both run, made in its namespace, or in ``default`` for a State the adapter
     wrote there before it had a namespace of its own. Safe to share between threads."""
 
     REMEMBERED = 1024
@@ -96,7 +96,7 @@ class Home:
     def _target(self, state_id: str) -> Store:
         return self.older if self.older is not None and state_id in self._there else self.store
 
-    # -- the calls, as flows (:mod:`._flow`): written once for the sync and the async API --
+    # -- the calls ------------------------------------------------------------------------
 
     def reading(self, state_id: str, since: int = 0) -> Flow[Record | None]:
         found = yield Call(self.store, "read", (state_id,), {"since": since})
@@ -146,25 +146,3 @@ class Home:
             more: list[SavedState] = yield Call(self.older, "iter_states", (), filters, rows=True)
             rows += [row for row in more if row.id not in seen]
         return rows
-
-    # -- the same, run --------------------------------------------------------------------
-
-    def read(self, state_id: str, *, since: int = 0) -> Record | None:
-        return drive(self.reading(state_id, since))
-
-    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
-        return await adrive(self.reading(state_id, since))
-
-    def write(self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False, **more: Any) -> None:
-        drive(self.writing(state_id, entries, snapshot, create=create, **more))
-
-    async def awrite(
-        self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False, **more: Any
-    ) -> None:
-        await adrive(self.writing(state_id, entries, snapshot, create=create, **more))
-
-    def delete(self, state_id: str) -> None:
-        drive(self.deleting(state_id))
-
-    async def adelete(self, state_id: str) -> None:
-        await adrive(self.deleting(state_id))

@@ -68,10 +68,10 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     a write that finds the seq it meant to use taken reads the thread's end again and tries
     again. Each write ends with a small ``lg.tip`` entry (a random token) that the next one
     sends again first, so a saver whose view is stale (the thread was deleted and written
-    again meanwhile, even to the same length) retries too, never writes over it.
-    The sync methods use the store's sync methods; the async ones await its native
-    coroutines (each pair runs one body, written once). ``serde`` is LangGraph's serializer (its default ``JsonPlusSerializer`` if
-    None).
+    again meanwhile, even to the same length) retries too, never writes over it. The sync
+    methods use the store's sync methods; the async ones await its native coroutines (each
+    pair runs one body). ``serde`` is LangGraph's serializer (its default
+    ``JsonPlusSerializer`` if None).
 
     Namespace: given a built-in store in its ``default`` namespace, the threads are kept in
     its namespace ``langgraph`` (:attr:`store`), so other frameworks and statekeep's own runs
