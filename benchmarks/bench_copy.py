@@ -9,7 +9,7 @@ Run from the repository::
 
 The workload: 10,000 States of 2 turns each (6 entries, text fields of about 800 B, 200 B
 and 2 KB, and a snapshot), copied FileStore -> SQLiteStore and SQLiteStore -> PostgresStore
-(a throwaway server from tests/servers.py, ``fsync=on``), each into a fresh destination. A
+(a throwaway server from tests/support/servers.py, ``fsync=on``), each into a fresh destination. A
 copy reads each State from the source, reads the destination (to skip what is there),
 writes it (one durable ``awrite`` with ``create=True``) and reads it back to check its last
 seq and snapshot; 8 States at a time (acopy's default ``concurrency``). The baseline, run
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests import servers  # noqa: E402
+from tests.support import servers  # noqa: E402
 
 import common  # noqa: E402
 from common import Scratch, make_entry, make_snapshot  # noqa: E402

@@ -7,7 +7,7 @@ Run from the repository::
     .venv/bin/python benchmarks/bench_ranges.py --json out.json
 
 On each store (Memory, File, SQLite, and PostgreSQL and Redis on throwaway servers of
-tests/servers.py, skipped with a note when their binaries are missing) one State, "big", of
+tests/support/servers.py, skipped with a note when their binaries are missing) one State, "big", of
 100,000 entries (text fields of 150, 450 and 700 B: entries of about 200 to 800 bytes), and
 one, "small", of 100, both filled through the store's own ``write``: in batches of 1,000
 entries, then the last 30 in 10 writes of 3 as an agent's turns write them (so both States
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests import servers  # noqa: E402
+from tests.support import servers  # noqa: E402
 
 import common  # noqa: E402
 from common import POOL, Row, Scratch, make_snapshot  # noqa: E402

@@ -6,7 +6,7 @@ Run from the repository::
     .venv/bin/python benchmarks/bench_servers.py --quick    # a small run, for the smoke test
     .venv/bin/python benchmarks/bench_servers.py --json out.json
 
-It starts its own throwaway servers (tests/servers.py): PostgreSQL with ``fsync=on`` and
+It starts its own throwaway servers (tests/support/servers.py): PostgreSQL with ``fsync=on`` and
 ``synchronous_commit=on``, Redis with ``appendonly yes`` and ``appendfsync always``, so
 every write is durable on return, for the store and for the baseline alike.
 
@@ -57,7 +57,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests import servers  # noqa: E402
+from tests.support import servers  # noqa: E402
 
 import common  # noqa: E402
 from common import ListedRow, make_entry, make_snapshot, state_id  # noqa: E402

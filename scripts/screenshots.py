@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.web_serving import serving  # noqa: E402  (statekeep serve in a process of its own)
+from tests.support.web_serving import serving  # noqa: E402  (statekeep serve in a process of its own)
 
 from statekeep import FileStore, State, agent_info  # noqa: E402
 
@@ -62,7 +62,7 @@ def build_demo(path: Path) -> FileStore:
     store = FileStore(path)
     now = datetime.now(UTC)
     clock = Clock(now - timedelta(hours=3, minutes=12))
-    with mock.patch("statekeep._state.now", clock):
+    with mock.patch("statekeep._run.state.now", clock):
         trip = State("Find the cheapest flight from Berlin to Lisbon on 14 May", id="trip-lisbon")
         trip.labels["team"] = "travel"
         trip.begin_run(TRAVEL)

@@ -1,7 +1,7 @@
 """A pytest plugin that runs openai-agents' own session tests against StatekeepSession.
 
 Loaded with ``-p`` into a child pytest by tests/adapters/test_openai_agents_suite.py
-(``run_suite`` of tests/frameworks.py). The framework's test
+(``run_suite`` of tests/support/frameworks.py). The framework's test
 modules build their sessions with ``SQLiteSession(session_id, db_path, ...)``; an autouse
 fixture replaces that name in each test module with :class:`SQLiteSession` below, a
 StatekeepSession that takes the same arguments. Each database path (and each in-memory

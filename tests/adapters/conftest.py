@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, Store
-from tests.conftest import servers
+from tests.support.stores import servers
 
 SPACE = "adapted"
 

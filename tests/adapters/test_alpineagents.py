@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import REPO, under_ci
+from tests.support.frameworks import REPO, under_ci
 
 if importlib.util.find_spec("alpineagents") is None:  # under CI a missing framework fails
     if under_ci():

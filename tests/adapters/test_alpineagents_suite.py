@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.frameworks import BACKENDS, backend_url, framework_source, run_suite
+from tests.support.frameworks import BACKENDS, backend_url, framework_source, run_suite
 
 VERSION = "0.7.1"
 DESELECTED = Path(__file__).with_name("alpineagents_deselected.toml")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import STORE_FACTORIES
-from tests.frameworks import BACKENDS, require_installed
+from tests.support.frameworks import BACKENDS, require_installed
+from tests.support.stores import STORE_FACTORIES
 
 BASE = {"put", "put_writes", "get_tuple", "list", "delete_thread"}
 EXTENDED = {"copy_thread", "delete_for_runs", "prune"}

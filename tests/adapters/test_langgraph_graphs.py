@@ -7,7 +7,7 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 from statekeep import Store
-from tests.frameworks import require_installed
+from tests.support.frameworks import require_installed
 
 require_installed("langgraph", "1.2.22")
 

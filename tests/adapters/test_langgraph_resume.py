@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from statekeep import open_store
-from tests.frameworks import BACKENDS, REPO, backend_url, require_installed
+from tests.support.frameworks import BACKENDS, REPO, backend_url, require_installed
 
 THREAD = "user:42/plan #1"  # ':' and '/' and a space: escaped into the State id, shown as is
 INTERRUPTED = {
@@ -35,7 +35,7 @@ FINISHED = {
 def in_child(url: str, phase: str, api: str) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
-        [sys.executable, "-m", "tests.adapters.langgraph_child", url, THREAD, phase, api],
+        [sys.executable, "-m", "tests.support.children.langgraph_child", url, THREAD, phase, api],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -68,7 +68,7 @@ def test_memory_resumes_in_process_through_a_fresh_saver(api: str) -> None:
     through a saver and graph of its own."""
     require_installed("langgraph", "1.2.22")
     from statekeep import MemoryStore
-    from tests.adapters import langgraph_child
+    from tests.support.children import langgraph_child
 
     with MemoryStore() as store:
         assert langgraph_child.run(store, THREAD, "start", api) == INTERRUPTED

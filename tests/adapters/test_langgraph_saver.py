@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from statekeep import MemoryStore, Record, Store
-from tests.frameworks import require_installed
+from tests.support.frameworks import require_installed
 
 require_installed("langgraph-checkpoint", "4.3.2")
 

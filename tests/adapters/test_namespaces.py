@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore, MemoryStore, State, Store
-from tests.conftest import STORE_FACTORIES
-from tests.frameworks import require_installed
+from tests.support.frameworks import require_installed
+from tests.support.stores import STORE_FACTORIES
 
 require_installed("langgraph-checkpoint", "4.3.2")
 require_installed("openai-agents", "0.24.0")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import BACKENDS, backend_url, framework_source, run_suite
+from tests.support.frameworks import BACKENDS, backend_url, framework_source, run_suite
 
 LIST = Path(__file__).with_name("openai_agents_deselected.toml")
 

@@ -18,8 +18,8 @@ from starlette.testclient import TestClient
 from statekeep import FileStore, Store, UnsupportedFormatError
 from statekeep.cli import main
 from statekeep.web import create_app
-from tests.conftest import STORE_FACTORIES
-from tests.frameworks import require_installed
+from tests.support.frameworks import require_installed
+from tests.support.stores import STORE_FACTORIES
 
 require_installed("langgraph", "1.2.22")
 require_installed("openai-agents", "0.24.0")

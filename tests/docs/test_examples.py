@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import drop_and_collect
 from tests.docs.pages import DOCS, README, ROOT, Block, all_blocks, blocks, pages
+from tests.support.settle import drop_and_collect
 
 KITS = [block for block in all_blocks("python") if "StoreContract" in block.code]
 EXAMPLES = [block for block in all_blocks("python") if "StoreContract" not in block.code]

@@ -141,7 +141,6 @@ KNOWN_RINGS = [
         "statekeep._store.expect",
         "statekeep._store.shims",
     ],
-    ["statekeep.stores._file.append", "statekeep.stores._file.steady"],
 ]
 
 

@@ -15,6 +15,7 @@ from .._core.ids import new_incarnation, validate_id
 from .._core.labels import aware_time, check_labels, check_period, iso
 from .history import AGENT_KEYS, FORMAT_VERSION, Replay, now
 from .resumecheck import warn_if_agent_changed
+from .saving import Saving
 
 
 def agent_info(
@@ -29,7 +30,7 @@ def agent_info(
     }
 
 
-class State:
+class State(Saving):
     """An agent run: an append-only history plus everything derived from it.
 
     Create one with ``State(task)``, append with the write-side methods (each adds one
@@ -72,14 +73,8 @@ class State:
         self.labels: dict[str, str] = {}
         self._expires_at: datetime | None = None
         self._forked_from: dict[str, Any] | None = None
-        # Save bookkeeping, kept by the methods below: where the State is saved, how much of
-        # its history that store has, and whether the store has it at all.
-        self._store: object = None
         self._incarnation = None  # see ``incarnation``: __init__, fork_state or a load sets it
-        self._saved = 0
-        self._created = False
-        self._unsure = False  # a write failed in a way that may have stored it
-        self._check_agent = False  # the first run after a load compares agents
+        self._unbound()
 
     @classmethod
     def _from_history(cls, state_id: str, entries: Iterable[dict[str, Any]]) -> State:
@@ -367,39 +362,6 @@ class State:
             self._replay.apply(entry)
         except ValueError as exc:
             raise ValueError(f"{call}: {exc}") from None
-
-    # -- save bookkeeping (for Store.save and load) -------------------------------------
-
-    def _unsaved(self, store: object) -> tuple[list[dict[str, Any]], dict[str, Any], bool, bool]:
-        """What a save to ``store`` sends: the entries it lacks, the snapshot, ``create``
-        (the first save), and whether an earlier create failed after it may have been
-        stored. ValueError if the State is saved in another store."""
-        if self._store is not None and self._store != store:
-            raise ValueError(
-                f"State {self.id!r} is saved in {self._store!r}; a State is saved in one store only. "
-                "Load it from that store, or make a new State for this one"
-            )
-        create = not self._created
-        return self.history[self._saved :], self.snapshot(), create, create and self._unsure
-
-    def _expected_next(self) -> int | None:
-        """A save's ``expect_next``: None before the create, and after a write that may have landed."""
-        return None if self._unsure or not self._created else self._saved
-
-    def _mark_saved(self, store: object, sent: int) -> None:
-        """``store`` now holds the first ``sent`` entries (and so holds the State)."""
-        self._store, self._saved, self._created, self._unsure = store, sent, True, False
-
-    def _mark_failed(self) -> None:
-        """A save failed in a way that may have stored it; the next save skips what is stored
-        (a failed create is retried as an append first), without ``expect_next``."""
-        self._unsure = True
-
-    def _bind_loaded(self, store: object) -> None:
-        """The State was just loaded from ``store``, which holds all of it; its first run
-        compares agents (:class:`ResumeWarning`)."""
-        self._mark_saved(store, len(self.history))
-        self._check_agent = True
 
     def _add_repair(self, entry: dict[str, Any]) -> None:
         """Add an entry that load builds to close an interrupted run (not saved yet)."""

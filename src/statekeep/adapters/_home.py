@@ -13,7 +13,7 @@ namespaces (one of your own), is used as it is; ``namespace=`` picks another one
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .._core.errors import StateNotFoundError
@@ -22,6 +22,7 @@ from .._core.ranges import SNAPSHOT_ONLY
 from .._core.records import Record, SavedState
 from .._store.backend import Backend
 from .._store.contract import Store
+from ._flow import Call, Flow
 
 
 def placed(store: Store, namespace: str | None, own: str) -> tuple[Store, Store | None]:
@@ -49,8 +50,8 @@ def _in_namespace(store: Backend, namespace: str) -> Backend:
 
 
 class Home:
-    """The store calls an adapter makes (``read``, ``write``, ``delete``, ``iter_states`` and
-    their async twins), made in its namespace, or in ``default`` for a State the adapter
+    """The store calls an adapter makes (``read``, ``write``, ``delete``, ``iter_states``), as
+    flows (:mod:`._flow`) its sync and async methods both run, made in its namespace, or in ``default`` for a State the adapter
     wrote there before it had a namespace of its own. Safe to share between threads."""
 
     REMEMBERED = 1024
@@ -95,89 +96,53 @@ class Home:
     def _target(self, state_id: str) -> Store:
         return self.older if self.older is not None and state_id in self._there else self.store
 
-    # -- sync ---------------------------------------------------------------------------
+    # -- the calls ------------------------------------------------------------------------
 
-    def read(self, state_id: str, *, since: int = 0) -> Record | None:
-        found = self.store.read(state_id, since=since)
+    def reading(self, state_id: str, since: int = 0) -> Flow[Record | None]:
+        found = yield Call(self.store, "read", (state_id,), {"since": since})
         if found is not None or self.older is None:
             self._forget(state_id)
-            return found
-        return self._found(state_id, self.older.read(state_id, since=since))
+            return found  # type: ignore[no-any-return]
+        return self._found(state_id, (yield Call(self.older, "read", (state_id,), {"since": since})))
 
-    def write(self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False, **more: Any) -> None:
-        target = self._target(state_id)
-        if create and self.older is not None and target is self.store and self._in_older(state_id):
-            target = self.older  # taken there: the create is refused where it is
-        try:
-            target.write(state_id, entries, snapshot, create=create, **more)
-        except StateNotFoundError:
-            if target is not self.store or not self._in_older(state_id):
-                raise
-            assert self.older is not None
-            self.older.write(state_id, entries, snapshot, create=create, **more)
-
-    def _in_older(self, state_id: str) -> bool:
-        if self.older is None:
-            return False
-        return self._found(state_id, self.older.read(state_id, since=SNAPSHOT_ONLY)) is not None
-
-    def delete(self, state_id: str) -> None:
-        self.store.delete(state_id)
-        if self._in_older(state_id):
-            assert self.older is not None
-            self.older.delete(state_id)
-        self._forget(state_id)
-
-    def iter_states(self, **filters: Any) -> Iterator[SavedState]:
-        """Every State in the adapter's namespace, then those of ``older`` it lacks."""
-        seen: set[str] = set()
-        for row in self.store.iter_states(**filters):
-            seen.add(row.id)
-            yield row
-        if self.older is not None:
-            yield from (row for row in self.older.iter_states(**filters) if row.id not in seen)
-
-    # -- async --------------------------------------------------------------------------
-
-    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
-        found = await self.store.aread(state_id, since=since)
-        if found is not None or self.older is None:
-            self._forget(state_id)
-            return found
-        return self._found(state_id, await self.older.aread(state_id, since=since))
-
-    async def awrite(
+    def writing(
         self, state_id: str, entries: Any, snapshot: Any, *, create: bool = False, **more: Any
-    ) -> None:
+    ) -> Flow[None]:
         target = self._target(state_id)
-        if create and self.older is not None and target is self.store and await self._ain_older(state_id):
-            target = self.older
+        if (
+            create
+            and self.older is not None
+            and target is self.store
+            and (yield from self._in_older(state_id))
+        ):
+            target = self.older  # taken there: the create is refused where it is
+        kwargs = {"create": create, **more}
         try:
-            await target.awrite(state_id, entries, snapshot, create=create, **more)
+            yield Call(target, "write", (state_id, entries, snapshot), kwargs)
         except StateNotFoundError:
-            if target is not self.store or not await self._ain_older(state_id):
+            if target is not self.store or not (yield from self._in_older(state_id)):
                 raise
             assert self.older is not None
-            await self.older.awrite(state_id, entries, snapshot, create=create, **more)
+            yield Call(self.older, "write", (state_id, entries, snapshot), kwargs)
 
-    async def _ain_older(self, state_id: str) -> bool:
+    def _in_older(self, state_id: str) -> Flow[bool]:
         if self.older is None:
             return False
-        return self._found(state_id, await self.older.aread(state_id, since=SNAPSHOT_ONLY)) is not None
+        found = yield Call(self.older, "read", (state_id,), {"since": SNAPSHOT_ONLY})
+        return self._found(state_id, found) is not None
 
-    async def adelete(self, state_id: str) -> None:
-        await self.store.adelete(state_id)
-        if await self._ain_older(state_id):
+    def deleting(self, state_id: str) -> Flow[None]:
+        yield Call(self.store, "delete", (state_id,))
+        if (yield from self._in_older(state_id)):
             assert self.older is not None
-            await self.older.adelete(state_id)
+            yield Call(self.older, "delete", (state_id,))
         self._forget(state_id)
 
-    async def aiter_states(self, **filters: Any) -> AsyncIterator[SavedState]:
-        seen: set[str] = set()
-        async for row in self.store.aiter_states(**filters):
-            seen.add(row.id)
-            yield row
+    def listing(self, **filters: Any) -> Flow[list[SavedState]]:
+        """Every State in the adapter's namespace, then those of ``older`` it lacks."""
+        rows: list[SavedState] = yield Call(self.store, "iter_states", (), filters, rows=True)
         if self.older is not None:
-            async for row in self.older.aiter_states(**filters):
-                if row.id not in seen:
-                    yield row
+            seen = {row.id for row in rows}
+            more: list[SavedState] = yield Call(self.older, "iter_states", (), filters, rows=True)
+            rows += [row for row in more if row.id not in seen]
+        return rows

@@ -1,16 +1,11 @@
-"""What each StatekeepSaver method does, written once for the sync and the async API.
-
-Each flow is a generator that yields the store calls it needs (:class:`Read`, :class:`Write`,
-:class:`Delete`, :class:`Threads`) and gets their results back (or their exceptions thrown
-in); :func:`drive` runs it with the store's sync methods, :func:`adrive` awaits its
-native coroutines.
-"""
+"""The steps StatekeepSaver's methods are made of, as flows (:mod:`._flow`): written once
+for the sync and the async API, they make their store calls through the adapter's
+:class:`~._home.Home`."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.errors import (
@@ -23,12 +18,14 @@ from .._core.errors import (
 from .._core.ranges import SNAPSHOT_ONLY
 from .._core.records import Record
 from .._store.expect import expecting
+from ._flow import Flow
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import (
     FORMAT,
     LABELS,
     MARK,
+    Stored,
     Thread,
     advance,
     is_thread,
@@ -45,90 +42,19 @@ from ._langgraph_history import (
 MAX_TRIES = 100
 
 
-@dataclass(frozen=True)
-class Read:
-    state_id: str
-    since: int
-
-
-@dataclass(frozen=True)
-class Write:
-    state_id: str
-    entries: list[dict[str, Any]]
-    snapshot: dict[str, Any]
-    create: bool
-    #: The thread's next seq as the flow saw it (passed to a store that takes expect_next).
-    expect_next: int | None = None
-
-
-@dataclass(frozen=True)
-class Delete:
-    state_id: str
-
-
-@dataclass(frozen=True)
-class Threads:
+def thread_ids(home: Home) -> Flow[list[str]]:
     """The thread id of every LangGraph thread in the store."""
+    rows = yield from home.listing(labels=LABELS)
+    return [row.task for row in rows]
 
 
-Call = Read | Write | Delete | Threads
-Flow = Generator[Call, Any, Any]
-
-
-def drive(store: Home, flow: Flow | Call) -> Any:
-    """Run ``flow`` (or one call) with the store's sync methods; its result."""
-    if isinstance(flow, Call):
-        return _call(store, flow)
-    try:
-        call = next(flow)
-        while True:
-            try:
-                result = _call(store, call)
-            except Exception as exc:  # the flow decides: retry, or let it go up
-                call = flow.throw(exc)
-            else:
-                call = flow.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
-async def adrive(store: Home, flow: Flow | Call) -> Any:
-    """Run ``flow`` (or one call) awaiting the store's native coroutines; its result."""
-    if isinstance(flow, Call):
-        return await _acall(store, flow)
-    try:
-        call = next(flow)
-        while True:
-            try:
-                result = await _acall(store, call)
-            except Exception as exc:
-                call = flow.throw(exc)
-            else:
-                call = flow.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
-def _call(store: Home, call: Call) -> Any:
-    if isinstance(call, Read):
-        return store.read(call.state_id, since=call.since)
-    if isinstance(call, Write):
-        expected = expecting(store.store, call.expect_next)
-        return store.write(call.state_id, call.entries, call.snapshot, create=call.create, **expected)
-    if isinstance(call, Delete):
-        return store.delete(call.state_id)
-    return [row.task for row in store.iter_states(labels=LABELS)]
-
-
-async def _acall(store: Home, call: Call) -> Any:
-    if isinstance(call, Read):
-        return await store.aread(call.state_id, since=call.since)
-    if isinstance(call, Write):
-        expected = expecting(store.store, call.expect_next)
-        return await store.awrite(call.state_id, call.entries, call.snapshot, create=call.create, **expected)
-    if isinstance(call, Delete):
-        return await store.adelete(call.state_id)
-    return [row.task async for row in store.aiter_states(labels=LABELS)]
+def _write(
+    home: Home, sid: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], expect: int | None
+) -> Flow[None]:
+    """Write to the thread; ``expect``: its next seq as the flow saw it (None: create it),
+    passed to a store that takes ``expect_next``."""
+    more = expecting(home.store, expect)
+    yield from home.writing(sid, entries, snapshot, create=expect is None, **more)
 
 
 class Heads:
@@ -171,7 +97,7 @@ def checked(record: Record | None, state_id: str, thread_id: str) -> Record | No
     return record
 
 
-def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
+def append(home: Home, heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow[None]:
     """Append ``bodies`` (entries without seqs) to the thread, creating it if need be; on a
     conflict with another writer, read the thread's end again and retry."""
     sid = state_id_for(thread_id)
@@ -180,7 +106,7 @@ def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
         old = heads.get(sid)
         cached = old is not None
         if old is None:
-            record = checked((yield Read(sid, SNAPSHOT_ONLY)), sid, thread_id)
+            record = checked((yield from home.reading(sid, SNAPSHOT_ONLY)), sid, thread_id)
             old = None if record is None else record.snapshot
         first = 0 if old is None else old["seq"] + 1
         entries = [dict(body, seq=first + i) for i, body in enumerate(bodies)]
@@ -190,8 +116,8 @@ def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
         tip = tip_entry(first + len(bodies))
         snapshot = snapshot_for(thread_id, old, tip, moved, early, added)
         try:  # the old tip first: a stale ``old`` (another history at its seq) conflicts
-            yield Write(
-                sid, [*proof(old), *entries, tip], snapshot, old is None, None if old is None else first
+            yield from _write(
+                home, sid, [*proof(old), *entries, tip], snapshot, None if old is None else first
             )
         except (StateConflictError, StateExistsError, StateNotFoundError):
             heads.forget(sid)  # another writer appended, created or deleted it: read again
@@ -206,12 +132,14 @@ def append(heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow:
     raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} writes in a row lost to other writers")
 
 
-def rewrite(heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, Any] | None]) -> Flow:
+def rewrite(
+    home: Home, heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, Any] | None]
+) -> Flow[None]:
     """Append the entry ``change`` makes from the whole thread (None: nothing to do), with
     the snapshot's heads computed from the result; retried from a fresh read on a conflict."""
     sid = state_id_for(thread_id)
     for _ in range(MAX_TRIES):
-        record = checked((yield Read(sid, 0)), sid, thread_id)
+        record = checked((yield from home.reading(sid, 0)), sid, thread_id)
         if record is None:
             heads.forget(sid)
             return
@@ -226,7 +154,7 @@ def rewrite(heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, A
         tip = tip_entry(seq + 1)
         snapshot = snapshot_for(thread_id, record.snapshot, tip, thread.heads(), thread.early(), 0)
         try:
-            yield Write(sid, [*proof(record.snapshot), dict(body, seq=seq), tip], snapshot, False, seq)
+            yield from _write(home, sid, [*proof(record.snapshot), dict(body, seq=seq), tip], snapshot, seq)
         except StateConflictError:
             heads.forget(sid)
             continue
@@ -238,10 +166,10 @@ def rewrite(heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, A
     raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} writes in a row lost to other writers")
 
 
-def whole(heads: Heads, thread_id: str) -> Flow:
+def whole(home: Home, heads: Heads, thread_id: str) -> Flow[Thread | None]:
     """The thread folded from its whole history, or None if there is no such thread."""
     sid = state_id_for(thread_id)
-    record = checked((yield Read(sid, 0)), sid, thread_id)
+    record = checked((yield from home.reading(sid, 0)), sid, thread_id)
     if record is None:
         heads.forget(sid)
         return None
@@ -250,7 +178,9 @@ def whole(heads: Heads, thread_id: str) -> Flow:
     return Thread.fold(record.entries)
 
 
-def newest(heads: Heads, thread_id: str, ns: str, checkpoint_id: str | None) -> Flow:
+def newest(
+    home: Home, heads: Heads, thread_id: str, ns: str, checkpoint_id: str | None
+) -> Flow[tuple[Thread | None, Stored | None] | None]:
     """``(thread, stored)`` for the newest checkpoint of ``ns`` (or for ``checkpoint_id`` if
     it is the newest), read from the seq where it starts; ``None`` if there is none; and
     ``(None, None)`` when ``checkpoint_id`` is an older one (the caller reads it all).
@@ -262,7 +192,7 @@ def newest(heads: Heads, thread_id: str, ns: str, checkpoint_id: str | None) -> 
         return None, None  # an older one, as far as this saver knows: no need to look
     since = hint[0] if hint else SNAPSHOT_ONLY
     for _ in range(MAX_TRIES):
-        record = checked((yield Read(sid, since)), sid, thread_id)
+        record = checked((yield from home.reading(sid, since)), sid, thread_id)
         if record is None:
             heads.forget(sid)
             return None
@@ -312,11 +242,11 @@ def keep_newest(thread: Thread) -> dict[str, Any] | None:
     return {"kind": "lg.prune", "at": now_iso(), "keep": keep}
 
 
-def copy(heads: Heads, source: str, target: str) -> Flow:
+def copy(home: Home, heads: Heads, source: str, target: str) -> Flow[None]:
     """Append the source thread's live checkpoints and writes to the target, in one write."""
-    thread = yield from whole(heads, source)
+    thread = yield from whole(home, heads, source)
     if thread is None:
         return
     bodies = thread.materialized()
     if bodies:
-        yield from append(heads, target, bodies)
+        yield from append(home, heads, target, bodies)

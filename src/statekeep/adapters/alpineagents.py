@@ -23,7 +23,6 @@ Differences from alpineagents' FileStore:
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -40,10 +39,10 @@ except ImportError as exc:
 
 from .._core.errors import StateExistsError, StateNotFoundError
 from .._core.ranges import SNAPSHOT_ONLY
-from .._core.records import Record as StatekeepRecord
 from .._core.records import SavedState
 from .._store.contract import Store as StatekeepBase
 from ._alpine_snapshot import LABELS, alpine_id_of, check_text, info_of, snapshot_for
+from ._flow import Flow, Together, adrive, drive
 from ._home import Home
 from ._ids import state_id_for
 
@@ -99,7 +98,8 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
     def __hash__(self) -> int:
         return hash(self._store)
 
-    # -- write ----------------------------------------------------------------------
+    # -- each method's body is a flow (see :mod:`._flow`), run by the sync method with the
+    # statekeep store's sync methods and by its async twin awaiting its coroutines
 
     def write(
         self,
@@ -116,11 +116,7 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
         id exists, all or nothing. ``create=False``: LookupError (``StateNotFoundError``)
         for an unknown id. TypeError for a string with a lone surrogate, nothing saved.
         """
-        sid, batch, snapshot = self._prepare(state_id, entries, info, "write")
-        try:
-            self._store.write(sid, batch, snapshot, create=create)
-        except (StateExistsError, StateNotFoundError) as exc:
-            raise self._advice(state_id, exc) from None
+        drive(self._write(state_id, entries, info, create, "write"))
 
     async def awrite(
         self,
@@ -131,19 +127,24 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
         create: bool = False,
     ) -> None:
         """Async :meth:`write`, same contract and durability."""
-        sid, batch, snapshot = self._prepare(state_id, entries, info, "awrite")
-        try:
-            await self._store.awrite(sid, batch, snapshot, create=create)
-        except (StateExistsError, StateNotFoundError) as exc:
-            raise self._advice(state_id, exc) from None
+        await adrive(self._write(state_id, entries, info, create, "awrite"))
 
-    def _prepare(
-        self, state_id: str, entries: Sequence[dict[str, Any]], info: Mapping[str, Any], method: str
-    ) -> tuple[str, builtins.list[dict[str, Any]], dict[str, Any]]:
+    def _write(
+        self,
+        state_id: str,
+        entries: Sequence[dict[str, Any]],
+        info: Mapping[str, Any],
+        create: bool,
+        method: str,
+    ) -> Flow[None]:
         check_id(state_id, f"StatekeepStore.{method}()")
         batch = list(entries)
         check_text(state_id, batch, info)
-        return state_id_for(state_id), batch, snapshot_for(state_id, info, datetime.now(UTC))
+        snapshot = snapshot_for(state_id, info, datetime.now(UTC))
+        try:
+            yield from self._store.writing(state_id_for(state_id), batch, snapshot, create=create)
+        except (StateExistsError, StateNotFoundError) as exc:
+            raise self._advice(state_id, exc) from None
 
     def _advice(self, state_id: str, exc: Exception) -> Exception:
         if isinstance(exc, StateExistsError):
@@ -156,65 +157,62 @@ class StatekeepStore(Store):  # type: ignore[misc]  # alpineagents ships no type
             )
         return StateNotFoundError(f"no saved State with id {state_id!r} in {self!r} (was it deleted?)")
 
-    # -- read -----------------------------------------------------------------------
-
     def read(self, state_id: str) -> Record | None:
         """Every entry and the info saved for ``state_id``, or None if there is none.
         ValueError if a State of that id exists but was not written by this adapter."""
-        return self._record(
-            state_id, self._store.read(state_id_for(check_id(state_id, "StatekeepStore.read()")))
-        )
+        return drive(self._read(state_id, "read"))
 
     async def aread(self, state_id: str) -> Record | None:
         """Async :meth:`read`."""
-        sid = state_id_for(check_id(state_id, "StatekeepStore.aread()"))
-        return self._record(state_id, await self._store.aread(sid))
+        return await adrive(self._read(state_id, "aread"))
 
-    def _record(self, state_id: str, found: StatekeepRecord | None) -> Record | None:
+    def _read(self, state_id: str, method: str) -> Flow[Record | None]:
+        sid = state_id_for(check_id(state_id, f"StatekeepStore.{method}()"))
+        found = yield from self._store.reading(sid)
         if found is None:
             return None
         info = info_of(state_id, found.snapshot)
         if info is None:
             raise ValueError(
-                f"State {state_id_for(state_id)!r} in {self._store!r} is not an alpineagents State saved "
+                f"State {sid!r} in {self._store!r} is not an alpineagents State saved "
                 f"by StatekeepStore, so it cannot be read as {state_id!r}"
             )
         return Record(found.entries, info)
 
-    # -- list -----------------------------------------------------------------------
-
     def list(self) -> builtins.list[StateInfo]:
         """Every alpineagents State in the store, most recently updated first (alpineagents'
         order: States with no history last). Reads one snapshot per State, no history."""
-        found = []
-        for row in self._store.iter_states(labels=LABELS):
-            record = self._store.read(row.id, since=SNAPSHOT_ONLY)
-            found.append(_info_row(row, None if record is None else record.snapshot))
-        return _ordered(found)
+        return drive(self._list())
 
     async def alist(self) -> builtins.list[StateInfo]:
         """Async :meth:`list`; reads up to 16 snapshots at once."""
-        rows = [row async for row in self._store.aiter_states(labels=LABELS)]
+        return await adrive(self._list())
+
+    def _list(self) -> Flow[builtins.list[StateInfo]]:
+        rows = yield from self._store.listing(labels=LABELS)
         found: builtins.list[StateInfo | None] = []
-        for start in range(0, len(rows), _READS_AT_ONCE):
+        for start in range(0, len(rows), _READS_AT_ONCE):  # (the sync API reads one by one)
             chunk = rows[start : start + _READS_AT_ONCE]
-            records = await asyncio.gather(*(self._store.aread(row.id, since=SNAPSHOT_ONLY) for row in chunk))
+            records = yield Together([self._store.reading(row.id, SNAPSHOT_ONLY) for row in chunk])
             found += [
                 _info_row(row, None if rec is None else rec.snapshot)
                 for row, rec in zip(chunk, records, strict=True)
             ]
-        return _ordered(found)
-
-    # -- delete ---------------------------------------------------------------------
+        infos = [info for info in found if info is not None]
+        infos.sort(key=lambda info: info.updated_at or _EPOCH, reverse=True)
+        return infos
 
     def delete(self, state_id: str) -> None:
         """Delete one State; nothing happens if there is none. Durable on return as the
         statekeep store's ``delete`` says."""
-        self._store.delete(state_id_for(check_id(state_id, "StatekeepStore.delete()")))
+        drive(self._delete(state_id, "delete"))
 
     async def adelete(self, state_id: str) -> None:
         """Async :meth:`delete`."""
-        await self._store.adelete(state_id_for(check_id(state_id, "StatekeepStore.adelete()")))
+        await adrive(self._delete(state_id, "adelete"))
+
+    def _delete(self, state_id: str, method: str) -> Flow[None]:
+        yield from self._store.deleting(state_id_for(check_id(state_id, f"StatekeepStore.{method}()")))
 
 
 def _info_row(row: SavedState, snapshot: dict[str, Any] | None) -> StateInfo | None:
@@ -224,9 +222,3 @@ def _info_row(row: SavedState, snapshot: dict[str, Any] | None) -> StateInfo | N
     if alpine_id is None or info is None or state_id_for(alpine_id) != row.id:
         return None
     return StateInfo.from_info(alpine_id, info)
-
-
-def _ordered(found: builtins.list[StateInfo | None]) -> builtins.list[StateInfo]:
-    infos = [info for info in found if info is not None]
-    infos.sort(key=lambda info: info.updated_at or _EPOCH, reverse=True)
-    return infos

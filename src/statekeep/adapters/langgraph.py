@@ -32,6 +32,7 @@ except ImportError as exc:
 
 from .._store.contract import Store
 from . import _langgraph_flows as flows
+from ._flow import Emit, Flow, adrive, adrive_each, drive, drive_each
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import LABELS, Thread
@@ -67,9 +68,10 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     a write that finds the seq it meant to use taken reads the thread's end again and tries
     again. Each write ends with a small ``lg.tip`` entry (a random token) that the next one
     sends again first, so a saver whose view is stale (the thread was deleted and written
-    again meanwhile, even to the same length) retries too, never writes over it. The sync methods use the store's sync methods; the async ones await its native
-    coroutines. ``serde`` is LangGraph's serializer (its default ``JsonPlusSerializer`` if
-    None).
+    again meanwhile, even to the same length) retries too, never writes over it. The sync
+    methods use the store's sync methods; the async ones await its native coroutines (each
+    pair runs one body). ``serde`` is LangGraph's serializer (its default
+    ``JsonPlusSerializer`` if None).
 
     Namespace: given a built-in store in its ``default`` namespace, the threads are kept in
     its namespace ``langgraph`` (:attr:`store`), so other frameworks and statekeep's own runs
@@ -90,22 +92,30 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     def __repr__(self) -> str:
         return f"StatekeepSaver({self.store!r})"
 
-    # -- the sync API -------------------------------------------------------------------
+    # -- the API: each method's body is a flow (see :mod:`._flow`), run by the sync method
+    # with the store's sync methods and by its async twin awaiting the store's coroutines
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``), or the newest of its
         thread and namespace, with its pending writes in LangGraph's order; None if absent.
         The newest is read from where it starts in the history, not from the beginning."""
+        return drive(self._get_tuple(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`get_tuple`."""
+        return await adrive(self._get_tuple(config))
+
+    def _get_tuple(self, config: RunnableConfig) -> Flow[CheckpointTuple | None]:
         thread_id, ns, checkpoint_id = where(config)
-        found = self._run(flows.newest(self._heads, str(thread_id), ns, checkpoint_id))
+        found = yield from flows.newest(self._home, self._heads, str(thread_id), ns, checkpoint_id)
         if found is None:
             return None
         thread, stored = found
         if thread is None:  # an older checkpoint: read the thread whole
-            thread = self._run(flows.whole(self._heads, str(thread_id)))
-            stored = thread.get(ns, checkpoint_id) if thread is not None else None
-            if stored is None:
-                return None
+            thread = yield from flows.whole(self._home, self._heads, str(thread_id))
+            stored = None if thread is None or checkpoint_id is None else thread.get(ns, checkpoint_id)
+        if thread is None or stored is None:
+            return None
         return to_tuple(self.serde, thread_id, thread, stored)
 
     def list(
@@ -120,15 +130,39 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         when it names them), or of every thread in the store when ``config`` is None; only
         those whose metadata has every item of ``filter``, and whose id sorts before
         ``before``'s; at most ``limit``."""
+        yield from drive_each(self._list(config, filter, before, limit))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`list`."""
+        async for item in adrive_each(self._list(config, filter, before, limit)):
+            yield item
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Flow[None]:
         if limit is not None and limit <= 0:
             return
-        threads = [config["configurable"]["thread_id"]] if config else self._run(flows.Threads())
+        if config:
+            threads = [config["configurable"]["thread_id"]]
+        else:
+            threads = yield from flows.thread_ids(self._home)
         for thread_id in threads:
-            thread = self._run(flows.whole(self._heads, str(thread_id)))
+            thread = yield from flows.whole(self._home, self._heads, str(thread_id))
             if thread is None:
                 continue
             items, limit = within(selected(self.serde, thread_id, thread, config, filter, before), limit)
-            yield from items
+            yield Emit(items)
             if limit == 0:
                 return
 
@@ -141,104 +175,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     ) -> RunnableConfig:
         """Append a checkpoint to its thread (created by its first checkpoint); returns the
         config that names it. Durable on return as the store's ``write``."""
-        thread_id, ns, _ = where(config)
-        self._run(
-            flows.append(self._heads, str(thread_id), [put_entry(self.serde, config, checkpoint, metadata)])
-        )
-        return config_of(thread_id, ns, checkpoint["id"])
-
-    def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        """Append a task's pending writes for the checkpoint ``config`` names. A write for a
-        ``(task_id, index)`` already held is ignored, except for the special channels
-        (errors, interrupts, ...), whose newest write wins. Durable on return as the
-        store's ``write``."""
-        if writes:
-            body = put_writes_entry(self.serde, config, writes, task_id, task_path)
-            self._run(flows.append(self._heads, str(config["configurable"]["thread_id"]), [body]))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Remove the thread's State whole (one delete: durable on return as the store's)."""
-        self._heads.forget(state_id_for(str(thread_id)))
-        self._run(flows.Delete(state_id_for(str(thread_id))))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy the source thread's checkpoints and pending writes (what it holds now: not
-        what was dropped) to the target thread, in one write: all or nothing. The target is
-        created if absent, else the copies are appended to it. Nothing happens for an
-        unknown source."""
-        self._run(flows.copy(self._heads, str(source_thread_id), str(target_thread_id)))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Drop every checkpoint whose metadata ``run_id`` is one of ``run_ids``, and its
-        writes, in every thread of the store. Atomic per thread (one appended entry hides
-        them; the history keeps them, append-only), not across threads: statekeep has no
-        transaction over several States, so an interrupted call has dropped them from some
-        threads only; call it again to finish."""
-        if run_ids:
-            for thread_id in self._run(flows.Threads()):
-                self._run(flows.rewrite(self._heads, str(thread_id), flows.drop_runs(run_ids)))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``keep_latest``: keep only the newest checkpoint of each namespace (and its writes);
-        one appended entry hides the rest, so the history, append-only, keeps them and the
-        space is not reclaimed (``copy_thread`` to a new thread and ``delete_thread`` do).
-        ``delete``: remove the threads. Atomic per thread, not across threads."""
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
-        for thread_id in thread_ids:
-            if strategy == "delete":
-                self.delete_thread(thread_id)
-            else:
-                self._run(flows.rewrite(self._heads, str(thread_id), flows.keep_newest))
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """LangGraph's parent-chain walk for delta channels, over one read of the thread."""
-        if not channels:
-            return {}
-        thread = self._run(flows.whole(self._heads, str(config["configurable"]["thread_id"])))
-        return delta_history(self.serde, thread or Thread(), config, channels)
-
-    # -- the async API: the same flows, awaiting the store's native coroutines ------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async :meth:`get_tuple`."""
-        thread_id, ns, checkpoint_id = where(config)
-        found = await self._arun(flows.newest(self._heads, str(thread_id), ns, checkpoint_id))
-        if found is None:
-            return None
-        thread, stored = found
-        if thread is None:
-            thread = await self._arun(flows.whole(self._heads, str(thread_id)))
-            stored = thread.get(ns, checkpoint_id) if thread is not None else None
-            if stored is None:
-                return None
-        return to_tuple(self.serde, thread_id, thread, stored)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async :meth:`list`."""
-        if limit is not None and limit <= 0:
-            return
-        threads = [config["configurable"]["thread_id"]] if config else await self._arun(flows.Threads())
-        for thread_id in threads:
-            thread = await self._arun(flows.whole(self._heads, str(thread_id)))
-            if thread is None:
-                continue
-            items, limit = within(selected(self.serde, thread_id, thread, config, filter, before), limit)
-            for item in items:
-                yield item
-            if limit == 0:
-                return
+        return drive(self._put(config, checkpoint, metadata))
 
     async def aput(
         self,
@@ -248,57 +185,116 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async :meth:`put`; durable on return as the store's ``awrite``."""
+        return await adrive(self._put(config, checkpoint, metadata))
+
+    def _put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> Flow[RunnableConfig]:
         thread_id, ns, _ = where(config)
         body = put_entry(self.serde, config, checkpoint, metadata)
-        await self._arun(flows.append(self._heads, str(thread_id), [body]))
+        yield from flows.append(self._home, self._heads, str(thread_id), [body])
         return config_of(thread_id, ns, checkpoint["id"])
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """Append a task's pending writes for the checkpoint ``config`` names. A write for a
+        ``(task_id, index)`` already held is ignored, except for the special channels
+        (errors, interrupts, ...), whose newest write wins. Durable on return as the
+        store's ``write``."""
+        drive(self._put_writes(config, writes, task_id, task_path))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         """Async :meth:`put_writes`; durable on return as the store's ``awrite``."""
+        await adrive(self._put_writes(config, writes, task_id, task_path))
+
+    def _put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> Flow[None]:
         if writes:
             body = put_writes_entry(self.serde, config, writes, task_id, task_path)
-            await self._arun(flows.append(self._heads, str(config["configurable"]["thread_id"]), [body]))
+            thread_id = str(config["configurable"]["thread_id"])
+            yield from flows.append(self._home, self._heads, thread_id, [body])
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Remove the thread's State whole (one delete: durable on return as the store's)."""
+        drive(self._delete_thread(thread_id))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`delete_thread`."""
+        await adrive(self._delete_thread(thread_id))
+
+    def _delete_thread(self, thread_id: str) -> Flow[None]:
         self._heads.forget(state_id_for(str(thread_id)))
-        await self._arun(flows.Delete(state_id_for(str(thread_id))))
+        yield from self._home.deleting(state_id_for(str(thread_id)))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy the source thread's checkpoints and pending writes (what it holds now: not
+        what was dropped) to the target thread, in one write: all or nothing. The target is
+        created if absent, else the copies are appended to it. Nothing happens for an
+        unknown source."""
+        drive(flows.copy(self._home, self._heads, str(source_thread_id), str(target_thread_id)))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async :meth:`copy_thread` (one write: all or nothing)."""
-        await self._arun(flows.copy(self._heads, str(source_thread_id), str(target_thread_id)))
+        await adrive(flows.copy(self._home, self._heads, str(source_thread_id), str(target_thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Drop every checkpoint whose metadata ``run_id`` is one of ``run_ids``, and its
+        writes, in every thread of the store. Atomic per thread (one appended entry hides
+        them; the history keeps them, append-only), not across threads: statekeep has no
+        transaction over several States, so an interrupted call has dropped them from some
+        threads only; call it again to finish."""
+        drive(self._delete_for_runs(run_ids))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async :meth:`delete_for_runs` (atomic per thread, not across threads)."""
+        await adrive(self._delete_for_runs(run_ids))
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> Flow[None]:
         if run_ids:
-            for thread_id in await self._arun(flows.Threads()):
-                await self._arun(flows.rewrite(self._heads, str(thread_id), flows.drop_runs(run_ids)))
+            for thread_id in (yield from flows.thread_ids(self._home)):
+                yield from flows.rewrite(self._home, self._heads, str(thread_id), flows.drop_runs(run_ids))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep only the newest checkpoint of each namespace (and its writes);
+        one appended entry hides the rest, so the history, append-only, keeps them and the
+        space is not reclaimed (``copy_thread`` to a new thread and ``delete_thread`` do).
+        ``delete``: remove the threads. Atomic per thread, not across threads."""
+        drive(self._prune(thread_ids, strategy))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune` (atomic per thread, not across threads)."""
+        await adrive(self._prune(thread_ids, strategy))
+
+    def _prune(self, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         for thread_id in thread_ids:
             if strategy == "delete":
-                await self.adelete_thread(thread_id)
+                yield from self._delete_thread(thread_id)
             else:
-                await self._arun(flows.rewrite(self._heads, str(thread_id), flows.keep_newest))
+                yield from flows.rewrite(self._home, self._heads, str(thread_id), flows.keep_newest)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's parent-chain walk for delta channels, over one read of the thread."""
+        return drive(self._delta_history(config, channels))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async :meth:`get_delta_channel_history`."""
+        return await adrive(self._delta_history(config, channels))
+
+    def _delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Flow[Mapping[str, DeltaChannelHistory]]:
         if not channels:
             return {}
-        thread = await self._arun(flows.whole(self._heads, str(config["configurable"]["thread_id"])))
+        thread_id = str(config["configurable"]["thread_id"])
+        thread = yield from flows.whole(self._home, self._heads, thread_id)
         return delta_history(self.serde, thread or Thread(), config, channels)
-
-    # -- driving a flow: with the store's sync methods, or awaiting its coroutines ---------
-
-    def _run(self, flow: flows.Flow | flows.Call) -> Any:
-        return flows.drive(self._home, flow)
-
-    async def _arun(self, flow: flows.Flow | flows.Call) -> Any:
-        return await flows.adrive(self._home, flow)

@@ -32,6 +32,7 @@ from .._core.errors import CorruptStateError, StateConflictError, StateExistsErr
 from .._core.ranges import SNAPSHOT_ONLY
 from .._store.contract import Store
 from .._store.expect import expecting
+from ._flow import adrive
 from ._home import Home
 from ._ids import state_id_for
 from ._openai_history import (
@@ -164,7 +165,7 @@ class StatekeepSession:
         """The history from ``since`` on: its tail (with its last entry if the read reached
         it), the entries read and the seq they start at (None if there is no session). When
         ``since`` is past the snapshot's end, no entries are read: the tail is the snapshot's."""
-        record = await self._home.aread(self.state_id, since=since)
+        record = await adrive(self._home.reading(self.state_id, since))
         if record is None:
             self._seen = None
             return None
@@ -213,12 +214,14 @@ class StatekeepSession:
         """Write ``entries`` (``tail`` None: create the session), leaving the history at
         ``after``; False if the write lost to another writer (nothing was written)."""
         try:
-            await self._home.awrite(
-                self.state_id,
-                entries,
-                snapshot_for(self.session_id, after),
-                create=tail is None,
-                **expecting(self.store, None if tail is None else tail.end),
+            await adrive(
+                self._home.writing(
+                    self.state_id,
+                    entries,
+                    snapshot_for(self.session_id, after),
+                    create=tail is None,
+                    **expecting(self.store, None if tail is None else tail.end),
+                )
             )
         except (StateConflictError, StateExistsError, StateNotFoundError):
             self._seen = None

@@ -3,7 +3,7 @@ creates, removes or changes a mode goes through one :class:`OsIO` object, so tes
 replace it to inject short writes, ENOSPC, EIO or a crash after any single operation.
 So does every other system call of a steady append (open, stat, flock, close...), of the
 general append's staging, and of a read or a listing's rows, so that a test can count them
-(tests/test_file_syscalls.py). Not yet: the reads of a log's tail during recovery
+(tests/stores/file/test_file_syscalls.py). Not yet: the reads of a log's tail during recovery
 (``_logtail.reader``) and the checks after a failed fsync (``append.py``), which call ``os``.
 
 Also the one way statekeep makes what it creates owner-only whatever the umask, and
@@ -104,7 +104,7 @@ class OsIO:
         os.rmdir(name, dir_fd=dir_fd)
 
     # What an append also asks of the system: through the seam too, so that a test can
-    # count every system call of a write (tests/test_file_syscalls.py).
+    # count every system call of a write (tests/stores/file/test_file_syscalls.py).
 
     def close(self, fd: int) -> None:
         os.close(fd)

@@ -3,8 +3,9 @@
 - :mod:`.store`: the FileStore class, the operations' wiring, namespaces (siblings), gc;
 - :mod:`.reads`: reads and listings (scans);
 - :mod:`.append`: appends as group commits (stage, flush, finish, undo; failed undos),
-  with :mod:`.staged`, what an append carries between those steps, and :mod:`.steady`, a
-  lone append to a State this process appended to last, in six system calls;
+  with :mod:`.staged`, what an append carries between those steps, and :mod:`.steady`, the
+  appender's base class: a lone append to a State this process appended to last, in six
+  system calls;
 - :mod:`.expiry`: a snapshot's expiry read cheaply, for the checks made under a State's lock;
 - :mod:`.recovery`: the tail cache, scanning a log's tail, cutting a torn last line;
 - :mod:`.create`: create (staging folder, renamed into place; over an expired State) and

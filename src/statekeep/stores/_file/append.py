@@ -5,7 +5,7 @@ of an undo that failed, so the next write cuts off what may not be durable.
 A steady-state append is one ``write()`` of the new entry lines and the closing record
 (carrying the snapshot) to the log, opened once and kept open (:mod:`.handles`), and one
 fsync of the log: nothing else is on the durable path. A lone one takes a shorter way
-(:mod:`.steady`), which declines, having changed nothing, whenever more may be needed."""
+(:mod:`.steady`, its base class), which declines, having changed nothing, whenever more may be needed."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from ..._core.writes import PreparedWrite, check_overlap, missing_error, plan_ap
 from ..._runtime.batching import WouldBlock
 from ..._runtime.bridge import owner
 from ..._store.expect import check_preconditions, sealed_after
-from . import steady
 from .budget import BUDGET, limit_hit
 from .copies import Copies
 from .expiry import log_expiry
@@ -37,10 +36,11 @@ from .logformat import closing_record, frame
 from .logtail import entries_back
 from .recovery import Tail, io_reader, read_tail, scan_whole, sealed_log
 from .staged import Append, Doubt
+from .steady import MISS, SteadyAppender
 from .trust import LOG, SNAPSHOT
 
 
-class Appender:
+class Appender(SteadyAppender):
     """Appends to the States of one store; shares ``tails`` (the tail cache) with it."""
 
     def __init__(
@@ -72,8 +72,8 @@ class Appender:
         undone (its log cut back) and fails alone.
         """
         if len(writes) == 1:
-            outcome = steady.append(self, writes[0], wait=True)
-            if outcome is not steady.MISS:
+            outcome = self._steady(writes[0], wait=True)
+            if outcome is not MISS:
                 return [cast(BaseException | None, outcome)]
         with BUDGET.held(len(writes)):
             return self._commit(writes)
@@ -83,8 +83,8 @@ class Appender:
         nothing, if another process holds the State's lock (or the budget is spent)."""
         if len(writes) != 1:
             raise WouldBlock
-        outcome = steady.append(self, writes[0], wait=False)  # first: it checks what is below
-        if outcome is not steady.MISS:
+        outcome = self._steady(writes[0], wait=False)  # first: it checks what is below
+        if outcome is not MISS:
             return [cast(BaseException | None, outcome)]
         sid = writes[0].state_id
         if sid not in self._tails or sid in self._doubts or sid in self._suspects or not self._store.settled:

@@ -41,11 +41,14 @@ import orjson
 
 from ..._core.errors import CorruptStateError, UnsupportedFormatError
 
+#: The log format every write closes in.
 FORMAT = 3
 
 _HEAD = b',"sk.crc":"'
-_SUFFIX = len(_HEAD) + 8 + 2  # ,"sk.crc":"xxxxxxxx"}
-_CLOSE = b'{"sk.v":'
+#: The length of a line's checksum ending, ``,"sk.crc":"xxxxxxxx"}`` and its newline.
+CRC_SUFFIX = len(_HEAD) + 8 + 2
+#: How every closing record starts (and no entry does).
+CLOSING_START = b'{"sk.v":'
 _crc32 = zlib.crc32
 _loads = orjson.loads
 
@@ -94,24 +97,26 @@ def incarnation_of(record: dict[str, Any]) -> str | None:
     return found if type(found) is str else None
 
 
-_PLAIN, _CHECKED, _DAMAGED = 0, 1, 2
+#: What :func:`line_kind` says of a line: no checksum (format 1, or not a line at all), a
+#: checksum that holds, or one that does not.
+PLAIN, CHECKED, DAMAGED = 0, 1, 2
 
 
-def _check(data: bytes, pos: int, nl: int) -> int:
+def line_kind(data: bytes, pos: int, nl: int) -> int:
     """Is the line ``data[pos:nl]`` plain (no checksum: format 1, or not a line at all),
     checked (its checksum holds) or damaged (it has one, and it does not hold)?"""
-    body = nl - _SUFFIX
+    body = nl - CRC_SUFFIX
     if body <= pos or data[nl - 2 : nl] != b'"}' or data[body : body + len(_HEAD)] != _HEAD:
-        return _PLAIN
+        return PLAIN
     # Compared as written (lowercase hex only): "ABCD0123" or "0x..." is damage, not a match.
     good = b"%08x" % _crc32(memoryview(data)[pos:body]) == data[nl - 10 : nl - 2]
-    return _CHECKED if good else _DAMAGED
+    return CHECKED if good else DAMAGED
 
 
-def _closing(data: bytes, pos: int, nl: int) -> dict[str, Any] | None:
+def closing_of(data: bytes, pos: int, nl: int) -> dict[str, Any] | None:
     """The closing record on the checked line ``data[pos:nl]``, or None if that line is an
     entry. UnsupportedFormatError for a record of a newer format."""
-    if not data.startswith(_CLOSE, pos):
+    if not data.startswith(CLOSING_START, pos):
         return None
     value = _loads(data[pos:nl])
     if type(value) is not dict:
@@ -128,7 +133,7 @@ def _closing(data: bytes, pos: int, nl: int) -> dict[str, Any] | None:
     return record
 
 
-def _closes(record: dict[str, Any], data: bytes, start: int, pos: int, seq: int | None) -> bool:
+def closes(record: dict[str, Any], data: bytes, start: int, pos: int, seq: int | None) -> bool:
     """Does ``record`` (at ``pos``) close the write ``data[start:pos]`` ending before ``seq``
     (None: any seq)?"""
     try:
@@ -191,15 +196,15 @@ def scan_log(
             entry = None
         if type(entry) is dict and entry.get("seq") == seq and type(entry["seq"]) is int:
             crc = entry.pop("sk.crc", None)
-            if data[nl - _SUFFIX : nl - 10] == _HEAD and crc_text(view[pos : nl - _SUFFIX]) == crc:
+            if data[nl - CRC_SUFFIX : nl - 10] == _HEAD and crc_text(view[pos : nl - CRC_SUFFIX]) == crc:
                 entries.append(entry)
                 seq += 1
                 pos = nl + 1
                 continue
-        kind = _check(data, pos, nl)
+        kind = line_kind(data, pos, nl)
         try:
-            if kind == _CHECKED:
-                record = _closing(data, pos, nl)
+            if kind == CHECKED:
+                record = closing_of(data, pos, nl)
                 if record is None:  # an entry of the write being read
                     entry = _loads(data[pos:nl])
                     if type(entry) is not dict or entry.get("seq") != seq or type(entry["seq"]) is not int:
@@ -210,7 +215,7 @@ def scan_log(
                     seq += 1
                     pos = nl + 1
                     continue
-                if not _closes(record, data, end, pos, seq):
+                if not closes(record, data, end, pos, seq):
                     why = "closes a write whose entries it does not match"
                     break
                 if framed and incarnation_of(record) != incarnation:
@@ -222,7 +227,7 @@ def scan_log(
                 elif record.get("sk.at") != at:
                     at, snapshot = record.get("sk.at"), None  # recorded before ``start``
                 framed = True
-            elif kind == _PLAIN and legacy and not framed and pos == end:  # format 1: one line, one unit
+            elif kind == PLAIN and legacy and not framed and pos == end:  # format 1: one line, one unit
                 entry = _loads(data[pos:nl])
                 if type(entry) is not dict:
                     break  # debris of an interrupted append, unless an entry follows
@@ -235,11 +240,11 @@ def scan_log(
                 # Only lost pages (zeros) make a finished line fail in an unfinished write.
                 if b"\0" not in data[pos:nl]:
                     why = (
-                        "does not match its checksum" if kind == _DAMAGED else "is not a line statekeep wrote"
+                        "does not match its checksum" if kind == DAMAGED else "is not a line statekeep wrote"
                     )
                 break
         except orjson.JSONDecodeError:
-            if kind == _CHECKED:
+            if kind == CHECKED:
                 why = "is not valid JSON"
             break
         pos = end = nl + 1
@@ -266,19 +271,19 @@ def _check_unfinished(data: bytes, end: int, bad: int, legacy: bool, name: str, 
     find = data.find
     pos = bad
     while (nl := find(b"\n", pos)) >= 0:
-        kind = _check(data, pos, nl)
+        kind = line_kind(data, pos, nl)
         try:
-            if kind == _CHECKED:
-                record = _closing(data, pos, nl)
+            if kind == CHECKED:
+                record = closing_of(data, pos, nl)
                 size = None if record is None else record.get("sk.bytes")
                 if (
                     record
                     and type(size) is int
                     and end <= pos - size
-                    and _closes(record, data, pos - size, pos, None)
+                    and closes(record, data, pos - size, pos, None)
                 ):
                     _damaged_before(data, name, line_no, end, bad, pos, "a complete write")
-            elif kind == _PLAIN and legacy and pos > bad and isinstance(_loads(data[pos:nl]), dict):
+            elif kind == PLAIN and legacy and pos > bad and isinstance(_loads(data[pos:nl]), dict):
                 _damaged_before(data, name, line_no, end, bad, pos, "a valid entry")
         except orjson.JSONDecodeError:
             pass

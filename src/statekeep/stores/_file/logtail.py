@@ -16,18 +16,17 @@ from typing import Any
 import orjson
 
 from .logformat import (
-    _CHECKED,
-    _CLOSE,
-    _DAMAGED,
-    _PLAIN,
-    _SUFFIX,
+    CHECKED,
+    CLOSING_START,
+    CRC_SUFFIX,
+    DAMAGED,
     FORMAT,
-    _check,
-    _closes,
-    _closing,
-    _loads,
+    PLAIN,
+    closes,
+    closing_of,
     crc_text,
     incarnation_of,
+    line_kind,
     seal,
 )
 
@@ -56,15 +55,15 @@ def last_write(read_at: ReadAt, size: int) -> LastWrite | None:
     instead: it ends in format 1 lines, or holds no complete write.
     """
     for pos, line in _lines_back(read_at, size):
-        kind = _check(line, 0, len(line))
-        if kind == _PLAIN:
+        kind = line_kind(line, 0, len(line))
+        if kind == PLAIN:
             if b"\0" not in line and _legacy_entry(line):
                 return None  # format 1 lines: the log was never written in format 2
             continue
-        if kind == _DAMAGED:
+        if kind == DAMAGED:
             continue
         try:
-            record = _closing(line, 0, len(line))
+            record = closing_of(line, 0, len(line))
         except orjson.JSONDecodeError:
             continue
         if not record:
@@ -73,7 +72,7 @@ def last_write(read_at: ReadAt, size: int) -> LastWrite | None:
         next_seq = record.get("sk.next")
         if type(size_) is not int or type(next_seq) is not int or not 0 <= size_ <= pos:
             continue
-        if not _closes(record, read_at(pos - size_, size_), 0, size_, None):
+        if not closes(record, read_at(pos - size_, size_), 0, size_, None):
             continue  # its closing page survived a power cut, not all of its entries
         inc = incarnation_of(record)
         if "sk.snapshot" in record:
@@ -93,18 +92,18 @@ def entries_back(read_at: ReadAt, end: int, first_seq: int, next_seq: int) -> li
         return found
     legacy = False  # format 1 (plain) lines come before every checked line, never after one
     for _, line in _lines_back(read_at, end):
-        kind = _check(line, 0, len(line))
-        if kind == _DAMAGED or (kind == _CHECKED and legacy):
+        kind = line_kind(line, 0, len(line))
+        if kind == DAMAGED or (kind == CHECKED and legacy):
             return None
-        if kind == _CHECKED and line.startswith(_CLOSE):
+        if kind == CHECKED and line.startswith(CLOSING_START):
             continue
         try:
-            entry = _loads(line)
+            entry = orjson.loads(line)
         except orjson.JSONDecodeError:
             return None
         if type(entry) is not dict or entry.get("seq") != want:
             return None
-        if kind == _CHECKED:
+        if kind == CHECKED:
             del entry["sk.crc"]
         elif any(key.startswith("sk.") for key in entry):
             return None  # a checked line whose checksum key was damaged: not a plain line
@@ -121,12 +120,12 @@ def entries_back(read_at: ReadAt, end: int, first_seq: int, next_seq: int) -> li
 def snapshot_of(line: bytes) -> bytes:
     """The encoded snapshot a checked closing record (or copy) ``line`` carries."""
     key = b'"sk.snapshot":'
-    return line[line.index(key) + len(key) : len(line) - _SUFFIX]
+    return line[line.index(key) + len(key) : len(line) - CRC_SUFFIX]
 
 
 def _legacy_entry(line: bytes) -> bool:
     try:
-        value = _loads(line)
+        value = orjson.loads(line)
     except orjson.JSONDecodeError:
         return False
     return type(value) is dict and type(value.get("seq")) is int
@@ -187,9 +186,9 @@ def decode_copy(raw: bytes) -> SnapshotCopy | None:
     can leave it empty or zero-filled, and the log has it all anyway).
     UnsupportedFormatError if a newer statekeep wrote it."""
     nl = len(raw) - 1
-    if nl > 0 and raw[nl] == 10 and raw.startswith(_CLOSE):
+    if nl > 0 and raw[nl] == 10 and raw.startswith(CLOSING_START):
         try:
-            record = _loads(memoryview(raw)[:nl])
+            record = orjson.loads(memoryview(raw)[:nl])
         except orjson.JSONDecodeError:
             return None
         if type(record) is not dict:
@@ -203,14 +202,14 @@ def decode_copy(raw: bytes) -> SnapshotCopy | None:
             or type(next_seq) is not int
         ):
             return None
-        if crc_text(memoryview(raw)[: nl - _SUFFIX]) != crc or raw[nl - 2 : nl] != b'"}':
+        if crc_text(memoryview(raw)[: nl - CRC_SUFFIX]) != crc or raw[nl - 2 : nl] != b'"}':
             return None
         if version > FORMAT:
-            _closing(raw, 0, nl)  # raises UnsupportedFormatError
+            closing_of(raw, 0, nl)  # raises UnsupportedFormatError
         snapshot = record.get("sk.snapshot")
         return SnapshotCopy(size, next_seq, snapshot if type(snapshot) is dict else None)
     try:
-        value = _loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
     return SnapshotCopy(None, 0, value) if type(value) is dict else None
@@ -225,7 +224,11 @@ def snapshot_record(read_at: ReadAt, at: int, size: int) -> bytes | None:
         nl = line.find(b"\n")
         if nl >= 0:
             line = line[:nl]
-            if _check(line, 0, nl) == _CHECKED and line.startswith(_CLOSE) and b'"sk.snapshot":' in line:
+            if (
+                line_kind(line, 0, nl) == CHECKED
+                and line.startswith(CLOSING_START)
+                and b'"sk.snapshot":' in line
+            ):
                 return snapshot_of(line)
             return None
         n *= 2

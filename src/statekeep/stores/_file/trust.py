@@ -28,7 +28,7 @@ from .._fsio import OsIO, write_file
 
 MARKER = ".statekeep-store"
 MARKER_TMP = ".statekeep-store.tmp-"
-MARKER_FORMAT = 2  # 2: logs carry checksums and closing records (see _logframe)
+MARKER_FORMAT = 2  # 2: logs carry checksums and closing records (see logformat)
 LOG = "log.jsonl"  # a State's files: its entry lines and each write's closing record, appended
 SNAPSHOT = "snapshot.json"  # a copy of the current snapshot for listings, refreshed lazily
 SNAPSHOT_TMP = "snapshot.json.tmp"  # the next copy while it is being written

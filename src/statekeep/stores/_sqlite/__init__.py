@@ -31,7 +31,7 @@ writes (group commit); it too never waits inside SQLite: a write finding another
 lock retries in its worker thread, with backoff. Reads use a small pool of reader
 connections. In WAL mode readers never wait for the writer.
 
-What each operation asks of SQLite is counted in tests/test_sqlite_statements.py: a write
+What each operation asks of SQLite is counted in tests/stores/sqlite/test_sqlite_statements.py: a write
 is BEGIN IMMEDIATE, one query for its States, their leases and the schema version, its
 entries, its snapshot, COMMIT; a read and a listing page are one statement each (the
 schema version read with the rows).
