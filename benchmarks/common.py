@@ -189,13 +189,18 @@ class Scratch:
         self.made_parent: Path | None = None
         on_disk = filesystem_type(tmp) not in MEMORY_FILESYSTEMS
         if on_disk and os.stat(tmp).st_dev == os.stat(REPO).st_dev:
-            parent = tmp
+            self.root = Path(tempfile.mkdtemp(prefix="statekeep-bench-", dir=tmp))
         else:
-            parent = REPO / ".bench-tmp"
-            if not parent.exists():
-                parent.mkdir()
-                self.made_parent = parent
-        self.root = Path(tempfile.mkdtemp(prefix="statekeep-bench-", dir=parent))
+            # Shared with benchmarks running beside this one (the smoke tests on several
+            # workers): the last one out removes it, and one may do so just before we enter.
+            self.made_parent = parent = REPO / ".bench-tmp"
+            while True:
+                parent.mkdir(exist_ok=True)
+                try:
+                    self.root = Path(tempfile.mkdtemp(prefix="statekeep-bench-", dir=parent))
+                    break
+                except FileNotFoundError:
+                    continue
         self.fs = filesystem_type(self.root)
         if self.fs in MEMORY_FILESYSTEMS:
             raise SystemExit(f"scratch folder {self.root} is on {self.fs}, not a disk; refusing to measure")
@@ -212,7 +217,7 @@ class Scratch:
         if self.made_parent is not None:
             try:
                 self.made_parent.rmdir()
-            except OSError:
+            except OSError:  # another benchmark's folder is still in it
                 pass
 
 

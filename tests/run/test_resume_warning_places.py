@@ -28,6 +28,9 @@ state = FileStore("runs").load("job")
 print("resumed", Agent(ScriptedModel(["done"], name="m"), name="other", system="A", store=FileStore("runs")).run(state))
 """
 WARNED = "ResumeWarning: State 'job' is resumed by a different agent (name: 'agent' -> 'other')"
+# The plain REPL reads each line as a statement of its own, line 1 of "<stdin>"; from Python
+# 3.13 on, of "<stdin>-N" for the Nth statement (from 0), here the third.
+REPL_LINE = "<stdin>:1" if sys.version_info < (3, 13) else "<stdin>-2:1"
 
 
 @pytest.fixture
@@ -53,14 +56,14 @@ def run(folder: Path, args: list[str], stdin: str | None) -> subprocess.Complete
 @pytest.mark.parametrize("code", [BEGIN_RUN, AGENT_RUN], ids=["begin_run", "Agent.run"])
 @pytest.mark.parametrize(
     "how, where",
-    [("-c", "<string>:3"), ("stdin", "<stdin>:3"), ("repl", "<stdin>:1")],
+    [("-c", "<string>:3"), ("stdin", "<stdin>:3"), ("repl", REPL_LINE)],
 )
 def test_resume_warning_shows_at_the_callers_line(folder: Path, code: str, how: str, where: str) -> None:
     if how == "-c":
         done = run(folder, ["-c", code], None)
     elif how == "stdin":
         done = run(folder, ["-"], code)
-    else:  # the plain REPL reads each line as a statement of its own: line 1 of "<stdin>"
+    else:
         done = run(folder, ["-i", "-q"], code)
     assert "ImportError" not in done.stderr, done.stderr
     assert f"{where}: {WARNED}" in done.stderr, done.stderr

@@ -784,6 +784,11 @@ started.wait()
 @pytest.mark.parametrize("mode", ["async", "sync"])
 @pytest.mark.parametrize("daemon", ["daemon", "non-daemon"])
 def test_exit_with_writes_in_flight_does_not_hang(tmp_path: Path, daemon: str, mode: str) -> None:
+    if daemon == "non-daemon" and (3, 12, 0) <= sys.version_info[:3] < (3, 12, 2):
+        pytest.skip(
+            "Python 3.12.0 and 3.12.1 refuse to start a thread once the main thread has ended, while "
+            "non-daemon ones still run (CPython gh-113964, fixed in 3.12.2), so those writes cannot finish"
+        )
     count = 300
     result = run_script(EXIT_WHILE_IN_FLIGHT, str(tmp_path / "store"), str(count), daemon, mode, timeout=60)
     assert result.returncode == 0, result.stderr
