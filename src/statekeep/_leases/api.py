@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from .._core.leases import Lease, check_owner, check_ttl, given_lease
 from .._runtime.bridge import run_async, run_sync
@@ -18,9 +18,21 @@ T = TypeVar("T")
 
 @runtime_checkable
 class Leases(Protocol):
-    """The lease API as a capability (``isinstance(store, Leases)``): the built-in stores
-    offer it through :class:`Leasing`, whose hooks ``_acquire``, ``_renew``, ``_release``
-    and ``_current_lease`` each store implements."""
+    """Fenced leases as a capability (``isinstance(store, Leases)``): a store built on
+    :class:`Leasing` offers them by implementing its three hooks (each run on the owner loop
+    with the State's lock held) and ``_current_lease``; :class:`Leasing` gives the API."""
+
+    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
+        """Take the State's lease; LeaseHeldError while one is live."""
+        ...
+
+    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
+        """Extend a current, live lease; StaleLeaseError otherwise."""
+        ...
+
+    async def _release(self, lease: Lease) -> None:
+        """End the lease if it is current and live (keeping its token); else nothing."""
+        ...
 
     async def aacquire(self, state_id: str, owner: str, ttl: float | timedelta) -> Lease: ...
 
@@ -46,19 +58,18 @@ class Leasing:
     def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         raise NotImplementedError
 
-    # -- the hooks each store implements (the State's lock is held) -----------------
+    if TYPE_CHECKING:  # the hooks of Leases: a store that offers leases defines them
 
-    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
-        """Take the State's lease (the lock is held); LeaseHeldError while one is live."""
-        raise NotImplementedError(f"{type(self).__name__} does not support leases")
+        async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease: ...
 
-    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
-        """Extend a current, live lease; StaleLeaseError otherwise."""
-        raise NotImplementedError(f"{type(self).__name__} does not support leases")
+        async def _renew(self, lease: Lease, ttl: timedelta) -> Lease: ...
 
-    async def _release(self, lease: Lease) -> None:
-        """End the lease if it is current and live (keeping its token); else nothing."""
-        raise NotImplementedError(f"{type(self).__name__} does not support leases")
+        async def _release(self, lease: Lease) -> None: ...
+
+    def _leasing(self) -> None:
+        """NotImplementedError unless the store offers leases (defines the hooks)."""
+        if not isinstance(self, Leases):
+            raise NotImplementedError(f"{type(self).__name__} does not support leases")
 
     async def _current_lease(self, state_id: str) -> Lease | None:
         """The State's live lease, or None (declared here; the engine's default has none)."""
@@ -82,6 +93,7 @@ class Leasing:
         return run_sync(self._acquire_call(state_id, owner, ttl), "aacquire")
 
     def _acquire_call(self, state_id: str, owner: str, ttl: float | timedelta) -> Coroutine[Any, Any, Lease]:
+        self._leasing()
         sid = self._sid(state_id)
         period = check_ttl(ttl)
         return self._locked(sid, self._acquire(sid, check_owner(owner), period))
@@ -98,6 +110,7 @@ class Leasing:
         return run_sync(self._renew_call(lease, ttl), "arenew")
 
     def _renew_call(self, lease: Lease, ttl: float | timedelta | None) -> Coroutine[Any, Any, Lease]:
+        self._leasing()
         held = self._held(lease)
         period = held.ttl if ttl is None else check_ttl(ttl)
         return self._locked(held.state_id, self._renew(held, period))
@@ -106,11 +119,13 @@ class Leasing:
         """End ``lease`` now if it is still current (its token is kept: the next acquire
         gets a greater one); a lease already expired or taken over is left alone. Durable on
         return as the store's writes are."""
+        self._leasing()
         held = self._held(lease)
         await run_async(self._locked(held.state_id, self._release(held)))
 
     def release(self, lease: Lease) -> None:
         """Sync :meth:`arelease`."""
+        self._leasing()
         held = self._held(lease)
         run_sync(self._locked(held.state_id, self._release(held)), "arelease")
 

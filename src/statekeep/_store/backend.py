@@ -26,6 +26,7 @@ from .contract import Store
 from .engine import Engine
 from .expect import expecting_next
 from .incarnations import Binding, Incarnated
+from .shims import no_leases
 
 if TYPE_CHECKING:
     from .._run.state import State
@@ -35,7 +36,8 @@ T = TypeVar("T")
 
 
 class Backend(Engine, Leasing, Incarnated, Store):
-    """The base of the built-in stores; private (third-party stores subclass :class:`Store`).
+    """The base of the built-in stores and of a backend of your own
+    (``statekeep.stores.engine``; a store of your own may subclass :class:`Store` instead).
 
     On top of :class:`Store` it gives: ids and data validated and encoded in the caller's
     thread before any storage is touched; every call run on statekeep's owner loop; a lock
@@ -101,6 +103,8 @@ class Backend(Engine, Leasing, Incarnated, Store):
         binding: Binding,
         expect_next: int | None,
     ) -> PreparedWrite:
+        if lease is not None:
+            no_leases(self, lease)
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         write = write if expect_next is None else expecting_next(write, expect_next)
         return self._check_open(write)  # type: ignore[no-any-return]
@@ -146,6 +150,7 @@ class Backend(Engine, Leasing, Incarnated, Store):
 
     async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
+            no_leases(self, lease)
             root = self._sid(state_id)
             await run_async(self._check_tree_leases(root, check_lease(lease, root, self.namespace)))
             await super().adelete(state_id, children=True, lease=lease)
@@ -159,6 +164,8 @@ class Backend(Engine, Leasing, Incarnated, Store):
         run_sync(self._delete_call(state_id, lease), "adelete", direct=True, eager=self._eager)
 
     def _delete_call(self, state_id: str, lease: Lease | None) -> Coroutine[Any, Any, None]:
+        if lease is not None:
+            no_leases(self, lease)
         sid = self._sid(state_id)
         return self._locked_delete(sid, check_lease(lease, sid, self.namespace))
 
@@ -173,6 +180,7 @@ class Backend(Engine, Leasing, Incarnated, Store):
     ) -> State:
         # The fork reads the source: refused while another worker holds it (not atomic
         # with the read, which changes nothing).
+        no_leases(self, lease)
         sid = self._sid(state_id)
         held = await self.acurrent_lease(sid)
         check_fence(

@@ -11,8 +11,8 @@ viewer lists on every poll) or refuses clearly (``rekey``, ``memory()``, a lease
 is a set of methods; a backend offers it by defining them (these are runtime-checkable
 protocols), so a base class must not define them with a default that says "no".
 
-:class:`Records` is the part of the Store contract agent memory and the compatibility
-shims call: it lives here, below the Store class, so that they need not import it.
+:class:`Records` is the part of the Store contract agent memory calls: it lives here, below
+the Store class, so that agent memory need not import it (no import ring).
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ class Store(ABC):  # noqa: B024
     missing side (async defaults run a sync implementation in a worker thread; sync
     defaults run an async implementation on the private loop), ``save``/``load`` with
     their bookkeeping, repair and errors, ``with``/``async with``, and a no-op ``close``.
-    What it does not give, which the built-in stores do in a private base class: it does
+    What it does not give, which the built-in stores get from their base class (a backend
+    of your own can too: ``statekeep.stores.engine``): it does
     not validate ids (use :func:`validate_id`), entries, seqs or snapshots, nor encode
     them (your ``write`` gets the caller's objects); it takes no lock (concurrent writes
     to one State must be serialised by the store); it does not refuse calls after
