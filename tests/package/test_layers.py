@@ -135,12 +135,6 @@ def test_imports_go_down_the_layers(part: str) -> None:
 
 #: Rings being taken apart (issue 23): this list only shrinks, and is empty when the issue closes.
 KNOWN_RINGS = [
-    [
-        "statekeep._store.agentmemory",
-        "statekeep._store.contract",
-        "statekeep._store.expect",
-        "statekeep._store.shims",
-    ],
     ["statekeep.stores._file.append", "statekeep.stores._file.steady"],
 ]
 

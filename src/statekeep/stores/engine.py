@@ -21,9 +21,9 @@ not, each feature falls back or says so.
 """
 
 from .._core.leases import Lease, check_fence
+from .._core.publish import publish
 from .._core.records import Record, SavedState, left_out, listing_order
 from .._core.writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
-from .._publish import publish
 from .._store.backend import Backend
 from .._store.capabilities import (
     ChangeStamps,
