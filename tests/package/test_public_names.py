@@ -13,11 +13,11 @@ import statekeep
 from statekeep import _oldpaths
 
 #: The engine interface for a backend of one's own (``statekeep.stores.engine``), its own names.
-ENGINE = (
-    "Backend ChangeStamps IdWalk Leases Namespaces PreparedWrite Reseal SizeOnDisk SnapshotReads capabilities "
-    "check_fence check_overlap check_preconditions exists_error left_out listing_order missing_error "
-    "plan_append sealed_text"
-).split()
+ENGINE = [
+    *("Backend", "ChangeStamps", "IdWalk", "Leases", "Namespaces", "PreparedWrite", "Reseal", "SizeOnDisk"),
+    *("SnapshotReads", "capabilities", "check_fence", "check_overlap", "check_preconditions", "exists_error"),
+    *("left_out", "listing_order", "missing_error", "plan_append", "sealed_text"),
+]
 #: The documented import paths, and the names each exports that report it as their home.
 PUBLIC = {
     "statekeep": statekeep.__all__,
