@@ -133,19 +133,8 @@ def test_imports_go_down_the_layers(part: str) -> None:
     assert wrong_imports(GRAPH, part) == []
 
 
-#: Rings being taken apart (issue 23): this list only shrinks, and is empty when the issue closes.
-KNOWN_RINGS = [
-    [
-        "statekeep._store.agentmemory",
-        "statekeep._store.contract",
-        "statekeep._store.expect",
-        "statekeep._store.shims",
-    ],
-]
-
-
 def test_no_import_cycles() -> None:
-    assert sorted(rings(GRAPH)) == sorted(KNOWN_RINGS)
+    assert rings(GRAPH) == []
 
 
 def test_the_check_finds_hidden_wrong_imports_and_rings() -> None:

@@ -12,10 +12,17 @@ import pytest
 import statekeep
 from statekeep import _oldpaths
 
+#: The engine interface for a backend of one's own (``statekeep.stores.engine``), its own names.
+ENGINE = [
+    *("Backend", "ChangeStamps", "IdWalk", "Leases", "Namespaces", "PreparedWrite", "Reseal", "SizeOnDisk"),
+    *("SnapshotReads", "capabilities", "check_fence", "check_overlap", "check_preconditions", "exists_error"),
+    *("left_out", "listing_order", "missing_error", "plan_append", "sealed_text"),
+]
 #: The documented import paths, and the names each exports that report it as their home.
 PUBLIC = {
     "statekeep": statekeep.__all__,
     "statekeep.stores": ["OsIO"],
+    "statekeep.stores.engine": ENGINE,
     "statekeep.testing": ["Api", "FakeClock", "StoreContract", "StoreMachine", "entries", "snapshot"],
     "statekeep.web": ["Viewer", "create_app", "serve", "start"],
     "statekeep.adapters.langgraph": ["StatekeepSaver"],
@@ -23,7 +30,10 @@ PUBLIC = {
     "statekeep.adapters.alpineagents": ["StatekeepStore"],
 }
 #: Names a second public path exports too (it reports the first).
-ALSO = {"statekeep.stores": ["FileStore", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore"]}
+ALSO = {
+    "statekeep.stores": ["FileStore", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore"],
+    "statekeep.stores.engine": ["Lease", "Record", "SavedState"],
+}
 
 
 def documented() -> list[tuple[str, str]]:

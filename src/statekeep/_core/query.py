@@ -13,10 +13,10 @@ import base64
 import binascii
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import orjson
 
@@ -40,6 +40,23 @@ class Page(list[SavedState]):
     def __init__(self, rows: Iterable[SavedState] = (), next: str | None = None) -> None:
         super().__init__(rows)
         self.next = next
+
+
+class ListFilters(TypedDict, total=False):
+    """The keyword arguments of a listing (:meth:`statekeep.Store.list`), each optional:
+    ``def list(self, **filters: Unpack[ListFilters])``."""
+
+    limit: int | None
+    after: str | None
+    agent: str | None
+    parent: str | None
+    finished: bool | None
+    stopped_by: str | None
+    status: str | None
+    labels: Mapping[str, str] | None
+    updated_after: datetime | None
+    updated_before: datetime | None
+    id_prefix: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +227,7 @@ def select(rows: Iterable[SavedState], query: ListQuery) -> Page:
 
 
 #: The keywords of :meth:`statekeep.Store.list`.
-QUERY_KEYWORDS = frozenset(
-    ("limit", "after", "agent", "parent", "finished", "stopped_by", "status", "labels",
-     "updated_after", "updated_before", "id_prefix"),
-)  # fmt: skip
+QUERY_KEYWORDS = frozenset(ListFilters.__annotations__)
 
 
 def takes_no_query(method: Callable[..., Any]) -> bool:

@@ -8,57 +8,72 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from .._core.ids import validate_id
 from .._core.leases import Lease, check_owner, check_ttl, given_lease
 from .._runtime.bridge import run_async, run_sync
 
 T = TypeVar("T")
 
 
+@runtime_checkable
+class Leases(Protocol):
+    """Fenced leases as a capability (``isinstance(store, Leases)``): a store built on
+    :class:`Leasing` offers them by implementing its three hooks (each run on the owner loop
+    with the State's lock held) and ``_current_lease``; :class:`Leasing` gives the API."""
+
+    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
+        """Take the State's lease; LeaseHeldError while one is live."""
+        ...
+
+    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
+        """Extend a current, live lease; StaleLeaseError otherwise."""
+        ...
+
+    async def _release(self, lease: Lease) -> None:
+        """End the lease if it is current and live (keeping its token); else nothing."""
+        ...
+
+    async def aacquire(self, state_id: str, owner: str, ttl: float | timedelta) -> Lease: ...
+
+    async def arenew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease: ...
+
+    async def arelease(self, lease: Lease) -> None: ...
+
+    async def acurrent_lease(self, state_id: str) -> Lease | None: ...
+
+
 class Leasing:
-    """Fenced leases, mixed into the built-in stores' base."""
+    """Fenced leases, mixed into the built-in stores' base. Each sync/async pair shares one
+    opening (``_*_call``: the checks, and the coroutine both sides run)."""
 
     namespace: str
 
     def _check_open(self, value: Any) -> Any:
         raise NotImplementedError
 
-    async def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> T:
+    def _sid(self, state_id: str) -> str:
         raise NotImplementedError
 
-    # -- the hooks each store implements (the State's lock is held) -----------------
+    def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        raise NotImplementedError
 
-    async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
-        """Take the State's lease (the lock is held); LeaseHeldError while one is live."""
-        raise NotImplementedError(f"{type(self).__name__} does not support leases")
+    if TYPE_CHECKING:  # the hooks of Leases: a store that offers leases defines them
 
-    async def _renew(self, lease: Lease, ttl: timedelta) -> Lease:
-        """Extend a current, live lease; StaleLeaseError otherwise."""
-        raise NotImplementedError(f"{type(self).__name__} does not support leases")
+        async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease: ...
 
-    async def _release(self, lease: Lease) -> None:
-        """End the lease if it is current and live (keeping its token); else nothing."""
-        raise NotImplementedError(f"{type(self).__name__} does not support leases")
+        async def _renew(self, lease: Lease, ttl: timedelta) -> Lease: ...
 
-    async def _reseal(
-        self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None
-    ) -> int:
-        """Replace stored records of ``state_id`` in place, for ``rekey`` (the lock is held).
+        async def _release(self, lease: Lease) -> None: ...
 
-        ``entries`` maps a seq to ``(old, new)``: the stored entry as read (encoded JSON,
-        no newline) and what replaces it; ``snapshot`` likewise (or None). Each record is
-        replaced only where the store still holds ``old`` (compared as JSON), all in one
-        transaction (or one atomic file replacement) under the store's cross-process lock,
-        so a writer appending meanwhile loses nothing. No fence: the plaintext is unchanged.
-        Returns how many records were replaced.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not support rekey")
+    def _leasing(self) -> None:
+        """NotImplementedError unless the store offers leases (defines the hooks)."""
+        if not isinstance(self, Leases):
+            raise NotImplementedError(f"{type(self).__name__} does not support leases")
 
     async def _current_lease(self, state_id: str) -> Lease | None:
-        """The State's live lease, or None."""
-        return None  # a store that cannot acquire has no live leases
+        """The State's live lease, or None (declared here; the engine's default has none)."""
+        raise NotImplementedError
 
     # -- the API ------------------------------------------------------------------------
 
@@ -71,49 +86,57 @@ class Leasing:
         than every token the State had before. Durable on return as the store's writes are:
         a crash after it returns never hands the same token out again.
         """
-        sid = self._check_open(validate_id(state_id))
-        period = check_ttl(ttl)
-        return await run_async(self._locked(sid, self._acquire(sid, check_owner(owner), period)))
+        return await run_async(self._acquire_call(state_id, owner, ttl))
 
     def acquire(self, state_id: str, owner: str, ttl: float | timedelta) -> Lease:
         """Sync :meth:`aacquire`."""
-        sid = self._check_open(validate_id(state_id))
+        return run_sync(self._acquire_call(state_id, owner, ttl), "aacquire")
+
+    def _acquire_call(self, state_id: str, owner: str, ttl: float | timedelta) -> Coroutine[Any, Any, Lease]:
+        self._leasing()
+        sid = self._sid(state_id)
         period = check_ttl(ttl)
-        return run_sync(self._locked(sid, self._acquire(sid, check_owner(owner), period)), "aacquire")
+        return self._locked(sid, self._acquire(sid, check_owner(owner), period))
 
     async def arenew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease:
         """Extend ``lease`` to ``ttl`` from now (default: the period it was taken for) and
         return it with its new ``expires_at`` (same token). :class:`StaleLeaseError` if it
         expired, was released or was taken over: stop the work it guarded. Durable on return
         as the store's writes are."""
-        held = self._check_open(given_lease(lease, namespace=self.namespace))
-        period = held.ttl if ttl is None else check_ttl(ttl)
-        return await run_async(self._locked(held.state_id, self._renew(held, period)))
+        return await run_async(self._renew_call(lease, ttl))
 
     def renew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease:
         """Sync :meth:`arenew`."""
-        held = self._check_open(given_lease(lease, namespace=self.namespace))
+        return run_sync(self._renew_call(lease, ttl), "arenew")
+
+    def _renew_call(self, lease: Lease, ttl: float | timedelta | None) -> Coroutine[Any, Any, Lease]:
+        self._leasing()
+        held = self._held(lease)
         period = held.ttl if ttl is None else check_ttl(ttl)
-        return run_sync(self._locked(held.state_id, self._renew(held, period)), "arenew")
+        return self._locked(held.state_id, self._renew(held, period))
 
     async def arelease(self, lease: Lease) -> None:
         """End ``lease`` now if it is still current (its token is kept: the next acquire
         gets a greater one); a lease already expired or taken over is left alone. Durable on
         return as the store's writes are."""
-        held = self._check_open(given_lease(lease, namespace=self.namespace))
+        self._leasing()
+        held = self._held(lease)
         await run_async(self._locked(held.state_id, self._release(held)))
 
     def release(self, lease: Lease) -> None:
         """Sync :meth:`arelease`."""
-        held = self._check_open(given_lease(lease, namespace=self.namespace))
+        self._leasing()
+        held = self._held(lease)
         run_sync(self._locked(held.state_id, self._release(held)), "arelease")
 
     async def acurrent_lease(self, state_id: str) -> Lease | None:
         """The live lease of ``state_id`` (who holds it, until when), or None."""
-        sid = self._check_open(validate_id(state_id))
-        return await run_async(self._current_lease(sid))
+        return await run_async(self._current_lease(self._sid(state_id)))
 
     def current_lease(self, state_id: str) -> Lease | None:
         """Sync :meth:`acurrent_lease`."""
-        sid = self._check_open(validate_id(state_id))
-        return run_sync(self._current_lease(sid), "acurrent_lease")
+        return run_sync(self._current_lease(self._sid(state_id)), "acurrent_lease")
+
+    def _held(self, lease: Lease) -> Lease:
+        """The opening of a call on a held lease: the lease checked, for this namespace."""
+        return self._check_open(given_lease(lease, namespace=self.namespace))  # type: ignore[no-any-return]

@@ -25,6 +25,7 @@ from .._core.errors import StaleLeaseError
 from .._core.leases import MAX_OWNER, Lease, check_lease
 from .._runtime.bridge import _on_asyncio
 from .._runtime.callerloop import new_lock, sleeper
+from .api import Leases
 
 T = TypeVar("T")
 
@@ -53,11 +54,12 @@ class LeaseKeeper:
         or None (no lease)."""
         if lease is None and ttl is None:
             return None
-        if store is None or not hasattr(store, "arenew"):
+        if not isinstance(store, Leases):
             what = "no store" if store is None else f"a {type(store).__name__}, which has no leases"
             raise ValueError(f"a leased run needs a built-in store to hold the lease; the Agent has {what}")
         if lease is not None:
             return cls(store, check_lease(lease, state_id) or lease, release=False)
+        assert ttl is not None  # neither a lease nor a ttl returned above
         return cls(store, await store.aacquire(state_id, owner, ttl), release=True)
 
     @property

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 import orjson
 
 from .._core.labels import memory_namespace
-from .._core.query import make_query
+from .._core.query import ListQuery, Page, make_query
 from .._core.records import Record
 from .._runtime.bridge import run_async
 from .protection import Protection
@@ -32,6 +32,8 @@ from .sealing import SEALED, TASK_MARK, Keyring, aad, open_snapshot, seal_entry,
 BATCH = 500
 #: States listed per page.
 PAGE = 1000
+
+T = TypeVar("T")
 
 #: Called after each State with (States done, States in all).
 Progress = Callable[[int, int], None]
@@ -67,14 +69,46 @@ class RekeyReport:
         return text
 
 
-def _protection(store: Any) -> tuple[Protection, Keyring]:
-    protection = getattr(store, "_protection", None)
-    if not isinstance(protection, Protection) or not hasattr(store, "_reseal"):
+@runtime_checkable
+class Reseal(Protocol):
+    """What ``rekey`` needs of a store (the built-in stores' engine offers it; a capability
+    group of :mod:`statekeep._store.capabilities`): its records replaced in place by
+    :meth:`_reseal`, read raw, listed with expired ones, and its agent memory's namespaces."""
+
+    namespace: str
+    _protection: Protection
+
+    async def _reseal(
+        self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None
+    ) -> int:
+        """Replace stored records of ``state_id`` in place (the State's lock is held).
+
+        ``entries`` maps a seq to ``(old, new)``: the stored entry as read (encoded JSON,
+        no newline) and what replaces it; ``snapshot`` likewise (or None). Each record is
+        replaced only where the store still holds ``old`` (compared as JSON), all in one
+        transaction (or one atomic file replacement) under the store's cross-process lock,
+        so a writer appending meanwhile loses nothing. No fence: the plaintext is unchanged.
+        Returns how many records were replaced.
+        """
+        ...
+
+    async def _read(self, state_id: str, since: int = 0) -> Record | Callable[[], Record] | None: ...
+
+    async def _select(self, query: ListQuery) -> tuple[Page, list[str]]: ...
+
+    def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]: ...
+
+    def _sibling(self, namespace: str) -> Self: ...
+
+
+def _resealable(store: object) -> tuple[Reseal, Protection, Keyring]:
+    if not isinstance(store, Reseal):
         raise TypeError(f"rekey works on the built-in stores, not on a {type(store).__name__}")
+    protection = store._protection
     ring = protection.keyring
     if ring is None:
         raise ValueError("rekey needs a store opened with encrypt=Keyring(...): its current key seals")
-    return protection, ring
+    return store, protection, ring
 
 
 def reseal_entry(
@@ -126,7 +160,7 @@ def reseal_snapshot(
     return seal_snapshot(ring, snapshot, namespace, state_id, incarnation)
 
 
-async def _ids(store: Any, report: RekeyReport) -> list[str]:
+async def _ids(store: Reseal, report: RekeyReport) -> list[str]:
     """Every State id the listing holds, expired ones too; the States it leaves out are
     counted in ``report.unlisted`` (their ids are not known here)."""
     ids: list[str] = []
@@ -148,7 +182,7 @@ def _batches(items: dict[int, tuple[bytes, bytes]]) -> Iterator[dict[int, tuple[
 
 
 async def _rekey_state(
-    store: Any, ring: Keyring, plaintext: bool, state_id: str, report: RekeyReport
+    store: Reseal, ring: Keyring, plaintext: bool, state_id: str, report: RekeyReport
 ) -> None:
     """Re-seal one State's old records, counting them in ``report``."""
     namespace = store.namespace
@@ -184,14 +218,9 @@ async def _rekey_state(
     report.records += done
 
 
-def _views(store: Any, memory_scopes: Iterable[str]) -> list[Any]:
+def _views(store: Reseal, memory_scopes: Iterable[str]) -> list[Reseal]:
     """The store, and its agent memory of each scope (sealed with the same keyring)."""
-    views = [store]
-    for scope in memory_scopes:
-        sibling = store._sibling(memory_namespace(store.namespace, scope))
-        sibling._protection = store._protection
-        views.append(sibling)
-    return views
+    return [store, *(store._sibling(memory_namespace(store.namespace, scope)) for scope in memory_scopes)]
 
 
 async def arekey(
@@ -209,7 +238,7 @@ async def arekey(
     as the store's writes are; stopped part way, run it again: what is done is skipped.
     Expired States are re-sealed too where the store still holds them.
     """
-    protection, ring = _protection(store)
+    store, protection, ring = _resealable(store)
     if isinstance(memory_scopes, str):
         raise TypeError("memory_scopes takes a list of scope names, not one str")
     report = RekeyReport()

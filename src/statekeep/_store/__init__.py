@@ -1,4 +1,6 @@
-"""The store seam: the Store contract, the built-in stores' backend, agent memory, preconditions."""
+"""The store seam: the Store contract, the engine interface a backend implements (its hooks,
+its capability groups) and the base that serves the public methods over it, agent memory,
+preconditions."""
 
 
 def __getattr__(name: str) -> object:

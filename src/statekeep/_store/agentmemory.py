@@ -14,17 +14,15 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._core.errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
 from .._core.query import Page
 from .._core.records import utc_time
 from .._run.history import now
 from .._runtime.bridge import run_sync
+from .capabilities import Records, SnapshotReads
 from .expect import expecting
-
-if TYPE_CHECKING:
-    from .contract import Store
 
 KEY_RULE = (
     "a key is a non-empty str; letters, digits and '-' count one character each, any other "
@@ -71,7 +69,7 @@ class Memory:
     the store keeps, as a ``data`` entry's is (``put`` returns the value given).
     """
 
-    def __init__(self, store: Store, scope: str) -> None:
+    def __init__(self, store: Records, scope: str) -> None:
         self._store = store
         self.scope = scope
 
@@ -85,10 +83,8 @@ class Memory:
 
     async def _snapshot(self, record_id: str) -> dict[str, Any] | None:
         """The key's snapshot alone (its value and revision): never its history of changes."""
-        read_snapshot = getattr(self._store, "aread_snapshot", None)
-        if read_snapshot is not None:
-            snapshot: dict[str, Any] | None = await read_snapshot(record_id)
-            return snapshot
+        if isinstance(self._store, SnapshotReads):
+            return await self._store.aread_snapshot(record_id)
         record = await self._store.aread(record_id)
         return None if record is None else record.snapshot
 

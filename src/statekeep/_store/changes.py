@@ -1,7 +1,8 @@
 """A store's change stamp: how a poller (the viewer's runs feed) tells cheaply that nothing
 a listing shows has changed since it last looked, so that it need not list again.
 
-A store offers it as ``async def _change_stamp(self) -> Hashable | None``: a value that
+A store offers it as ``async def _change_stamp(self) -> Hashable | None``
+(:class:`~statekeep._store.capabilities.ChangeStamps`): a value that
 differs after every create, delete, and write that changes a snapshot (a listing row), read
 in constant time; or None when it cannot say now (then the poller lists). A stamp may move
 when nothing changed (that costs one listing); where one can stay as it was across a change
@@ -12,12 +13,11 @@ one index range read, and stores written against the public API) always give Non
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Hashable
 
-from .contract import Store
+from .capabilities import ChangeStamps
 
 
-async def change_stamp(store: Store) -> Hashable | None:
+async def change_stamp(store: object) -> Hashable | None:
     """``store``'s change stamp (see the module's docstring), None if it has none."""
-    probe: Callable[[], Awaitable[Hashable | None]] | None = getattr(store, "_change_stamp", None)
-    return None if probe is None else await probe()
+    return await store._change_stamp() if isinstance(store, ChangeStamps) else None

@@ -4,28 +4,20 @@ from __future__ import annotations
 
 import functools
 from abc import ABC
-from collections.abc import AsyncIterator, Iterator, Mapping
-from datetime import datetime
+from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from .._core.errors import (
-    LeaseHeldError,
-    StaleLeaseError,
-    StateConflictError,
-    StateExistsError,
-    StateNotFoundError,
-)
-from .._core.query import given
+from .._core.query import ListFilters, given
 from .._core.records import Entries, Record, SavedState, Snapshot
-from .._core.writes import missing_error
-from .._run.lineage import fork_state, walk_tree
-from .._run.resume import conflict, deleted, exists, from_record
+from .._run.lineage import walk_tree
+from .._run.resume import from_record
 from .._run.state import State
 from .._runtime.bridge import run_sync
 from .._runtime.inthread import in_thread, to_thread
-from .incarnations import incarnated, takes_incarnation
-from .shims import expected, fill_in, leased, no_leases, save_options
+from . import saving
+from .expect import runs_the_other_side
+from .shims import adelete_tree, expected, fill_in, no_leases
 
 if TYPE_CHECKING:
     from .._core.leases import Lease
@@ -53,7 +45,8 @@ class Store(ABC):  # noqa: B024
     missing side (async defaults run a sync implementation in a worker thread; sync
     defaults run an async implementation on the private loop), ``save``/``load`` with
     their bookkeeping, repair and errors, ``with``/``async with``, and a no-op ``close``.
-    What it does not give, which the built-in stores do in a private base class: it does
+    What it does not give, which the built-in stores get from their base class (a backend
+    of your own can too: ``statekeep.stores.engine``): it does
     not validate ids (use :func:`validate_id`), entries, seqs or snapshots, nor encode
     them (your ``write`` gets the caller's objects); it takes no lock (concurrent writes
     to one State must be serialised by the store); it does not refuse calls after
@@ -85,6 +78,7 @@ class Store(ABC):  # noqa: B024
 
     # -- async (native) -------------------------------------------------------------
 
+    @runs_the_other_side
     async def awrite(
         self,
         state_id: str,
@@ -143,21 +137,7 @@ class Store(ABC):  # noqa: B024
         """
         return await to_thread(functools.partial(self.read, state_id, since=since))
 
-    async def alist(
-        self,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        agent: str | None = None,
-        parent: str | None = None,
-        finished: bool | None = None,
-        stopped_by: str | None = None,
-        status: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        updated_after: datetime | None = None,
-        updated_before: datetime | None = None,
-        id_prefix: str | None = None,
-    ) -> list[SavedState]:
+    async def alist(self, **filters: Unpack[ListFilters]) -> list[SavedState]:
         """States that have a snapshot, most recently updated first (ties by id), as a query.
 
         Keyword arguments (all optional; filters combine with AND):
@@ -177,22 +157,9 @@ class Store(ABC):  # noqa: B024
         """
         if type(self).list is Store.list:
             raise NotImplementedError(f"{type(self).__name__} does not support list()")
-        filters = given(
-            limit=limit,
-            after=after,
-            agent=agent,
-            parent=parent,
-            finished=finished,
-            stopped_by=stopped_by,
-            status=status,
-            labels=labels,
-            updated_after=updated_after,
-            updated_before=updated_before,
-            id_prefix=id_prefix,
-        )
-        return await to_thread(functools.partial(self.list, **filters))
+        return await to_thread(functools.partial(self.list, **given(**filters)))
 
-    async def aiter_states(self, **filters: Any) -> AsyncIterator[SavedState]:
+    async def aiter_states(self, **filters: Unpack[ListFilters]) -> AsyncIterator[SavedState]:
         """Every State the filters of :meth:`alist` select, page by page (``limit`` is the
         page size, 200 by default; one page of all of them on a store whose every listing
         reads all its States anyway, e.g. a FileStore, where pages would cost n² reads)."""
@@ -223,8 +190,7 @@ class Store(ABC):  # noqa: B024
         root's (the children are deleted without one).
         """
         if children:
-            for sid in await self._atree(state_id):
-                await self.adelete(sid, **leased(lease if sid == state_id else None))
+            await adelete_tree(self, state_id, lease)
             return
         no_leases(self, lease)
         if type(self).delete is Store.delete:
@@ -262,16 +228,7 @@ class Store(ABC):  # noqa: B024
         another child of the same parent, and goes with that parent's tree delete).
         """
         no_leases(self, lease)
-        record = await self.aread(state_id)
-        if record is None:
-            raise missing_error(state_id)
-        state, entries, snapshot = fork_state(state_id, record, at_seq, new_id, labels)
-        fork = (
-            self._afork_write if self._may_copy_on_server() else functools.partial(Store._afork_write, self)
-        )
-        await fork(state_id, entries, snapshot, state.id, state.incarnation)
-        kept = state.incarnation if takes_incarnation(type(self)) else None
-        return from_record(state.id, Record(entries, snapshot, kept), self)
+        return await saving.fork(self, state_id, at_seq, new_id, labels)
 
     def _may_copy_on_server(self) -> bool:
         """Whether a fork may copy the source's stored records as they are (not when
@@ -283,7 +240,7 @@ class Store(ABC):  # noqa: B024
         incarnation: str | None,
     ) -> None:  # fmt: skip
         """Create the fork (a new incarnation): a store may copy the entries on its side."""
-        await self.awrite(new_id, entries, snapshot, create=True, **incarnated(self, incarnation))
+        await saving.write_fork(self, entries, snapshot, new_id, incarnation)
 
     def memory(self, scope: str = "default") -> Memory:
         """Agent memory: a durable key/value store beside this store's States (see
@@ -314,40 +271,13 @@ class Store(ABC):  # noqa: B024
         """Sync :meth:`aread`."""
         return run_sync(self.aread(state_id, since=since), "aread")
 
-    def list(
-        self,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        agent: str | None = None,
-        parent: str | None = None,
-        finished: bool | None = None,
-        stopped_by: str | None = None,
-        status: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        updated_after: datetime | None = None,
-        updated_before: datetime | None = None,
-        id_prefix: str | None = None,
-    ) -> list[SavedState]:
+    def list(self, **filters: Unpack[ListFilters]) -> list[SavedState]:
         """Sync :meth:`alist`."""
         if type(self).alist is Store.alist:
             raise NotImplementedError(f"{type(self).__name__} does not support list()")
-        filters = given(
-            limit=limit,
-            after=after,
-            agent=agent,
-            parent=parent,
-            finished=finished,
-            stopped_by=stopped_by,
-            status=status,
-            labels=labels,
-            updated_after=updated_after,
-            updated_before=updated_before,
-            id_prefix=id_prefix,
-        )
-        return run_sync(self.alist(**filters), "alist")
+        return run_sync(self.alist(**given(**filters)), "alist")
 
-    def iter_states(self, **filters: Any) -> Iterator[SavedState]:
+    def iter_states(self, **filters: Unpack[ListFilters]) -> Iterator[SavedState]:
         """Sync :meth:`aiter_states`: each page is one blocking call."""
         filters.setdefault("limit", None if self._lists_by_scan else ITER_PAGE)
         while True:
@@ -403,33 +333,7 @@ class Store(ABC):  # noqa: B024
         :class:`StaleLeaseError` (nothing written) once the lease is no longer current, and
         :class:`LeaseHeldError` for a save without it while another worker holds one.
         """
-        entries, snapshot, create, unsure = state._unsaved(self)
-        sent = len(state.history)
-        options = save_options(self, lease, state)
-        try:
-            if unsure:
-                # An earlier create failed after it may have been stored: append instead,
-                # which skips what is there already.
-                try:
-                    await self.awrite(state.id, entries, snapshot, **options)
-                except LookupError:
-                    await self.awrite(state.id, entries, snapshot, create=True, **options)
-            else:
-                await self.awrite(state.id, entries, snapshot, create=create, **options)
-        except (StaleLeaseError, LeaseHeldError):
-            raise  # nothing was written, and the advice is the lease's
-        except StateConflictError as exc:
-            raise conflict(state, exc) from None
-        except StateExistsError:  # the raw write's advice (create=...) is not for save
-            raise exists(state) from None
-        except StateNotFoundError:
-            raise deleted(state) from None
-        except (ValueError, TypeError, LookupError):
-            raise
-        except BaseException:  # failed, cancelled or interrupted: it may be stored or not
-            state._mark_failed()
-            raise
-        state._mark_saved(self, sent)
+        await saving.save(self, state, lease)
 
     async def aload(self, state_id: str) -> State:
         """The saved State ``state_id``, ready to continue.

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.errors import DecryptionError, StateConflictError
 
 if TYPE_CHECKING:
     from .._core.writes import PreparedWrite
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: How a sealed record (entry or snapshot) ends: its last key, whose value is
 #: ``"<key id>:<base64>"`` (no quote inside), then ``}``. A clear record never has it:
@@ -119,16 +122,24 @@ def sealed_after(
     return sealed
 
 
+def runs_the_other_side(method: F) -> F:
+    """Mark a default method of :class:`~statekeep.Store` that runs the store's other side
+    (its ``awrite`` runs ``write``): whether it takes a keyword is that side's answer."""
+    _OTHER_SIDE.add(method)
+    return method
+
+
+_OTHER_SIDE: set[object] = set()
+
+
 def takes_expect_next(store: object) -> bool:
     """Whether ``store``'s write takes ``expect_next`` (a store written before it does not):
     its ``awrite`` if it has its own, else its ``write``."""
     cls = type(store)
     takes = _TAKES.get(cls)
     if takes is None:
-        from .contract import Store
-
         own = getattr(cls, "awrite", None)
-        method = own if own is not Store.awrite else getattr(cls, "write", None)
+        method = own if own not in _OTHER_SIDE else getattr(cls, "write", None)
         try:
             takes = _TAKES[cls] = "expect_next" in inspect.signature(method).parameters  # type: ignore[arg-type]
         except (TypeError, ValueError):

@@ -18,16 +18,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.query import takes_no_query, with_query
 from .._core.ranges import with_since
+from .._leases.api import Leases
+from .._runtime.bridge import run_sync
 from .expect import expecting, takes_expect_next
 from .incarnations import incarnated
 
 if TYPE_CHECKING:
     from .._core.leases import Lease
     from .._run.state import State
-    from .contract import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["expected", "expecting", "fill_in", "leased", "no_leases", "save_options", "with_children"]
+__all__ = [
+    "adelete_tree", "expected", "expecting", "fill_in", "leased", "no_leases", "save_options", "with_children",
+]  # fmt: skip
 
 
 def fill_in(cls: type) -> None:
@@ -50,16 +53,14 @@ def with_children(method: F) -> F:
     """Wrap a store's ``delete(self, state_id)`` or ``adelete`` written without ``children``
     (and leases): ``children=True`` walks the tree with the store's listing (as
     :meth:`Store.adelete` does) and deletes each State with ``method``."""
-    from .contract import Store
-
     if inspect.iscoroutinefunction(method):
 
         @functools.wraps(method)
         async def adelete(
-            self: Store, state_id: str, *, children: bool = False, lease: Lease | None = None
+            self: Any, state_id: str, *, children: bool = False, lease: Lease | None = None
         ) -> None:
             if children:
-                await Store.adelete(self, state_id, children=True, lease=lease)  # each via this one
+                await adelete_tree(self, state_id, lease)  # each via this one
                 return
             no_leases(self, lease)
             await method(self, state_id)
@@ -67,9 +68,9 @@ def with_children(method: F) -> F:
         return adelete  # type: ignore[return-value]
 
     @functools.wraps(method)
-    def delete(self: Store, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
+    def delete(self: Any, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
         if children:
-            Store.delete(self, state_id, children=True, lease=lease)
+            run_sync(adelete_tree(self, state_id, lease), "adelete")
             return
         no_leases(self, lease)
         method(self, state_id)
@@ -77,12 +78,19 @@ def with_children(method: F) -> F:
     return delete  # type: ignore[return-value]
 
 
+async def adelete_tree(store: Any, root: str, lease: Lease | None) -> None:
+    """Delete ``root`` and every State below it, the deepest first, each with the store's
+    ``adelete`` (``lease`` is the root's): :meth:`Store.adelete` with ``children=True``."""
+    for sid in await store._atree(root):
+        await store.adelete(sid, **leased(lease if sid == root else None))
+
+
 def leased(lease: Lease | None) -> dict[str, Any]:
     """``lease=`` for a call, only when given (a store of one's own need not take it)."""
     return {} if lease is None else {"lease": lease}
 
 
-def save_options(store: Store, lease: Lease | None, state: State) -> dict[str, Any]:
+def save_options(store: object, lease: Lease | None, state: State) -> dict[str, Any]:
     """What ``save`` passes ``store``'s write: the lease, the State's incarnation and its
     ``expect_next``, each only when there is one and the store takes it."""
     return {
@@ -92,7 +100,7 @@ def save_options(store: Store, lease: Lease | None, state: State) -> dict[str, A
     }
 
 
-def expected(store: Store, expect_next: int | None, other: str) -> dict[str, Any]:
+def expected(store: object, expect_next: int | None, other: str) -> dict[str, Any]:
     """``expect_next=`` for the other side of a store of one's own: only when given, and
     NotImplementedError when that side does not take it (a precondition cannot be emulated)."""
     if expect_next is None:
@@ -105,7 +113,7 @@ def expected(store: Store, expect_next: int | None, other: str) -> dict[str, Any
     return {"expect_next": expect_next}
 
 
-def no_leases(store: Store, lease: Lease | None) -> None:
+def no_leases(store: object, lease: Lease | None) -> None:
     """NotImplementedError for a lease given to a store without leases."""
-    if lease is not None and not hasattr(store, "aacquire"):
+    if lease is not None and not isinstance(store, Leases):
         raise NotImplementedError(f"{type(store).__name__} does not support leases")

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from .._core.errors import DecryptionError, StateExistsError
 from .._core.ids import validate_id
 from .._core.labels import memory_namespace, validate_namespace
 from .._core.records import Record
 from .._runtime.bridge import run_async
+from .._store.capabilities import IdWalk, Namespaces
 from .._store.contract import Store
 from .._store.incarnations import incarnated
 from .copycheck import (
@@ -154,9 +155,8 @@ async def source_ids(src: Store, filters: Mapping[str, Any]) -> list[str]:
     walk of its ids where the store has one: States without a snapshot, which no listing
     shows, are moved too); else every State it lists with ``filters``, page by page (in
     one listing on a store that reads all its States for any page, as a FileStore does)."""
-    walk = getattr(src, "_state_ids", None)
-    if not filters and walk is not None:
-        walked: list[str] | None = await run_async(walk())
+    if not filters and isinstance(src, IdWalk):
+        walked = await run_async(src._state_ids())
         if walked is not None:
             return walked
     ids: list[str] = []
@@ -273,13 +273,9 @@ async def acopy(
 def memory_view(store: Store, scope: str) -> Store | None:
     """The agent memory of ``scope`` in ``store`` as a store of its own (read and sealed as
     ``store`` is), or None for a store of one's own, without agent memory."""
-    backend: Any = store
-    try:
-        view = backend._sibling(memory_namespace(backend.namespace, scope))
-    except (AttributeError, NotImplementedError):
+    if not isinstance(store, Namespaces):
         return None
-    view._protection = backend._protection  # redacted and sealed as the store is
-    return cast(Store, view)
+    return store._sibling(memory_namespace(store.namespace, scope))  # redacted and sealed as the store is
 
 
 def memory_views(src: Store, dst: Store, scope: str) -> tuple[Store, Store] | None:

@@ -14,38 +14,39 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from .._core.errors import StateNotFoundError
 from .._core.labels import DEFAULT_NAMESPACE, validate_namespace
 from .._core.ranges import SNAPSHOT_ONLY
 from .._core.records import Record, SavedState
-from .._store.backend import Backend
+from .._store.capabilities import Namespaces
 from .._store.contract import Store
 from ._flow import Call, Flow
+
+S = TypeVar("S", bound=Namespaces)
 
 
 def placed(store: Store, namespace: str | None, own: str) -> tuple[Store, Store | None]:
     """``(where the adapter keeps its States, where older ones may be)`` for ``store``."""
     if namespace is not None:
         validate_namespace(namespace)
-        if not isinstance(store, Backend):
+        if not isinstance(store, Namespaces):
             raise TypeError(
                 f"namespace={namespace!r} needs a store with namespaces (a built-in one); {store!r} has "
                 "none: leave namespace out, and the adapter keeps its States in the store as it is"
             )
         return (store if namespace == store.namespace else _in_namespace(store, namespace)), None
-    if isinstance(store, Backend) and store.namespace == DEFAULT_NAMESPACE:
+    if isinstance(store, Namespaces) and store.namespace == DEFAULT_NAMESPACE:
         return _in_namespace(store, own), store
     return store, None
 
 
-def _in_namespace(store: Backend, namespace: str) -> Backend:
+def _in_namespace(store: S, namespace: str) -> S:
     """``store`` in another namespace of its storage, with its retention and protections
     (closed with ``store``)."""
     other = store._sibling(namespace)
     other.retention = store.retention
-    other._protection = store._protection
     return other
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import click
 
 from .._runtime.bridge import run_sync
+from .._store.capabilities import IdWalk, SizeOnDisk, SnapshotReads
 from .._store.contract import Store
 from ._common import open_store_at, reporting, say, store_option
 from ._group import main
@@ -82,13 +83,12 @@ def count(store: Store, progress: Callable[[int, int], None]) -> Stats:
             else:
                 stats.by_agent[row.agent] += 1
         progress(done, len(rows))
-    walk = getattr(store, "_state_ids", None)  # nor this
-    held = None if walk is None else run_sync(walk(), "stats")
+    held = run_sync(store._state_ids(), "stats") if isinstance(store, IdWalk) else None
     if held is not None:
         listed = {row.id for row in rows}
         stats.not_listed = sum(sid not in listed for sid in held)
-    size = getattr(store, "_size_bytes", None)  # a store of your own may not have it
-    stats.bytes = None if size is None else run_sync(size(), "stats")
+    # A store of your own may offer neither: then these stay None ("not known").
+    stats.bytes = run_sync(store._size_bytes(), "stats") if isinstance(store, SizeOnDisk) else None
     return stats
 
 
@@ -96,8 +96,7 @@ def entry_count(store: Store, state_id: str) -> int | None:
     """How many entries a State has (None if it is gone): the snapshot's ``seq`` names the
     last entry, so a range read from it returns one entry, or the few saved since; without
     one (a raw write), or when it is not where the history ends, the whole history is read."""
-    read_snapshot = getattr(store, "aread_snapshot", None)  # the built-in stores: snapshot alone
-    snapshot = run_sync(read_snapshot(state_id), "aread") if read_snapshot is not None else None
+    snapshot = run_sync(store.aread_snapshot(state_id), "aread") if isinstance(store, SnapshotReads) else None
     seq = (snapshot or {}).get("seq")
     since = seq if type(seq) is int and seq > 0 else 0
     record = store.read(state_id, since=since)

@@ -21,7 +21,8 @@ from .._core.writes import (
     same_json,
 )
 from .._protect.sealing import Keyring
-from .._store.backend import Backend, Clock
+from .._store.backend import Backend
+from .._store.engine import Clock
 from .._store.expect import check_preconditions, sealed_text
 
 
@@ -101,7 +102,7 @@ class MemoryStore(Backend):
 
     def _sibling(self, namespace: str) -> MemoryStore:
         sibling = cast(MemoryStore, MemoryStore.__new__(MemoryStore))
-        sibling._lifecycle(namespace, None, self._clock, internal=True)
+        sibling._join(self, namespace)
         sibling._sliding = False
         sibling._spaces = self._spaces
         sibling._space = self._spaces.setdefault(namespace, _Space())

@@ -44,7 +44,8 @@ from ..._core.writes import PreparedWrite
 from ..._protect.sealing import Keyring
 from ..._runtime.batching import GroupCommit
 from ..._runtime.bridge import owner
-from ..._store.backend import Backend, Clock
+from ..._store.backend import Backend
+from ..._store.engine import Clock
 from .._fsio import OsIO, tree_bytes
 from .append import Appender
 from .budget import batch_cap
@@ -216,7 +217,7 @@ class FileStore(FileLeasing, Backend):
         sibling = self._siblings.get(namespace)
         if sibling is None or sibling._closed:
             sibling = cast(FileStore, FileStore.__new__(FileStore))
-            sibling._lifecycle(namespace, None, self._clock, internal=True)
+            sibling._join(self, namespace)
             sibling.path, sibling._key = self.path, self._key
             sibling._setup(self._io, self._read_only, self._shared)
             self._siblings[namespace] = sibling

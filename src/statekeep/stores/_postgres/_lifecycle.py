@@ -154,7 +154,7 @@ class Lifecycle(Backend):
         uses and closes nothing of its own, and is closed with this store."""
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
-        twin._lifecycle(namespace, None, internal=True)
+        twin._join(self, namespace)
         twin._root = self._root or self
         return twin
 

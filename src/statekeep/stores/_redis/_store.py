@@ -18,7 +18,6 @@ from ..._core.redactor import Redactor
 from ..._core.writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
 from ..._protect.sealing import Keyring
 from ..._runtime.bridge import owner, run_async
-from ..._store.backend import Backend
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from .._urlquery import our_values
@@ -165,11 +164,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     def _storage_key(self) -> Hashable:
         return ("redis", *self._server, self.prefix, self.namespace)
 
-    def _sibling(self, namespace: str) -> Backend:
+    def _sibling(self, namespace: str) -> RedisStore:
         """This store's namespace ``namespace``, on the same client (agent memory)."""
         other = copy.copy(self)
-        other._lifecycle(namespace, None, internal=True)
-        other.retention = None
+        other._join(self, namespace)
         other._keys_of = Keys.of(self._prefix, namespace)
         other._parent = self
         return other

@@ -21,7 +21,8 @@ from ..._core.writes import PreparedWrite, prepare_write
 from ..._protect.sealing import Keyring
 from ..._runtime.batching import GroupCommit, WouldBlock
 from ..._runtime.bridge import owner, run_async
-from ..._store.backend import Backend, Clock
+from ..._store.backend import Backend
+from ..._store.engine import Clock
 from .._fsio import tree_bytes
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
@@ -132,7 +133,7 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         """The same file in another namespace, on this store's connections and batches
         (closing this store closes it too)."""
         sibling = object.__new__(SQLiteStore)
-        sibling._lifecycle(namespace, None, self._clock, internal=True)
+        sibling._join(self, namespace)
         sibling.path, sibling.create, sibling._key = self.path, self.create, self._key
         sibling._root = self._root  # keeps the owner of the connections alive
         sibling._batches, sibling._slot = self._batches, self._slot
