@@ -13,9 +13,9 @@ import orjson
 from .._core.codec import check, decode
 from .._core.ids import new_incarnation, validate_id
 from .._core.labels import aware_time, check_labels, check_period, iso
+from .bookkeeping import Saving
 from .history import AGENT_KEYS, FORMAT_VERSION, Replay, now
 from .resumecheck import warn_if_agent_changed
-from .saving import Saving
 
 
 def agent_info(
