@@ -50,22 +50,29 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith("statekeep.") or fullname.removeprefix("statekeep.") not in MOVED:
             return None
-        # ``statekeep._store``, ``._leases``, ``._transfer`` and ``._agent`` are packages now: each one's
-        # ``__getattr__`` hands out the old module's names instead.
+        # ``statekeep._store``, ``._leases`` and ``._agent`` are packages now: each one's
+        # ``__getattr__`` hands out the old module's classes instead (``._transfer`` had none).
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = "statekeep." + MOVED[spec.name.removeprefix("statekeep.")]
         warnings.warn(
-            f"{spec.name} moved to {new} (a private module: import public names from statekeep); "
+            f"{spec.name} moved to {new} (a private module: import public names from statekeep, "
+            "statekeep.stores, statekeep.web or statekeep.testing); "
             "the old path goes in the next release",
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        spec.loader_state = module.__spec__  # the import system sets __spec__ to the alias's next
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was imported at its new path."""
+        """Nothing to run: the module was imported at its new path. Give it back its own spec,
+        so its relative imports and ``importlib.reload`` still see where it lives."""
+        own = module.__spec__.loader_state if module.__spec__ is not None else None
+        if own is not None:
+            module.__spec__ = own
 
 
 def install() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import typing
 import warnings
 
 import pytest
@@ -64,12 +65,27 @@ def test_an_error_pickles_by_its_public_path() -> None:
     assert str(pickle.loads(data)) == "seq 3 taken"
 
 
+#: Public classes whose annotations name something imported only for type checkers: no
+#: ``typing.get_type_hints`` can resolve those, wherever the class reports it lives.
+HINTS_FOR_TYPE_CHECKERS_ONLY = {"PostgresStore", "StoreContract", "StoreMachine"}
+
+
+@pytest.mark.parametrize(("path", "name"), documented())
+def test_type_hints_of_public_classes_resolve(path: str, name: str) -> None:
+    # pydantic, cattrs and dacite read a class's hints in the module it reports.
+    obj = getattr(importlib.import_module(path), name)
+    if isinstance(obj, type) and name not in HINTS_FOR_TYPE_CHECKERS_ONLY:
+        typing.get_type_hints(obj)
+
+
 @pytest.mark.parametrize("old", sorted(_oldpaths.MOVED))
 def test_old_private_paths_import_as_the_new_modules(old: str) -> None:
     new = importlib.import_module("statekeep." + _oldpaths.MOVED[old])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert importlib.import_module("statekeep." + old) is new
+    # The module keeps its own spec: its relative imports and importlib.reload still work.
+    assert new.__spec__ is not None and new.__spec__.name == new.__name__
     # A fresh import warns where the module moved (an import already done is not repeated).
     assert all(issubclass(w.category, DeprecationWarning) for w in caught)
 

@@ -179,3 +179,56 @@ class TestDictBackend(StoreContract):
 
     def make_store(self, tmp_path: Path) -> Store:
         return DictBackend()
+
+
+class LeasedOwnStore(OwnStore):
+    """A store of one's own that offers the public lease API over a MemoryStore's leases,
+    and remembers which lease each delete was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leases = MemoryStore()
+        self.deleted: list[tuple[str, Lease | None]] = []
+
+    async def aacquire(self, state_id: str, owner: str, ttl: float | Any) -> Lease:
+        return await self.leases.aacquire(state_id, owner, ttl)
+
+    async def arenew(self, lease: Lease, ttl: float | Any = None) -> Lease:
+        return await self.leases.arenew(lease, ttl)
+
+    async def arelease(self, lease: Lease) -> None:
+        await self.leases.arelease(lease)
+
+    async def acurrent_lease(self, state_id: str) -> Lease | None:
+        return await self.leases.acurrent_lease(state_id)
+
+    async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
+        self.deleted.append((state_id, lease))
+        self.records.pop(state_id, None)
+
+
+def test_a_store_of_your_own_with_the_lease_api_offers_leases_and_gets_its_lease() -> None:
+    store = LeasedOwnStore()
+    assert "leases" in capabilities(store) and "leases" not in capabilities(OwnStore())
+    saved(store)
+    lease = store.leases.acquire("run-1", "worker", 30)
+    store.delete("run-1", lease=lease)  # fenced: the store is given the lease to check
+    assert store.deleted == [("run-1", lease)]
+
+
+def test_a_backend_with_reseal_but_no_namespaces_is_rekeyed() -> None:
+    class ResealingBackend(DictBackend):
+        async def _reseal(self, state_id: str, entries: Any, snapshot: Any) -> int:
+            held = self.states[state_id]
+            for seq, (_, new) in entries.items():
+                held[0][seq] = new + b"\n"
+            if snapshot is not None:
+                held[1] = snapshot[1]
+            return len(entries) + (snapshot is not None)
+
+    with ResealingBackend(encrypt=Keyring({"k1": bytes(32)}, current="k1")) as store:
+        assert "reseal" in capabilities(store) and "namespaces" not in capabilities(store)
+        state = saved(store)
+        report = rekey(store)  # no agent memory to re-seal: it has none
+        assert report.states == 1
+        assert store.load("run-1") == state

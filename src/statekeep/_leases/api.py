@@ -18,9 +18,24 @@ T = TypeVar("T")
 
 @runtime_checkable
 class Leases(Protocol):
-    """Fenced leases as a capability (``isinstance(store, Leases)``): a store built on
-    :class:`Leasing` offers them by implementing its three hooks (each run on the owner loop
-    with the State's lock held) and ``_current_lease``; :class:`Leasing` gives the API."""
+    """Fenced leases as a capability: the public lease API. A store of your own offers it by
+    defining these four methods; a backend (:class:`Leasing`) by defining :class:`LeaseHooks`.
+    Ask with :func:`offers_leases`, which knows both."""
+
+    async def aacquire(self, state_id: str, owner: str, ttl: float | timedelta) -> Lease: ...
+
+    async def arenew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease: ...
+
+    async def arelease(self, lease: Lease) -> None: ...
+
+    async def acurrent_lease(self, state_id: str) -> Lease | None: ...
+
+
+@runtime_checkable
+class LeaseHooks(Protocol):
+    """The hooks a backend defines to offer leases (each run on the owner loop with the
+    State's lock held; ``_current_lease`` too); :class:`Leasing` gives the API over them.
+    Its ``_write`` and ``_delete`` must then check ``check_fence`` atomically with the change."""
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
         """Take the State's lease; LeaseHeldError while one is live."""
@@ -34,13 +49,19 @@ class Leases(Protocol):
         """End the lease if it is current and live (keeping its token); else nothing."""
         ...
 
-    async def aacquire(self, state_id: str, owner: str, ttl: float | timedelta) -> Lease: ...
 
-    async def arenew(self, lease: Lease, ttl: float | timedelta | None = None) -> Lease: ...
+_OFFERS: dict[type, bool] = {}
 
-    async def arelease(self, lease: Lease) -> None: ...
 
-    async def acurrent_lease(self, state_id: str) -> Lease | None: ...
+def offers_leases(store: object) -> bool:
+    """Whether ``store`` offers fenced leases: a backend that defines :class:`LeaseHooks`, or
+    any other store with the public API (:class:`Leases`). Answered once per class: a check
+    against a runtime-checkable protocol costs microseconds, and writes ask it."""
+    kind = type(store)
+    found = _OFFERS.get(kind)
+    if found is None:
+        found = _OFFERS[kind] = isinstance(store, LeaseHooks if isinstance(store, Leasing) else Leases)
+    return found
 
 
 class Leasing:
@@ -58,7 +79,7 @@ class Leasing:
     def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         raise NotImplementedError
 
-    if TYPE_CHECKING:  # the hooks of Leases: a store that offers leases defines them
+    if TYPE_CHECKING:  # the hooks of LeaseHooks: a store that offers leases defines them
 
         async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease: ...
 
@@ -68,7 +89,7 @@ class Leasing:
 
     def _leasing(self) -> None:
         """NotImplementedError unless the store offers leases (defines the hooks)."""
-        if not isinstance(self, Leases):
+        if not offers_leases(self):
             raise NotImplementedError(f"{type(self).__name__} does not support leases")
 
     async def _current_lease(self, state_id: str) -> Lease | None:

@@ -25,7 +25,7 @@ from .._core.errors import StaleLeaseError
 from .._core.leases import MAX_OWNER, Lease, check_lease
 from .._runtime.bridge import _on_asyncio
 from .._runtime.callerloop import new_lock, sleeper
-from .api import Leases
+from .api import offers_leases
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ class LeaseKeeper:
         or None (no lease)."""
         if lease is None and ttl is None:
             return None
-        if not isinstance(store, Leases):
+        if not offers_leases(store):
             what = "no store" if store is None else f"a {type(store).__name__}, which has no leases"
             raise ValueError(f"a leased run needs a built-in store to hold the lease; the Agent has {what}")
         if lease is not None:

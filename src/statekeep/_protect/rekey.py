@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
@@ -73,7 +73,7 @@ class RekeyReport:
 class Reseal(Protocol):
     """What ``rekey`` needs of a store (the built-in stores' engine offers it; a capability
     group of :mod:`statekeep._store.capabilities`): its records replaced in place by
-    :meth:`_reseal`, read raw, listed with expired ones, and its agent memory's namespaces."""
+    :meth:`_reseal`, read raw, and listed with expired ones."""
 
     namespace: str
     _protection: Protection
@@ -98,7 +98,13 @@ class Reseal(Protocol):
 
     def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]: ...
 
-    def _sibling(self, namespace: str) -> Self: ...
+
+@runtime_checkable
+class _Siblings(Protocol):
+    """A store with agent memory (the ``Namespaces`` group's hook): only such a store has
+    memory namespaces to re-seal."""
+
+    def _sibling(self, namespace: str) -> Reseal: ...
 
 
 def _resealable(store: object) -> tuple[Reseal, Protection, Keyring]:
@@ -219,7 +225,10 @@ async def _rekey_state(
 
 
 def _views(store: Reseal, memory_scopes: Iterable[str]) -> list[Reseal]:
-    """The store, and its agent memory of each scope (sealed with the same keyring)."""
+    """The store, and its agent memory of each scope (sealed with the same keyring), if it
+    has agent memory at all."""
+    if not isinstance(store, _Siblings):
+        return [store]
     return [store, *(store._sibling(memory_namespace(store.namespace, scope)) for scope in memory_scopes)]
 
 

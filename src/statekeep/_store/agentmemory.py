@@ -72,6 +72,8 @@ class Memory:
     def __init__(self, store: Records, scope: str) -> None:
         self._store = store
         self.scope = scope
+        # Asked once: a runtime-checkable protocol costs microseconds per check.
+        self._snapshots = store if isinstance(store, SnapshotReads) else None
 
     def __repr__(self) -> str:
         return f"Memory(scope={self.scope!r}, store={self._store!r})"
@@ -83,8 +85,8 @@ class Memory:
 
     async def _snapshot(self, record_id: str) -> dict[str, Any] | None:
         """The key's snapshot alone (its value and revision): never its history of changes."""
-        if isinstance(self._store, SnapshotReads):
-            return await self._store.aread_snapshot(record_id)
+        if self._snapshots is not None:
+            return await self._snapshots.aread_snapshot(record_id)
         record = await self._store.aread(record_id)
         return None if record is None else record.snapshot
 

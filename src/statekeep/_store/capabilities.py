@@ -21,7 +21,7 @@ from collections.abc import Hashable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack, runtime_checkable
 
-from .._leases.api import Leases
+from .._leases.api import Leases, offers_leases
 from .._protect.rekey import Reseal
 
 if TYPE_CHECKING:
@@ -113,4 +113,8 @@ GROUPS: dict[str, type] = {
 
 def capabilities(store: object) -> frozenset[str]:
     """The names of the capability groups ``store`` offers (see :data:`GROUPS`)."""
-    return frozenset(name for name, group in GROUPS.items() if isinstance(store, group))
+    return frozenset(
+        name
+        for name, group in GROUPS.items()
+        if (offers_leases(store) if group is Leases else isinstance(store, group))
+    )

@@ -17,7 +17,7 @@ from .._runtime.bridge import run_sync
 from .._runtime.inthread import in_thread, to_thread
 from . import saving
 from .expect import runs_the_other_side
-from .shims import adelete_tree, expected, fill_in, no_leases
+from .shims import adelete_tree, expected, fill_in, leased, no_leases
 
 if TYPE_CHECKING:
     from .._core.leases import Lease
@@ -296,7 +296,7 @@ class Store(ABC):  # noqa: B024
         no_leases(self, lease)
         if type(self).adelete is Store.adelete:
             raise NotImplementedError(f"{type(self).__name__} does not support delete()")
-        run_sync(self.adelete(state_id), "adelete")
+        run_sync(self.adelete(state_id, **leased(lease)), "adelete")  # fenced by the lease
 
     def fork(
         self,

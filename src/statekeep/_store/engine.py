@@ -11,10 +11,16 @@ and implements:
   (:meth:`~Engine._select`, :meth:`~Engine._child_ids`), snapshot reads
   (:meth:`~Engine._read_snapshot`), expiry (:meth:`~Engine._gc`,
   :meth:`~Engine._count_expired`, :meth:`~Engine._server_now`, :meth:`~Engine._expired`),
-  a fork copied on the server's side (``_afork_write``, see :class:`~statekeep.Store`),
-  leases (the hooks of :class:`~statekeep._leases.api.Leasing`).
+  a fork copied on the server's side (``_afork_write``, see :class:`~statekeep.Store`).
 - **optional capability groups**, offered by defining their methods
-  (:mod:`~statekeep._store.capabilities`): namespaces, reseal, id walk, size, change stamp.
+  (:mod:`~statekeep._store.capabilities`): namespaces, leases (the hooks of
+  :class:`~statekeep._leases.api.LeaseHooks`, and ``check_fence`` in ``_write`` and
+  ``_delete``), reseal, id walk, size, change stamp.
+
+``_write`` returning means the write is as durable as the store promises (``save`` counts
+it sent); raising ValueError, TypeError, LookupError, a StateConflictError (or its kin) or a
+lease error means nothing was written; any other exception means it may have been, and
+``save`` sends it again as an append, which the write rules make safe.
 
 What it gets: ids and data validated and encoded in the caller's thread; each call run on
 the owner loop under the per-State lock; closing; expiry judged by its clock; redaction and

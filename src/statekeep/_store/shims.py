@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.query import takes_no_query, with_query
 from .._core.ranges import with_since
-from .._leases.api import Leases
+from .._leases.api import offers_leases
 from .._runtime.bridge import run_sync
 from .expect import expecting, takes_expect_next
 from .incarnations import incarnated
@@ -115,5 +115,5 @@ def expected(store: object, expect_next: int | None, other: str) -> dict[str, An
 
 def no_leases(store: object, lease: Lease | None) -> None:
     """NotImplementedError for a lease given to a store without leases."""
-    if lease is not None and not isinstance(store, Leases):
+    if lease is not None and not offers_leases(store):
         raise NotImplementedError(f"{type(store).__name__} does not support leases")

@@ -69,36 +69,26 @@ async def acall(step: Call | Together) -> Any:
     return await method(*step.args, **step.kwargs)
 
 
+def _returning(flow: Flow[T], box: list[T]) -> Flow[None]:
+    # The same steps as ``flow``; its return value goes into ``box`` (an async generator
+    # cannot return one, so each driver below runs flows this way).
+    box.append((yield from flow))
+
+
 def drive(flow: Flow[T]) -> T:
     """Run ``flow`` with the stores' sync methods; its result (it must emit nothing)."""
-    try:
-        step = next(flow)
-        while True:
-            assert not isinstance(step, Emit), "an emitting flow is run by drive_each"
-            try:
-                result = call(step)
-            except Exception as exc:
-                step = flow.throw(exc)
-            else:
-                step = flow.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]  # the generator's return value
+    box: list[T] = []
+    for _ in drive_each(_returning(flow, box)):
+        raise AssertionError("an emitting flow is run by drive_each")
+    return box[0]
 
 
 async def adrive(flow: Flow[T]) -> T:
     """Run ``flow`` awaiting the stores' native coroutines; its result."""
-    try:
-        step = next(flow)
-        while True:
-            assert not isinstance(step, Emit), "an emitting flow is run by adrive_each"
-            try:
-                result = await acall(step)
-            except Exception as exc:
-                step = flow.throw(exc)
-            else:
-                step = flow.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+    box: list[T] = []
+    async for _ in adrive_each(_returning(flow, box)):
+        raise AssertionError("an emitting flow is run by adrive_each")
+    return box[0]
 
 
 def drive_each(flow: Flow[None]) -> Iterator[Any]:
@@ -118,6 +108,8 @@ def drive_each(flow: Flow[None]) -> Iterator[Any]:
                 step = flow.send(result)
     except StopIteration:
         return
+    finally:
+        flow.close()  # run its finally blocks now if the caller stopped early or was cancelled
 
 
 async def adrive_each(flow: Flow[None]) -> AsyncIterator[Any]:
@@ -138,3 +130,5 @@ async def adrive_each(flow: Flow[None]) -> AsyncIterator[Any]:
                 step = flow.send(result)
     except StopIteration:
         return
+    finally:
+        flow.close()  # run its finally blocks now if the caller stopped early or was cancelled

@@ -7,6 +7,7 @@ their drivers (extras ``statekeep[postgres]`` and ``statekeep[redis]``).
 from typing import TYPE_CHECKING
 
 from .._core.publish import publish
+from . import engine as engine  # its names report statekeep.stores.engine from the start
 from ._file import FileStore
 from ._fsio import OsIO
 from ._memory import MemoryStore

@@ -7,69 +7,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
-import orjson
 import pytest
 
 from statekeep import Record, UnsupportedFormatError
 from statekeep._runtime.bridge import owner
 from statekeep.testing import entries, snapshot
 from tests.support import servers
+from tests.support.postgres import raw
 from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
 
 from statekeep.stores import PostgresStore  # noqa: E402
 from statekeep.stores._postgres import SCHEMA_VERSION, quote_identifier, redact_dsn  # noqa: E402
-from statekeep.stores._postgres._schema import bootstrap, migrations  # noqa: E402
-from statekeep.stores._postgres._sql import Sql  # noqa: E402
-
-
-@pytest.fixture
-def pg(postgres_server: PostgresServer) -> Iterator[PostgresStore]:
-    store = PostgresStore(postgres_server.dsn, schema=unique_name("sk"))
-    yield store
-    store.close()
-
-
-def raw(server: PostgresServer, query: str, *args: Any) -> Any:
-    """Run one query on a connection of its own (not the store's)."""
-
-    async def go() -> Any:
-        conn = await asyncpg.connect(server.dsn)
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
-
-
-def old_tables(server: PostgresServer, sql: Sql, version: int, nargs: int) -> None:
-    """Tables made by an older statekeep at schema ``version`` (its migrations, as it ran
-    them), holding State "a" with entries 0 and 1, written by that version's write function
-    (``nargs`` arguments)."""
-    steps = migrations(sql)[:version]
-    statements = [*bootstrap(sql), *(s for step in steps for s in step)]
-    statements.append(f"INSERT INTO {sql.version} (version) VALUES ({version})")
-    write = f"SELECT o_status FROM {sql.write_fn}({', '.join(f'${i}' for i in range(1, nargs + 1))})"
-
-    async def make() -> None:
-        conn = await asyncpg.connect(server.dsn)
-        try:
-            async with conn.transaction():
-                for statement in statements:
-                    await conn.execute(statement)
-            lines = [orjson.dumps(e).decode() for e in entries(0, 2)]
-            args = ("default", "a", True, 0, lines, orjson.dumps(snapshot("old")).decode())
-            assert await conn.fetchval(write, *args, *[None] * (nargs - 7), False) == 0
-        finally:
-            await conn.close()
-
-    asyncio.run(make())
-
 
 # -- row locks and batches ----------------------------------------------------------------
 

@@ -13,7 +13,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from statekeep import CorruptStateError, Record, State, StateConflictError, StateNotFoundError, agent_info
 from statekeep.testing import entries, snapshot
 from tests.support import REPO
+from tests.support.postgres import raw
 from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -34,26 +34,6 @@ from statekeep.stores._postgres._schema import SCHEMA_VERSION, bootstrap, migrat
 from statekeep.stores._postgres._sql import Sql  # noqa: E402
 
 ROOT = REPO
-
-
-@pytest.fixture
-def pg(postgres_server: PostgresServer) -> Iterator[PostgresStore]:
-    store = PostgresStore(postgres_server.dsn, schema=unique_name("sk"))
-    yield store
-    store.close()
-
-
-def raw(server: PostgresServer, query: str, *args: Any) -> Any:
-    """Run one query on a connection of its own (not the store's)."""
-
-    async def go() -> Any:
-        conn = await asyncpg.connect(server.dsn)
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 # How far ahead a test sets an expiry it then waits past: room for the writes and checks

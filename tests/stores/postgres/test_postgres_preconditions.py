@@ -7,8 +7,8 @@ import pytest
 
 from statekeep import StateConflictError
 from statekeep.testing import entries, snapshot
-from tests.stores.postgres.test_postgres import old_tables, raw
 from tests.support.older import run_older
+from tests.support.postgres import old_tables, raw
 from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")

@@ -25,8 +25,8 @@ from statekeep._core.leases import ENDED
 from statekeep._protect.protection import Protection
 from statekeep._runtime.bridge import run_sync
 from statekeep.testing import entries, snapshot
-from tests.stores.postgres.test_postgres import old_tables, raw
 from tests.support import servers
+from tests.support.postgres import old_tables, raw
 from tests.support.servers import PostgresServer, unique_name
 
 asyncpg = pytest.importorskip("asyncpg")
