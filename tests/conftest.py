@@ -4,6 +4,7 @@ API. What tests import lives in tests/support/, never here."""
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,3 +51,19 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
 @pytest.fixture(params=["sync", "async"])
 def api(request: pytest.FixtureRequest, store: Store) -> Api:
     return Api(store, request.param)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``STATEKEEP_TRIO_TWINS=memory`` (what ./dev test sets for Python 3.12 and 3.13), the
+    kit's trio twins run for the MemoryStore class alone: they prove the async API under trio on
+    that Python, and the same bodies ran under asyncio for every store. Python 3.11 runs them all."""
+    if os.environ.get("STATEKEEP_TRIO_TWINS") != "memory":
+        return
+    kept, dropped = [], []
+    for item in items:
+        cls = item.cls.__name__ if item.cls is not None else ""
+        twin = item.originalname.endswith("_under_trio") if isinstance(item, pytest.Function) else False
+        (dropped if twin and cls.startswith("Test") and cls != "TestMemoryStore" else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
