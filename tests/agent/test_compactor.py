@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from click.testing import CliRunner
 
@@ -41,7 +42,7 @@ class Summaries:
         return f"summary {len(self.given)} of {len(messages)} messages"
 
     async def aio(self, messages: list[dict[str, Any]]) -> str:
-        await asyncio.sleep(0)
+        await anyio.sleep(0)  # a checkpoint under asyncio and trio alike
         return self(messages)
 
 
@@ -234,3 +235,13 @@ def test_statekeep_show_and_the_viewer_show_a_compaction(tmp_path: Path) -> None
     html = dict(entries_html(state.history, None, None))[entry["seq"]]
     assert "kind-compaction" in html and "Pages 0 and 1 were read." in html
     assert f"seq 0 to {entry['through']}" in html
+
+
+def test_arun_under_trio_compacts_with_a_plain_or_an_async_summarize() -> None:
+    for summarize in (Summaries(), Summaries().aio):
+        state = State("Read five pages")
+        agent = Agent(
+            fetching(5), tools=[page], compact=Compactor(max_tokens=300, summarize=summarize, keep=2)
+        )
+        assert anyio.run(agent.arun, state, backend="trio") == "Done."
+        assert "compaction" in kinds(state.history)
