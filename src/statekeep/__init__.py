@@ -8,6 +8,7 @@ has a sync twin that works from scripts, threads and running event loops.
 from typing import TYPE_CHECKING
 
 from . import _oldpaths
+from ._agent.compaction import Compactor
 from ._agent.loop import Agent, Reply, ScriptedModel
 from ._agent.tools import Tool
 from ._core.errors import (
@@ -50,6 +51,7 @@ __all__ = [
     "LABEL_RULE",
     "NAMESPACE_RULE",
     "Agent",
+    "Compactor",
     "CorruptStateError",
     "DecryptionError",
     "FileStore",

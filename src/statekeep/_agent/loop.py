@@ -21,6 +21,7 @@ from .._leases.keepalive import LeaseKeeper, default_owner
 from .._run.state import State, agent_info
 from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
+from .compaction import Compactor
 from .tools import Tool
 
 
@@ -68,6 +69,10 @@ class Agent:
     saves with ``lease=``. When another owner takes the State over, the run stops at once,
     saves nothing more, and raises :class:`StaleLeaseError`: the State in memory may then
     hold steps the store does not; load it again before going on.
+
+    ``compact``: a :class:`Compactor`; before each model request the run compacts the State
+    (:meth:`State.compact`, saved before the request) once the estimated context passes its
+    ``max_tokens``.
     """
 
     def __init__(
@@ -81,8 +86,12 @@ class Agent:
         limit: int = 20,
         lease_ttl: float | timedelta | None = None,
         owner: str | None = None,
+        compact: Compactor | None = None,
     ) -> None:
+        if compact is not None and not isinstance(compact, Compactor):
+            raise TypeError(f"Agent(compact=...) takes a statekeep.Compactor, got {type(compact).__name__}")
         self.model = model
+        self.compact = compact
         self.tools = {t.name: t for t in map(Tool.from_function, tools)}
         self.system = system
         self.name = name
@@ -129,6 +138,8 @@ class Agent:
         schemas = [t.schema for t in self.tools.values()]
         try:
             for _ in range(self.limit):
+                if self.compact is not None and await self.compact.compact(state, self.system):
+                    await self._save(state, keeper)
                 state.request(self.model_name)
                 await self._save(state, keeper)
                 reply = await self._ask(state, schemas)

@@ -19,6 +19,8 @@ tool_result     ``call_id``, ``name``, ``output``, ``is_error``, ``outcome``: do
 stop            ``by``: finish | limit | the condition that stopped the run; [``answer``]
 data            ``key``, and ``value`` unless [``deleted``] is true — application data
 error           ``message`` — the run ended with an exception
+compaction      ``summary``, ``through`` — for the model, the messages of the entries up to
+                seq ``through`` are replaced by ``summary`` (the latest compaction wins)
 =============== ==========================================================================
 
 Every other key is required and must not be ``null``, except the JSON values a writer
@@ -28,11 +30,20 @@ written and ignored by everything derived from it.
 
 :class:`Replay` applies entries one at a time, checking that each can follow what came
 before, and keeps everything the read side needs up to date, so rebuilding a State is
-linear in the length of its history.
+linear in the length of its history: a compaction drops the messages it replaces by moving
+a start index (found by bisection), and the list the model gets is built again only when it
+is read after a compaction.
+
+A compaction's ``through`` is an int below its own seq, at least the ``through`` of the
+compaction before it, at or after the first entry, and never inside a model reply's tool
+calls (after the reply and before the last of their results): the model APIs refuse a tool
+result whose call they were not shown. It follows only when no model request or tool call
+waits.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,8 +52,11 @@ from .._core.frozen import FrozenDict, freeze
 #: Version 2 (statekeep 0.2) added the task entry's ``parent`` and ``call_id`` and the
 #: snapshot's ``agent``, ``parent``, ``labels``, ``expires_at`` and ``forked_from``; version 1
 #: histories read as they are. A statekeep that knows only version 1 refuses version 2
-#: States (it would drop their labels on its next save).
-FORMAT_VERSION = 2
+#: States (it would drop their labels on its next save). Version 3 (statekeep 0.3) added the
+#: ``compaction`` and ``base`` kinds (and stores may hold blob references): a statekeep that
+#: knows only version 2 refuses version 3 States rather than show the model what a
+#: compaction replaced.
+FORMAT_VERSION = 3
 KINDS = (
     "task",
     "user",
@@ -54,6 +68,7 @@ KINDS = (
     "stop",
     "data",
     "error",
+    "compaction",
 )
 OUTCOMES = ("done", "error", "unknown")
 AGENT_KEYS = ("name", "model", "system_sha256", "tools")
@@ -71,6 +86,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "stop": {"by": _STR},
     "data": {"key": _STR},
     "error": {"message": _STR},
+    "compaction": {"summary": _STR, "through": (int,)},
 }
 # Keys a kind may have, with the types they hold when present: absent and null are the same.
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
@@ -99,12 +115,21 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+#: What the model reads in place of the messages a compaction replaced: this, then the summary.
+SUMMARY_INTRO = "A summary of the earlier conversation, in place of its messages:\n\n"
+
+
+def summary_message(summary: str) -> dict[str, Any]:
+    """The message the model gets in place of the messages a compaction replaced: a ``user``
+    message that says it is a summary of the earlier conversation."""
+    return {"role": "user", "content": SUMMARY_INTRO + summary}
+
+
 class Replay:
     """What a history says so far, updated entry by entry."""
 
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
-        self.messages: list[dict[str, Any]] = []
         self.turn = 0
         self.pending_request: dict[str, Any] | None = None
         self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
@@ -115,6 +140,28 @@ class Replay:
         self._values: dict[str, Any] = {}  # key -> deep-frozen value
         self._data_view: FrozenDict | None = FrozenDict()
         self.last_agent: dict[str, Any] | None = None
+        # The messages of the entries, with the seq of each; those before _start are replaced
+        # by the latest compaction's summary (through: its ``through``).
+        self._said: list[dict[str, Any]] = []
+        self._said_at: list[int] = []
+        self._start = 0
+        self._summary: dict[str, Any] | None = None
+        self.through: int | None = None
+        self._view: list[dict[str, Any]] | None = []  # what the model sees; None: build it again
+        # Seqs after which tool calls waited for results: [_busy_from[i], _busy_to[i]) each,
+        # and from _busy_now on while some still wait (a compaction cannot end inside one).
+        self._busy_from: list[int] = []
+        self._busy_to: list[int] = []
+        self._busy_now: int | None = None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The messages the model sees: the latest compaction's summary, if any, then the
+        messages of the entries after its ``through``."""
+        if self._view is None:
+            head = [] if self._summary is None else [self._summary]
+            self._view = head + self._said[self._start :]
+        return self._view
 
     @property
     def data(self) -> FrozenDict:
@@ -151,15 +198,27 @@ class Replay:
             raise ValueError(f"seq {seq}: the State is finished; nothing can follow its stop entry")
         getattr(self, "_" + kind)(entry)
         self.entries.append(entry)
+        if self.pending_calls and self._busy_now is None:
+            self._busy_now = seq
+        elif not self.pending_calls and self._busy_now is not None:
+            self._busy_from.append(self._busy_now)
+            self._busy_to.append(seq)
+            self._busy_now = None
+
+    def _say(self, seq: int, message: dict[str, Any]) -> None:
+        self._said.append(message)
+        self._said_at.append(seq)
+        if self._view is not None:
+            self._view.append(message)
 
     # -- one method per kind: check, then update --------------------------------------
 
     def _task(self, e: dict[str, Any]) -> None:
-        self.messages.append({"role": "user", "content": e["text"]})
+        self._say(e["seq"], {"role": "user", "content": e["text"]})
 
     def _user(self, e: dict[str, Any]) -> None:
         self._idle(e, "a user message")
-        self.messages.append({"role": "user", "content": e["text"]})
+        self._say(e["seq"], {"role": "user", "content": e["text"]})
 
     def _run_start(self, e: dict[str, Any]) -> None:
         self._idle(e, "a run start")
@@ -200,7 +259,7 @@ class Replay:
         message: dict[str, Any] = {"role": "assistant", "content": e.get("text") or ""}
         if calls:
             message["tool_calls"] = list(calls.values())
-        self.messages.append(message)
+        self._say(e["seq"], message)
 
     def _model_error(self, e: dict[str, Any]) -> None:
         if self.pending_request is None:
@@ -217,14 +276,15 @@ class Replay:
         if "output" not in e:
             raise ValueError(f"seq {e['seq']}: tool_result entry needs 'output'")
         self.answered.add(e["call_id"])
-        self.messages.append(
+        self._say(
+            e["seq"],
             {
                 "role": "tool",
                 "tool_call_id": e["call_id"],
                 "name": e["name"],
                 "content": e["output"],
                 "is_error": e["is_error"],
-            }
+            },
         )
 
     def _stop(self, e: dict[str, Any]) -> None:
@@ -244,6 +304,86 @@ class Replay:
 
     def _error(self, e: dict[str, Any]) -> None:
         self.stopped_by = "error"
+
+    def _compaction(self, e: dict[str, Any]) -> None:
+        seq, through = e["seq"], e["through"]
+        self._idle(e, "a compaction")
+        if not e["summary"].strip():
+            raise ValueError(
+                f"seq {seq}: a compaction's summary is empty; give the text that replaces the messages"
+            )
+        problem = self.through_problem(through, seq)
+        if problem is not None:
+            raise ValueError(f"seq {seq}: {problem}")
+        self._start = bisect_right(self._said_at, through, lo=self._start)
+        self._summary = summary_message(e["summary"])
+        self.through = through
+        self._view = None
+        if self._start > 32 and 2 * self._start > len(self._said):  # free what no one reads again
+            del self._said[: self._start], self._said_at[: self._start]
+            self._start = 0
+
+    def through_problem(self, through: object, seq: int) -> str | None:
+        """Why a compaction at ``seq`` cannot end at ``through``, or None if it can."""
+        if type(through) is not int:
+            return f"'through' must be an int, the seq of an entry of this State; it is {_json_type(through)}"
+        first = self.entries[0]["seq"] if self.entries else 0
+        if not first <= through < seq:
+            return (
+                f"through={through} is not the seq of an entry before this compaction "
+                f"(the State has seqs {first} to {seq - 1})"
+            )
+        if self.through is not None and through < self.through:
+            return (
+                f"through={through} is below the latest compaction's through={self.through}: a "
+                f"compaction replaces at least what the one before it did (use {self.through} or more)"
+            )
+        start, end = self._busy_around(through)
+        if start is None:
+            return None
+        low = first if self.through is None else self.through + 1  # what replaces more
+        safe = [str(at) for at in (start - 1, end) if at is not None and low <= at < seq]
+        until = "whose results are not all recorded" if end is None else f"answered up to seq {end}"
+        return (
+            f"through={through} would separate the tool calls of the model reply at seq {start} "
+            f"({until}) from their results, and the model APIs refuse a tool result whose call "
+            f"they were not shown; use through={' or through='.join(safe) if safe else '(none yet)'}"
+        )
+
+    def _busy_around(self, seq: int) -> tuple[int | None, int | None]:
+        """The tool-call stretch ``seq`` falls in: (the reply's seq, the last result's seq, or
+        None while results are missing), or (None, None) if it falls in none."""
+        if self._busy_now is not None and seq >= self._busy_now:
+            return self._busy_now, None
+        i = bisect_right(self._busy_from, seq) - 1
+        if i >= 0 and seq < self._busy_to[i]:
+            return self._busy_from[i], self._busy_to[i]
+        return None, None
+
+    def cut(self, keep: int) -> tuple[int, list[dict[str, Any]]] | None:
+        """Where a compaction that keeps the latest ``keep`` messages as they are (more if
+        one would split a reply's tool calls from their results) would end: its ``through``
+        and the messages it replaces (the summary before them, if any). None if it would
+        replace no message that the model sees now."""
+        if not self.entries:
+            return None
+        kept = len(self._said) - self._start
+        through = (
+            self.entries[-1]["seq"]
+            if keep <= 0
+            else (self._said_at[len(self._said) - keep] - 1 if keep < kept else -1)
+        )
+        start, _ = self._busy_around(through)
+        while start is not None:
+            through = start - 1
+            start, _ = self._busy_around(through)
+        if through < self.entries[0]["seq"] or (self.through is not None and through <= self.through):
+            return None
+        upto = bisect_right(self._said_at, through, lo=self._start)
+        if upto == self._start:
+            return None
+        head = [] if self._summary is None else [self._summary]
+        return through, head + self._said[self._start : upto]
 
     def _idle(self, e: dict[str, Any], what: str) -> None:
         self.check_idle(what, e["seq"])

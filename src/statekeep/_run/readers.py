@@ -20,7 +20,6 @@ def reader(snapshot: object) -> Callable[[dict[str, Any]], Shown]:
         "alpineagents": _shown_alpine.shown,
     }
     framework = framework_of(snapshot)
-    plain: Callable[[dict[str, Any]], Shown] = Shown
     if framework is None:
         return plain
     show = summarise[framework]
@@ -32,3 +31,13 @@ def reader(snapshot: object) -> Callable[[dict[str, Any]], Shown]:
             return Shown(entry)
 
     return safely
+
+
+def plain(entry: dict[str, Any]) -> Shown:
+    """An entry of statekeep's own history: described by the renderers, except a compaction,
+    which says in words what the model sees in place of the entries it replaced."""
+    if entry.get("kind") == "compaction":
+        through, summary = entry.get("through"), entry.get("summary")
+        line = f"for the model, replaces the messages of seq 0 to {through} with: {summary}"
+        return Shown(entry, line)
+    return Shown(entry)

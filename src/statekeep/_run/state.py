@@ -100,9 +100,18 @@ class State(Saving):
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The chat so far, provider-neutral: ``user``, ``assistant`` (with ``tool_calls``)
-        and ``tool`` (with ``tool_call_id``) messages."""
+        """The chat so far as the model sees it, provider-neutral: ``user``, ``assistant``
+        (with ``tool_calls``) and ``tool`` (with ``tool_call_id``) messages.
+
+        After :meth:`compact`, it starts with a ``user`` message holding the summary (its
+        text starts with "A summary of the earlier conversation"), followed by the messages of the entries
+        after the compaction's ``through``. :attr:`history` keeps every entry."""
         return self._replay.messages
+
+    @property
+    def compacted_through(self) -> int | None:
+        """The ``through`` of the latest :meth:`compact`, or None if the State has none."""
+        return self._replay.through
 
     @property
     def turn(self) -> int:
@@ -349,6 +358,31 @@ class State(Saving):
     def add_error(self, message: str) -> None:
         """Record that the run ended with an exception."""
         self._append("error", "State.add_error()", message=message)
+
+    def compact(self, summary: str, *, through: int | None = None) -> None:
+        """Show the model ``summary`` in place of the messages of the entries up to seq
+        ``through`` (default: every entry so far), by appending a ``compaction`` entry.
+
+        :attr:`messages` then starts with the summary, followed by the messages after
+        ``through``; :attr:`history`, :attr:`task` and :attr:`data` stay as they were, and
+        a later compaction replaces this one (its summary should say what this one said:
+        :class:`~statekeep.Compactor` hands it the current summary with the messages).
+        ``through`` must be the seq of an entry of this State, not below the latest
+        compaction's, and not between a model reply with tool calls and the last of their
+        results (the model APIs refuse a tool result whose call they were not shown; the
+        ValueError names the seqs that would do). It cannot be done while a model request
+        or tool call waits. ``summary``: a non-empty str. Nothing is added on an error; like
+        every entry, it is durable once a save returns."""
+        if not isinstance(summary, str):
+            raise TypeError(f"State.compact(): summary must be a str, got {type(summary).__name__}")
+        if through is None:
+            through = self.history[-1]["seq"]
+        self._append("compaction", "State.compact()", summary=summary, through=through)
+
+    def _compaction_point(self, keep: int) -> tuple[int, list[dict[str, Any]]] | None:
+        """Where a compaction keeping the latest ``keep`` messages would end and what it
+        would replace (see ``Replay.cut``); None when it would replace nothing."""
+        return self._replay.cut(keep)
 
     def _append(self, kind: str, call: str, **fields: Any) -> None:
         """Add an entry holding ``fields``, or raise naming ``call`` (the State method) and

@@ -80,6 +80,10 @@ class StatekeepSession:
     shows its outcome (a cancellation stops a call between its attempts: after one that
     lost, nothing of the call is written).
 
+    Wrapped by the SDK's ``OpenAIResponsesCompactionSession``, a compaction's items replace
+    the old ones in one write (a ``clear`` marker and the items together), so a reader never
+    finds the session empty halfway through.
+
     Namespace: given a built-in store in its ``default`` namespace, the session is kept in
     its namespace ``openai-agents`` (:attr:`store`), apart from other frameworks and
     statekeep's own runs; a session saved in ``default`` before adapters had namespaces is
@@ -153,6 +157,19 @@ class StatekeepSession:
         ``awrite``; nothing is written if the session has no items."""
         self._check_open()
         await _finish_despite_cancel(self._clear)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """Replace every item by ``items`` in one write: the hook through which the SDK's
+        ``OpenAIResponsesCompactionSession`` stores a compacted history (without it, that
+        wrapper clears the session and adds the items in two writes, and a process that dies
+        between them leaves the session empty). A ``clear`` marker and the new items are
+        appended together, so every reader sees the old items or the new ones; the old ones
+        stay in the history. Durable on return as the store's ``awrite`` is; True once done.
+        TypeError, writing nothing, for an item the codec refuses (as :meth:`add_items`)."""
+        self._check_open()
+        values = checked_items(items)
+        await _finish_despite_cancel(lambda stop: self._replace(values, stop))
+        return True
 
     def close(self) -> None:
         """Refuse further calls on this object (as ``SQLiteSession.close`` does). The
@@ -283,6 +300,29 @@ class StatekeepSession:
             marker = {"seq": tail.end, "kind": CLEAR, "w": token}
             after = Tail(tail.end + 1, tail.end + 1, 0, tail.created_at)
             if await self._wrote(tail, [tail.last, marker], after):
+                return
+            tail = await self._current(tail)
+        raise self._gave_up()
+
+    async def _replace(self, items: list[dict[str, Any]], stop: asyncio.Event) -> None:
+        token = uuid.uuid4().hex
+        tail = await self._current(self._seen)
+        for attempt in range(MAX_TRIES):
+            await _stop_if_cancelled(stop, attempt)
+            if tail is None:
+                if not items:
+                    return
+                entries = [header(self.session_id, token), *item_entries(items, 1, token)]
+                after = Tail(1 + len(items), 1, len(items), now())
+            else:
+                assert tail.last is not None  # _current and _wrote keep it
+                if not (tail.items or items):
+                    return
+                marker = [{"seq": tail.end, "kind": CLEAR, "w": token}] if tail.items else []
+                start = tail.end + len(marker) if marker else tail.start
+                entries = [tail.last, *marker, *item_entries(items, tail.end + len(marker), token)]
+                after = Tail(tail.end + len(marker) + len(items), start, len(items), tail.created_at)
+            if await self._wrote(tail, entries, after):
                 return
             tail = await self._current(tail)
         raise self._gave_up()
