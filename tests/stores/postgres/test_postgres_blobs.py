@@ -240,3 +240,32 @@ def test_the_last_release_refuses_version_5_tables(
         """
     )
     assert "newer statekeep" in older.stdout, older.stdout + older.stderr
+
+
+def test_collected_blob_bytes_leave_the_table_files_after_vacuum_full(
+    pg: PostgresStore, postgres_server: PostgresServer
+) -> None:
+    # What the docs say about erasure: gc's DELETE leaves the bytes in dead tuples, and a plain
+    # VACUUM frees their space without writing over it (here a later blob keeps the pages in
+    # use); VACUUM FULL rewrites the table, and the old files go. (The WAL keeps them until its
+    # segments are written over: not checked here.)
+    name, data = blob(300_000)
+    later, later_data = blob(300_000)
+    write(pg, blob_write("a", 0, [name], {name: data}, create=True))
+    write(pg, blob_write("b", 0, [later], {later: later_data}, create=True))
+    sql = Sql(pg.schema, pg.table_prefix)
+
+    def in_table_files(value: bytes) -> bool:
+        raw(postgres_server, "CHECKPOINT")
+        files = (p for p in postgres_server.root.rglob("*") if p.is_file() and "pg_wal" not in p.parts)
+        return any(value[1000:1500] in p.read_bytes() for p in files)
+
+    assert in_table_files(data)
+    pg.delete("a")
+    assert gc_blobs(pg) == (1, 300_000)
+    raw(postgres_server, f"VACUUM {sql.blobs}")
+    assert in_table_files(data)  # freed, not written over
+    raw(postgres_server, f"VACUUM FULL {sql.blobs}")
+    assert not in_table_files(data)
+    assert in_table_files(later_data)
+    assert get_blobs(pg, [later]) == {later: later_data}
