@@ -52,6 +52,40 @@ def write(store: Any, prepared: PreparedWrite) -> None:
     run_sync(store._locked_write(prepared), "awrite")
 
 
+def write_together(store: Any, writes: list[PreparedWrite]) -> None:
+    """Run ``writes`` (to different States) at the same moment, so that the store batches
+    them (one transaction, one pipeline)."""
+    import asyncio
+
+    async def all_of() -> None:
+        await asyncio.gather(*(store._locked_write(w) for w in writes))
+
+    run_sync(all_of(), "awrite")
+
+
+def check_batched_writes(store: Any) -> None:
+    """Twenty writes at once, every one carrying the same blob and one of its own: one copy
+    of the shared blob, every reference in place."""
+    shared_name, shared = blob(40_000, b"batched ")
+    writes, names = [], [shared_name]
+    for i in range(20):
+        own_name, own = blob(1_000, f"batched {i} ".encode())
+        names.append(own_name)
+        writes.append(
+            blob_write(
+                f"t{i:02d}", 0, [shared_name, own_name], {shared_name: shared, own_name: own}, create=True
+            )
+        )
+    write_together(store, writes)
+    assert usage(store) == (21, 40_000 + 20 * 1_000)
+    assert set(get_blobs(store, names)) == set(names)
+    for i in range(19):
+        store.delete(f"t{i:02d}")
+    assert gc_blobs(store) == (19, 19_000)
+    store.delete("t19")
+    assert gc_blobs(store) == (2, 41_000)
+
+
 def get_blobs(store: Any, names: Collection[str]) -> dict[str, bytes]:
     found: dict[str, bytes] = run_sync(store._get_blobs(names), "aread")
     return found

@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.blobs import blob, blob_write, gc_beside_writer, gc_blobs, get_blobs, usage, write
+from tests.support.blobs import (
+    blob,
+    blob_write,
+    check_batched_writes,
+    gc_beside_writer,
+    gc_blobs,
+    get_blobs,
+    usage,
+    write,
+)
 from tests.support.older import run_older
 from tests.support.postgres import old_tables, raw
 from tests.support.servers import PostgresServer, unique_name
@@ -269,3 +278,7 @@ def test_collected_blob_bytes_leave_the_table_files_after_vacuum_full(
     assert not in_table_files(data)
     assert in_table_files(later_data)
     assert get_blobs(pg, [later]) == {later: later_data}
+
+
+def test_writes_batched_together_store_a_shared_blob_once(pg: PostgresStore) -> None:
+    check_batched_writes(pg)

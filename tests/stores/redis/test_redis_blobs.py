@@ -17,7 +17,16 @@ from typing import Any
 import pytest
 
 from statekeep.testing import entries, snapshot
-from tests.support.blobs import blob, blob_write, gc_beside_writer, gc_blobs, get_blobs, usage, write
+from tests.support.blobs import (
+    blob,
+    blob_write,
+    check_batched_writes,
+    gc_beside_writer,
+    gc_blobs,
+    get_blobs,
+    usage,
+    write,
+)
 from tests.support.older import run_older
 from tests.support.servers import RedisServer, unique_name
 
@@ -260,3 +269,7 @@ def test_the_last_release_refuses_a_prefix_at_layout_4(
         """
     )
     assert "layout version 4, made by a newer statekeep" in older.stdout, older.stdout + older.stderr
+
+
+def test_writes_batched_together_store_a_shared_blob_once(rs: RedisStore) -> None:
+    check_batched_writes(rs)

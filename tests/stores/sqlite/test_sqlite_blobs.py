@@ -18,7 +18,16 @@ from statekeep._core.writes import prepare_write
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from statekeep.testing import entries, snapshot
 from tests.stores.sqlite.test_sqlite_statements import Traced, warm
-from tests.support.blobs import blob, blob_write, gc_beside_writer, gc_blobs, get_blobs, usage, write
+from tests.support.blobs import (
+    blob,
+    blob_write,
+    check_batched_writes,
+    gc_beside_writer,
+    gc_blobs,
+    get_blobs,
+    usage,
+    write,
+)
 from tests.support.older import run_older
 
 
@@ -221,3 +230,7 @@ def test_an_older_statekeep_refuses_a_file_with_blobs(store: SQLiteStore) -> Non
 def test_prepare_write_leaves_no_blobs(store: SQLiteStore) -> None:
     prepared = prepare_write("a", entries(0, 1), snapshot(), True)
     assert prepared.blobs is None and prepared.blob_refs is None
+
+
+def test_writes_batched_together_store_a_shared_blob_once(store: SQLiteStore) -> None:
+    check_batched_writes(store)
