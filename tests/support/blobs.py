@@ -128,6 +128,68 @@ WRITER = """
 """
 
 
+#: A writer killed with SIGKILL: ``argv[1]`` makes the store, as for :data:`WRITER`. It writes
+#: State k0, k1, ... each referring to a blob of its own of 2 MB and to the shared one, and
+#: prints each id once its write returned, until it is killed.
+KILLED_WRITER = """
+    import sys
+    from tests.support.blobs import blob, blob_write, write
+    exec(sys.argv[1])
+    shared_name, shared = blob(40_000, b"shared blob ")
+    i = 0
+    while True:
+        sid = f"k{i:04d}"
+        own_name, own = blob(2_000_000, f"own {i} ".encode())
+        write(store, blob_write(sid, 0, [shared_name, own_name], {shared_name: shared, own_name: own}, create=True))
+        print(sid, flush=True)
+        i += 1
+"""
+
+
+def kill_a_writer(store: Any, make_store: str, acknowledged: int = 8) -> list[str]:
+    """SIGKILL :data:`KILLED_WRITER` once it has had ``acknowledged`` writes return (the next
+    is under way); then every acknowledged State is there with both its blobs, a State
+    the kill cut short is there whole or not at all, and gc keeps every blob a State refers
+    to. Returns the ids of the States found."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(KILLED_WRITER), make_store],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    acked = []
+    try:
+        while len(acked) < acknowledged:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else "the writer ended"
+            acked.append(line.strip())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    found = []
+    for i in range(acknowledged + 2):
+        sid = f"k{i:04d}"
+        record = run_sync(store._read(sid), "aread")
+        record = record() if callable(record) else record
+        if record is None:
+            assert sid not in acked, f"acknowledged State {sid} is gone"
+            continue
+        found.append(sid)
+        names = referred(record.entries)
+        assert len(names) == 2 and set(get_blobs(store, names)) == names, f"{sid} lacks a blob"
+    gc_blobs(store)
+    for sid in found:
+        record = run_sync(store._read(sid), "aread")
+        record = record() if callable(record) else record
+        names = referred(record.entries)
+        assert set(get_blobs(store, names)) == names, f"gc took a blob of {sid}"
+    return found
+
+
 def start_writer(make_store: str, rounds: int) -> subprocess.Popen[str]:
     """Start :data:`WRITER` in a process of its own."""
     return subprocess.Popen(

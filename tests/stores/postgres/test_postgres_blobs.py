@@ -18,6 +18,7 @@ from tests.support.blobs import (
     gc_beside_writer,
     gc_blobs,
     get_blobs,
+    kill_a_writer,
     usage,
     write,
 )
@@ -282,3 +283,14 @@ def test_collected_blob_bytes_leave_the_table_files_after_vacuum_full(
 
 def test_writes_batched_together_store_a_shared_blob_once(pg: PostgresStore) -> None:
     check_batched_writes(pg)
+
+
+def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
+    pg: PostgresStore, postgres_server: PostgresServer
+) -> None:
+    pg.write("seed", [], None, create=True)
+    make = (
+        f"from statekeep.stores import PostgresStore; "
+        f"store = PostgresStore({postgres_server.dsn!r}, schema={pg.schema!r})"
+    )
+    assert len(kill_a_writer(pg, make)) >= 8

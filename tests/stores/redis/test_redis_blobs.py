@@ -24,6 +24,7 @@ from tests.support.blobs import (
     gc_beside_writer,
     gc_blobs,
     get_blobs,
+    kill_a_writer,
     usage,
     write,
 )
@@ -273,3 +274,13 @@ def test_the_last_release_refuses_a_prefix_at_layout_4(
 
 def test_writes_batched_together_store_a_shared_blob_once(rs: RedisStore) -> None:
     check_batched_writes(rs)
+
+
+def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
+    rs: RedisStore, redis_server: RedisServer, prefix: str
+) -> None:
+    make = (
+        "import warnings; warnings.simplefilter('ignore'); from statekeep.stores import RedisStore; "
+        f"store = RedisStore({redis_server.url!r}, prefix={prefix!r})"
+    )
+    assert len(kill_a_writer(rs, make)) >= 8

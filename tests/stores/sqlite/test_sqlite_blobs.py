@@ -25,6 +25,7 @@ from tests.support.blobs import (
     gc_beside_writer,
     gc_blobs,
     get_blobs,
+    kill_a_writer,
     usage,
     write,
 )
@@ -234,3 +235,11 @@ def test_prepare_write_leaves_no_blobs(store: SQLiteStore) -> None:
 
 def test_writes_batched_together_store_a_shared_blob_once(store: SQLiteStore) -> None:
     check_batched_writes(store)
+
+
+def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(store: SQLiteStore) -> None:
+    store.write("seed", [], None, create=True)
+    found = kill_a_writer(
+        store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
+    )
+    assert len(found) >= 8
