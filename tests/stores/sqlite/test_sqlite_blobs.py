@@ -28,6 +28,7 @@ from tests.support.blobs import (
     kill_a_writer,
     usage,
     write,
+    write_together,
 )
 from tests.support.older import run_older
 
@@ -243,3 +244,16 @@ def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(store: SQLi
         store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
     )
     assert len(found) >= 8
+
+
+def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries(store: SQLiteStore) -> None:
+    name, data = blob()
+    write_together(
+        store,
+        [
+            blob_write("a", 0, [name], {name: data}, create=True),
+            blob_write("b", 0, [name], None, create=True),
+        ],
+    )
+    assert usage(store) == (1, 40_000)
+    assert rows(store, "SELECT state_id FROM blob_refs ORDER BY state_id") == [("a",), ("b",)]

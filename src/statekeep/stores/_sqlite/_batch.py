@@ -302,7 +302,7 @@ class _Batch:
             if fork is not None:
                 self._check_source(ns, fork)
             if write.blob_refs:
-                self._check_blobs(write)
+                self._check_blobs(write, changes)
             if expired is not None:
                 changes.remove(ns, sid, expired)
             columns, labels = listing_columns(sid, write.snapshot)
@@ -323,7 +323,7 @@ class _Batch:
         if skip:
             self._check_stored(ns, write, next_seq, skip)
         if write.blob_refs:
-            self._check_blobs(write)
+            self._check_blobs(write, changes)
         new = write.lines[skip:]
         end = max(next_seq, write.end_seq)
         if write.snapshot is not None:
@@ -338,11 +338,13 @@ class _Batch:
             changes.add_entries(ns, sid, write.first_seq + skip, new)
         changes.add_blobs(ns, write, write.first_seq + skip)
 
-    def _check_blobs(self, write: PreparedWrite) -> None:
-        """Every blob the write refers to and does not carry must be stored already (a
-        stored blob stays: gc takes this transaction's write lock too)."""
+    def _check_blobs(self, write: PreparedWrite, changes: Changes) -> None:
+        """Every blob the write refers to and does not carry must be stored already, or
+        carried by a write accepted before it in this transaction (a stored blob stays: gc
+        takes this transaction's write lock too)."""
         carried = write.blobs or {}
-        wanted = [name for name in write.blob_refs or () if name not in carried]
+        batch = {name for name, _ in changes.blobs} if changes.blobs else set()
+        wanted = [name for name in write.blob_refs or () if name not in carried and name not in batch]
         found: set[str] = set()
         for at in range(0, len(wanted), NAMES_PER_QUERY):
             part = wanted[at : at + NAMES_PER_QUERY]
