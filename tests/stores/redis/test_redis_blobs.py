@@ -74,9 +74,12 @@ def test_a_write_stores_its_blobs_once_across_states_and_namespaces(
     assert raw(redis_server, "ZCARD", prefix + "blobs") == 2
     assert raw(redis_server, "GET", prefix + "blob:" + name) == data
     assert usage(rs) == usage(sibling) == (2, 90_000)
-    assert sorted(raw(redis_server, "SMEMBERS", prefix + "blobref:" + name)) == sorted(
-        [f"{prefix}state:a".encode(), f"{prefix}state:b".encode(), f"{prefix}ns:memory:state:a".encode()]
-    )
+    referrers = {m.rpartition(b"#")[0] for m in raw(redis_server, "SMEMBERS", prefix + "blobref:" + name)}
+    assert referrers == {
+        f"{prefix}state:a".encode(),
+        f"{prefix}state:b".encode(),
+        f"{prefix}ns:memory:state:a".encode(),
+    }
     assert rs.read("a").entries[0]["out"] == [{"sk.blob": name}, {"sk.blob": other_name}]  # type: ignore[union-attr]
     assert get_blobs(rs, [name, other_name, "f" * 64]) == {name: data, other_name: other}
     assert get_blobs(rs, []) == {}
@@ -117,11 +120,14 @@ def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(
     assert usage(rs) == (2, 50_000)
     assert gc_blobs(rs) == (1, 10_000)
     assert get_blobs(rs, [shared, own]) == {shared: shared_data}
-    assert f"{prefix}state:b".encode() in raw(redis_server, "SMEMBERS", prefix + "blobref:" + shared)
+    referrers = {m.rpartition(b"#")[0] for m in raw(redis_server, "SMEMBERS", prefix + "blobref:" + shared)}
+    assert f"{prefix}state:b".encode() in referrers
     rs.delete("b")
     assert gc_blobs(rs) == (1, 40_000)
     assert usage(rs) == (0, 0) and gc_blobs(rs) == (0, 0)
-    assert raw(redis_server, "KEYS", prefix + "blob*") == []
+    # What is left: the generation counter alone (it never goes back, so no old referrer
+    # can ever match a new State).
+    assert raw(redis_server, "KEYS", prefix + "blob*") == [f"{prefix}blobgen".encode()]
 
 
 def test_gc_walks_more_blobs_than_one_batch(rs: RedisStore) -> None:
@@ -156,6 +162,18 @@ def test_a_state_gone_by_native_expiry_no_longer_holds_its_blobs(
     write(rs, blob_write("a", 0, [name], {name: data}, create=True))
     raw(redis_server, "DEL", rs._keys_of.state + b"a", rs._keys_of.entries + b"a")  # as native expiry does
     assert gc_blobs(rs) == (1, 40_000)
+
+
+def test_a_state_made_again_under_the_same_id_does_not_hold_the_old_ones_blobs(rs: RedisStore) -> None:
+    name, data = blob()
+    write(rs, blob_write("a", 0, [name], {name: data}, create=True))
+    rs.delete("a")
+    rs.write("a", entries(0, 1), snapshot(), create=True)  # the same key, another State
+    assert gc_blobs(rs) == (1, 40_000)
+    kept, kept_data = blob(10_000)
+    write(rs, blob_write("a", 1, [kept], {kept: kept_data}))  # its own blob: held
+    assert gc_blobs(rs) == (0, 0)
+    assert get_blobs(rs, [kept]) == {kept: kept_data}
 
 
 def test_a_fork_copied_on_the_server_refers_to_the_blobs_of_its_entries(rs: RedisStore) -> None:

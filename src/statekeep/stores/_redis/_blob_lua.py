@@ -4,19 +4,21 @@ Blobs live under the store's prefix, shared by every namespace of it (a name is 
 SHA-256 of the value, or its HMAC in an encrypted store):
 
 - ``<prefix>blob:<name>``: the bytes (a string);
-- ``<prefix>blobref:<name>``: the States that refer to it (a set of their ``state:`` hash
-  keys, which name the namespace too);
+- ``<prefix>blobref:<name>``: the States that refer to it (a set of ``<state key>#<gen>``:
+  the State's ``state:`` hash key, which names the namespace too, and the generation the
+  State got when it first referred to a blob, in its hash's field ``bg``, from the counter
+  ``<prefix>blobgen``);
 - ``<prefix>blobs``: every name (a sorted set, score 0, walked in name order by gc);
 - ``<prefix>blobbytes``: the bytes of all blobs (a counter, for ``stats``).
 
 The write script (:mod:`._write_lua`) checks, before it writes anything, that every blob the
 write names and does not carry is stored, then stores the carried ones (``SET NX``: a name
 already stored keeps its bytes) and adds the State to each named blob's referrers, in the
-same script as its entries. A referrer whose ``state:`` key is gone (deleted, collected, or
-taken by native expiry) no longer holds the blob: gc drops it as it meets it, and removes a
-blob left with none, all in one script per batch, so no write can come in between. (A State
-deleted and then created again under the same id keeps the old State's blobs until it goes
-too: it is the same key.)
+same script as its entries. A referrer whose State is gone (deleted, collected, or
+taken by native expiry: its ``state:`` key is gone, or holds another generation, as a State
+created again under the same id does) no longer holds the blob: gc drops it as it meets it,
+and removes a blob left with none, all in one script per batch, so no write can come in
+between.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ local function check_blobs()
   end
   return nil
 end
+-- The State's referrer member: its key and its blob generation (given on first need).
+local function referrer(p, state)
+  local gen = redis.call('HGET', state, 'bg')
+  if not gen then
+    gen = tostring(redis.call('INCR', p .. 'blobgen'))
+    redis.call('HSET', state, 'bg', gen)
+  end
+  return state .. '#' .. gen
+end
 local function store_blobs()
   if #ARGV < bat then return end
   local p = ARGV[bat]
@@ -56,8 +67,12 @@ local function store_blobs()
     end
   end
   local at = bat + 2 + 2 * nb
-  for i = 1, tonumber(ARGV[at]) do
-    redis.call('SADD', p .. 'blobref:' .. ARGV[at + i], KEYS[1])
+  local nr = tonumber(ARGV[at])
+  if nr > 0 then
+    local me = referrer(p, KEYS[1])
+    for i = 1, nr do
+      redis.call('SADD', p .. 'blobref:' .. ARGV[at + i], me)
+    end
   end
 end
 """
@@ -66,10 +81,16 @@ end
 #: entry; a sealed State is never copied on the server) get the fork as a referrer.
 FORK_BLOBS = """
 local function refer_copied(p, state, copied)
+  local me = nil
   for _, entry in ipairs(copied) do
     if string.find(entry, '"sk.blob":"', 1, true) then
       for name in string.gmatch(entry, '"sk%.blob":"([^"]+)"') do
-        redis.call('SADD', p .. 'blobref:' .. name, state)
+        if not me then
+          local gen = tostring(redis.call('INCR', p .. 'blobgen'))
+          redis.call('HSET', state, 'bg', gen)
+          me = state .. '#' .. gen
+        end
+        redis.call('SADD', p .. 'blobref:' .. name, me)
       end
     end
   end
@@ -87,9 +108,10 @@ local removed, bytes = 0, 0
 for _, name in ipairs(names) do
   local refs = p .. 'blobref:' .. name
   local held = false
-  for _, state in ipairs(redis.call('SMEMBERS', refs)) do
-    if redis.call('EXISTS', state) == 1 then held = true; break end
-    if not dry then redis.call('SREM', refs, state) end
+  for _, member in ipairs(redis.call('SMEMBERS', refs)) do
+    local state, gen = string.match(member, '^(.*)#(%d+)$')
+    if state and redis.call('HGET', state, 'bg') == gen then held = true; break end
+    if not dry then redis.call('SREM', refs, member) end
   end
   if not held then
     local key = p .. 'blob:' .. name

@@ -102,6 +102,12 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     processes on other hosts (a network file system) are not supported by SQLite itself.
     The row stays after a release or a delete: a State's token only grows.
 
+    Blobs (large values stored once) live in the file's ``blobs`` table, shared by its
+    namespaces, and are committed in the transaction of the entries that refer to them;
+    gc removes those no State refers to, and once it returns their bytes are gone from the
+    database file and its WAL (``secure_delete``, then a truncating checkpoint; see
+    :mod:`~statekeep.stores._sqlite._blobs`).
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
