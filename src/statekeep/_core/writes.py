@@ -52,6 +52,13 @@ class PreparedWrite:
     #: The caller's ``expect_next`` (None: none): the store refuses the write, atomically
     #: with it, unless the State's next seq is exactly this (:mod:`~statekeep._store.expect`).
     expect_next: int | None = None
+    #: Blobs (offloaded values): NAME -> the bytes to store (already sealed if encrypted),
+    #: durable no later than the entries that refer to them; a NAME already stored is not
+    #: written again. None: none.
+    blobs: dict[str, bytes] | None = None
+    #: Every blob NAME the write's lines refer to (new or already stored), for stores that
+    #: keep a reference index. None: none.
+    blob_refs: frozenset[str] | None = None
 
     @property
     def end_seq(self) -> int:

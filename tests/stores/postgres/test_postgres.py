@@ -160,6 +160,8 @@ def test_hostile_names_work_as_plain_names(postgres_server: PostgresServer, sche
         schema,
     )
     assert [r["table_name"] for r in names] == [
+        prefix + "blob_refs",
+        prefix + "blobs",
         prefix + "entries",
         prefix + "labels",
         prefix + "leases",
@@ -319,6 +321,9 @@ async def test_writes_commit_synchronously_in_a_session_that_turned_it_off(
                 True,  # a clear write
                 None,  # no incarnation, and not bound to one
                 False,
+                None,  # no blobs
+                None,
+                None,
                 False,
             )
             assert row["o_status"] == 0

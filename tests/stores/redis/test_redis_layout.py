@@ -1,7 +1,9 @@
-"""RedisStore's layout 3, beside the last release's statekeep on one prefix (tests/support/older.py).
+"""RedisStore's layouts 3 and 4, beside the last release's statekeep on one prefix
+(tests/support/older.py).
 
-Layout 3 says every process on the prefix honours the lease rows: the last release (layout
-2) must refuse it, and the first new process upgrades a layout 2 prefix to it.
+Layout 3 says every process on the prefix honours the lease rows, layout 4 that entries may
+refer to blobs: the last release (layout 2) must refuse the current layout, and the first new
+process upgrades a layout 2 prefix to it (layout 3 to 4: tests/stores/redis/test_redis_blobs.py).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def older_write(server: RedisServer, prefix: str, sid: str) -> str:
     return done.stdout.strip()
 
 
-def test_the_last_release_refuses_a_prefix_at_layout_3(redis_server: RedisServer) -> None:
+def test_the_last_release_refuses_a_prefix_at_the_current_layout(redis_server: RedisServer) -> None:
     prefix = unique_name("sk") + ":"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the test server's durability settings
@@ -54,8 +56,8 @@ def test_the_last_release_refuses_a_prefix_at_layout_3(redis_server: RedisServer
         store.save(State("leased", id="job"))
         lease = store.acquire("job", "new-worker", 600)
         said = older_write(redis_server, prefix, "other")
-        assert said.startswith("refused") and "layout version 3, made by a newer statekeep" in said, said
-        assert raw(redis_server, "GET", prefix + "layout") == b"3" == str(LAYOUT_VERSION).encode()
+        assert said.startswith("refused") and "layout version 4, made by a newer statekeep" in said, said
+        assert raw(redis_server, "GET", prefix + "layout") == b"4" == str(LAYOUT_VERSION).encode()
         assert store.current_lease("job") == lease and store.read("other") is None
         assert [e["kind"] for e in store.read("job").entries] == ["task"]  # type: ignore[union-attr]
     finally:
@@ -85,7 +87,7 @@ def test_the_first_new_process_upgrades_a_layout_2_prefix(redis_server: RedisSer
         held = store.current_lease("job")
         assert held is not None and [held.owner, held.token] == json.loads(made.stdout)
         assert held.namespace == "default"
-        assert raw(redis_server, "GET", prefix + "layout") == b"3"
+        assert raw(redis_server, "GET", prefix + "layout") == b"4"  # through 3, with nothing more to move
         assert store.load("job").task == "saved at layout 2"
         with pytest.raises(LeaseHeldError, match="old-worker"):
             store.save(State("over it", id="job"))

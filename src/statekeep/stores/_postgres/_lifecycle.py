@@ -70,7 +70,8 @@ class Lifecycle(Backend):
     async def _size_bytes(self) -> int | None:
         """``pg_total_relation_size`` of the store's tables (rows, indexes, TOAST), which
         every namespace of the store shares."""
-        tables = [self._sql.states, self._sql.entries, self._sql.labels, self._sql.leases, self._sql.version]
+        sql = self._sql
+        tables = [sql.states, sql.entries, sql.labels, sql.leases, sql.version, sql.blobs, sql.blob_refs]
         size: int = await self._query(
             "stats",
             "fetchval",

@@ -4,13 +4,13 @@ statements that bring the tables to it. (Running them: :mod:`._migrate`.)"""
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
-from . import _schema_v2, _schema_v3, _schema_v4
+from . import _schema_v2, _schema_v3, _schema_v4, _schema_v5
 from ._schema_leases import FENCED
 from ._schema_v2 import BUSY
 from ._sql import Sql
 
 #: The schema version this statekeep writes; tables at a higher version are refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 __all__ = ["BUSY", "FENCED", "SCHEMA_VERSION", "bootstrap", "migrations"]
 
@@ -72,6 +72,7 @@ def migrations(sql: Sql) -> tuple[tuple[str, ...], ...]:
         _schema_v2.migration(sql),
         _schema_v3.migration(sql),
         _schema_v4.migration(sql),
+        _schema_v5.migration(sql),
     )
 
 

@@ -60,6 +60,9 @@ class Sql:
         self.renew_fn = name("renew")
         self.release_fn = name("release")
         self.reseal_fn = name("reseal")
+        self.blobs = name("blobs")
+        self.blob_refs = name("blob_refs")
+        self.gc_blobs_fn = name("gc_blobs")
         self._prefix = prefix
         self.listing = self.prefixed("states_listing")  # an index: no schema
 
@@ -68,10 +71,14 @@ class Sql:
             f"INSERT INTO {self.version} (version) VALUES ($1) "
             "ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
         )
-        self.write = f"SELECT o_status, o_next, o_stored, {_HOLDER} FROM {self.write_fn}({_params(27)})"
+        self.write = f"SELECT o_status, o_next, o_stored, {_HOLDER} FROM {self.write_fn}({_params(30)})"
         self.delete = f"SELECT o_status, {_HOLDER} FROM {self.delete_fn}($1, $2, $3, $4)"
         self.fork = f"SELECT o_status, {_HOLDER} FROM {self.fork_fn}({_params(20)})"
         self.gc = f"SELECT {self.gc_fn}($1, $2)"
+        # Blobs (see _schema_v5): shared by every namespace of the tables.
+        self.gc_blobs = f"SELECT o_count, o_bytes, o_looked FROM {self.gc_blobs_fn}($1, $2)"
+        self.get_blobs = f"SELECT name, data FROM {self.blobs} WHERE name = ANY ($1::text[])"
+        self.blob_usage = f"SELECT count(*), coalesce(sum(octet_length(data)), 0) FROM {self.blobs}"
         # Leases (see _schema_leases): each judged by the server's clock, in one statement.
         self.acquire = f"SELECT o_status, {_HOLDER} FROM {self.acquire_fn}($1, $2, $3, $4)"
         self.renew = f"SELECT o_status, {_HOLDER} FROM {self.renew_fn}($1, $2, $3, $4, $5)"

@@ -22,6 +22,7 @@ from ..._protect.sealing import Keyring
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
+from ._blobs import Blobs
 from ._dsn import Where, redact_dsn, take_options
 from ._leasing import Leasing, lease_args, refused
 from ._lifecycle import Lifecycle
@@ -30,6 +31,7 @@ from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
 from ._schema import BUSY, FENCED
 from ._schema_v4 import precondition_args
+from ._schema_v5 import blob_args
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 WriteArgs = tuple[Any, ...]
 
 
-class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
+class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     """Saves States in PostgreSQL (needs ``pip install 'statekeep[postgres]'``).
 
     Durable on return: when ``write``/``awrite`` returns, its transaction has committed with
@@ -182,8 +184,11 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         columns = listing(sid, write.snapshot)
         head = (self.namespace, sid, write.create, write.first_seq, lines, snapshot, *columns, self.retention)
         approved: list[str] | None = None
+        blobs = blob_args(write)
         for _ in range(servercommon.MAX_COMPARES):
-            row = await self._send((*head, approved, *lease_args(write.lease), *precondition_args(write)))
+            row = await self._send(
+                (*head, approved, *lease_args(write.lease), *precondition_args(write), *blobs)
+            )
             status, next_seq, stored = row[0], row[1], row[2]
             if status == servercommon.OK:
                 return

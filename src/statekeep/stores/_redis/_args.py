@@ -9,14 +9,16 @@ from typing import Any
 from ..._core.codec import encode
 from ..._core.leases import Lease
 from ..._core.writes import PreparedWrite
+from ._blob_lua import blob_args
 from ._keys import Keys, indexed
 
 
 def write_args(
-    keys: Keys, write: PreparedWrite, approved: Sequence[bytes], retention_us: str
+    keys: Keys, write: PreparedWrite, approved: Sequence[bytes], retention_us: str, blob_prefix: bytes = b""
 ) -> tuple[Any, ...]:
     """The write script's keys and arguments for ``write`` (``approved``: stored entries
-    found equal in Python, see the package docstring; ``retention_us``: "" for none)."""
+    found equal in Python, see the package docstring; ``retention_us``: "" for none;
+    ``blob_prefix``: the store's prefix, where its blobs are)."""
     sid = write.state_id
     found = None if write.snapshot is None else indexed(keys, sid, write.snapshot)
     head = [
@@ -39,7 +41,8 @@ def write_args(
         *([] if found is None else found.indexes),
     ]
     lines = [line[:-1] for line in write.lines]
-    return (*keys.state_keys(sid), *keys.common, keys.lease_key(sid), *head, *lines, *approved)
+    blobs = blob_args(blob_prefix, write.blobs, write.blob_refs)
+    return (*keys.state_keys(sid), *keys.common, keys.lease_key(sid), *head, *lines, *approved, *blobs)
 
 
 def lease_args(lease: Lease | None) -> tuple[str, str]:
@@ -49,7 +52,12 @@ def lease_args(lease: Lease | None) -> tuple[str, str]:
 
 
 def fork_args(
-    keys: Keys, source_id: str, entries: Sequence[dict[str, Any]], write: PreparedWrite, retention_us: str
+    keys: Keys,
+    source_id: str,
+    entries: Sequence[dict[str, Any]],
+    write: PreparedWrite,
+    retention_us: str,
+    blob_prefix: bytes = b"",
 ) -> tuple[list[bytes], list[Any]]:
     """The fork script's keys and arguments: copy ``entries`` (as read from ``source_id``;
     the script checks their SHA-1) to the State of ``write`` (a create with no entries)."""
@@ -63,6 +71,6 @@ def fork_args(
     args = [
         write.state_id, str(len(entries) - 1), digest, write.snapshot, found.member, found.expiry,
         retention_us if found.stamp else "", str(len(found.indexes)), write.incarnation or "",
-        *found.indexes,
+        *found.indexes, blob_prefix,
     ]  # fmt: skip
     return names, args

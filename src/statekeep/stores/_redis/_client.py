@@ -14,6 +14,7 @@ from ..._core import passwords as redaction
 from ..._runtime.bridge import Owner
 from .._server import ServerLocal
 from .._urlquery import check_names, take_ours
+from ._blob_lua import GC_BLOBS
 from ._lease_lua import ACQUIRE, RELEASE, RENEW, RESEAL
 from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT
 from ._write_lua import WRITE, WRITE_KEYS
@@ -43,6 +44,7 @@ class ClientLocal(ServerLocal["Redis"]):
         self.renew_script: AsyncScript | None = None
         self.release_script: AsyncScript | None = None
         self.reseal_script: AsyncScript | None = None
+        self.gc_blobs_script: AsyncScript | None = None
         #: The server's refusal of one command (redis-py's ResponseError): a reply, not a lost connection.
         self.refused: type[Exception] = Exception
 
@@ -67,6 +69,7 @@ class ClientLocal(ServerLocal["Redis"]):
         self.renew_script = client.register_script(RENEW)
         self.release_script = client.register_script(RELEASE)
         self.reseal_script = client.register_script(RESEAL)
+        self.gc_blobs_script = client.register_script(GC_BLOBS)
 
 
 def make_client(aioredis: ModuleType, url: str) -> Redis:

@@ -14,7 +14,11 @@ field ``inc`` of its ``state:`` hash, set by its create and by a fork, never by 
 write), which its sealed records are bound to (a State made at layout 2 has none). The
 first store to connect sets it (:func:`upgrade_2_to_3`, which changes no other key), and an
 older statekeep then refuses the prefix rather than write past a lease or append records
-it cannot bind to a State's incarnation. Stop processes running an older statekeep first:
+it cannot bind to a State's incarnation. Layout 4 keeps every key of layout 3 and adds blobs
+(:mod:`._blob_lua`): keys under the prefix shared by its namespaces, and entries holding
+references to them (``{"sk.blob": NAME}``), which a statekeep of layout 3 would show as
+values, and would copy in a fork without making the fork a referrer. Moving to layout 4
+changes only the layout key. Stop processes running an older statekeep first:
 once the layout is new they refuse to start, but one already running would write States
 the indexes miss, or past a lease.
 """
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 #: The key layout this statekeep writes; a prefix holding a newer one is refused.
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 
 #: Set the layout key ``KEYS[1]`` to ``ARGV[2]`` only if it still holds ``ARGV[1]`` (and
 #: then delete ``KEYS[2..]``): an upgrade step that ends after another process's never
@@ -109,6 +113,9 @@ async def check_server(
     if found == 2:
         await upgrade_2_to_3(client, prefix.encode("utf-8"))
         found = 3
+    if found == 3:
+        await bump(client, prefix.encode("utf-8"), 3, 4)
+        found = 4
     # None: no layout key, and a read-only server (a replica) would not take one.
     if found is not None and found != LAYOUT_VERSION:
         if found > LAYOUT_VERSION:
@@ -214,11 +221,17 @@ async def upgrade(client: Redis, prefix: bytes, chunk: int = 500) -> None:
 
 async def upgrade_2_to_3(client: Redis, prefix: bytes) -> None:
     """Layout 2 -> 3 under ``prefix``: the lease rows are already where layout 3 keeps them,
-    so only the layout key changes (see the module's docstring). A read-only replica reads
-    layout 2 keys as they are: its primary's first new process upgrades them."""
+    so only the layout key changes (see the module's docstring)."""
+    await bump(client, prefix, 2, 3)
+
+
+async def bump(client: Redis, prefix: bytes, old: int, new: int) -> None:
+    """Move the layout key from ``old`` to ``new`` (an upgrade that changes no other key).
+    A read-only replica reads the keys as they are: its primary's first new process
+    upgrades them."""
     from redis.exceptions import ReadOnlyError
 
     try:
-        await client.eval(_BUMP, 1, prefix + b"layout", "2", "3")
+        await client.eval(_BUMP, 1, prefix + b"layout", str(old), str(new))
     except ReadOnlyError:
         pass

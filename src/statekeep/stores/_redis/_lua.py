@@ -17,6 +17,7 @@ the same step (see :mod:`._lease_lua`); gc leaves a State with a live lease alon
 from __future__ import annotations
 
 from .._server import EXISTS, MISSING, OK
+from ._blob_lua import FORK_BLOBS
 from ._keys import STAMPED
 from ._lease_lua import FENCE
 
@@ -151,11 +152,13 @@ end
 FORK = (
     COMMON
     + FENCE
+    + FORK_BLOBS
     + f"""
 -- KEYS: source state, source entries, new state, new entries, then the namespace keys,
 --       then the new State's lease row
 -- ARGV: new id, at seq, sha1 of the entries 0..at joined by newlines, snapshot, member,
---       exp, retention, n index keys, the new State's incarnation ('' for none), index keys
+--       exp, retention, n index keys, the new State's incarnation ('' for none), index keys,
+--       then the blob key prefix (the copied entries' blobs get the fork as a referrer)
 local ns = ns_keys(5)
 if not live(KEYS[1]) then return {{{MISSING}}} end
 local refused = fence(KEYS[9], '', '')
@@ -177,6 +180,8 @@ redis.call('HSET', KEYS[3], 'next', string.format('%d', #copied))
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[3], 'inc', ARGV[9]) end
 set_snapshot(ns, ARGV[1], KEYS[3], ARGV[4], ARGV[5], 10, tonumber(ARGV[8]), ARGV[6], ARGV[7])
 expire(KEYS[3], KEYS[4])
+local blob_prefix = ARGV[10 + tonumber(ARGV[8])]
+if blob_prefix and blob_prefix ~= '' then refer_copied(blob_prefix, KEYS[3], copied) end
 return {{{OK}}}
 """
 )

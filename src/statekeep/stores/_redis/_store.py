@@ -4,7 +4,7 @@ its client: :mod:`._client`; the package docstring tells how States are kept).""
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from ..._runtime.bridge import owner, run_async
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from .._urlquery import our_values
-from . import _client, _leases, _listing, _reads
+from . import _blobs, _client, _leases, _listing, _reads
 from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
@@ -194,7 +194,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         sid = write.state_id
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
-            reply = await self._send(write_args(self._keys_of, write, approved, self._retention_us()))
+            reply = await self._send(
+                write_args(self._keys_of, write, approved, self._retention_us(), self._prefix)
+            )
             status = int(reply[0])
             if status == servercommon.OK:
                 return
@@ -263,6 +265,25 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         if _leases.is_refusal(reply):
             _leases.refuse(self._keys_of, state_id, reply, lease, "nothing was deleted")
 
+    # -- blobs: shared by every namespace of the prefix (see ._blob_lua) -------------------
+
+    async def _get_blobs(self, names: Collection[str]) -> dict[str, bytes]:
+        """The stored bytes of the blobs ``names`` under the prefix (any namespace's)."""
+        if not names:
+            return {}
+        async with self._using("read") as local:
+            return await _blobs.get_blobs(local, self._prefix, names)
+
+    async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
+        """Remove (``dry_run``: count) the blobs no State of any namespace refers to; (blobs, bytes)."""
+        async with self._using("gc") as local:
+            return await _blobs.gc_blobs(local, self._prefix, dry_run)
+
+    async def _blob_usage(self) -> tuple[int, int]:
+        """(blobs, bytes) stored under the prefix, every namespace counted."""
+        async with self._using("stats") as local:
+            return await _blobs.usage(local, self._prefix)
+
     # -- leases: one script each, judged by the server's clock (see ._lease_lua) ----------
 
     async def _acquire(self, state_id: str, owner: str, ttl: timedelta) -> Lease:
@@ -295,7 +316,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         self._check_open(None)
-        keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us())
+        keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us(), self._prefix)
         reply = await run_async(self._fork(keys, args, new_id))
         if _leases.is_refusal(reply):
             _leases.refuse(self._keys_of, new_id, reply, None, "nothing was forked")

@@ -9,6 +9,7 @@ expiry index and native expiry only when the State has or had an expiry.
 from __future__ import annotations
 
 from .._server import COMPARE, EXISTS, GAP, MISSING, OK
+from ._blob_lua import WRITE_BLOBS
 from ._expect_lua import PRECONDITIONS
 from ._lease_lua import FENCE
 from ._lua import COMMON
@@ -31,7 +32,7 @@ WRITE = (
 --       exp, retention, n index keys, lease token ('' for none), lease owner, expect_next
 --       ('' for none), clear ('1': the write is not sealed), incarnation ('' for none), bound
 --       ('1': the State's must be it), then the index keys, the n entries, then the approved
---       stored entries
+--       stored entries, then (if the write has blobs) its blob arguments (see ._blob_lua)
 local id = ARGV[1]
 local create = ARGV[2] == '1'
 local first = tonumber(ARGV[3])
@@ -41,6 +42,9 @@ local napproved = tonumber(ARGV[7])
 local nindex = tonumber(ARGV[11])
 local base = {HEAD} + nindex
 local ns = ns_keys(3)
+"""
+    + WRITE_BLOBS
+    + f"""
 
 -- Every key's type before the first write: a key of another type (the prefix shared with
 -- something else) would fail half-way through, after some writes were made.
@@ -79,11 +83,14 @@ local h = redis.call('HMGET', KEYS[1], 'next', 'exp', 'snapshot', 'inc')
 local is_live = h[1] and not (h[2] and tonumber(h[2]) <= now)
 if create then
   if is_live then return {{{EXISTS}}} end
+  local missing = check_blobs()
+  if missing then return missing end
   purge(ns, id, KEYS[1], KEYS[2])  -- an expired State, or what native expiry left
   push(base + 1, base + n)
   local fields = {{'next', string.format('%d', n)}}
   if ARGV[16] ~= '' then fields[3] = 'inc'; fields[4] = ARGV[16] end
   finish(fields, 'gone')
+  store_blobs()
   return {{{OK}, n}}
 end
 if not is_live then return {{{MISSING}}} end
@@ -111,12 +118,15 @@ if skip > 0 then
   end
   if not same then return {{{COMPARE}, nxt, stored}} end
 end
+local missing = check_blobs()
+if missing then return missing end
 local fields = {{}}
 if skip < n then
   push(base + skip + 1, base + n)
   fields = {{'next', string.format('%d', first + n)}}
 end
 finish(fields, h[2])
+store_blobs()
 return {{{OK}, math.max(nxt, first + n)}}
 """
 )

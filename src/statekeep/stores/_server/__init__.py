@@ -15,6 +15,7 @@ from ._decode import add_listed, decode_stored, raise_bad_entry
 from ._driver import import_driver
 from ._local import ServerLocal
 from ._outcomes import (
+    BLOB_MISSING,
     COMPARE,
     EXISTS,
     GAP,
@@ -30,6 +31,7 @@ from ._outcomes import (
 from ._store import ServerStore
 
 __all__ = [
+    "BLOB_MISSING",
     "COMPARE",
     "EXISTS",
     "GAP",

@@ -15,6 +15,8 @@ UNEXPECTED, SEALED_STATE = 10, 11
 # The write is bound to an incarnation the State no longer has (deleted and created again
 # since): checked before the other preconditions.
 REBORN = 12
+# The write refers to a blob the store does not hold and does not carry its bytes.
+BLOB_MISSING = 13
 #: Times a write compares its entries with a State that keeps changing, before giving up.
 MAX_COMPARES = 8
 
@@ -23,6 +25,8 @@ def check_outcome(status: int, write: PreparedWrite, next_seq: int | None) -> No
     """Raise the error of a refused write (MISSING, EXISTS, GAP, REBORN, UNEXPECTED,
     SEALED_STATE); return for OK and COMPARE."""
     sid = write.state_id
+    if status == BLOB_MISSING:
+        raise missing_blobs(sid)
     if status == REBORN:
         raise reborn(sid)
     if status == UNEXPECTED:
@@ -38,6 +42,15 @@ def check_outcome(status: int, write: PreparedWrite, next_seq: int | None) -> No
     if status == GAP:
         plan_append(write, int(next_seq or 0))  # raises the gap error
         raise AssertionError(f"the server reported a gap at {next_seq} that is none")
+
+
+def missing_blobs(sid: str) -> LookupError:
+    """The error of a write that refers to a blob the store does not hold, without its bytes."""
+    return LookupError(
+        f"State {sid!r}: the write refers to a blob this store does not hold (removed by gc, or "
+        "never stored), and does not carry its bytes; nothing was written. Write the values "
+        "themselves again"
+    )
 
 
 def kept_changing(sid: str) -> StateConflictError:

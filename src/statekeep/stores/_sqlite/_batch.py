@@ -31,6 +31,7 @@ from ..._core.writes import (
 )
 from ..._store.expect import check_preconditions
 from . import _sql as sql
+from ._blobs import NAMES_PER_QUERY
 from ._connections import is_busy, rolled_back_on_error
 from ._known import Key, Known, read_known
 from ._rows import decode_entry, listing_columns
@@ -100,10 +101,19 @@ class Changes:
     relabel: list[tuple[str, str]] = field(default_factory=list)  # updated States: labels replaced
     labels: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     copies: list[tuple[str, str, str, str, int]] = field(default_factory=list)  # forks
+    blobs: list[tuple[str, bytes]] = field(default_factory=list)  # (name, bytes): kept if stored
+    refs: list[tuple[str, str, str, int]] = field(default_factory=list)  # (ns, id, name, seq)
 
     def add_entries(self, ns: str, sid: str, first_seq: int, lines: tuple[bytes, ...]) -> None:
         # memoryview: the encoded line minus its newline, without copying a large entry.
         self.entries.extend((ns, sid, first_seq + i, memoryview(line)[:-1]) for i, line in enumerate(lines))
+
+    def add_blobs(self, ns: str, write: PreparedWrite, seq: int) -> None:
+        """The write's blobs, and its references (at ``seq``, its first new entry)."""
+        if write.blobs:
+            self.blobs.extend(write.blobs.items())
+        if write.blob_refs:
+            self.refs.extend((ns, write.state_id, name, seq) for name in write.blob_refs)
 
     def remove(self, ns: str, sid: str, stored: Known) -> None:
         """Delete a stored State (its label rows only if it has some)."""
@@ -121,8 +131,12 @@ class Changes:
             if self.unlabel:
                 conn.executemany(sql.DELETE_LABELS, self.unlabel)
             conn.executemany(sql.DELETE_STATE, self.deletes)
+        if self.blobs:  # before the references to them, in the transaction of the entries
+            conn.executemany(sql.INSERT_BLOB, self.blobs)
         if self.creates:  # before the entries and labels, which refer to them
             conn.executemany(sql.INSERT_STATE, self.creates)
+        if self.refs:
+            conn.executemany(sql.INSERT_BLOB_REF, self.refs)
         if self.entries:
             conn.executemany(sql.INSERT_ENTRY, self.entries)
         for ns, sid, source_ns, source, count in self.copies:
@@ -131,6 +145,7 @@ class Changes:
                 raise CorruptStateError(
                     f"State {source!r} records at least {count} entries but {copied} were found to fork"
                 )
+            conn.execute(sql.COPY_BLOB_REFS, (ns, sid, source_ns, source, count))
         if self.updates:
             conn.executemany(sql.UPDATE_STATE, self.updates)
         if self.seqs:
@@ -286,6 +301,8 @@ class _Batch:
                 raise exists_error(sid)
             if fork is not None:
                 self._check_source(ns, fork)
+            if write.blob_refs:
+                self._check_blobs(write, changes)
             if expired is not None:
                 changes.remove(ns, sid, expired)
             columns, labels = listing_columns(sid, write.snapshot)
@@ -295,6 +312,7 @@ class _Batch:
             if fork is not None:
                 changes.copies.append((ns, sid, ns, fork.source, fork.count))
             changes.add_entries(ns, sid, write.first_seq, write.lines)
+            changes.add_blobs(ns, write, write.first_seq)
             return
         if stored is None:
             raise missing_error(sid)
@@ -304,6 +322,8 @@ class _Batch:
         skip = plan_append(write, next_seq)
         if skip:
             self._check_stored(ns, write, next_seq, skip)
+        if write.blob_refs:
+            self._check_blobs(write, changes)
         new = write.lines[skip:]
         end = max(next_seq, write.end_seq)
         if write.snapshot is not None:
@@ -316,6 +336,27 @@ class _Batch:
             changes.seqs.append((end, ns, sid))
         if new:
             changes.add_entries(ns, sid, write.first_seq + skip, new)
+        changes.add_blobs(ns, write, write.first_seq + skip)
+
+    def _check_blobs(self, write: PreparedWrite, changes: Changes) -> None:
+        """Every blob the write refers to and does not carry must be stored already, or
+        carried by a write accepted before it in this transaction (a stored blob stays: gc
+        takes this transaction's write lock too)."""
+        carried = write.blobs or {}
+        batch = {name for name, _ in changes.blobs} if changes.blobs else set()
+        wanted = [name for name in write.blob_refs or () if name not in carried and name not in batch]
+        found: set[str] = set()
+        for at in range(0, len(wanted), NAMES_PER_QUERY):
+            part = wanted[at : at + NAMES_PER_QUERY]
+            text = sql.BLOB_NAMES_AMONG.format(marks=", ".join("?" * len(part)))
+            found.update(name for (name,) in self.conn.execute(text, part))
+        missing = sorted(set(wanted) - found)
+        if missing:
+            raise LookupError(
+                f"State {write.state_id!r}: the write refers to {len(missing)} blob(s) this store does "
+                f"not hold (e.g. {missing[0]!r}), and does not carry their bytes; nothing was written. "
+                "Write the values themselves again"
+            )
 
     def _check_source(self, ns: str, fork: Fork) -> None:
         """A fork's source must still be there, live, holding the entries the fork read

@@ -24,7 +24,7 @@ from ._connections import closed_on_error, connect, is_busy, refuse_not_a_databa
 from ._rows import listing_columns
 
 #: The schema this statekeep writes; databases with a higher version are refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 assert len(sql.MIGRATIONS) == SCHEMA_VERSION
 
 

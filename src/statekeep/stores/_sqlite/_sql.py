@@ -124,6 +124,24 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # incarnations (version 3) refuses the file rather than append records to a State it
     # cannot bind them to, which its readers then could not open.
     ("ALTER TABLE states ADD COLUMN incarnation TEXT",),
+    # Version 5: blobs (large values stored once, content-addressed, shared by every
+    # namespace of the file) and which State refers to which (``seq``: the first entry of
+    # the write that referred to it, so a fork copies the references of the entries it
+    # copies). A State's references go with it (ON DELETE CASCADE); a reference needs its
+    # blob. A statekeep that knows no blobs (version 4) refuses the file rather than show
+    # references as values, or fork a State without its references.
+    (
+        "CREATE TABLE blobs (name TEXT PRIMARY KEY NOT NULL, data BLOB NOT NULL)",
+        """CREATE TABLE blob_refs (
+            namespace TEXT NOT NULL,
+            state_id TEXT NOT NULL,
+            name TEXT NOT NULL REFERENCES blobs (name),
+            seq INTEGER NOT NULL,
+            PRIMARY KEY (namespace, state_id, name),
+            FOREIGN KEY (namespace, state_id) REFERENCES states (namespace, id) ON DELETE CASCADE
+        ) WITHOUT ROWID""",
+        "CREATE INDEX blob_refs_name ON blob_refs (name)",
+    ),
 )
 
 #: The rows the version 2 migration fills the listing columns of.
@@ -215,6 +233,32 @@ COPY_ENTRIES = (
     "INSERT INTO entries (namespace, state_id, seq, data) "
     "SELECT ?, ?, seq, data FROM entries WHERE namespace = ? AND state_id = ? AND seq < ?"
 )
+# Blobs: stored once (a name already there keeps its bytes), referred to by States.
+INSERT_BLOB = "INSERT INTO blobs (name, data) VALUES (?, ?) ON CONFLICT (name) DO NOTHING"
+INSERT_BLOB_REF = (
+    "INSERT INTO blob_refs (namespace, state_id, name, seq) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+# A fork's references: those of the entries it copies (seq < the count).
+COPY_BLOB_REFS = (
+    "INSERT INTO blob_refs (namespace, state_id, name, seq) SELECT ?, ?, name, seq FROM blob_refs "
+    "WHERE namespace = ? AND state_id = ? AND seq < ? ON CONFLICT DO NOTHING"
+)
+#: The stored blobs among some names (formatted with one ``?`` per name).
+BLOBS_AMONG = "SELECT name, data FROM blobs WHERE name IN ({marks})"
+BLOB_NAMES_AMONG = "SELECT name FROM blobs WHERE name IN ({marks})"
+BLOB_USAGE = "SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs"
+_UNREFERENCED = "NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.name = b.name)"
+COUNT_UNREFERENCED_BLOBS = (
+    f"SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs b WHERE {_UNREFERENCED}"
+)
+# gc: a bounded chunk of the blobs no State of any namespace refers to, removed.
+DELETE_UNREFERENCED_BLOBS = (
+    f"DELETE FROM blobs WHERE rowid IN (SELECT rowid FROM blobs b WHERE {_UNREFERENCED} LIMIT ?) "
+    "RETURNING length(data)"
+)
+SECURE_DELETE_ON = "PRAGMA secure_delete = ON"
+CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
+
 # gc: the expired States of a namespace, a bounded chunk at a time (index states_expiry),
 # but not one with a live lease (its worker is at it).
 EXPIRED = (

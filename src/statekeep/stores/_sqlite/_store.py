@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +24,7 @@ from ..._runtime.bridge import owner, run_async
 from ..._store.backend import Backend
 from ..._store.engine import Clock
 from .._fsio import tree_bytes
+from . import _blobs as blobs
 from . import _sql as sql
 from ._batch import Delete, Fork, Op, commit_batch, gc_chunk
 from ._changes import ChangeStamp
@@ -100,6 +101,12 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     that transaction with the write, so leases hold across the processes of one host;
     processes on other hosts (a network file system) are not supported by SQLite itself.
     The row stays after a release or a delete: a State's token only grows.
+
+    Blobs (large values stored once) live in the file's ``blobs`` table, shared by its
+    namespaces, and are committed in the transaction of the entries that refer to them;
+    gc removes those no State refers to, and once it returns their bytes are gone from the
+    database file and its WAL (``secure_delete``, then a truncating checkpoint; see
+    :mod:`~statekeep.stores._sqlite._blobs`).
 
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
@@ -209,6 +216,60 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
             return []
         with self._reading(conns) as conn:
             return [sid for (sid,) in conn.execute(sql.STATE_IDS, (self.namespace,))]
+
+    # -- blobs (see ._blobs) ------------------------------------------------------------
+
+    async def _get_blobs(self, names: Collection[str]) -> dict[str, bytes]:
+        """The stored bytes of the blobs ``names`` that the file holds (any namespace's)."""
+        if not names:
+            return {}
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._get_blobs_once, conns, names)
+
+    async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
+        """Remove (``dry_run``: count) the blobs no State of the file refers to; (blobs, bytes)."""
+        conns = self._slot.get()
+        return await owner().io.run(self._gc_blobs_all, conns, dry_run)
+
+    async def _blob_usage(self) -> tuple[int, int]:
+        """(blobs, bytes) the file holds, every namespace counted."""
+        conns = self._slot.get()
+        return await owner().io.run(self._retry_busy, self._blob_usage_once, conns)
+
+    def _get_blobs_once(self, conns: Connections, names: Collection[str]) -> dict[str, bytes]:
+        if self._absent(conns):
+            return {}
+        with self._reading(conns) as conn:
+            return blobs.get_blobs(conn, names)
+
+    def _blob_usage_once(self, conns: Connections) -> tuple[int, int]:
+        if self._absent(conns):
+            return 0, 0
+        with self._reading(conns) as conn:
+            return blobs.usage(conn)
+
+    def _gc_blobs_all(self, conns: Connections, dry_run: bool) -> tuple[int, int]:
+        """gc of the blobs, a chunk per write transaction, then the WAL checkpointed and
+        truncated so that the removed bytes leave the files (see ._blobs)."""
+        if self._absent(conns):
+            return 0, 0
+        self._ensure_schema(conns)
+        if dry_run:
+            with self._reading(conns) as conn:
+                return blobs.count_unreferenced(conn)
+        conn = blobs.gc_connection(self.path)
+        removed = size = 0
+        try:
+            while True:
+                done, freed = self._retry_busy(blobs.gc_chunk, self.path, conn, blobs.GC_CHUNK)
+                removed, size = removed + done, size + freed
+                if done < blobs.GC_CHUNK:
+                    break
+            if removed:
+                blobs.checkpoint(conn)
+        finally:
+            conn.close()
+        return removed, size
 
     async def _size_bytes(self) -> int | None:
         """The bytes of the database file and its WAL and shared-memory files (every namespace)."""

@@ -1,0 +1,259 @@
+"""SQLiteStore's blobs (issue 24, item 1), at the backend level: a write stores its blobs and
+its references in the transaction of its entries, once per name for the whole file (every
+namespace); ``_get_blobs`` reads them; gc removes those no State refers to (a dry run counts
+them), beside a writer in another process; after delete and gc the bytes are gone from the
+database file and its WAL; schema version 5 adds the tables, migrated from version 4 and
+refused by an older statekeep; a write without blobs runs no more statements than before."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statekeep import SQLiteStore
+from statekeep._core.writes import prepare_write
+from statekeep.stores._sqlite._schema import SCHEMA_VERSION
+from statekeep.testing import entries, snapshot
+from tests.stores.sqlite.test_sqlite_statements import Traced, warm
+from tests.support.blobs import (
+    blob,
+    blob_write,
+    check_batched_writes,
+    gc_beside_writer,
+    gc_blobs,
+    get_blobs,
+    kill_a_writer,
+    usage,
+    write,
+    write_together,
+)
+from tests.support.older import run_older
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "store.db")
+    yield s
+    s.close()
+
+
+def rows(store: SQLiteStore, query: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(store.path) as conn:
+        found = conn.execute(query).fetchall()
+    conn.close()
+    return found
+
+
+def test_a_write_stores_its_blobs_once_across_states_and_namespaces(store: SQLiteStore) -> None:
+    name, data = blob()
+    other_name, other = blob(50_000)
+    write(store, blob_write("a", 0, [name, other_name], {name: data, other_name: other}, create=True))
+    write(store, blob_write("b", 0, [name], {name: data}, create=True))
+    sibling = store._sibling("memory")
+    write(sibling, blob_write("a", 0, [name], {name: data}, create=True))
+    assert rows(store, "SELECT count(*), sum(length(data)) FROM blobs") == [(2, 90_000)]
+    assert usage(store) == usage(sibling) == (2, 90_000)
+    assert sorted(rows(store, "SELECT namespace, state_id, name, seq FROM blob_refs")) == sorted(
+        [("default", "a", name, 0), ("default", "a", other_name, 0), ("default", "b", name, 0),
+         ("memory", "a", name, 0)]
+    )  # fmt: skip
+    # The entry holds the reference, as written.
+    assert store.read("a").entries[0]["out"] == [{"sk.blob": name}, {"sk.blob": other_name}]
+    assert get_blobs(store, [name, other_name, "f" * 64]) == {name: data, other_name: other}
+    assert get_blobs(sibling, []) == {}
+
+
+def test_an_append_refers_to_a_stored_blob_without_its_bytes(store: SQLiteStore) -> None:
+    name, data = blob()
+    write(store, blob_write("a", 0, [name], {name: data}, create=True))
+    write(store, blob_write("a", 1, [name], None))  # refers to it, brings no bytes
+    write(store, blob_write("b", 0, [name], None, create=True))
+    assert usage(store) == (1, len(data))
+    assert rows(store, "SELECT state_id, seq FROM blob_refs ORDER BY state_id") == [("a", 0), ("b", 0)]
+
+
+def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(store: SQLiteStore) -> None:
+    name, _ = blob()
+    write(store, blob_write("a", 0, [], None, create=True))
+    with pytest.raises(LookupError, match="does not hold"):
+        write(store, blob_write("a", 1, [name], None))
+    assert len(store.read("a").entries) == 1
+    assert usage(store) == (0, 0)
+
+
+def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(store: SQLiteStore) -> None:
+    shared, shared_data = blob()
+    own, own_data = blob(10_000)
+    write(store, blob_write("a", 0, [shared, own], {shared: shared_data, own: own_data}, create=True))
+    write(store, blob_write("b", 0, [shared], {shared: shared_data}, create=True))
+    assert gc_blobs(store, dry_run=True) == (0, 0)
+    assert gc_blobs(store) == (0, 0)
+    store.delete("a")
+    assert gc_blobs(store, dry_run=True) == (1, 10_000)
+    assert usage(store) == (2, 50_000)  # a dry run removes nothing
+    assert gc_blobs(store) == (1, 10_000)
+    assert get_blobs(store, [shared, own]) == {shared: shared_data}
+    store.delete("b")
+    assert gc_blobs(store) == (1, 40_000)
+    assert usage(store) == (0, 0) and gc_blobs(store) == (0, 0)
+
+
+def test_a_reference_in_another_namespace_keeps_the_blob(store: SQLiteStore) -> None:
+    name, data = blob()
+    write(store, blob_write("a", 0, [name], {name: data}, create=True))
+    write(store._sibling("other"), blob_write("x", 0, [name], {name: data}, create=True))
+    store.delete("a")
+    assert gc_blobs(store) == (0, 0)
+    store._sibling("other").delete("x")
+    assert gc_blobs(store) == (1, 40_000)
+
+
+def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    now = [datetime(2030, 1, 1, tzinfo=UTC)]
+    store = SQLiteStore(tmp_path / "store.db", clock=lambda: now[0])
+    name, data = blob()
+    expiring = {"task": "a", "expires_at": (now[0] + timedelta(hours=1)).isoformat()}
+    write(store, blob_write("a", 0, [name], {name: data}, create=True, snapshot=expiring))
+    now[0] += timedelta(hours=2)
+    assert store.gc() == 1
+    assert gc_blobs(store) == (1, 40_000)
+    store.close()
+
+
+def test_a_fork_copied_in_the_database_keeps_the_references_of_its_entries(store: SQLiteStore) -> None:
+    first, first_data = blob()
+    later, later_data = blob(20_000)
+    write(store, blob_write("a", 0, [first], {first: first_data}, create=True))
+    write(store, blob_write("a", 1, [later], {later: later_data}))
+    record = store.read("a")
+    import asyncio
+
+    asyncio.run(store._afork_write("a", record.entries[:1], {"task": "f"}, "f", None))
+    assert rows(store, "SELECT name FROM blob_refs WHERE state_id = 'f'") == [(first,)]
+    store.delete("a")
+    assert gc_blobs(store) == (1, 20_000)  # the fork holds only the blob of the entry it copied
+    assert get_blobs(store, [first]) == {first: first_data}
+
+
+def test_deleted_and_collected_blob_bytes_leave_the_files(store: SQLiteStore) -> None:
+    name, data = blob(200_000)
+    kept_name, kept = blob(30_000)
+    write(store, blob_write("a", 0, [name], {name: data}, create=True))
+    write(store, blob_write("b", 0, [kept_name], {kept_name: kept}, create=True))
+    for turn in range(1, 20):  # more writes after it, so its pages are not simply the last ones
+        store.write("b", entries(turn, 1), snapshot(turn=turn))
+
+    def on_disk() -> bytes:
+        folder = store.path.parent
+        return b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith(store.path.name))
+
+    def pieces(value: bytes, raw: bytes) -> int:  # its 512-byte pieces found in raw (pages split it)
+        return sum(value[at : at + 512] in raw for at in range(0, len(value) - 511, 512))
+
+    assert pieces(data, on_disk()) > 300
+    store.delete("a")
+    assert gc_blobs(store) == (1, 200_000)
+    raw = on_disk()
+    assert pieces(data, raw) == 0
+    assert pieces(kept, raw) > 40  # (the check finds a blob that is there)
+    assert get_blobs(store, [kept_name]) == {kept_name: kept}
+
+
+def test_gc_beside_a_writer_in_another_process_never_removes_a_referenced_blob(store: SQLiteStore) -> None:
+    store.write("seed", [], None, create=True)  # the file exists for the writer
+    busy = gc_beside_writer(
+        store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
+    )
+    print(f"{busy} gc calls removed blobs while the writer ran")
+
+
+def test_a_write_without_blobs_runs_no_more_statements(store: SQLiteStore) -> None:
+    seq = warm(store)
+    traced = Traced(store)
+    store.write("a", entries(seq, 3), snapshot(turn=4))
+    statements = traced.stop()
+    assert len(statements) <= 7, statements
+    assert not [s for s in statements if " blobs " in s or "blob_refs" in s], statements
+
+
+def test_a_write_with_blobs_adds_one_statement_per_table(store: SQLiteStore) -> None:
+    seq = warm(store)
+    name, data = blob()
+    traced = Traced(store)
+    write(store, blob_write("a", seq, [name], {name: data}))
+    statements = traced.stop()
+    assert len([s for s in statements if " blobs " in s or "blob_refs" in s]) == 2, statements
+    assert len(statements) <= 9, statements
+
+
+def test_a_version_4_file_is_migrated(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    store = SQLiteStore(db)
+    store.write("a", entries(0, 2), snapshot(), create=True)
+    store.close()
+    with sqlite3.connect(db, isolation_level=None) as conn:  # back to version 4's tables
+        conn.execute("DROP TABLE blob_refs")
+        conn.execute("DROP TABLE blobs")
+        conn.execute("UPDATE schema_version SET version = 4")
+    conn.close()
+    with pytest.raises(Exception, match="version 4, older than this statekeep's 5"):
+        SQLiteStore(db, create=False).read("a")
+    store = SQLiteStore(db)
+    assert store.read("a").entries == entries(0, 2)
+    name, data = blob()
+    write(store, blob_write("a", 2, [name], {name: data}))
+    assert get_blobs(store, [name]) == {name: data}
+    store.close()
+    assert rows(store, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)] == [(5,)]
+
+
+def test_an_older_statekeep_refuses_a_file_with_blobs(store: SQLiteStore) -> None:
+    name, data = blob()
+    write(store, blob_write("a", 0, [name], {name: data}, create=True))
+    done = run_older(
+        f"""
+        from statekeep import SQLiteStore
+        try:
+            SQLiteStore({str(store.path)!r}).read("a")
+            print("read")
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "UnsupportedFormatError" in done.stdout and "newer statekeep" in done.stdout, done.stdout
+
+
+def test_prepare_write_leaves_no_blobs(store: SQLiteStore) -> None:
+    prepared = prepare_write("a", entries(0, 1), snapshot(), True)
+    assert prepared.blobs is None and prepared.blob_refs is None
+
+
+def test_writes_batched_together_store_a_shared_blob_once(store: SQLiteStore) -> None:
+    check_batched_writes(store)
+
+
+def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(store: SQLiteStore) -> None:
+    store.write("seed", [], None, create=True)
+    found = kill_a_writer(
+        store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
+    )
+    assert len(found) >= 8
+
+
+def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries(store: SQLiteStore) -> None:
+    name, data = blob()
+    write_together(
+        store,
+        [
+            blob_write("a", 0, [name], {name: data}, create=True),
+            blob_write("b", 0, [name], None, create=True),
+        ],
+    )
+    assert usage(store) == (1, 40_000)
+    assert rows(store, "SELECT state_id FROM blob_refs ORDER BY state_id") == [("a",), ("b",)]
