@@ -5,6 +5,7 @@ for the sync and the async API, they make their store calls through the adapter'
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,11 +33,14 @@ from ._langgraph_history import (
     not_a_thread,
     now_iso,
     proof,
+    renumbered,
     snapshot_for,
     thread_early,
     thread_heads,
     tip_entry,
 )
+from ._langgraph_tuples import Build
+from ._langgraph_values import Lists, body_size
 
 #: How many times a write is tried again after another writer got there first.
 MAX_TRIES = 100
@@ -97,11 +101,16 @@ def checked(record: Record | None, state_id: str, thread_id: str) -> Record | No
     return record
 
 
-def append(home: Home, heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow[None]:
-    """Append ``bodies`` (entries without seqs) to the thread, creating it if need be; on a
-    conflict with another writer, read the thread's end again and retry."""
+def fixed(bodies: list[dict[str, Any]]) -> Build:
+    """A :data:`Build` for entries that depend on nothing stored (pending writes)."""
+    return lambda first, gen, known, at: (bodies, known, [])
+
+
+def append(home: Home, heads: Heads, thread_id: str, build: Build, lists: Lists | None = None) -> Flow[None]:
+    """Append the entries ``build`` makes (without seqs) to the thread, creating it if need
+    be; on a conflict with another writer, read the thread's end again and retry. The lists
+    the entries store are put in ``lists`` once written."""
     sid = state_id_for(thread_id)
-    added = sum(1 for body in bodies if body["kind"] == "lg.checkpoint")
     for _ in range(MAX_TRIES):
         old = heads.get(sid)
         cached = old is not None
@@ -109,12 +118,19 @@ def append(home: Home, heads: Heads, thread_id: str, bodies: list[dict[str, Any]
             record = checked((yield from home.reading(sid, SNAPSHOT_ONLY)), sid, thread_id)
             old = None if record is None else record.snapshot
         first = 0 if old is None else old["seq"] + 1
+        mark = old[MARK] if old else {}
+        gen = mark.get("gen") or uuid.uuid4().hex  # a format 1 thread gets one now
+        known = mark.get("known") or {} if mark.get("gen") else {}
+        at = mark.get("bytes") or 0
+        bodies, known, remember = build(first, gen, known, at)
+        added = sum(1 for body in bodies if body["kind"] == "lg.checkpoint")
         entries = [dict(body, seq=first + i) for i, body in enumerate(bodies)]
         moved, early = advance(
             thread_heads(old) if old else {}, thread_early(old) if old else {}, bodies, first
         )
         tip = tip_entry(first + len(bodies))
-        snapshot = snapshot_for(thread_id, old, tip, moved, early, added)
+        more = {"gen": gen, "known": known, "bytes": at + sum(body_size(body) for body in bodies)}
+        snapshot = snapshot_for(thread_id, old, tip, moved, early, added, more)
         try:  # the old tip first: a stale ``old`` (another history at its seq) conflicts
             yield from _write(
                 home, sid, [*proof(old), *entries, tip], snapshot, None if old is None else first
@@ -128,6 +144,9 @@ def append(home: Home, heads: Heads, thread_id: str, bodies: list[dict[str, Any]
             heads.forget(sid)  # a gap: the thread was deleted and written again elsewhere
             continue
         heads.remember(sid, snapshot)
+        if lists is not None:
+            for item in remember:
+                lists.put(*item)
         return
     raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} writes in a row lost to other writers")
 
@@ -152,7 +171,10 @@ def rewrite(
         seq = record.snapshot["seq"] + 1
         thread.apply(dict(body, seq=seq))
         tip = tip_entry(seq + 1)
-        snapshot = snapshot_for(thread_id, record.snapshot, tip, thread.heads(), thread.early(), 0)
+        mark = record.snapshot[MARK]
+        more = {key: mark[key] for key in ("gen", "known", "bytes") if key in mark}
+        more["bytes"] = more.get("bytes", 0) + body_size(body)
+        snapshot = snapshot_for(thread_id, record.snapshot, tip, thread.heads(), thread.early(), 0, more)
         try:
             yield from _write(home, sid, [*proof(record.snapshot), dict(body, seq=seq), tip], snapshot, seq)
         except StateConflictError:
@@ -249,4 +271,6 @@ def copy(home: Home, heads: Heads, source: str, target: str) -> Flow[None]:
         return
     bodies = thread.materialized()
     if bodies:
-        yield from append(home, heads, target, bodies)
+        # the copies refer to each other, not to what the target held: nothing of it is known
+        build: Build = lambda first, gen, known, at: (renumbered(bodies, first), {}, [])  # noqa: E731
+        yield from append(home, heads, target, build)

@@ -46,6 +46,7 @@ from ._langgraph_tuples import (
     where,
     within,
 )
+from ._langgraph_values import Lists
 
 __all__ = ["StatekeepSaver"]
 
@@ -88,6 +89,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         #: Where the threads are kept: ``store`` in its namespace ``langgraph`` (see above).
         self.store = self._home.store
         self._heads = flows.Heads()
+        self._lists = Lists()
 
     def __repr__(self) -> str:
         return f"StatekeepSaver({self.store!r})"
@@ -175,7 +177,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     ) -> RunnableConfig:
         """Append a checkpoint to its thread (created by its first checkpoint); returns the
         config that names it. Durable on return as the store's ``write``."""
-        return drive(self._put(config, checkpoint, metadata))
+        return drive(self._put(config, checkpoint, metadata, new_versions))
 
     async def aput(
         self,
@@ -185,14 +187,19 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async :meth:`put`; durable on return as the store's ``awrite``."""
-        return await adrive(self._put(config, checkpoint, metadata))
+        return await adrive(self._put(config, checkpoint, metadata, new_versions))
 
     def _put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> Flow[RunnableConfig]:
         thread_id, ns, _ = where(config)
-        body = put_entry(self.serde, config, checkpoint, metadata)
-        yield from flows.append(self._home, self._heads, str(thread_id), [body])
+        sid = state_id_for(str(thread_id))
+        build = put_entry(self.serde, self._lists, sid, config, checkpoint, metadata, new_versions)
+        yield from flows.append(self._home, self._heads, str(thread_id), build, self._lists)
         return config_of(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -216,7 +223,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         if writes:
             body = put_writes_entry(self.serde, config, writes, task_id, task_path)
             thread_id = str(config["configurable"]["thread_id"])
-            yield from flows.append(self._home, self._heads, thread_id, [body])
+            yield from flows.append(self._home, self._heads, thread_id, flows.fixed([body]))
 
     def delete_thread(self, thread_id: str) -> None:
         """Remove the thread's State whole (one delete: durable on return as the store's)."""
@@ -228,6 +235,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
 
     def _delete_thread(self, thread_id: str) -> Flow[None]:
         self._heads.forget(state_id_for(str(thread_id)))
+        self._lists.forget(state_id_for(str(thread_id)))
         yield from self._home.deleting(state_id_for(str(thread_id)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
