@@ -25,7 +25,7 @@ rebuild it) and a ``_DeltaSnapshot`` in some: those pass through as any other va
 The snapshot keeps, per namespace, the last checkpoint written (``id``) and for each of
 its channels what the next write needs to refer back (``ch``): ``[version, seq, start,
 size, at]``: the version, the seq of the entry that rebuilds it, the seq of its chain's
-full copy, that copy's size, and the thread's byte count when that copy was written.
+full copy, that copy's size, and the thread's byte count once that copy was written.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def encode(
         else:
             whole = pack_bytes(*serde.dumps_typed(value))
             out["values"][channel] = whole
-            held[channel] = [version, seq, seq, len(whole[1]), at]
+            held[channel] = [version, seq, seq, len(whole[1]), at + len(whole[1])]
         if type(value) is list:
             remember.append(((sid, ns, channel), gen, version, seq, list(value)))
     parts: dict[str, Any] = {key: part for key, part in out.items() if part or key == "values"}
