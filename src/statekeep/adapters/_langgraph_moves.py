@@ -103,7 +103,8 @@ def keep_newest(serde: SerializerProtocol) -> Change:
 
 def rewrite(home: Home, heads: Heads, thread_id: str, change: Change) -> Flow[bool]:
     """Move the thread to a history without what ``change`` drops (see the module); False
-    if there was nothing to drop (or no such thread), and nothing was written."""
+    if there was nothing to drop (or no such thread): then only what a rewrite cut short
+    left behind is removed."""
     own = state_id_for(thread_id)
     for _ in range(MAX_TRIES):
         here, record = yield from located(home, thread_id, 0)
@@ -114,12 +115,15 @@ def rewrite(home: Home, heads: Heads, thread_id: str, change: Change) -> Flow[bo
         old = record.snapshot
         thread = Thread.fold(record.entries)
         body = change(thread)
+        there = other_id(own) if here == own else own
         if body is None:
+            # nothing to drop; what a move cut short left in the other State goes (the
+            # thread is here: that State is no part of it)
+            yield from home.deleting(there)
             heads.remember(own, here, old)
             return False
         thread.apply(dict(body, seq=old["seq"] + 1))  # in memory: what is left
         bodies = renumbered(thread.materialized(), 0)
-        there = other_id(own) if here == own else own
         token = uuid.uuid4().hex
         # 1. whatever a move cut short left there goes (the thread is here: it is no part of it)
         yield from home.deleting(there)
