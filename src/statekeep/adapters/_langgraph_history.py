@@ -58,8 +58,9 @@ FORMAT = 2
 LABELS = {"framework": "langgraph"}
 
 Blob = tuple[str, bytes]
-#: (task_id, idx) -> (task_id, channel, value, task_path), as InMemorySaver keeps them.
-Writes = dict[tuple[str, int], tuple[str, str, Blob, str]]
+#: (task_id, idx) -> (task_id, channel, value as stored ``[type, base64]``, task_path), as
+#: InMemorySaver keeps them.
+Writes = dict[tuple[str, int], tuple[str, str, Any, str]]
 Heads = dict[str, list[Any]]  # ns -> [seq, checkpoint id]
 Early = dict[str, dict[str, int]]  # ns -> id of a checkpoint not stored yet -> seq of its first writes
 
@@ -196,7 +197,7 @@ class Thread:
             key = (task, idx)
             if idx >= 0 and key in held:
                 continue
-            held[key] = (task, channel, unpack(value), path)
+            held[key] = (task, channel, value, path)  # unpacked when asked for
 
     def values(self, serde: SerializerProtocol, stored: Stored) -> dict[str, Any]:
         """The checkpoint's channel values, rebuilt from the entries they refer to."""
@@ -218,7 +219,7 @@ class Thread:
         """The checkpoint's pending writes in LangGraph's order (``writes_sort_key``)."""
         held = self.writes.get((ns, checkpoint_id), {})
         order = sorted(held, key=lambda key: writes_sort_key(held[key][3], *key))
-        return [held[key][:3] for key in order]
+        return [(held[key][0], held[key][1], unpack(held[key][2])) for key in order]
 
     def heads(self) -> Heads:
         """Per namespace, ``[seq, id]`` of the newest checkpoint (the greatest id, as
@@ -276,8 +277,8 @@ class Thread:
                 )
         for (ns, cid), held_writes in self.writes.items():
             groups: dict[tuple[str, str], list[tuple[int, str, Blob]]] = {}
-            for (task, idx), (_, channel, blob, path) in held_writes.items():
-                groups.setdefault((task, path), []).append((idx, channel, blob))
+            for (task, idx), (_, channel, packed, path) in held_writes.items():
+                groups.setdefault((task, path), []).append((idx, channel, unpack(packed)))
             start = self.writes_from.get((ns, cid), 0)
             for (task, path), writes in groups.items():
                 out.append((start + 0.5, dict(writes_entry(ns, cid, task, path, writes), seq=None)))
