@@ -66,8 +66,7 @@ def _values(entry: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         if isinstance(delta, list) and len(delta) == 2:
             items = decoded(delta[1])
             values[channel] = {"extends seq": delta[0], "appends": items}
-            count = len(items) if isinstance(items, list) else "?"
-            words.append(f"{channel}=(seq {delta[0]}'s) + {count} item(s)")
+            words.append(f"{channel}=seq {delta[0]}'s + {brief(items)}")
     for channel, seq in _mapping(entry.get("refs")).items():
         values[channel] = {"as at seq": seq}
         words.append(f"{channel}=(as at seq {seq})")
