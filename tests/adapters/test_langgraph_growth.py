@@ -344,3 +344,27 @@ def test_writes_beside_a_prune_are_never_lost(tmp_path: Path) -> None:
     assert len(view(StatekeepSaver(store))[0][0]["messages"]) == 10
     assert len(store.list()) == 1
     store.close()
+
+
+async def test_aprune_and_adelete_for_runs_do_what_the_sync_ones_do(tmp_path: Path) -> None:
+    results = []
+    for api in ("sync", "async"):
+        store = SQLiteStore(tmp_path / f"{api}.db", namespace="lg")
+        saver = StatekeepSaver(store)
+        graph = chat(saver)
+        for run in ("r1", "r2", "r3"):
+            await graph.ainvoke(
+                {"messages": [HumanMessage(run, id=run)]}, {"configurable": {"thread_id": "t", "run_id": run}}
+            )
+        if api == "sync":
+            saver.delete_for_runs(["r2"])
+            after_runs = view(saver)
+            saver.prune(["t"])
+        else:
+            await saver.adelete_for_runs(["r2"])
+            after_runs = view(saver)
+            await saver.aprune(["t"])
+        results.append((after_runs, view(saver), len(store.list())))
+        store.close()
+    assert results[0] == results[1]
+    assert len(results[0][0]) == 6 and len(results[0][1]) == 1 and results[0][2] == 1
