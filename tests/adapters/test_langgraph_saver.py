@@ -233,7 +233,12 @@ def test_the_newest_checkpoint_is_read_from_where_it_starts_not_from_the_beginni
     assert store.reads[-1] == 116 and 0 not in store.reads
 
 
-def test_prune_and_delete_for_runs_hide_checkpoints_and_keep_the_history(store: Store) -> None:
+def kinds_stored(store: Store) -> list[list[str]]:
+    """The kinds of entries of every State in the store (a thread's old history included)."""
+    return sorted([e["kind"] for e in store.read(row.id).entries] for row in store.list())  # type: ignore[union-attr]
+
+
+def test_prune_and_delete_for_runs_leave_only_what_they_keep_in_the_store(store: Store) -> None:
     saver = StatekeepSaver(store)
     configs: list[Any] = []
     for run in ("r1", "r1", "r2"):
@@ -242,19 +247,32 @@ def test_prune_and_delete_for_runs_hide_checkpoints_and_keep_the_history(store: 
         if configs:
             config["configurable"]["checkpoint_id"] = configs[-1]["configurable"]["checkpoint_id"]
         configs.append(saver.put(config, cp, {"step": len(configs)}, {"run": 1}))
+        saver.put_writes(configs[-1], [("run", run)], f"task-{len(configs)}")
     saver.delete_for_runs(["r2"])
     newest = saver.get_tuple({"configurable": {"thread_id": "h"}})
     assert newest is not None and newest.config == configs[1]  # the newest left
+    assert newest.checkpoint["channel_values"] == {"run": "r1"} and newest.pending_writes == [
+        ("task-2", "run", "r1")
+    ]
+    # the thread's old history is gone from the store: one State, two checkpoints and their writes
+    assert [kinds.count("lg.checkpoint") for kinds in kinds_stored(store)] == [2]
+    assert [kinds.count("lg.writes") for kinds in kinds_stored(store)] == [2]
     saver.prune(["h"])
     assert [t.config for t in saver.list({"configurable": {"thread_id": "h"}})] == [configs[1]]
-    record = store.read("h")
-    assert record is not None
-    kinds = ["lg.checkpoint"] * 3 + ["lg.drop", "lg.prune"]
-    assert [e["kind"] for e in record.entries] == [k for kind in kinds for k in (kind, "lg.tip")]
+    assert shape(saver.get_tuple({"configurable": {"thread_id": "h"}})) == shape(newest)
+    assert [kinds.count("lg.checkpoint") for kinds in kinds_stored(store)] == [1]
+    before = kinds_stored(store)
     saver.prune(["h"])  # nothing left to prune: nothing written
-    assert len(store.read("h").entries) == 10  # type: ignore[union-attr]
+    assert kinds_stored(store) == before
+    fresh = StatekeepSaver(store)  # another process finds it where it was moved
+    assert shape(fresh.get_tuple({"configurable": {"thread_id": "h"}})) == shape(newest)
+    assert [t.config for t in fresh.list(None)] == [configs[1]]
+    saver.put(configs[1], checkpoint({"run": "r3"}), {"step": 3}, {"run": 1})  # writes go on
+    assert len(list(fresh.list({"configurable": {"thread_id": "h"}}))) == 2
+    saver.prune(["h"])  # and back: the thread moves between its two States
+    assert [kinds.count("lg.checkpoint") for kinds in kinds_stored(store)] == [1]
     saver.prune(["h"], strategy="delete")
-    assert store.read("h") is None
+    assert store.list() == [] and fresh.get_tuple({"configurable": {"thread_id": "h"}}) is None
     with pytest.raises(ValueError, match="strategy"):
         saver.prune(["h"], strategy="everything")
 

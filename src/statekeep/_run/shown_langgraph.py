@@ -27,13 +27,17 @@ def shown(entry: dict[str, Any]) -> Shown:
     kind = entry.get("kind")
     if kind == "lg.checkpoint":
         meta = decoded(entry.get("metadata"))
-        values = {channel: decoded(blob) for channel, blob in _mapping(entry.get("values")).items()}
+        values, said = _values(entry)
         step = meta.get("step") if isinstance(meta, Mapping) else None
         source = meta.get("source") if isinstance(meta, Mapping) else None
         where = f" in {entry.get('ns')!r}" if entry.get("ns") else ""
-        said = ", ".join(f"{channel}={brief(value)}" for channel, value in values.items()) or "no values"
         line = f"checkpoint {entry.get('id')}{where} (step {step}, {source}): {said}"
         return Shown(entry, line, {"values": values, "metadata": meta})
+    if kind == "lg.values":
+        values, said = _values(entry)
+        return Shown(entry, f"values a kept checkpoint refers to: {said}", {"values": values})
+    if kind == "lg.moved":
+        return Shown(entry, f"moved to State {entry.get('to')} (rewritten by prune or delete_for_runs)")
     if kind == "lg.writes":
         writes = [w for w in entry.get("writes") or [] if isinstance(w, list) and len(w) == 3]
         detail = {str(channel): decoded(blob) for _, channel, blob in writes}
@@ -49,6 +53,24 @@ def shown(entry: dict[str, Any]) -> Shown:
     if kind == "lg.tip":
         return Shown(entry, "end of a write (the next one checks it)")
     return Shown(entry)
+
+
+def _values(entry: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """A checkpoint's values as stored (format 2: some refer to earlier entries, a growing
+    list holds what it appends), decoded, and in a few words."""
+    values: dict[str, Any] = {
+        channel: decoded(blob) for channel, blob in _mapping(entry.get("values")).items()
+    }
+    words = [f"{channel}={brief(value)}" for channel, value in values.items()]
+    for channel, delta in _mapping(entry.get("deltas")).items():
+        if isinstance(delta, list) and len(delta) == 2:
+            items = decoded(delta[1])
+            values[channel] = {"extends seq": delta[0], "appends": items}
+            words.append(f"{channel}=seq {delta[0]}'s + {brief(items)}")
+    for channel, seq in _mapping(entry.get("refs")).items():
+        values[channel] = {"as at seq": seq}
+        words.append(f"{channel}=(as at seq {seq})")
+    return values, ", ".join(words) or "no values"
 
 
 def decoded(value: Any) -> Any:

@@ -5,7 +5,7 @@ for the sync and the async API, they make their store calls through the adapter'
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+import uuid
 from typing import Any
 
 from .._core.errors import (
@@ -13,39 +13,38 @@ from .._core.errors import (
     StateConflictError,
     StateExistsError,
     StateNotFoundError,
-    UnsupportedFormatError,
 )
 from .._core.ranges import SNAPSHOT_ONLY
-from .._core.records import Record
 from .._store.expect import expecting
 from ._flow import Flow
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import (
-    FORMAT,
     LABELS,
     MARK,
     Stored,
     Thread,
     advance,
-    is_thread,
-    not_a_thread,
-    now_iso,
     proof,
+    renumbered,
     snapshot_for,
     thread_early,
     thread_heads,
     tip_entry,
 )
+from ._langgraph_tuples import Build
+from ._langgraph_values import Lists, body_size
+from ._langgraph_where import located, snapshot_only
 
 #: How many times a write is tried again after another writer got there first.
 MAX_TRIES = 100
 
 
 def thread_ids(home: Home) -> Flow[list[str]]:
-    """The thread id of every LangGraph thread in the store."""
+    """The thread id of every LangGraph thread in the store (once, though a thread that is
+    being moved is in two States)."""
     rows = yield from home.listing(labels=LABELS)
-    return [row.task for row in rows]
+    return list(dict.fromkeys(row.task for row in rows if row.task is not None))
 
 
 def _write(
@@ -58,123 +57,97 @@ def _write(
 
 
 class Heads:
-    """The last snapshot seen per State (a hint: a stale one costs a retry, never a wrong write,
-    since each write sends the snapshot's tip again first, which conflicts, or leaves a gap,
-    unless the history still ends with it). Bounded; safe to share between threads."""
+    """Per thread (its own State id), the State that held it last and that State's last
+    snapshot seen (a hint: a stale one costs a retry, never a wrong write, since each write
+    sends the snapshot's tip again first, which conflicts, or leaves a gap, unless the
+    history still ends with it). Bounded; safe to share between threads."""
 
     SIZE = 1024
 
     def __init__(self) -> None:
-        self._seen: dict[str, dict[str, Any]] = {}
+        self._seen: dict[str, tuple[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()  # LangGraph's sync API writes from worker threads
 
-    def get(self, state_id: str) -> dict[str, Any] | None:
+    def get(self, state_id: str) -> tuple[str, dict[str, Any]] | None:
         return self._seen.get(state_id)
 
-    def remember(self, state_id: str, snapshot: dict[str, Any]) -> None:
+    def snapshot(self, state_id: str) -> dict[str, Any] | None:
+        seen = self._seen.get(state_id)
+        return None if seen is None else seen[1]
+
+    def remember(self, state_id: str, holder: str, snapshot: dict[str, Any]) -> None:
         with self._lock:
             if len(self._seen) >= self.SIZE and state_id not in self._seen:
                 del self._seen[next(iter(self._seen))]
-            self._seen[state_id] = snapshot
+            self._seen[state_id] = (holder, snapshot)
 
     def forget(self, state_id: str) -> None:
         with self._lock:
             self._seen.pop(state_id, None)
 
 
-def checked(record: Record | None, state_id: str, thread_id: str) -> Record | None:
-    """``record`` if it is a LangGraph thread's (or None); ValueError for another State."""
-    if record is None:
-        return None
-    if not is_thread(record.snapshot):
-        raise not_a_thread(state_id, thread_id)
-    assert record.snapshot is not None
-    if record.snapshot[MARK].get("format", FORMAT) > FORMAT:
-        raise UnsupportedFormatError(
-            f"thread {thread_id!r} was written by a newer statekeep (format "
-            f"{record.snapshot[MARK]['format']}): upgrade statekeep to read it"
-        )
-    return record
+def fixed(bodies: list[dict[str, Any]]) -> Build:
+    """A :data:`Build` for entries that depend on nothing stored (pending writes)."""
+    return lambda first, gen, known, at: (bodies, known, [])
 
 
-def append(home: Home, heads: Heads, thread_id: str, bodies: list[dict[str, Any]]) -> Flow[None]:
-    """Append ``bodies`` (entries without seqs) to the thread, creating it if need be; on a
-    conflict with another writer, read the thread's end again and retry."""
-    sid = state_id_for(thread_id)
-    added = sum(1 for body in bodies if body["kind"] == "lg.checkpoint")
+def append(home: Home, heads: Heads, thread_id: str, build: Build, lists: Lists | None = None) -> Flow[None]:
+    """Append the entries ``build`` makes (without seqs) to the thread, creating it if need
+    be; on a conflict with another writer, read the thread's end again and retry. The lists
+    the entries store are put in ``lists`` once written."""
+    own = state_id_for(thread_id)
     for _ in range(MAX_TRIES):
-        old = heads.get(sid)
-        cached = old is not None
-        if old is None:
-            record = checked((yield from home.reading(sid, SNAPSHOT_ONLY)), sid, thread_id)
+        seen = heads.get(own)
+        cached = seen is not None
+        old: dict[str, Any] | None
+        if seen is not None:
+            sid, old = seen
+        else:
+            sid, record = yield from snapshot_only(home, thread_id)
             old = None if record is None else record.snapshot
         first = 0 if old is None else old["seq"] + 1
+        mark = old[MARK] if old else {}
+        gen = mark.get("gen") or uuid.uuid4().hex  # a format 1 thread gets one now
+        known = mark.get("known") or {} if mark.get("gen") else {}
+        at = mark.get("bytes") or 0
+        bodies, known, remember = build(first, gen, known, at)
+        added = sum(1 for body in bodies if body["kind"] == "lg.checkpoint")
         entries = [dict(body, seq=first + i) for i, body in enumerate(bodies)]
         moved, early = advance(
             thread_heads(old) if old else {}, thread_early(old) if old else {}, bodies, first
         )
         tip = tip_entry(first + len(bodies))
-        snapshot = snapshot_for(thread_id, old, tip, moved, early, added)
+        more = {"gen": gen, "known": known, "bytes": at + sum(body_size(body) for body in bodies)}
+        snapshot = snapshot_for(thread_id, old, tip, moved, early, added, more)
         try:  # the old tip first: a stale ``old`` (another history at its seq) conflicts
             yield from _write(
                 home, sid, [*proof(old), *entries, tip], snapshot, None if old is None else first
             )
         except (StateConflictError, StateExistsError, StateNotFoundError):
-            heads.forget(sid)  # another writer appended, created or deleted it: read again
+            heads.forget(own)  # another writer appended, created, moved or deleted it: read again
             continue
         except ValueError:
             if not cached:
                 raise
-            heads.forget(sid)  # a gap: the thread was deleted and written again elsewhere
+            heads.forget(own)  # a gap: the thread was deleted and written again elsewhere
             continue
-        heads.remember(sid, snapshot)
-        return
-    raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} writes in a row lost to other writers")
-
-
-def rewrite(
-    home: Home, heads: Heads, thread_id: str, change: Callable[[Thread], dict[str, Any] | None]
-) -> Flow[None]:
-    """Append the entry ``change`` makes from the whole thread (None: nothing to do), with
-    the snapshot's heads computed from the result; retried from a fresh read on a conflict."""
-    sid = state_id_for(thread_id)
-    for _ in range(MAX_TRIES):
-        record = checked((yield from home.reading(sid, 0)), sid, thread_id)
-        if record is None:
-            heads.forget(sid)
-            return
-        assert record.snapshot is not None
-        thread = Thread.fold(record.entries)
-        body = change(thread)
-        if body is None:
-            heads.remember(sid, record.snapshot)
-            return
-        seq = record.snapshot["seq"] + 1
-        thread.apply(dict(body, seq=seq))
-        tip = tip_entry(seq + 1)
-        snapshot = snapshot_for(thread_id, record.snapshot, tip, thread.heads(), thread.early(), 0)
-        try:
-            yield from _write(home, sid, [*proof(record.snapshot), dict(body, seq=seq), tip], snapshot, seq)
-        except StateConflictError:
-            heads.forget(sid)
-            continue
-        except StateNotFoundError:  # deleted meanwhile: nothing left to change
-            heads.forget(sid)
-            return
-        heads.remember(sid, snapshot)
+        heads.remember(own, sid, snapshot)
+        if lists is not None:
+            for item in remember:
+                lists.put(*item)
         return
     raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} writes in a row lost to other writers")
 
 
 def whole(home: Home, heads: Heads, thread_id: str) -> Flow[Thread | None]:
     """The thread folded from its whole history, or None if there is no such thread."""
-    sid = state_id_for(thread_id)
-    record = checked((yield from home.reading(sid, 0)), sid, thread_id)
+    own = state_id_for(thread_id)
+    sid, record = yield from located(home, thread_id, 0)
     if record is None:
-        heads.forget(sid)
+        heads.forget(own)
         return None
     assert record.snapshot is not None
-    heads.remember(sid, record.snapshot)
+    heads.remember(own, sid, record.snapshot)
     return Thread.fold(record.entries)
 
 
@@ -185,19 +158,19 @@ def newest(
     it is the newest), read from the seq where it starts; ``None`` if there is none; and
     ``(None, None)`` when ``checkpoint_id`` is an older one (the caller reads it all).
     With nothing cached, the snapshot alone is read first: it says where the newest starts."""
-    sid = state_id_for(thread_id)
-    seen = heads.get(sid)
+    own = state_id_for(thread_id)
+    seen = heads.snapshot(own)
     hint = thread_heads(seen).get(ns) if seen else None
     if checkpoint_id is not None and hint is not None and hint[1] != checkpoint_id:
         return None, None  # an older one, as far as this saver knows: no need to look
     since = hint[0] if hint else SNAPSHOT_ONLY
     for _ in range(MAX_TRIES):
-        record = checked((yield from home.reading(sid, since)), sid, thread_id)
+        sid, record = yield from located(home, thread_id, since)
         if record is None:
-            heads.forget(sid)
+            heads.forget(own)
             return None
         assert record.snapshot is not None
-        heads.remember(sid, record.snapshot)
+        heads.remember(own, sid, record.snapshot)
         head = thread_heads(record.snapshot).get(ns)
         if checkpoint_id is not None and (head is None or head[1] != checkpoint_id):
             return None, None
@@ -216,32 +189,6 @@ def newest(
     raise StateConflictError(f"thread {thread_id!r}: it kept changing while being read")
 
 
-def drop_runs(run_ids: Sequence[str]) -> Callable[[Thread], dict[str, Any] | None]:
-    wanted = set(run_ids)
-
-    def change(thread: Thread) -> dict[str, Any] | None:
-        drop = [
-            [ns, cid]
-            for ns, held in thread.checkpoints.items()
-            for cid, stored in held.items()
-            if stored.entry.get("run") in wanted
-        ]
-        return {"kind": "lg.drop", "at": now_iso(), "drop": drop} if drop else None
-
-    return change
-
-
-def keep_newest(thread: Thread) -> dict[str, Any] | None:
-    keep = [[ns, head[1]] for ns, head in thread.heads().items()]
-    # Writes already stored for a checkpoint still to come (a run under way) stay too.
-    keep += [[ns, cid] for ns, ids in thread.early().items() for cid in ids]
-    kept = {(ns, cid) for ns, cid in keep}
-    held = {(ns, cid) for ns, ids in thread.checkpoints.items() for cid in ids}
-    if held <= kept and set(thread.writes) <= kept:
-        return None  # nothing but the newest checkpoints: already pruned
-    return {"kind": "lg.prune", "at": now_iso(), "keep": keep}
-
-
 def copy(home: Home, heads: Heads, source: str, target: str) -> Flow[None]:
     """Append the source thread's live checkpoints and writes to the target, in one write."""
     thread = yield from whole(home, heads, source)
@@ -249,4 +196,6 @@ def copy(home: Home, heads: Heads, source: str, target: str) -> Flow[None]:
         return
     bodies = thread.materialized()
     if bodies:
-        yield from append(home, heads, target, bodies)
+        # the copies refer to each other, not to what the target held: nothing of it is known
+        build: Build = lambda first, gen, known, at: (renumbered(bodies, first), {}, [])  # noqa: E731
+        yield from append(home, heads, target, build)

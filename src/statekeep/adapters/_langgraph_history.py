@@ -5,8 +5,12 @@ last with ``at`` (ISO 8601, UTC):
 
 - ``lg.checkpoint``: ``ns``, ``id``, ``parent`` (id or None), ``run`` (the metadata's
   ``run_id`` or None), ``checkpoint`` (the checkpoint without its channel values),
-  ``metadata`` and ``values`` (channel -> value): every value of the checkpoint, so that
-  reading one checkpoint needs no other entry;
+  ``metadata``, and its channel values: in format 1 ``values`` (channel -> value), every
+  value of the checkpoint; in format 2 each value is stored once per version, and a list
+  that grows as what it appends (``values``, ``refs``, ``deltas`` and ``from``: see
+  :mod:`._langgraph_values`);
+- ``lg.values`` (format 2, written by a rewrite): the values of a checkpoint dropped
+  since, that a kept one refers to;
 - ``lg.writes``: ``ns``, ``checkpoint`` (its id), ``task``, ``path`` and ``writes``, a list
   of ``[idx, channel, value]``;
 - ``lg.drop``: ``drop``, a list of ``[ns, id]``: those checkpoints and their writes are gone;
@@ -19,18 +23,22 @@ last with ``at`` (ISO 8601, UTC):
   itself, since that may be a big checkpoint.
 
 Values are the serializer's typed bytes, kept losslessly as ``[type, base64]``.
-The snapshot holds the listing keys and, under ``langgraph``, ``heads``: per namespace,
-``[seq, id]`` of the newest checkpoint, so the newest checkpoint and its writes are read
-from that seq on, not from the start. ``seq`` is that of its first entry or of its first
-writes, whichever comes first: LangGraph may store a step's writes before the checkpoint
+The snapshot holds the listing keys and, under ``langgraph``, ``format``, ``heads``: per
+namespace, ``[seq, id]`` of the newest checkpoint, so the newest checkpoint, its writes
+and the values it refers to are read from that seq on, not from the start. ``seq`` is that
+of its first entry, of its first writes or of the first entry its values need, whichever
+comes first: LangGraph may store a step's writes before the checkpoint
 they belong to (its writes and checkpoints are saved in the background, concurrently), so
 ``early`` keeps, per namespace, where the writes of a checkpoint newer than the newest
-one start.
+one start. Format 2 adds ``gen`` (a token that changes when the history is rewritten),
+``known`` and ``bytes`` (see :mod:`._langgraph_values`). A statekeep that knows only
+format 1 refuses a format 2 thread (its reads would start too late to find the values).
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,18 +46,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, writes_sort_key
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._core.errors import CorruptStateError
+from ._langgraph_values import channels, needs, remap, value_of
 
 #: The snapshot key that marks a State as a LangGraph thread, and its format.
 MARK = "langgraph"
-FORMAT = 1
+FORMAT = 2
 #: The label every thread's State carries, so that listings can find the threads.
 LABELS = {"framework": "langgraph"}
 
 Blob = tuple[str, bytes]
-#: (task_id, idx) -> (task_id, channel, value, task_path), as InMemorySaver keeps them.
-Writes = dict[tuple[str, int], tuple[str, str, Blob, str]]
+#: (task_id, idx) -> (task_id, channel, value as stored ``[type, base64]``, task_path), as
+#: InMemorySaver keeps them.
+Writes = dict[tuple[str, int], tuple[str, str, Any, str]]
 Heads = dict[str, list[Any]]  # ns -> [seq, checkpoint id]
 Early = dict[str, dict[str, int]]  # ns -> id of a checkpoint not stored yet -> seq of its first writes
 
@@ -70,8 +81,10 @@ def unpack(value: Any) -> Blob:
 
 def checkpoint_entry(
     ns: str, checkpoint_id: str, parent: str | None, run: str | None, checkpoint: Blob, metadata: Blob,
-    values: Mapping[str, Blob],
+    parts: Mapping[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
+    """An ``lg.checkpoint`` entry; ``parts``: its values as :func:`._langgraph_values.encode`
+    makes them."""
     return {
         "kind": "lg.checkpoint",
         "at": now_iso(),
@@ -81,7 +94,7 @@ def checkpoint_entry(
         "run": run,
         "checkpoint": pack(checkpoint),
         "metadata": pack(metadata),
-        "values": {channel: pack(blob) for channel, blob in values.items()},
+        **parts,
     }
 
 
@@ -134,6 +147,7 @@ class Thread:
     checkpoints: dict[str, dict[str, Stored]] = field(default_factory=dict)  # ns -> id -> Stored
     writes: dict[tuple[str, str], Writes] = field(default_factory=dict)  # (ns, id) -> Writes
     writes_from: dict[tuple[str, str], int] = field(default_factory=dict)  # (ns, id) -> first writes' seq
+    held: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> entry holding values
 
     @classmethod
     def fold(cls, entries: Iterable[Mapping[str, Any]]) -> Thread:
@@ -150,6 +164,9 @@ class Thread:
                 held = self.checkpoints.setdefault(ns, {})
                 first = held[cid].seq if cid in held else entry["seq"]
                 held[cid] = Stored(ns, cid, first, dict(entry))
+                self.held[entry["seq"]] = held[cid].entry
+            elif kind == "lg.values":
+                self.held[entry["seq"]] = dict(entry)
             elif kind == "lg.writes":
                 self._put_writes(entry)
             elif kind == "lg.drop":
@@ -180,7 +197,20 @@ class Thread:
             key = (task, idx)
             if idx >= 0 and key in held:
                 continue
-            held[key] = (task, channel, unpack(value), path)
+            held[key] = (task, channel, value, path)  # unpacked when asked for
+
+    def values(self, serde: SerializerProtocol, stored: Stored) -> dict[str, Any]:
+        """The checkpoint's channel values, rebuilt from the entries they refer to."""
+        entry = stored.entry
+        return {channel: self.value(serde, entry, channel) for channel in channels(entry)}
+
+    def value(self, serde: SerializerProtocol, entry: Mapping[str, Any], channel: str) -> Any:
+        try:
+            return value_of(serde, self.held, entry, channel)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptStateError(
+                f"seq {entry.get('seq')}: a damaged value of {channel!r} ({exc!r})"
+            ) from None
 
     def get(self, ns: str, checkpoint_id: str) -> Stored | None:
         return self.checkpoints.get(ns, {}).get(checkpoint_id)
@@ -189,7 +219,7 @@ class Thread:
         """The checkpoint's pending writes in LangGraph's order (``writes_sort_key``)."""
         held = self.writes.get((ns, checkpoint_id), {})
         order = sorted(held, key=lambda key: writes_sort_key(held[key][3], *key))
-        return [held[key][:3] for key in order]
+        return [(held[key][0], held[key][1], unpack(held[key][2])) for key in order]
 
     def heads(self) -> Heads:
         """Per namespace, ``[seq, id]`` of the newest checkpoint (the greatest id, as
@@ -198,10 +228,9 @@ class Thread:
         for ns, held in self.checkpoints.items():
             if held:
                 newest = max(held)
-                out[ns] = [
-                    min(held[newest].seq, self.writes_from.get((ns, newest), held[newest].seq)),
-                    newest,
-                ]
+                stored = held[newest]
+                first = min(stored.seq, stored.entry.get("from", stored.seq))
+                out[ns] = [min(first, self.writes_from.get((ns, newest), first)), newest]
         return out
 
     def early(self) -> Early:
@@ -217,19 +246,65 @@ class Thread:
         return [self.checkpoints[ns][cid] for cid in sorted(self.checkpoints.get(ns, {}), reverse=True)]
 
     def materialized(self) -> list[dict[str, Any]]:
-        """Entries (without seqs) that rebuild exactly the live checkpoints and writes:
-        a copy without what was dropped or pruned."""
-        out: list[dict[str, Any]] = []
-        for held in self.checkpoints.values():
-            for stored in sorted(held.values(), key=lambda s: s.seq):
-                out.append({k: v for k, v in stored.entry.items() if k != "seq"})
+        """Entries that rebuild exactly the live checkpoints and writes (a copy without what
+        was dropped or pruned), each with the ``seq`` it had here (None for writes):
+        :func:`renumbered` gives them their place in another history. The values a live
+        checkpoint refers to are kept too: in ``lg.values`` entries where their checkpoint
+        is gone."""
+        live = {id(stored.entry) for held in self.checkpoints.values() for stored in held.values()}
+        wanted: set[int] = set()
+        todo = [stored.entry["seq"] for held in self.checkpoints.values() for stored in held.values()]
+        while todo:
+            seq = todo.pop()
+            if seq in wanted:
+                continue
+            wanted.add(seq)
+            entry = self.held.get(seq)
+            if entry is None:
+                raise CorruptStateError(f"a value refers to seq {seq}, which the history does not hold")
+            todo += needs(entry)
+        out: list[tuple[float, dict[str, Any]]] = []
+        for seq in sorted(wanted):
+            entry = self.held[seq]
+            if id(entry) in live:
+                out.append((seq, dict(entry)))
+            else:
+                kept: dict[str, Any] = {
+                    key: entry[key] for key in ("values", "refs", "deltas") if key in entry
+                }
+                out.append(
+                    (seq, {"kind": "lg.values", "at": entry.get("at") or now_iso(), "seq": seq, **kept})
+                )
         for (ns, cid), held_writes in self.writes.items():
             groups: dict[tuple[str, str], list[tuple[int, str, Blob]]] = {}
-            for (task, idx), (_, channel, blob, path) in held_writes.items():
-                groups.setdefault((task, path), []).append((idx, channel, blob))
+            for (task, idx), (_, channel, packed, path) in held_writes.items():
+                groups.setdefault((task, path), []).append((idx, channel, unpack(packed)))
+            start = self.writes_from.get((ns, cid), 0)
             for (task, path), writes in groups.items():
-                out.append(writes_entry(ns, cid, task, path, writes))
-        return out
+                out.append((start + 0.5, dict(writes_entry(ns, cid, task, path, writes), seq=None)))
+        out.sort(key=lambda item: item[0])
+        return [body for _, body in out]
+
+
+def renumbered(bodies: Sequence[Mapping[str, Any]], first: int) -> list[dict[str, Any]]:
+    """``bodies`` from :meth:`Thread.materialized`, without seqs, their references moved to
+    where they land when written from seq ``first`` on."""
+    new_seq: dict[int, int] = {}
+    for at, body in enumerate(bodies, first):
+        if body.get("seq") is not None:
+            new_seq[body["seq"]] = at
+    olds = sorted(new_seq)
+
+    def first_kept(seq: int) -> int:
+        index = bisect.bisect_left(olds, seq)
+        return new_seq[olds[index]] if index < len(olds) else first
+
+    out: list[dict[str, Any]] = []
+    for body in bodies:
+        moved = remap(body, new_seq, first_kept)
+        moved.pop("seq", None)
+        out.append(moved)
+    return out
 
 
 def advance(
@@ -240,6 +315,8 @@ def advance(
     heads = {ns: list(head) for ns, head in heads.items()}
     early = {ns: dict(starts) for ns, starts in early.items()}
     for seq, body in enumerate(bodies, first_seq):
+        if body["kind"] not in ("lg.writes", "lg.checkpoint"):
+            continue
         ns = body["ns"]
         head = heads.get(ns)
         if body["kind"] == "lg.writes":
@@ -248,7 +325,7 @@ def advance(
         elif body["kind"] == "lg.checkpoint" and (head is None or body["id"] > head[1]):
             cid = body["id"]
             starts = early.pop(ns, {})
-            heads[ns] = [min(seq, starts.get(cid, seq)), cid]
+            heads[ns] = [min(seq, starts.get(cid, seq), body.get("from", seq)), cid]
             if later := {other: at for other, at in starts.items() if other > cid}:
                 early[ns] = later
     return heads, early
@@ -267,7 +344,13 @@ def is_thread(snapshot: Mapping[str, Any] | None) -> bool:
 
 
 def snapshot_for(
-    thread_id: str, old: Mapping[str, Any] | None, tip: dict[str, Any], heads: Heads, early: Early, added: int
+    thread_id: str,
+    old: Mapping[str, Any] | None,
+    tip: dict[str, Any],
+    heads: Heads,
+    early: Early,
+    added: int,
+    more: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The snapshot after a write that ends with ``tip``: the listing keys (``task`` is the
     thread id, ``turn`` counts the checkpoints written), the heads and the tip."""
@@ -283,7 +366,7 @@ def snapshot_for(
         "finished": False,
         "seq": tip["seq"],
         "labels": labels,
-        MARK: {"format": FORMAT, "heads": heads, "early": early, "tip": tip},
+        MARK: {"format": FORMAT, "heads": heads, "early": early, "tip": tip, **more},
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -19,6 +19,13 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._langgraph_history import Stored, Thread, checkpoint_entry, unpack, write_indexes, writes_entry
+from ._langgraph_values import Known, Lists, Remembered, encode
+from ._langgraph_values import channels as held_channels
+
+#: A write's entries, the snapshot's ``known`` after them and the lists to remember once written.
+Built = tuple[list[dict[str, Any]], Known, list[Remembered]]
+#: What makes a write's entries from ``(first seq, gen, known, byte count)``.
+Build = Callable[[int, str, Known, int], Built]
 
 
 def where(config: RunnableConfig) -> tuple[Any, str, str | None]:
@@ -32,25 +39,52 @@ def config_of(thread_id: Any, ns: str, checkpoint_id: str) -> RunnableConfig:
 
 
 def put_entry(
-    serde: SerializerProtocol, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-) -> dict[str, Any]:
-    """The ``lg.checkpoint`` entry of a ``put``: every channel value the checkpoint holds
-    for a channel it versions, so the entry alone rebuilds it."""
+    serde: SerializerProtocol,
+    lists: Lists,
+    sid: str,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Build:
+    """What builds the ``lg.checkpoint`` entry of a ``put`` once its seq and the thread's
+    snapshot are known: every channel value the checkpoint holds for a channel it
+    versions, each stored once per version (see :mod:`._langgraph_values`)."""
     _, ns, parent = where(config)
     rest: dict[str, Any] = dict(checkpoint)
     values: dict[str, Any] = rest.pop("channel_values")
     versions: ChannelVersions = checkpoint["channel_versions"]
     meta = get_checkpoint_metadata(config, metadata)
     run = meta.get("run_id")
-    return checkpoint_entry(
+    head = checkpoint_entry(
         ns,
         checkpoint["id"],
         parent,
         run if isinstance(run, str) else None,
         serde.dumps_typed(rest),
         serde.dumps_typed(meta),
-        {channel: serde.dumps_typed(value) for channel, value in values.items() if channel in versions},
+        {},
     )
+
+    def build(first: int, gen: str, known: Known, at: int) -> Built:
+        parts, known, remember = encode(
+            serde,
+            lists,
+            sid,
+            gen,
+            ns,
+            first,
+            checkpoint["id"],
+            parent,
+            values,
+            versions,
+            known,
+            at,
+            set(new_versions),
+        )
+        return [{**head, **parts}], known, remember
+
+    return build
 
 
 def put_writes_entry(
@@ -81,9 +115,7 @@ def put_writes_entry(
 def to_tuple(serde: SerializerProtocol, thread_id: Any, thread: Thread, stored: Stored) -> CheckpointTuple:
     entry = stored.entry
     checkpoint = serde.loads_typed(unpack(entry["checkpoint"]))
-    checkpoint["channel_values"] = {
-        channel: serde.loads_typed(unpack(value)) for channel, value in entry["values"].items()
-    }
+    checkpoint["channel_values"] = thread.values(serde, stored)
     parent = entry["parent"]
     return CheckpointTuple(
         config=config_of(thread_id, stored.ns, stored.id),
@@ -148,9 +180,9 @@ def delta_history(
         for task, channel, blob in reversed(thread.pending(ns, cursor)):
             if channel in remaining:
                 collected[channel].append((task, channel, serde.loads_typed(blob)))
-        values = stored.entry["values"]
-        for channel in [channel for channel in remaining if channel in values]:
-            seeds[channel] = serde.loads_typed(unpack(values[channel]))
+        held = set(held_channels(stored.entry))
+        for channel in [channel for channel in remaining if channel in held]:
+            seeds[channel] = thread.value(serde, stored.entry, channel)
             remaining.discard(channel)
         cursor = stored.entry["parent"]
     result: dict[str, DeltaChannelHistory] = {}

@@ -32,6 +32,7 @@ except ImportError as exc:
 
 from .._store.contract import Store
 from . import _langgraph_flows as flows
+from . import _langgraph_moves as moves
 from ._flow import Emit, Flow, adrive, adrive_each, drive, drive_each
 from ._home import Home
 from ._ids import state_id_for
@@ -46,6 +47,8 @@ from ._langgraph_tuples import (
     where,
     within,
 )
+from ._langgraph_values import Lists
+from ._langgraph_where import other_id
 
 __all__ = ["StatekeepSaver"]
 
@@ -58,10 +61,14 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     thread id (reversible, or a hash for a very long id), and its ``task`` is the thread id,
     which is what ``statekeep list`` shows. The State carries the label
     ``framework=langgraph``. Its history is append-only: each checkpoint and each batch of
-    pending writes is one entry, holding the serializer's bytes losslessly (base64); a
-    checkpoint's entry holds every channel value of that checkpoint. Dropping checkpoints
-    (``delete_for_runs``, ``prune``) appends an entry that hides them; ``delete_thread``
-    removes the State.
+    pending writes is one entry, holding the serializer's bytes losslessly (base64). Each
+    channel value is stored once per version: a checkpoint's entry holds the values its
+    step changed and refers to earlier entries for the others; a plain list that grows (the
+    ``messages`` channel) is stored as the items it appends to the list it extends, with a
+    full copy again once more bytes were written since the last one than it holds, so a
+    thread's bytes grow linearly with its steps and reading its newest checkpoint reads
+    about one copy of each value. ``prune`` and ``delete_for_runs`` rewrite the thread
+    without what they drop (crash-safely: see :meth:`prune`); ``delete_thread`` removes it.
 
     Every write method is durable on return as the store's ``write`` is (FileStore, SQLite
     and Postgres: on disk). Several savers, in one process or many, may write to one thread:
@@ -88,6 +95,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         #: Where the threads are kept: ``store`` in its namespace ``langgraph`` (see above).
         self.store = self._home.store
         self._heads = flows.Heads()
+        self._lists = Lists()
 
     def __repr__(self) -> str:
         return f"StatekeepSaver({self.store!r})"
@@ -175,7 +183,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
     ) -> RunnableConfig:
         """Append a checkpoint to its thread (created by its first checkpoint); returns the
         config that names it. Durable on return as the store's ``write``."""
-        return drive(self._put(config, checkpoint, metadata))
+        return drive(self._put(config, checkpoint, metadata, new_versions))
 
     async def aput(
         self,
@@ -185,14 +193,19 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async :meth:`put`; durable on return as the store's ``awrite``."""
-        return await adrive(self._put(config, checkpoint, metadata))
+        return await adrive(self._put(config, checkpoint, metadata, new_versions))
 
     def _put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> Flow[RunnableConfig]:
         thread_id, ns, _ = where(config)
-        body = put_entry(self.serde, config, checkpoint, metadata)
-        yield from flows.append(self._home, self._heads, str(thread_id), [body])
+        sid = state_id_for(str(thread_id))
+        build = put_entry(self.serde, self._lists, sid, config, checkpoint, metadata, new_versions)
+        yield from flows.append(self._home, self._heads, str(thread_id), build, self._lists)
         return config_of(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -216,7 +229,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         if writes:
             body = put_writes_entry(self.serde, config, writes, task_id, task_path)
             thread_id = str(config["configurable"]["thread_id"])
-            yield from flows.append(self._home, self._heads, thread_id, [body])
+            yield from flows.append(self._home, self._heads, thread_id, flows.fixed([body]))
 
     def delete_thread(self, thread_id: str) -> None:
         """Remove the thread's State whole (one delete: durable on return as the store's)."""
@@ -227,8 +240,12 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         await adrive(self._delete_thread(thread_id))
 
     def _delete_thread(self, thread_id: str) -> Flow[None]:
-        self._heads.forget(state_id_for(str(thread_id)))
-        yield from self._home.deleting(state_id_for(str(thread_id)))
+        own = state_id_for(str(thread_id))
+        self._heads.forget(own)
+        self._lists.forget(own)
+        # its other State first (see prune): cut between the two, the thread reads as gone
+        yield from self._home.deleting(other_id(own))
+        yield from self._home.deleting(own)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy the source thread's checkpoints and pending writes (what it holds now: not
@@ -243,30 +260,48 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Drop every checkpoint whose metadata ``run_id`` is one of ``run_ids``, and its
-        writes, in every thread of the store. Atomic per thread (one appended entry hides
-        them; the history keeps them, append-only), not across threads: statekeep has no
-        transaction over several States, so an interrupted call has dropped them from some
-        threads only; call it again to finish."""
+        writes, in every thread of the store, reclaiming their space: each thread that held
+        one is rewritten without them (as :meth:`prune` rewrites), keeping the values the
+        checkpoints left refer to.
+
+        Durable on return as the store's ``write`` and ``delete``: each thread reads, and
+        keeps reading after a crash, as before or as after its rewrite, never in between;
+        atomic per thread, not across threads (statekeep has no transaction over several
+        States), so an interrupted call has dropped them from some threads only: call it
+        again to finish. As LangGraph warns, dropping a run whose writes a later run's
+        ``DeltaChannel`` is rebuilt from loses them for that channel."""
         drive(self._delete_for_runs(run_ids))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Async :meth:`delete_for_runs` (atomic per thread, not across threads)."""
+        """Async :meth:`delete_for_runs`; durable on return as the store's ``awrite``/``adelete``
+        (atomic per thread, not across threads)."""
         await adrive(self._delete_for_runs(run_ids))
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Flow[None]:
         if run_ids:
             for thread_id in (yield from flows.thread_ids(self._home)):
-                yield from flows.rewrite(self._home, self._heads, str(thread_id), flows.drop_runs(run_ids))
+                yield from moves.rewrite(self._home, self._heads, str(thread_id), moves.drop_runs(run_ids))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``keep_latest``: keep only the newest checkpoint of each namespace (and its writes);
-        one appended entry hides the rest, so the history, append-only, keeps them and the
-        space is not reclaimed (``copy_thread`` to a new thread and ``delete_thread`` do).
-        ``delete``: remove the threads. Atomic per thread, not across threads."""
+        """Reclaim the space of old checkpoints. ``keep_latest``: keep only the newest
+        checkpoint of each namespace, its pending writes, the values it refers to, and, for
+        LangGraph's ``DeltaChannel`` channels, the ancestors (and their writes) back to the
+        nearest one holding the channel's value, which LangGraph rebuilds it from; the thread
+        is rewritten without the rest (nothing is written when there is nothing to drop).
+        ``delete``: remove the threads. Another strategy is a ValueError.
+
+        The rewrite writes the new history into a second State, then marks the old one moved
+        (one append: the commit), then removes the old one, so a crash at any step leaves
+        the thread as before or as after. Durable on return as the store's ``write`` and
+        ``delete``: the space is reclaimed as the store reclaims a deleted State's
+        (FileStore: the file is gone; SQLite: its pages are free for reuse). Writers beside
+        a prune are safe (a write it did not see makes it start again); two prunes of one
+        thread at once are not. Atomic per thread, not across threads."""
         drive(self._prune(thread_ids, strategy))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Async :meth:`prune` (atomic per thread, not across threads)."""
+        """Async :meth:`prune`; durable on return as the store's ``awrite``/``adelete``
+        (atomic per thread, not across threads)."""
         await adrive(self._prune(thread_ids, strategy))
 
     def _prune(self, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
@@ -276,7 +311,8 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
             if strategy == "delete":
                 yield from self._delete_thread(thread_id)
             else:
-                yield from flows.rewrite(self._home, self._heads, str(thread_id), flows.keep_newest)
+                keep = moves.keep_newest(self.serde)
+                yield from moves.rewrite(self._home, self._heads, str(thread_id), keep)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
