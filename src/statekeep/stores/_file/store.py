@@ -57,6 +57,7 @@ from .leases import LeaseRows
 from .leasing import FileLeasing
 from .reads import list_states, read_range, read_snapshot, read_state, state_ids
 from .recovery import Tail
+from .trimlog import trim_log
 from .trust import probe_case
 
 T = TypeVar("T")
@@ -315,6 +316,12 @@ class FileStore(FileLeasing, Backend):
         self._copies.forget(state_id)
         fence = partial(self._fence, state_id, lease, "nothing was deleted")
         await self._run(state_id, delete, self._folder, self._tails, state_id, None, fence)
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # A new log renamed over the old one, under the State's flock (see .trimlog).
+        self._handles.drop(state_id)
+        self._copies.forget(state_id)
+        await self._run(state_id, trim_log, self._folder, self._tails, state_id, before, base)
 
     async def _gc(self, limit: int | None) -> int:
         rows, _ = await self._list()

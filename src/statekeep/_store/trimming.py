@@ -1,0 +1,104 @@
+"""Trimming a State in its store: the checks, the base record, and the engine's ``_trim``.
+
+``store.trim(id, before=seq)`` runs :func:`trim` on the owner loop with the State's lock held:
+it reads the State, checks ``before`` against its base and its latest compaction, builds the
+base record (:mod:`statekeep._run.base`) from the entries it removes, seals it as the store
+seals entries, and hands it to the backend's ``_trim(state_id, before, base)``, which writes
+it at seq ``before - 1`` and removes the entries before it, reclaiming their space.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .._core.leases import Lease, check_fence
+from .._core.records import built
+from .._core.writes import missing_error
+from .._run.base import build_base
+from .._run.resume import first_seq
+from .capabilities import Trims
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+
+def check_before(before: object) -> int:
+    """``before`` if it is an int >= 1, else TypeError/ValueError saying so."""
+    if type(before) is not int:
+        raise TypeError(f"before must be an int seq, got {type(before).__name__}")
+    if before < 1:
+        raise ValueError(f"before must be a seq >= 1 (the entries before it are removed), got {before}")
+    return before
+
+
+def latest_compaction(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last ``compaction`` entry of ``entries``, or None."""
+    found = [e for e in entries if e.get("kind") == "compaction" and type(e.get("through")) is int]
+    return found[-1] if found else None
+
+
+def removed_entries(state_id: str, entries: list[dict[str, Any]], before: int) -> list[dict[str, Any]] | None:
+    """The entries ``trim(before=)`` removes (from the first held one to seq ``before - 1``), or
+    None when there is nothing to remove (trimmed there already). ValueError saying why a trim
+    is refused: nothing is changed then."""
+    start = first_seq(entries)
+    if before <= start:
+        raise ValueError(
+            f"State {state_id!r} is trimmed already: its entries before seq {start} are gone and its "
+            f"base record is at seq {start}, so before={before} removes nothing more. To trim further "
+            f"give a before above {start + 1}; nothing was changed"
+        )
+    if before == start + 1:
+        return None
+    compaction = latest_compaction(entries)
+    if compaction is None:
+        raise ValueError(
+            f"State {state_id!r} has no compaction entry: trim removes only entries that a compaction's "
+            "summary stands for. Compact it first (state.compact(summary, through=seq), then save it); "
+            "nothing was changed"
+        )
+    through = compaction["through"]
+    if before > through + 1:
+        raise ValueError(
+            f"before={before} is past State {state_id!r}'s latest compaction (seq {compaction['seq']}, "
+            f"through seq {through}): trim may remove entries up to seq {through} only, so give a "
+            f"before of at most {through + 1}; nothing was changed"
+        )
+    return entries[: before - start]
+
+
+async def trim(store: Backend, state_id: str, before: int, lease: Lease | None) -> None:
+    """Trim ``state_id`` before seq ``before`` (on the owner loop, its lock held)."""
+    assert isinstance(store, Trims)
+    check_fence(
+        state_id,
+        await store._current_lease(state_id),
+        lease,
+        await store._server_now(),
+        "nothing was trimmed",
+    )
+    record = store._opened(state_id, built(await store._read(state_id)), 0)
+    if record is None:
+        raise missing_error(state_id)
+    removed = removed_entries(state_id, record.entries, before)
+    if removed is None:
+        return
+    base = build_base(removed)
+    write = store._protection.write(store.namespace, state_id, [base], None, False, record.incarnation)
+    await store._trim(state_id, before, write.lines[0])
+
+
+async def keep_from(store: Backend, state_id: str, seq: int) -> None:
+    """Remove the entries of ``state_id`` before ``seq`` as they are stored, the entry at
+    ``seq`` kept as it is (agent memory keeps each key's latest change); nothing if the
+    State holds no entry there any more (on the owner loop, its lock held)."""
+    assert isinstance(store, Trims)
+    record = built(await store._read(state_id))
+    entries = [] if record is None else record.entries
+    if len(entries) < 2 or entries[0].get("seq") == seq:
+        return
+    kept = next((entry for entry in entries if entry.get("seq") == seq), None)
+    if kept is not None:
+        await store._trim(state_id, seq + 1, orjson.dumps(kept) + b"\n")
