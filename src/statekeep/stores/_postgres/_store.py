@@ -31,6 +31,7 @@ from ._pool import DEFAULT_POOL, PoolLocal
 from ._schema import BUSY, FENCED
 from ._schema_v4 import precondition_args
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
+from ._trim import check_trimmed, trim_sql
 
 if TYPE_CHECKING:
     from asyncpg import Pool
@@ -203,6 +204,8 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         if not rows:
             return None
         _, snapshot_text, next_seq, incarnation = rows[0]
+        if len(rows) > 1 and rows[1][0] > since:
+            since = rows[1][0]  # a trimmed State read from below its base: from the base
         expected = max(0, next_seq - since)
         if len(rows) - 1 != expected:
             raise CorruptStateError(
@@ -224,6 +227,14 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
             decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
             incarnation,
         )
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # One statement under the State's row lock (see _trim).
+        text = base[:-1].decode() if base.endswith(b"\n") else base.decode()
+        row = await self._query(
+            "write", "fetchrow", trim_sql(self._sql), self.namespace, state_id, before, text
+        )
+        check_trimmed(state_id, before, row[0], row[1])
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         row = await self._query(
