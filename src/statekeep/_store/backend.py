@@ -215,7 +215,9 @@ class Backend(Engine, Leasing, Incarnated, Store):
         if limit is not None and (type(limit) is not int or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
         self._check_open(None)
-        return self._count_expired() if dry_run else self._gc(limit)
+        if dry_run:
+            return self._count_expired()
+        return trimming.gc_and_trim(self, limit) if self.trim_compacted else self._gc(limit)
 
     async def atrim(self, state_id: str, *, before: int, lease: Lease | None = None) -> None:
         """Remove the State's entries before seq ``before``, which its latest compaction's

@@ -18,7 +18,7 @@ from .._core.records import built
 from .._core.writes import missing_error
 from .._run.base import build_base
 from .._run.resume import first_seq
-from .capabilities import Trims
+from .capabilities import IdWalk, Trims
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -102,3 +102,37 @@ async def keep_from(store: Backend, state_id: str, seq: int) -> None:
     kept = next((entry for entry in entries if entry.get("seq") == seq), None)
     if kept is not None:
         await store._trim(state_id, seq + 1, orjson.dumps(kept) + b"\n")
+
+
+async def gc_and_trim(store: Backend, limit: int | None) -> int:
+    """``gc`` of a store opened with ``trim_compacted=True``: the expired States removed, then
+    every other State trimmed up to its latest compaction; returns the States removed."""
+    removed = await store._gc(limit)
+    if not isinstance(store, Trims):
+        return removed
+    ids = await store._state_ids() if isinstance(store, IdWalk) else None
+    if ids is None:
+        ids = [row.id for row in (await store._list())[0]]
+    for sid in ids:
+        await store._locked(sid, _trim_compacted(store, sid))
+    return removed
+
+
+async def _trim_compacted(store: Backend, sid: str) -> None:
+    """Trim ``sid`` before ``through + 1`` of its latest compaction, if that removes anything;
+    a State a worker holds (a live lease), or that cannot be read, is left as it is."""
+    assert isinstance(store, Trims)
+    if await store._current_lease(sid) is not None:
+        return
+    try:
+        record = store._opened(sid, built(await store._read(sid)), 0)
+    except (ValueError, LookupError):
+        return  # damaged, or sealed for a key this store lacks: left for its owner to see
+    compaction = None if record is None else latest_compaction(record.entries)
+    if record is None or compaction is None:
+        return
+    removed = removed_entries(sid, record.entries, compaction["through"] + 1)
+    if removed is not None:
+        base = build_base(removed)
+        write = store._protection.write(store.namespace, sid, [base], None, False, record.incarnation)
+        await store._trim(sid, compaction["through"] + 1, write.lines[0])

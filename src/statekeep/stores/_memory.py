@@ -74,6 +74,7 @@ class MemoryStore(Backend):
         *,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | None = None,
+        trim_compacted: bool = False,
         clock: Clock | None = None,
         ttl: timedelta | None = None,
         redact: Redactor | None = None,
@@ -84,7 +85,7 @@ class MemoryStore(Backend):
             if retention is not None:
                 raise ValueError("give MemoryStore either retention or ttl (retention that slides), not both")
             retention = check_period(ttl, "ttl")
-        self._lifecycle(namespace, retention, clock)
+        self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self._sliding = ttl is not None
         self._spaces: dict[str, _Space] = {}  # shared with the siblings (agent memory)

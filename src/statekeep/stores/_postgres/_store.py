@@ -123,6 +123,7 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
         create: bool = True,
         namespace: str | None = None,
         retention: timedelta | float | None = None,
+        trim_compacted: bool = False,
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
@@ -137,7 +138,9 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
             namespace = options.get("namespace") if namespace is None else namespace
             if retention is None and options.get("retention"):
                 retention = _seconds(options["retention"])
-        self._lifecycle("default" if namespace is None else namespace, retention)
+        self._lifecycle(
+            "default" if namespace is None else namespace, retention, trim_compacted=trim_compacted
+        )
         self._protect(redact, encrypt, allow_plaintext)
         self.schema = check_name(schema, "schema", MAX_IDENTIFIER)
         if not schema:

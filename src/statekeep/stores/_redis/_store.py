@@ -117,6 +117,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         create: bool = True,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | float | None = None,
+        trim_compacted: bool = False,
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
@@ -137,7 +138,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             namespace = in_url["namespace"]
         if retention is None and "retention" in in_url:
             retention = our_values({"retention": in_url["retention"]})["retention"]
-        self._lifecycle(namespace, retention)
+        self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")

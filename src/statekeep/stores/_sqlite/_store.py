@@ -113,12 +113,13 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         create: bool = True,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | None = None,
+        trim_compacted: bool = False,
         clock: Clock | None = None,
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
     ) -> None:
-        self._lifecycle(namespace, retention, clock)
+        self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
