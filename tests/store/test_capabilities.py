@@ -40,7 +40,7 @@ OFFERED = {
     "file": EVERY | {"change_stamp", "size"},
     "sqlite": EVERY | {"change_stamp", "size"},
     "postgres": EVERY | {"size"},
-    "redis": EVERY - {"trim"},
+    "redis": EVERY,
 }
 
 

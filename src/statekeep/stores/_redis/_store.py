@@ -26,6 +26,7 @@ from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
 from ._layout import check_server
+from ._trim_lua import TRIM
 from ._write_lua import WRONGTYPE
 
 if TYPE_CHECKING:
@@ -287,6 +288,19 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ) -> int:
         async with self._using("rekey") as local:
             return await _leases.reseal(local, self._keys_of, state_id, entries, snapshot)
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # One script: LTRIM, LSET of the base, the State's 'first' field (see _trim_lua).
+        keys = list(self._keys_of.state_keys(state_id))
+        base_line = base[:-1] if base.endswith(b"\n") else base
+        async with self._using("write") as local:
+            reply = await local.client.eval(TRIM, len(keys), *keys, str(before), base_line)
+        status = int(reply[0])
+        if status == servercommon.MISSING:
+            raise missing_error(state_id)
+        if status != servercommon.OK:
+            first, nxt = int(reply[1]), int(reply[2])
+            raise ValueError(f"State {state_id!r} holds seqs {first} to {nxt - 1}; nothing was trimmed")
 
     async def _afork_write(
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,

@@ -68,7 +68,8 @@ def read_now(path: Path, conns: Connections, ns: str, sid: str, since: int) -> C
     next_seq = rows[0][2]
     if next_seq is None:
         return None
-    if next_seq - since > LOOP_ENTRIES:
+    start = rows[1][0] if len(rows) > 1 else since  # a trimmed State's entries start at its base
+    if next_seq - max(since, start) > LOOP_ENTRIES:
         raise WouldBlock
     return partial(built, path, sid, since, rows)
 
