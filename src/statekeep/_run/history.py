@@ -202,8 +202,10 @@ class Replay:
             if not (isinstance(call, dict) and isinstance(call.get("id"), str) and "args" in call):
                 raise ValueError(f"seq {seq}: a base entry's open calls need an 'id', 'name' and 'args'")
             calls[call["id"]] = {"id": call["id"], "name": call.get("name"), "args": call["args"]}
-        if not all(isinstance(i, str) for i in e["answered"]):
-            raise ValueError(f"seq {seq}: a base entry's answered call ids must be strs")
+        try:
+            "".join(e["answered"])  # (every one a str: checked at C speed, the list may be long)
+        except TypeError:
+            raise ValueError(f"seq {seq}: a base entry's answered call ids must be strs") from None
         agent = e.get("last_agent")
         if agent is not None and any(agent.get(key) is None for key in AGENT_KEYS):
             raise ValueError(f"seq {seq}: a base entry's last agent needs {', '.join(AGENT_KEYS)}")
