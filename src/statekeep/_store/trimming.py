@@ -1,7 +1,7 @@
 """Trimming a State in its store: the checks, the base record, and the engine's ``_trim``.
 
 ``store.trim(id, before=seq)`` runs :func:`trim` on the owner loop with the State's lock held:
-it reads the State, checks ``before`` against its base and its latest compaction, builds the
+(``store``: the :class:`~.backend.Backend`) it reads the State, checks ``before`` against its base and its latest compaction, builds the
 base record (:mod:`statekeep._run.base`) from the entries it removes, seals it as the store
 seals entries, and hands it to the backend's ``_trim(state_id, before, base)``, which writes
 it at seq ``before - 1`` and removes the entries before it, reclaiming their space.
@@ -9,7 +9,7 @@ it at seq ``before - 1`` and removes the entries before it, reclaiming their spa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -19,9 +19,6 @@ from .._core.writes import missing_error
 from .._run.base import build_base
 from .._run.resume import first_seq
 from .capabilities import IdWalk, Trims
-
-if TYPE_CHECKING:
-    from .backend import Backend
 
 
 def check_before(before: object) -> int:
@@ -69,9 +66,8 @@ def removed_entries(state_id: str, entries: list[dict[str, Any]], before: int) -
     return entries[: before - start]
 
 
-async def trim(store: Backend, state_id: str, before: int, lease: Lease | None) -> None:
+async def trim(store: Any, state_id: str, before: int, lease: Lease | None) -> None:
     """Trim ``state_id`` before seq ``before`` (on the owner loop, its lock held)."""
-    assert isinstance(store, Trims)
     check_fence(
         state_id,
         await store._current_lease(state_id),
@@ -90,11 +86,10 @@ async def trim(store: Backend, state_id: str, before: int, lease: Lease | None) 
     await store._trim(state_id, before, write.lines[0])
 
 
-async def keep_from(store: Backend, state_id: str, seq: int) -> None:
+async def keep_from(store: Any, state_id: str, seq: int) -> None:
     """Remove the entries of ``state_id`` before ``seq`` as they are stored, the entry at
     ``seq`` kept as it is (agent memory keeps each key's latest change); nothing if the
     State holds no entry there any more (on the owner loop, its lock held)."""
-    assert isinstance(store, Trims)
     record = built(await store._read(state_id))
     entries = [] if record is None else record.entries
     if len(entries) < 2 or entries[0].get("seq") == seq:
@@ -104,11 +99,12 @@ async def keep_from(store: Backend, state_id: str, seq: int) -> None:
         await store._trim(state_id, seq + 1, orjson.dumps(kept) + b"\n")
 
 
-async def gc_and_trim(store: Backend, limit: int | None) -> int:
+async def gc_and_trim(store: Any, limit: int | None) -> int:
     """``gc`` of a store opened with ``trim_compacted=True``: the expired States removed, then
     every other State trimmed up to its latest compaction; returns the States removed."""
-    removed = await store._gc(limit)
-    if not isinstance(store, Trims):
+    removed: int = await store._gc(limit)
+    offered = isinstance(store, Trims)  # (a bool: no narrowing of ``store``)
+    if not offered:
         return removed
     ids = await store._state_ids() if isinstance(store, IdWalk) else None
     if ids is None:
@@ -118,10 +114,9 @@ async def gc_and_trim(store: Backend, limit: int | None) -> int:
     return removed
 
 
-async def _trim_compacted(store: Backend, sid: str) -> None:
+async def _trim_compacted(store: Any, sid: str) -> None:
     """Trim ``sid`` before ``through + 1`` of its latest compaction, if that removes anything;
     a State a worker holds (a live lease), or that cannot be read, is left as it is."""
-    assert isinstance(store, Trims)
     if await store._current_lease(sid) is not None:
         return
     try:
