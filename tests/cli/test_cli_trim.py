@@ -76,3 +76,27 @@ def test_trim_asks_on_a_terminal(saved: tuple[str, int], answer: str, code: int)
     returncode, _, err = on_terminal(answer, "trim", "run-1", "--before", str(through + 1), "--store", url)
     assert returncode == code, err
     assert first_seq(url) == (through if code == 0 else 0)
+
+
+def test_a_trimmed_state_copies_exports_and_imports(saved: tuple[str, int], tmp_path: Path) -> None:
+    from statekeep import open_store
+
+    url, through = saved
+    assert cli("trim", "run-1", "--before", str(through + 1), "--store", url, "--yes").exit_code == 0
+    copied = f"sqlite:///{tmp_path / 'copy.db'}"
+    result = cli("copy", url, copied)
+    assert result.exit_code == 0, result.output
+    exported = tmp_path / "runs.jsonl"
+    assert cli("export", "run-1", "--store", url, "-o", str(exported)).exit_code == 0
+    result = cli("import", str(exported), "--store", str(tmp_path / "imported"))
+    assert result.exit_code == 0, result.output
+    with (
+        open_store(url) as source,
+        open_store(copied) as copy,
+        open_store(str(tmp_path / "imported")) as back,
+    ):
+        want = source.load("run-1")
+        for store in (copy, back):
+            got = store.load("run-1")
+            assert got.history == want.history and got.data == want.data
+            assert got.history[0]["seq"] == through
