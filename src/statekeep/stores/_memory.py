@@ -65,6 +65,10 @@ class MemoryStore(Backend):
     by ``clock`` (default: the system clock, UTC): an expired State is absent to reads,
     listings, forks and writes, and ``gc`` removes it. Leases are judged by that clock too.
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store drops the removed entries.
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """

@@ -149,6 +149,10 @@ class FileStore(FileLeasing, Backend):
     or a delete so tokens only grow; the fence is checked under the flock the write or
     delete holds.
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store writes the State's new log beside the old one and renames it over it (fsync'd), so a crash or power cut leaves it as before or as after.
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
     clear in the files: ids (folder names), seqs, times and the listing fields.

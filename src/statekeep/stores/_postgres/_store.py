@@ -105,6 +105,10 @@ class PostgresStore(Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs
     client's: they hold across processes and hosts. A write, delete or fork checks the
     State's lease in its own transaction, once it holds the State's row.
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one statement under the State's row lock (vacuum reclaims them).
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """

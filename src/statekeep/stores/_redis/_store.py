@@ -102,6 +102,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     scripts; the fence runs in the write and delete scripts themselves), so they hold
     across processes and hosts whatever their clocks say; a State's lease row
     (``lease:{id}``) has no TTL and outlives the State, so its token only grows.
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store cuts the State's list in one script (``LTRIM``, ``LSET``); Redis frees them at once.
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """

@@ -102,6 +102,10 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     processes on other hosts (a network file system) are not supported by SQLite itself.
     The row stays after a release or a delete: a State's token only grows.
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one transaction (their pages are reused by later writes; ``VACUUM`` shrinks the file).
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
