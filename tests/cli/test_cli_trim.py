@@ -43,6 +43,7 @@ def test_trim_removes_the_entries_and_says_so(saved: tuple[str, int]) -> None:
     assert first_seq(url) == through
     shown = cli("show", "run-1", "--store", url)
     assert shown.exit_code == 0, shown.output
+    assert f"trimmed: stands for seqs 0 to {through}, turn 6 · plan the trip" in shown.stdout
 
 
 def test_trim_past_the_compaction_is_a_usage_error_and_changes_nothing(saved: tuple[str, int]) -> None:
