@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .._core.errors import StateConflictError, StateNotFoundError
+from .._core.errors import LeaseHeldError, StateConflictError, StateNotFoundError
 from .._run.state import State, agent_info
 from .._store.capabilities import capabilities
 from ._helpers import Api
@@ -261,3 +261,23 @@ class TrimContract:
         record = await api.read("g1")  # a store without it trims nothing at gc
         if record is not None:
             assert record.entries[0]["seq"] == through
+
+    @asyncio_test
+    async def test_a_leased_state_is_trimmed_only_with_its_lease(self, api: Api) -> None:
+        self._needs_trim(api)
+        if not getattr(self, "supports_leases", False):
+            pytest.skip(f"{type(self).__name__}.supports_leases is False")
+        state, through = compacted_run("t1")
+        await api.save(state)
+        held = await api.read("t1")
+        store = api.store
+        lease = store.acquire("t1", "worker-1", 600)  # type: ignore[attr-defined]
+        try:
+            with pytest.raises(LeaseHeldError, match="worker-1"):
+                await self._trim(api, "t1", through + 1)
+            assert await api.read("t1") == held
+            await self._trim(api, "t1", through + 1, lease=lease)
+            record = await api.read("t1")
+            assert record is not None and record.entries[0]["seq"] == through
+        finally:
+            store.release(lease)  # type: ignore[attr-defined]
