@@ -12,6 +12,7 @@ import pytest
 from statekeep import FileStore, MemoryStore, SQLiteStore, StateConflictError, Store
 from statekeep._store.agentmemory import KEEP, key_id
 from statekeep.stores._fsio import tree_bytes
+from tests.support import servers
 
 
 def made(kind: str, tmp_path: Path) -> Store:
@@ -19,6 +20,10 @@ def made(kind: str, tmp_path: Path) -> Store:
         return FileStore(tmp_path / "store")
     if kind == "sqlite":
         return SQLiteStore(tmp_path / "runs.db")
+    if kind == "postgres":
+        return servers.postgres_store()  # type: ignore[no-any-return]
+    if kind == "redis":
+        return servers.redis_store()  # type: ignore[no-any-return]
     return MemoryStore()
 
 
@@ -51,7 +56,7 @@ def test_a_thousand_puts_of_one_key_leave_a_bounded_stored_size(kind: str, tmp_p
         assert len(list((tmp_path / "store").rglob("log.jsonl"))) == 1
 
 
-@pytest.mark.parametrize("kind", ["memory", "file", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "file", "sqlite", "postgres", "redis"])
 def test_revisions_and_their_checks_go_on_across_the_trims(kind: str, tmp_path: Path) -> None:
     with made(kind, tmp_path) as store:
         memory = store.memory()
@@ -65,3 +70,5 @@ def test_revisions_and_their_checks_go_on_across_the_trims(kind: str, tmp_path: 
         assert memory.get("k") is None
         assert memory.put("k", "again", revision=0).revision == KEEP * 2 + 5
         assert [item.key for item in memory.items()] == ["k"]
+        held = store._sibling(store.namespace + ".memory.default").read("k")  # type: ignore[attr-defined]
+        assert held is not None and len(held.entries) <= KEEP  # trimmed along the way
