@@ -30,6 +30,7 @@ ROWS = {
     "budget": 20,
     "peers": 9,
     "langgraph_growth": 7,
+    "trim": 4,
 }
 
 

@@ -33,7 +33,7 @@ from statekeep.stores.engine import (
 )
 from statekeep.testing import StoreContract
 
-EVERY = {"namespaces", "leases", "reseal", "id_walk", "snapshot_reads"}
+EVERY = {"namespaces", "leases", "reseal", "id_walk", "snapshot_reads", "trim"}
 #: What each built-in store offers, by the name the ``store`` fixture gives it.
 OFFERED = {
     "memory": EVERY | {"change_stamp"},

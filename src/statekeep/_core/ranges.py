@@ -35,10 +35,13 @@ def cut(record: Record, since: int) -> Record: ...
 @overload
 def cut(record: None, since: int) -> None: ...
 def cut(record: Record | None, since: int) -> Record | None:
-    """``record`` with only its entries of seq >= ``since`` (seqs are dense from 0)."""
+    """``record`` with only its entries of seq >= ``since`` (seqs are dense from the first
+    entry's: 0, or a trimmed history's base, which a ``since`` below it reads from)."""
     if record is None or since == 0:
         return record
-    return Record(record.entries[since:], record.snapshot, record.incarnation)
+    first = record.entries[0].get("seq") if record.entries else 0
+    start = first if type(first) is int and first > 0 and record.entries[0].get("kind") == "base" else 0
+    return Record(record.entries[max(since - start, 0) :], record.snapshot, record.incarnation)
 
 
 def with_since(method: F) -> F:

@@ -106,8 +106,11 @@ def prepare_write(
     if snapshot is not None:
         snap = encode(snapshot, "snapshot")
         _check_times(snapshot)
-    if create and lines and first_seq != 0:
-        raise ValueError(f"a new State's history starts at seq 0, got {first_seq}")
+    if create and lines and first_seq != 0 and entries[0].get("kind") != "base":
+        raise ValueError(
+            f"a new State's history starts at seq 0, got {first_seq} (only a fork of a trimmed "
+            "State starts later, with its base entry)"
+        )
     return PreparedWrite(
         state_id, first_seq, tuple(lines), snap, bool(create), incarnation=incarnation, bound=bound
     )
@@ -154,13 +157,20 @@ def plan_append(write: PreparedWrite, next_seq: int) -> int:
 
 def check_overlap(write: PreparedWrite, stored: Sequence[dict[str, Any]]) -> None:
     """Raise StateConflictError unless ``stored`` (the store's entries for the overlapping
-    seqs, in order) equals the first ``len(stored)`` entries of ``write``."""
+    seqs, in order) equals the first ``len(stored)`` entries of ``write``.
+
+    A trimmed State holds no entries below its base, and a base in place of the entry at its
+    seq: ``stored`` then starts at the base, which is skipped (the write's entries up to its
+    seq are had already: the base stands for them), and the rest compare seq by seq."""
     opener, lines = write.opener, write.plain or write.lines
     for i, old in enumerate(stored):
+        seq = old.get("seq")
+        seq = write.first_seq + i if type(seq) is not int else seq
         if opener is not None:
-            old = opener(write.first_seq + i, old)
-        if not same_json(old, orjson.loads(lines[i])):
-            seq = write.first_seq + i
+            old = opener(seq, old)
+        if old.get("kind") == "base" or not 0 <= seq - write.first_seq < len(lines):
+            continue
+        if not same_json(old, orjson.loads(lines[seq - write.first_seq])):
             raise StateConflictError(
                 f"State {write.state_id!r} already has a different entry at seq {seq}: "
                 "another writer saved first. Nothing was written; read the State again "

@@ -124,6 +124,9 @@ class Protection:
         incarnation = record.incarnation
         snapshot = self.snapshot(namespace, state_id, record.snapshot, incarnation)
         entries = record.entries
+        first = entries[0].get("seq") if entries else None
+        if type(first) is int and first > since:
+            since = first  # a trimmed history read from below its base starts at the base
         if self.keyring is None:
             for i, stored in enumerate(entries):  # a dict lookup each: sealed ones are refused
                 if SEALED in stored:

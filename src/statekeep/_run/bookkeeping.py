@@ -11,7 +11,7 @@ class Saving:
     saved, how much of its history that store has, and whether the store has it at all."""
 
     _store: object
-    _saved: int
+    _saved: int  # the seq after the last entry the store holds
     _created: bool
     _unsure: bool  # a write failed in a way that may have stored it
     _check_agent: bool  # the first run after a load compares agents
@@ -44,7 +44,13 @@ class Saving:
                 "Load it from that store, or make a new State for this one"
             )
         create = not self._created
-        return self.history[self._saved :], self.snapshot(), create, create and self._unsure
+        start = self._next_seq() - len(self.history)  # above 0 for a trimmed history
+        return self.history[max(self._saved - start, 0) :], self.snapshot(), create, create and self._unsure
+
+    def _next_seq(self) -> int:
+        """The seq after the last entry (a trimmed history starts above seq 0)."""
+        history = self.history
+        return history[-1]["seq"] + 1 if history else 0
 
     def _expected_next(self) -> int | None:
         """A save's ``expect_next``: None before the create, and after a write that may have landed."""
@@ -62,5 +68,5 @@ class Saving:
     def _bind_loaded(self, store: object) -> None:
         """The State was just loaded from ``store``, which holds all of it; its first run
         compares agents (:class:`ResumeWarning`)."""
-        self._mark_saved(store, len(self.history))
+        self._mark_saved(store, self._next_seq())
         self._check_agent = True

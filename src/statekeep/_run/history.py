@@ -9,6 +9,11 @@ kind            keys
 =============== ==========================================================================
 task            ``text``, [``parent``], [``call_id``] — always seq 0: what the State is for;
                 a subagent's names the State that spawned it and the tool call that did
+base            ``task``: {``text``, ``at``, [``parent``], [``call_id``]}, ``trimmed``, ``turn``,
+                ``data``, ``answered``, ``open_calls``, [``last_agent``], [``stopped_by``],
+                [``answer``], [``waiting``] — in place of the task, the first entry of a
+                trimmed history (``store.trim``), at any seq: what the entries up to its seq,
+                removed, had made (:mod:`statekeep._run.base`)
 user            ``text`` — a message from the user
 run_start       ``agent``: {``name``, ``model``, ``system_sha256``, ``tools``: sorted names}
 model_request   ``model`` — a request sent to the model, waiting for its reply
@@ -69,6 +74,7 @@ KINDS = (
     "data",
     "error",
     "compaction",
+    "base",
 )
 OUTCOMES = ("done", "error", "unknown")
 AGENT_KEYS = ("name", "model", "system_sha256", "tools")
@@ -87,10 +93,19 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "data": {"key": _STR},
     "error": {"message": _STR},
     "compaction": {"summary": _STR, "through": (int,)},
+    "base": {
+        "task": _DICT,
+        "trimmed": (int,),
+        "turn": (int,),
+        "data": _DICT,
+        "answered": _LIST,
+        "open_calls": _LIST,
+    },
 }
 # Keys a kind may have, with the types they hold when present: absent and null are the same.
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "task": {"parent": _STR, "call_id": _STR},
+    "base": {"last_agent": _DICT, "stopped_by": _STR, "waiting": _STR},
     "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
 }
 
@@ -130,6 +145,9 @@ class Replay:
 
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
+        self.start = 0  # the seq of entries[0]: above 0 for a trimmed history (its base)
+        #: The task entry, or a base's ``task`` (``text``, ``at``, [``parent``], [``call_id``]).
+        self.task_entry: dict[str, Any] = {}
         self.turn = 0
         self.pending_request: dict[str, Any] | None = None
         self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
@@ -170,11 +188,18 @@ class Replay:
             self._data_view = FrozenDict(self._values)
         return self._data_view
 
+    @property
+    def next_seq(self) -> int:
+        """The seq the next entry must have."""
+        return self.start + len(self.entries)
+
     def apply(self, entry: dict[str, Any]) -> None:
         """Append ``entry`` if it can follow the history; else ValueError saying why."""
         seq, kind = entry.get("seq"), entry.get("kind")
-        if seq != len(self.entries):
-            raise ValueError(f"entry has seq {seq!r}, expected {len(self.entries)}")
+        if kind == "base" and not self.entries and type(seq) is int and seq >= 0:
+            self.start = seq  # a trimmed history starts at its base
+        if seq != self.next_seq or type(seq) is not int:
+            raise ValueError(f"entry has seq {seq!r}, expected {self.next_seq}")
         if kind not in _REQUIRED:
             raise ValueError(f"seq {seq}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
         if not isinstance(entry.get("at"), str):
@@ -192,8 +217,10 @@ class Replay:
                     f"seq {seq}: {kind} entry's {key!r} must be null or of type {types[0].__name__}; "
                     f"it has {_json_type(value)}"
                 )
-        if (kind == "task") != (seq == 0):
-            raise ValueError(f"seq {seq}: a history starts with one task entry, at seq 0")
+        if (kind in ("task", "base")) != (not self.entries) or (kind == "task" and seq != 0):
+            raise ValueError(
+                f"seq {seq}: a history starts with one task entry, at seq 0 (or, trimmed, one base entry)"
+            )
         if self.finished:
             raise ValueError(f"seq {seq}: the State is finished; nothing can follow its stop entry")
         getattr(self, "_" + kind)(entry)
@@ -214,7 +241,40 @@ class Replay:
     # -- one method per kind: check, then update --------------------------------------
 
     def _task(self, e: dict[str, Any]) -> None:
+        self.task_entry = e
         self._say(e["seq"], {"role": "user", "content": e["text"]})
+
+    def _base(self, e: dict[str, Any]) -> None:
+        # What the removed entries made; their messages are the latest compaction's summary.
+        seq, task = e["seq"], e["task"]
+        if not isinstance(task.get("text"), str) or not isinstance(task.get("at"), str):
+            raise ValueError(f"seq {seq}: a base entry's task needs a str 'text' and 'at'")
+        if e["trimmed"] != seq + 1 or e["turn"] < 0:
+            raise ValueError(f"seq {seq}: a base entry stands for {seq + 1} entries and a turn >= 0")
+        calls = {}
+        for call in e["open_calls"]:
+            if not (isinstance(call, dict) and isinstance(call.get("id"), str) and "args" in call):
+                raise ValueError(f"seq {seq}: a base entry's open calls need an 'id', 'name' and 'args'")
+            calls[call["id"]] = {"id": call["id"], "name": call.get("name"), "args": call["args"]}
+        try:
+            "".join(e["answered"])  # (every one a str: checked at C speed, the list may be long)
+        except TypeError:
+            raise ValueError(f"seq {seq}: a base entry's answered call ids must be strs") from None
+        agent = e.get("last_agent")
+        if agent is not None and any(agent.get(key) is None for key in AGENT_KEYS):
+            raise ValueError(f"seq {seq}: a base entry's last agent needs {', '.join(AGENT_KEYS)}")
+        self.task_entry = task
+        self.turn = e["turn"]
+        self.pending_calls = calls
+        self.answered = set(e["answered"])
+        waiting = e.get("waiting")
+        self.pending_request = None if waiting is None else {"kind": "model_request", "model": waiting}
+        self.last_agent = None if agent is None else {key: agent[key] for key in AGENT_KEYS}
+        self.stopped_by = e.get("stopped_by")
+        self.answer = e.get("answer")
+        self.finished = self.stopped_by == "finish"
+        self._values = {key: freeze(value) for key, value in e["data"].items()}
+        self._data_view = None
 
     def _user(self, e: dict[str, Any]) -> None:
         self._idle(e, "a user message")

@@ -19,17 +19,25 @@ def fork_state(
     """The fork of ``record`` at ``at_seq``: the State (not repaired), the entries to save
     (the source's, unchanged) and its snapshot. ValueError for a bad ``at_seq``, new id or
     label; CorruptStateError if the source cannot be replayed."""
-    held = len(record.entries)
+    first = record.entries[0] if record.entries else {}
+    start = first["seq"] if first.get("kind") == "base" and type(first.get("seq")) is int else 0
+    held = start + len(record.entries)
     if at_seq is None:
         at_seq = held - 1
-    if type(at_seq) is not int or not 0 <= at_seq < held:
+    if start and type(at_seq) is int and 0 <= at_seq < start:
         raise ValueError(
-            f"at_seq must be an int from 0 to {held - 1} (State {source_id!r} holds seqs 0 to "
+            f"State {source_id!r} was trimmed: its entries before seq {start} were removed, and its "
+            f"base record at seq {start} stands for them, so it cannot be forked at seq {at_seq}. "
+            f"Fork it at seq {start} or later; nothing was written"
+        )
+    if type(at_seq) is not int or not start <= at_seq < held:
+        raise ValueError(
+            f"at_seq must be an int from {start} to {held - 1} (State {source_id!r} holds seqs {start} to "
             f"{held - 1}), got {at_seq!r}"
         )
     if new_id is not None:
         validate_id(new_id)
-    entries = record.entries[: at_seq + 1]
+    entries = record.entries[: at_seq - start + 1]
     try:
         state = State._from_history(new_id or uuid.uuid4().hex, entries)
     except ValueError as exc:

@@ -87,7 +87,7 @@ def from_record(state_id: str, record: Record | None, store: object) -> State:
         )
     check_covered(
         snapshot,
-        len(record.entries),
+        first_seq(record.entries) + len(record.entries),
         snapshot_name=f"State {state_id!r} is damaged: its snapshot",
         history_name="its history",
         advice="restore the missing entries from a backup, or delete the State",
@@ -103,6 +103,13 @@ def from_record(state_id: str, record: Record | None, store: object) -> State:
     state._bind_loaded(store)
     _repair(state)
     return state
+
+
+def first_seq(entries: list[dict[str, Any]]) -> int:
+    """The seq of a history's first entry: 0, or a trimmed history's base's."""
+    first = entries[0] if entries else {}
+    seq = first.get("seq")
+    return seq if first.get("kind") == "base" and type(seq) is int and seq > 0 else 0
 
 
 def _repair(state: State) -> None:
@@ -125,4 +132,4 @@ def _repair(state: State) -> None:
 
 
 def _entry(state: State, at: str, kind: str, **fields: Any) -> dict[str, Any]:
-    return {"seq": len(state.history), "kind": kind, "at": at, **fields}
+    return {"seq": state._next_seq(), "kind": kind, "at": at, **fields}

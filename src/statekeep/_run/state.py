@@ -91,12 +91,13 @@ class State(Saving):
 
     @property
     def history(self) -> list[dict[str, Any]]:
-        """The entries, in seq order (do not modify them)."""
+        """The entries, in seq order (do not modify them): from the task at seq 0, or, for a
+        State trimmed in its store (``store.trim``), from its ``base`` entry."""
         return self._replay.entries
 
     @property
     def task(self) -> str:
-        return str(self.history[0]["text"])
+        return str(self._replay.task_entry["text"])
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -154,7 +155,7 @@ class State(Saving):
 
     @property
     def created_at(self) -> str:
-        return str(self.history[0]["at"])
+        return str(self._replay.task_entry["at"])
 
     @property
     def updated_at(self) -> str:
@@ -168,13 +169,13 @@ class State(Saving):
     @property
     def parent(self) -> str | None:
         """The id of the State that spawned this one (see :meth:`child`), or None."""
-        parent = self.history[0].get("parent")
+        parent = self._replay.task_entry.get("parent")
         return parent if isinstance(parent, str) else None
 
     @property
     def call_id(self) -> str | None:
         """The parent's tool call that spawned this State, if it was given."""
-        call_id = self.history[0].get("call_id")
+        call_id = self._replay.task_entry.get("call_id")
         return call_id if isinstance(call_id, str) else None
 
     @property
@@ -236,7 +237,7 @@ class State(Saving):
             "turn": self.turn,
             "stopped_by": self.stopped_by,
             "finished": self.finished,
-            "seq": len(self.history) - 1,
+            "seq": self._replay.next_seq - 1,
             "agent": None if agent is None else agent["name"],
             "parent": self.parent,
             "labels": labels,
@@ -290,7 +291,7 @@ class State(Saving):
         if set(info) != set(AGENT_KEYS):
             raise ValueError(f"agent needs {', '.join(AGENT_KEYS)}; use statekeep.agent_info(...)")
         info["tools"] = sorted(info["tools"])
-        self._replay.check_idle("a run start", len(self.history))
+        self._replay.check_idle("a run start", self._replay.next_seq)
         if self._check_agent:
             warn_if_agent_changed(self.id, self.last_agent, info)  # may raise under -W error
             self._check_agent = False
@@ -391,7 +392,7 @@ class State(Saving):
             check(value, f"{call} {key}", 1)
         # The history keeps a JSON copy: later changes to the caller's objects never reach
         # it, and it equals what a load gives back (tuples become lists).
-        entry = decode(orjson.dumps({"seq": len(self.history), "kind": kind, "at": now(), **fields}))
+        entry = decode(orjson.dumps({"seq": self._replay.next_seq, "kind": kind, "at": now(), **fields}))
         try:
             self._replay.apply(entry)
         except ValueError as exc:

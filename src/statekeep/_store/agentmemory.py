@@ -6,6 +6,10 @@ change (``put`` or ``delete``, with an operation id); the value lives in its sna
 which each change replaces in the same write. So a key has the codec and durability of a
 State, and the revision check is the store's own seq rule: a change is written at the seq
 its revision names, and a different change already there is a StateConflictError.
+
+A key keeps only its latest changes: on a store that can trim (the built-in ones), every
+:data:`KEEP`-th change removes the ones before it, so a key's stored history stays under
+:data:`KEEP` entries however often it is put (its seqs, and so its revisions, go on).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .._core.errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
 from .._core.query import Page
@@ -30,6 +34,13 @@ KEY_RULE = (
 )
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
 _RETRIES = 100
+#: A key's record is trimmed to its latest change each time it holds this many.
+KEEP = 32
+
+
+@runtime_checkable
+class _KeepsLatest(Protocol):
+    async def _akeep_from(self, state_id: str, seq: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +85,7 @@ class Memory:
         self.scope = scope
         # Asked once: a runtime-checkable protocol costs microseconds per check.
         self._snapshots = store if isinstance(store, SnapshotReads) else None
+        self._trims = store if isinstance(store, _KeepsLatest) else None
 
     def __repr__(self) -> str:
         return f"Memory(scope={self.scope!r}, store={self._store!r})"
@@ -158,6 +170,8 @@ class Memory:
                 if revision is not None:
                     raise _stale(key, revision, None) from exc
                 continue
+            if self._trims is not None and (held + 1) % KEEP == 0:
+                await self._trims._akeep_from(sid, held)  # only the change just made is kept
             return None if deleted else Item(key, _copy(value), held + 1, utc_time(at))
         raise StateConflictError(f"memory key {key!r}: {_RETRIES} writers got ahead of this one; try again")
 
@@ -165,7 +179,10 @@ class Memory:
         """The seq after the last change of a key's record (0 if there is none): for a
         record that has changes but no snapshot, which says its revision."""
         record = await self._store.aread(record_id)
-        return 0 if record is None else len(record.entries)
+        if record is None or not record.entries:
+            return 0
+        last = record.entries[-1].get("seq")  # (a trimmed key's record starts above seq 0)
+        return last + 1 if type(last) is int else len(record.entries)
 
     # -- sync ---------------------------------------------------------------------------
 

@@ -21,12 +21,14 @@ from .._core.records import Entries, Record, Snapshot, built
 from .._core.writes import PreparedWrite
 from .._leases.api import Leasing
 from .._runtime.bridge import owner, run_async, run_sync
-from .capabilities import Namespaces
+from . import trimming
+from .capabilities import Namespaces, Trims
 from .contract import Store
 from .engine import Engine
 from .expect import expecting_next
 from .incarnations import Binding, Incarnated
 from .shims import no_leases
+from .trimming import check_before
 
 if TYPE_CHECKING:
     from .._run.state import State
@@ -213,7 +215,51 @@ class Backend(Engine, Leasing, Incarnated, Store):
         if limit is not None and (type(limit) is not int or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
         self._check_open(None)
-        return self._count_expired() if dry_run else self._gc(limit)
+        if dry_run:
+            return self._count_expired()
+        return trimming.gc_and_trim(self, limit) if self.trim_compacted else self._gc(limit)
+
+    async def atrim(self, state_id: str, *, before: int, lease: Lease | None = None) -> None:
+        """Remove the State's entries before seq ``before``, which its latest compaction's
+        summary stands for, and write in their place, at seq ``before - 1``, a ``base`` record
+        holding what rebuilding the State needs of them (its task, data, turn count, last agent,
+        answered and open tool calls). Every kept entry keeps its seq; their space is reclaimed.
+
+        Afterwards ``read`` returns the base record first (``since`` below it reads from it),
+        ``load`` rebuilds the same State (its ``history`` starts at the base), ``fork`` below
+        the base is refused, and a write resending entries up to the base's seq skips them as
+        had. ``before`` may be at most ``through + 1`` of the State's latest ``compaction``
+        entry. Refused with ValueError (nothing changed) when the State has no compaction,
+        ``before`` is past it, or at or below a base already there; a trim where the base
+        already is changes nothing. StateNotFoundError for no State; ``lease=``: as
+        :meth:`awrite`, checked under the State's lock against its current lease (within one
+        process: another process's write may fall between).
+
+        Durable on return as the store's ``write``: the base and the kept entries are the
+        State, and a crash or power cut during the trim leaves it as before or as after,
+        never between. A State deleted and created again by another process between the
+        trim's read and its rewrite is a race this does not guard against.
+        """
+        await run_async(self._trim_call(state_id, before, lease))
+
+    def trim(self, state_id: str, *, before: int, lease: Lease | None = None) -> None:
+        """Sync :meth:`atrim`."""
+        run_sync(self._trim_call(state_id, before, lease), "atrim")
+
+    def _trim_call(self, state_id: str, before: int, lease: Lease | None) -> Coroutine[Any, Any, None]:
+        if lease is not None:
+            no_leases(self, lease)
+        sid = self._sid(state_id)
+        check_before(before)
+        if not isinstance(self, Trims):
+            raise NotImplementedError(f"{type(self).__name__} does not support trim()")
+        return self._locked(sid, trimming.trim(self, sid, before, check_lease(lease, sid, self.namespace)))
+
+    async def _akeep_from(self, state_id: str, seq: int) -> None:
+        """Internal, for agent memory: remove a record's entries before ``seq`` (see
+        :func:`~.trimming.keep_from`), on the owner loop under its lock."""
+        if isinstance(self, Trims):
+            await run_async(self._locked(state_id, trimming.keep_from(self, state_id, seq)))
 
     def memory(self, scope: str = "default") -> Memory:
         """Agent memory: a durable key/value store kept beside the States of this namespace,

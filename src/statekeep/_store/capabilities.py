@@ -88,6 +88,20 @@ class ChangeStamps(Protocol):
 
 
 @runtime_checkable
+class Trims(Protocol):
+    """Removing a State's first entries for a base record (``trim``, agent memory's keys)."""
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        """Replace the entries of ``state_id`` before seq ``before`` with the encoded line
+        ``base`` (ending in a newline) at seq ``before - 1``, keeping every later entry and the
+        snapshot as they are, and reclaim the removed entries' space (the State's lock held).
+        On return it is as durable as a write; a crash before leaves the State as it was or
+        as trimmed, never between. LookupError if the State is gone, ValueError if it holds
+        no seq ``before - 1``."""
+        ...
+
+
+@runtime_checkable
 class SnapshotReads(Protocol):
     """A State's snapshot read without its history (agent memory, ``stats``)."""
 
@@ -96,7 +110,7 @@ class SnapshotReads(Protocol):
 
 __all__ = [
     "GROUPS", "ChangeStamps", "IdWalk", "Leases", "Namespaces", "Records", "Reseal", "SizeOnDisk",
-    "SnapshotReads", "capabilities",
+    "SnapshotReads", "Trims", "capabilities",
 ]  # fmt: skip
 
 #: Each capability group by the name :func:`capabilities` gives it.
@@ -108,6 +122,7 @@ GROUPS: dict[str, type] = {
     "size": SizeOnDisk,
     "change_stamp": ChangeStamps,
     "snapshot_reads": SnapshotReads,
+    "trim": Trims,
 }
 
 

@@ -252,6 +252,11 @@ class Store(ABC):  # noqa: B024
         (``dry_run``: how many would be)."""
         raise NotImplementedError(f"{type(self).__name__} does not support gc()")
 
+    async def atrim(self, state_id: str, *, before: int, lease: Lease | None = None) -> None:
+        """Remove the State's entries before seq ``before``, keeping a base record in their
+        place, at seq ``before - 1`` (the built-in stores; see their :meth:`atrim`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support trim()")
+
     # -- sync, derived --------------------------------------------------------------
 
     def write(
@@ -314,6 +319,10 @@ class Store(ABC):  # noqa: B024
     def gc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
         """Sync :meth:`agc`."""
         return run_sync(self.agc(limit=limit, dry_run=dry_run), "agc")
+
+    def trim(self, state_id: str, *, before: int, lease: Lease | None = None) -> None:
+        """Sync :meth:`atrim`."""
+        run_sync(self.atrim(state_id, before=before, lease=lease), "atrim")
 
     # -- States -----------------------------------------------------------------------
 

@@ -59,6 +59,8 @@ class Engine(ABC):
     namespace: str = DEFAULT_NAMESPACE
     #: How long a State without an explicit ``expires_at`` lives after its last write.
     retention: timedelta | None = None
+    #: Whether ``gc`` also trims each State up to its latest compaction (``trim``).
+    trim_compacted: bool = False
     _clock: Clock = staticmethod(system_clock)
     _protection = Protection()
     _eager = True  # operations start eagerly (statekeep._runtime.eager); not if the client needs its own Task
@@ -70,9 +72,14 @@ class Engine(ABC):
         clock: Clock | None = None,
         *,
         internal: bool = False,
+        trim_compacted: bool = False,
     ) -> None:
-        """Take the constructor's ``namespace``, ``retention`` and ``clock`` (checked)."""
+        """Take the constructor's ``namespace``, ``retention``, ``clock`` and
+        ``trim_compacted`` (checked)."""
         self.namespace = validate_namespace(namespace, internal=internal)
+        if type(trim_compacted) is not bool:
+            raise TypeError(f"trim_compacted must be True or False, got {trim_compacted!r}")
+        self.trim_compacted = trim_compacted
         self.retention = None if retention is None else check_period(retention, "retention")
         if clock is not None:
             if not callable(clock):

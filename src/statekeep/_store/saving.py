@@ -29,7 +29,7 @@ async def save(store: Any, state: State, lease: Lease | None) -> None:
     """Write what ``store`` does not have of ``state`` yet, plus its snapshot (see
     :meth:`~statekeep.Store.asave`)."""
     entries, snapshot, create, unsure = state._unsaved(store)
-    sent = len(state.history)
+    sent = state._next_seq()
     options = save_options(store, lease, state)
     try:
         if unsure:

@@ -138,14 +138,15 @@ def behind(held: Mapping[str, Any], snapshot: Mapping[str, Any]) -> bool:
 
 async def verify_copy(dst: Store, state_id: str, record: Record) -> None:
     """Read the State back: its last seq (so its entry count) and snapshot as sent."""
-    count = len(record.entries)
+    first = record.entries[0].get("seq") if record.entries else 0  # a trimmed State's base's
+    count = len(record.entries) + (first if type(first) is int and first > 0 else 0)  # the seq after its last
     back = await dst.aread(state_id, since=max(count - 1, 0))
     if back is None:
         raise CopyVerifyError(state_id, "as absent (expired, or deleted meanwhile?)")
     if count and not back.entries:
         raise CopyVerifyError(state_id, f"with fewer than the {count} entries sent")
     last = back.entries[-1]["seq"] if back.entries else -1
-    if len(back.entries) != min(count, 1) or last != count - 1:
+    if len(back.entries) != min(len(record.entries), 1) or last != count - 1:
         raise CopyVerifyError(state_id, f"with its last seq {last}, not {count - 1}")
     if not same_snapshot(back.snapshot, record.snapshot):
         raise CopyVerifyError(state_id, "with another snapshot")

@@ -188,7 +188,9 @@ def _walk(lines: Iterable[bytes]) -> Iterator[tuple[str, Mapping[str, Any], int]
     assert first is not None
     digest.update(first)
     states = entries = 0
-    owed = announced = 0  # entry lines the current State still has to come, of how many
+    owed = announced = start = (
+        0  # entry lines the current State still has to come, of how many; its first seq
+    )
     current = ""
     number = 1
     for line in it:
@@ -207,11 +209,14 @@ def _walk(lines: Iterable[bytes]) -> Iterator[tuple[str, Mapping[str, Any], int]
         if "entry" in item:
             if not owed or type(item["entry"]) is not dict:
                 raise ExportFileError(f"{where} is an entry line no State line announced")
-            seq, expected = item["entry"].get("seq"), announced - owed
+            seq, expected = item["entry"].get("seq"), start + announced - owed
+            if owed == announced and type(seq) is int and seq > 0 and _a_base(item["entry"]):
+                start = expected = seq  # a trimmed State's entries start at its base
             if type(seq) is not int or seq != expected:
                 raise ExportFileError(
                     f"{where}: State {current!r} has an entry with seq {seq!r} where seq {expected} "
-                    "belongs (each State's entries are seq 0, 1, 2, ... in order): the file was edited"
+                    "belongs (each State's entries are seq 0, 1, 2, ... in order, or from a trimmed State's base on): "
+                    "the file was edited"
                 )
             owed -= 1
             entries += 1
@@ -220,7 +225,7 @@ def _walk(lines: Iterable[bytes]) -> Iterator[tuple[str, Mapping[str, Any], int]
             if owed:
                 raise ExportFileError(f"State {current!r} lacks its last {owed} entries ({where})")
             current, owed = _check_state(item, where)
-            announced = owed
+            announced, start = owed, 0
             states += 1
             yield "state", item, number
         else:
@@ -228,6 +233,11 @@ def _walk(lines: Iterable[bytes]) -> Iterator[tuple[str, Mapping[str, Any], int]
     raise ExportFileError(
         f"the file ends at line {number} without its trailer line: it is truncated (export it again)"
     )
+
+
+def _a_base(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` may be a trimmed State's base (sealed, its kind cannot be told)."""
+    return entry.get("kind") == "base" or "sk.sealed" in entry
 
 
 def _check_state(item: Mapping[str, Any], where: str) -> tuple[str, int]:

@@ -159,6 +159,9 @@ def _describe_kind(e: dict[str, Any]) -> str:
         answer = e.get("answer")
         by = short(f"by {_text(e.get('by'))}", 40)
         return by + (f": {short(_text(answer), 70)}" if answer is not None else "")
+    if kind == "base":  # a trimmed history's first entry (store.trim)
+        task = short(_text(_dict(e.get("task")).get("text")), 70)
+        return f"trimmed: stands for seqs 0 to {_text(e.get('seq'))}, turn {_text(e.get('turn'))} · {task}"
     if kind == "data":
         key = short(_text(e.get("key")), 40)
         return f"{key} deleted" if e.get("deleted") else f"{key} = {short(repr(e.get('value')), 60)}"

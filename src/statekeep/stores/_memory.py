@@ -29,7 +29,7 @@ from .._store.expect import check_preconditions, sealed_text
 class _Space:
     """One namespace's States: entry lines, encoded snapshot and expiry, by id."""
 
-    __slots__ = ("changes", "expires", "incarnations", "leases", "lines", "snapshots")
+    __slots__ = ("changes", "expires", "incarnations", "leases", "lines", "snapshots", "starts")
 
     def __init__(self) -> None:
         self.changes = 0  # the change stamp: counts snapshots kept and States dropped
@@ -38,11 +38,13 @@ class _Space:
         self.expires: dict[str, datetime] = {}  # only States that expire
         self.leases: dict[str, Lease] = {}  # each State's lease row; kept by drop()
         self.incarnations: dict[str, str | None] = {}
+        self.starts: dict[str, int] = {}  # a trimmed State's first seq (its base's); 0 if absent
 
     def drop(self, sid: str) -> None:
         self.changes += 1
         self.lines.pop(sid, None)
         self.incarnations.pop(sid, None)
+        self.starts.pop(sid, None)
         self.snapshots.pop(sid, None)
         self.expires.pop(sid, None)
 
@@ -63,6 +65,10 @@ class MemoryStore(Backend):
     by ``clock`` (default: the system clock, UTC): an expired State is absent to reads,
     listings, forks and writes, and ``gc`` removes it. Leases are judged by that clock too.
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store drops the removed entries.
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
@@ -72,6 +78,7 @@ class MemoryStore(Backend):
         *,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | None = None,
+        trim_compacted: bool = False,
         clock: Clock | None = None,
         ttl: timedelta | None = None,
         redact: Redactor | None = None,
@@ -82,7 +89,7 @@ class MemoryStore(Backend):
             if retention is not None:
                 raise ValueError("give MemoryStore either retention or ttl (retention that slides), not both")
             retention = check_period(ttl, "ttl")
-        self._lifecycle(namespace, retention, clock)
+        self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self._sliding = ttl is not None
         self._spaces: dict[str, _Space] = {}  # shared with the siblings (agent memory)
@@ -125,15 +132,19 @@ class MemoryStore(Backend):
                 raise exists_error(sid)
             space.lines[sid] = list(write.lines)
             space.incarnations[sid] = write.incarnation
+            if write.first_seq:  # a fork of a trimmed State starts with its base
+                space.starts[sid] = write.first_seq
             self._keep_snapshot(sid, write.snapshot)
             return
         if lines is None:
             raise missing_error(sid)
         tail = space.snapshots[sid] or (lines[-1] if lines else None)
         sealed = write.opener is None and sealed_text(tail)
-        check_preconditions(write, space.incarnations.get(sid), len(lines), sealed)
-        skip = plan_append(write, len(lines))
-        check_overlap(write, [orjson.loads(b) for b in lines[write.first_seq : write.first_seq + skip]])
+        start = space.starts.get(sid, 0)
+        check_preconditions(write, space.incarnations.get(sid), start + len(lines), sealed)
+        skip = plan_append(write, start + len(lines))
+        first = max(write.first_seq - start, 0)
+        check_overlap(write, [orjson.loads(b) for b in lines[first : write.first_seq + skip - start]])
         lines.extend(write.lines[skip:])
         if write.snapshot is not None:
             self._keep_snapshot(sid, write.snapshot)
@@ -159,7 +170,7 @@ class MemoryStore(Backend):
             assert self.retention is not None
             snapshot["expires_at"] = iso(self._now() + self.retention)  # a read slides it
             self._keep_snapshot(state_id, orjson.dumps(snapshot))
-        entries = [orjson.loads(b) for b in lines[since:]]
+        entries = [orjson.loads(b) for b in lines[max(since - space.starts.get(state_id, 0), 0) :]]
         return Record(entries, snapshot, space.incarnations.get(state_id))
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
@@ -198,9 +209,11 @@ class MemoryStore(Backend):
         lines = space.lines.get(state_id)
         if lines is None:
             return 0
+        start = space.starts.get(state_id, 0)
         for seq, (old, new) in entries.items():
-            if seq < len(lines) and same_json(orjson.loads(lines[seq]), orjson.loads(old)):
-                lines[seq] = new + b"\n"
+            at = seq - start
+            if 0 <= at < len(lines) and same_json(orjson.loads(lines[at]), orjson.loads(old)):
+                lines[at] = new + b"\n"
                 done += 1
         held = space.snapshots.get(state_id)
         if (
@@ -211,6 +224,18 @@ class MemoryStore(Backend):
             self._keep_snapshot(state_id, snapshot[1])
             done += 1
         return done
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # On the owner loop under the State's lock: no write interleaves.
+        space = self._space
+        lines = space.lines.get(state_id)
+        if lines is None or self._gone(state_id):
+            raise missing_error(state_id)
+        start = space.starts.get(state_id, 0)
+        if not start < before <= start + len(lines):
+            raise ValueError(f"State {state_id!r} holds seqs {start} to {start + len(lines) - 1}")
+        space.lines[state_id] = [base, *lines[before - start :]]
+        space.starts[state_id] = before - 1
 
     # Leases: the rows live in the namespace's space, judged by the store's clock.
 

@@ -52,6 +52,9 @@ another process would). The flags, all True unless you say otherwise:
 - ``supports_expect_next``: its ``write``/``awrite`` take ``expect_next=N`` and refuse the write
   (``StateConflictError``, nothing written) unless the State's next seq is N, atomically with it.
   None by default: whether its write takes the keyword (its tests are skipped, saying so, if not).
+- ``supports_trim``: ``trim(id, before=seq)`` / ``atrim`` (a compacted State's first entries
+  replaced by a base record). None by default: what ``statekeep.capabilities(store)`` says (the
+  group "trim", a backend's ``_trim`` hook); a store without it has those tests skipped.
 
 A test that meets a store lacking what a flag says it has (a method that raises
 NotImplementedError, a keyword it does not take) fails naming the flag to set.

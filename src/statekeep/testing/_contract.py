@@ -24,6 +24,7 @@ from ._preconditions import PreconditionContract
 from ._protect import ProtectionContract
 from ._ranges import RangeContract
 from ._runs import RunsContract
+from ._trim import TrimContract
 
 if TYPE_CHECKING:
     from ._model import StoreMachine
@@ -48,6 +49,7 @@ class StoreContract(
     PreconditionContract,
     ErrorFamilyContract,
     CancellationContract,
+    TrimContract,
 ):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 

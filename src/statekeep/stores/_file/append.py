@@ -255,7 +255,8 @@ class Appender(SteadyAppender):
         log = item.log
         stored = entries_back(io_reader(self._io, log), item.size, first, first + skip)
         if stored is None:  # not to be told from the end: read it whole (damage raises there)
-            stored = scan_whole(self._store, log, item.write.state_id).entries[first : first + skip]
+            whole = scan_whole(self._store, log, item.write.state_id).entries
+            stored = [e for e in whole if first <= e["seq"] < first + skip]  # (trimmed: from its base)
         return stored
 
     def _done(self, item: Append, root: int | None) -> None:

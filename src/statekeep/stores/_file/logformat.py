@@ -26,6 +26,9 @@ incarnation (see :mod:`statekeep._store.incarnations`; none for a State created 
 only refuses a State this one wrote to, rather than misread it (a snapshot sealed with the
 names of its clear fields) or append records its readers could not open.
 
+A trimmed log (``store.trim``, :mod:`.trimlog`) starts with its base entry, at the seq it
+holds, and goes on from there; every other log starts at seq 0.
+
 Format 1 (statekeep before 0.4) lines are plain entries, one per line, each a unit of its
 own. A log may start with them (a State written before the upgrade) and go on in format
 2; nothing is rewritten. Format 1 lines never follow format 2 ones.
@@ -188,6 +191,8 @@ def scan_log(
     incarnation: str | None = None
     why = ""
     view = memoryview(data)
+    if start == 0 and start_seq == 0:
+        seq = write_seq = start_seq = _trimmed_start(data)
     while (nl := find(b"\n", pos)) >= 0:
         # The common line first: an entry whose checksum holds, in a write being read.
         try:
@@ -257,6 +262,20 @@ def scan_log(
         )
         del entries[write_seq - start_seq :]
     return LogScan(entries, end, write_seq, end < len(data), framed, at, snapshot, incarnation)
+
+
+def _trimmed_start(data: bytes) -> int:
+    """The seq of a trimmed log's first line (its base: ``trim`` rewrote the log to start
+    there), or 0. Only a checked entry line counts: a plain one is format 1, from seq 0."""
+    nl = data.find(b"\n")
+    if nl <= 0 or data.startswith(CLOSING_START) or line_kind(data, 0, nl) != CHECKED:
+        return 0
+    try:
+        first = _loads(data[:nl])
+    except orjson.JSONDecodeError:
+        return 0
+    seq = first.get("seq") if type(first) is dict else None
+    return seq if type(seq) is int and seq > 0 else 0
 
 
 def _wrong_seq(entry: object, seq: int) -> str:

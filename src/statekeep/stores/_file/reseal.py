@@ -81,9 +81,10 @@ def _reseal(
     current = scan.snapshot if scan.framed else decode_snapshot(raw_copy, store.where(sid, SNAPSHOT))
     stored: list[Any] = list(scan.entries)
     replaced = 0
+    first = stored[0]["seq"] if stored else 0  # above 0 for a trimmed log
     for seq, (old, new) in entries.items():
-        if 0 <= seq < len(stored) and stored[seq] == orjson.loads(old):
-            stored[seq] = orjson.loads(new)
+        if 0 <= seq - first < len(stored) and stored[seq - first] == orjson.loads(old):
+            stored[seq - first] = orjson.loads(new)
             replaced += 1
     encoded = None if current is None else orjson.dumps(current)
     if snapshot is not None and current is not None and current == orjson.loads(snapshot[0]):

@@ -57,6 +57,7 @@ from .leases import LeaseRows
 from .leasing import FileLeasing
 from .reads import list_states, read_range, read_snapshot, read_state, state_ids
 from .recovery import Tail
+from .trimlog import trim_log
 from .trust import probe_case
 
 T = TypeVar("T")
@@ -148,6 +149,10 @@ class FileStore(FileLeasing, Backend):
     or a delete so tokens only grow; the fence is checked under the flock the write or
     delete holds.
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store writes the State's new log beside the old one and renames it over it (fsync'd), so a crash or power cut leaves it as before or as after.
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
     clear in the files: ids (folder names), seqs, times and the listing fields.
@@ -161,6 +166,7 @@ class FileStore(FileLeasing, Backend):
         *,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | None = None,
+        trim_compacted: bool = False,
         clock: Clock | None = None,
         io: OsIO | None = None,
         read_only: bool = False,
@@ -172,7 +178,7 @@ class FileStore(FileLeasing, Backend):
             raise ValueError(
                 "a FileStore needs a folder path, got an empty one; use '.' for the current folder"
             )
-        self._lifecycle(namespace, retention, clock)
+        self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
@@ -315,6 +321,12 @@ class FileStore(FileLeasing, Backend):
         self._copies.forget(state_id)
         fence = partial(self._fence, state_id, lease, "nothing was deleted")
         await self._run(state_id, delete, self._folder, self._tails, state_id, None, fence)
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # A new log renamed over the old one, under the State's flock (see .trimlog).
+        self._handles.drop(state_id)
+        self._copies.forget(state_id)
+        await self._run(state_id, trim_log, self._folder, self._tails, state_id, before, base)
 
     async def _gc(self, limit: int | None) -> int:
         rows, _ = await self._list()

@@ -121,7 +121,7 @@ class Lifecycle(Backend):
         while another worker holds the lease of ``new_id``."""
         write = prepare_write(new_id, entries, snapshot, True)
         self._check_open(None)
-        at_seq = len(entries) - 1
+        at_seq = entries[-1]["seq"] if entries else -1  # (len(entries) - 1 but for a trimmed source)
         digest = hashlib.sha256(b"".join(write.lines)).digest()
         columns = listing(new_id, write.snapshot)
         args = (

@@ -33,6 +33,7 @@ from ._schema import BUSY, FENCED
 from ._schema_v4 import precondition_args
 from ._schema_v5 import blob_args
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
+from ._trim import check_trimmed, trim_sql
 
 if TYPE_CHECKING:
     from asyncpg import Pool
@@ -106,6 +107,10 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     client's: they hold across processes and hosts. A write, delete or fork checks the
     State's lease in its own transaction, once it holds the State's row.
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one statement under the State's row lock (vacuum reclaims them).
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
@@ -124,6 +129,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         create: bool = True,
         namespace: str | None = None,
         retention: timedelta | float | None = None,
+        trim_compacted: bool = False,
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
@@ -138,7 +144,9 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             namespace = options.get("namespace") if namespace is None else namespace
             if retention is None and options.get("retention"):
                 retention = _seconds(options["retention"])
-        self._lifecycle("default" if namespace is None else namespace, retention)
+        self._lifecycle(
+            "default" if namespace is None else namespace, retention, trim_compacted=trim_compacted
+        )
         self._protect(redact, encrypt, allow_plaintext)
         self.schema = check_name(schema, "schema", MAX_IDENTIFIER)
         if not schema:
@@ -208,6 +216,8 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         if not rows:
             return None
         _, snapshot_text, next_seq, incarnation = rows[0]
+        if len(rows) > 1 and rows[1][0] > since:
+            since = rows[1][0]  # a trimmed State read from below its base: from the base
         expected = max(0, next_seq - since)
         if len(rows) - 1 != expected:
             raise CorruptStateError(
@@ -229,6 +239,14 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             decode_snapshot(snapshot_text, f"the snapshot of State {state_id!r} in {self._sql.states}"),
             incarnation,
         )
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # One statement under the State's row lock (see _trim).
+        text = base[:-1].decode() if base.endswith(b"\n") else base.decode()
+        row = await self._query(
+            "write", "fetchrow", trim_sql(self._sql), self.namespace, state_id, before, text
+        )
+        check_trimmed(state_id, before, row[0], row[1])
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         row = await self._query(

@@ -69,7 +69,7 @@ def fork_args(
         keys.lease_key(write.state_id),
     ]  # fmt: skip
     args = [
-        write.state_id, str(len(entries) - 1), digest, write.snapshot, found.member, found.expiry,
+        write.state_id, str(entries[-1]["seq"] if entries else -1), digest, write.snapshot, found.member, found.expiry,
         retention_us if found.stamp else "", str(len(found.indexes)), write.incarnation or "",
         *found.indexes, blob_prefix,
     ]  # fmt: skip

@@ -14,7 +14,7 @@ PRECONDITIONS = f"""
 -- Whether the State is sealed: its snapshot, else its last entry, ends with the sealed
 -- record's last key (as statekeep._store.expect.sealed_text judges it).
 local function sealed_state(entries, nxt, rec)
-  if not rec and nxt > 0 then rec = redis.call('LINDEX', entries, nxt - 1) end
+  if not rec and nxt > 0 then rec = redis.call('LINDEX', entries, -1) end
   return rec and string.find(rec, '"sk%.sealed":"[^"]*"}}$') ~= nil
 end
 

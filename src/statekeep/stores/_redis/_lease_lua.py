@@ -104,13 +104,14 @@ RESEAL = """
 -- ARGV: '1' if the snapshot is replaced, its stored bytes, its new bytes, then
 --       seq, stored bytes, new bytes for each entry replaced
 local done = 0
+local off = tonumber(redis.call('HGET', KEYS[1], 'first') or '0')  -- a trimmed State's base seq
 if ARGV[1] == '1' and redis.call('HGET', KEYS[1], 'snapshot') == ARGV[2] then
   redis.call('HSET', KEYS[1], 'snapshot', ARGV[3])
   done = done + 1
 end
 for i = 4, #ARGV, 3 do
-  local seq = tonumber(ARGV[i])
-  if redis.call('LINDEX', KEYS[2], seq) == ARGV[i + 1] then
+  local seq = tonumber(ARGV[i]) - off
+  if seq >= 0 and redis.call('LINDEX', KEYS[2], seq) == ARGV[i + 1] then
     redis.call('LSET', KEYS[2], seq, ARGV[i + 2])
     done = done + 1
   end

@@ -164,8 +164,9 @@ if not live(KEYS[1]) then return {{{MISSING}}} end
 local refused = fence(KEYS[9], '', '')
 if refused then return refused end
 local at = tonumber(ARGV[2])
-local copied = redis.call('LRANGE', KEYS[2], 0, at)
-if #copied ~= at + 1 or redis.sha1hex(table.concat(copied, '\\n')) ~= ARGV[3] then
+local off = tonumber(redis.call('HGET', KEYS[1], 'first') or '0')  -- a trimmed source's base seq
+local copied = redis.call('LRANGE', KEYS[2], 0, at - off)
+if #copied ~= at + 1 - off or redis.sha1hex(table.concat(copied, '\\n')) ~= ARGV[3] then
   return {{{MISSING}}}
 end
 if live(KEYS[3]) then return {{{EXISTS}}} end
@@ -176,7 +177,8 @@ while i <= #copied do
   redis.call('RPUSH', KEYS[4], unpack(copied, i, j))
   i = j + 1
 end
-redis.call('HSET', KEYS[3], 'next', string.format('%d', #copied))
+redis.call('HSET', KEYS[3], 'next', string.format('%d', at + 1))
+if off > 0 then redis.call('HSET', KEYS[3], 'first', string.format('%d', off)) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[3], 'inc', ARGV[9]) end
 set_snapshot(ns, ARGV[1], KEYS[3], ARGV[4], ARGV[5], 10, tonumber(ARGV[8]), ARGV[6], ARGV[7])
 expire(KEYS[3], KEYS[4])

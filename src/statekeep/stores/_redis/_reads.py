@@ -19,21 +19,30 @@ from ._keys import Keys
 async def read(local: ClientLocal, keys: Keys, state_id: str, server: str, since: int = 0) -> Record | None:
     """State ``state_id``'s entries of seq >= ``since`` and snapshot; None if absent or
     expired (``server`` names where it is in errors). LRANGE walks from the list's nearer
-    end, so reading the end of a long history costs what it returns."""
-    state_key, entries_key = keys.state_keys(state_id)
-    async with local.client.pipeline(transaction=True) as pipe:
-        pipe.hmget(state_key, "next", "snapshot", "exp", "inc")
-        pipe.llen(entries_key)
-        pipe.lrange(entries_key, since, -1)
-        pipe.time()
-        (next_seq, snapshot, exp, inc), size, items, (secs, micros) = await pipe.execute()
-    if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
-        return None  # none, or expired by the server's clock
+    end, so reading the end of a long history costs what it returns. A trimmed State's list
+    starts at its base (seq ``first``): read again from the index that seq has, once known."""
+    off = 0
+    for _ in range(10):
+        state_key, entries_key = keys.state_keys(state_id)
+        async with local.client.pipeline(transaction=True) as pipe:
+            pipe.hmget(state_key, "next", "snapshot", "exp", "inc", "first")
+            pipe.llen(entries_key)
+            pipe.lrange(entries_key, max(since - off, 0), -1)
+            pipe.time()
+            (next_seq, snapshot, exp, inc, first), size, items, (secs, micros) = await pipe.execute()
+        if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
+            return None  # none, or expired by the server's clock
+        held = 0 if first is None else int(first)
+        if held == off:
+            break
+        off = held  # trimmed (or trimmed further) since: read again from where its list starts
+    else:
+        raise CorruptStateError(f"State {state_id!r} in Redis at {server} kept being trimmed while read")
     where = f"State {state_id!r} in Redis at {server}"
-    if size != int(next_seq):
-        raise CorruptStateError(f"{where} expects {int(next_seq)} entries but holds {size}")
+    if size != int(next_seq) - off:
+        raise CorruptStateError(f"{where} expects {int(next_seq) - off} entries but holds {size}")
     return Record(
-        _decode_entries(items, where, since),
+        _decode_entries(items, where, max(since, off)),
         decode_snapshot(snapshot, f"the snapshot of State {state_id!r} in Redis"),
         None if inc is None else _as_bytes(inc).decode(),
     )

@@ -26,6 +26,7 @@ from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
 from ._layout import check_server
+from ._trim_lua import TRIM
 from ._write_lua import WRONGTYPE
 
 if TYPE_CHECKING:
@@ -101,6 +102,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     scripts; the fence runs in the write and delete scripts themselves), so they hold
     across processes and hosts whatever their clocks say; a State's lease row
     (``lease:{id}``) has no TTL and outlives the State, so its token only grows.
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store cuts the State's list in one script (``LTRIM``, ``LSET``); Redis frees them at once.
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
@@ -117,6 +122,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         create: bool = True,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | float | None = None,
+        trim_compacted: bool = False,
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
@@ -137,7 +143,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             namespace = in_url["namespace"]
         if retention is None and "retention" in in_url:
             retention = our_values({"retention": in_url["retention"]})["retention"]
-        self._lifecycle(namespace, retention)
+        self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
@@ -307,6 +313,19 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ) -> int:
         async with self._using("rekey") as local:
             return await _leases.reseal(local, self._keys_of, state_id, entries, snapshot)
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # One script: LTRIM, LSET of the base, the State's 'first' field (see _trim_lua).
+        keys = list(self._keys_of.state_keys(state_id))
+        base_line = base[:-1] if base.endswith(b"\n") else base
+        async with self._using("write") as local:
+            reply = await local.client.eval(TRIM, len(keys), *keys, str(before), base_line)
+        status = int(reply[0])
+        if status == servercommon.MISSING:
+            raise missing_error(state_id)
+        if status != servercommon.OK:
+            first, nxt = int(reply[1]), int(reply[2])
+            raise ValueError(f"State {state_id!r} holds seqs {first} to {nxt - 1}; nothing was trimmed")
 
     async def _afork_write(
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,

@@ -79,7 +79,7 @@ local function finish(fields, old_exp)
   expire_at(KEYS[1], KEYS[2], exp, had)
 end
 
-local h = redis.call('HMGET', KEYS[1], 'next', 'exp', 'snapshot', 'inc')
+local h = redis.call('HMGET', KEYS[1], 'next', 'exp', 'snapshot', 'inc', 'first')
 local is_live = h[1] and not (h[2] and tonumber(h[2]) <= now)
 if create then
   if is_live then return {{{EXISTS}}} end
@@ -87,8 +87,9 @@ if create then
   if missing then return missing end
   purge(ns, id, KEYS[1], KEYS[2])  -- an expired State, or what native expiry left
   push(base + 1, base + n)
-  local fields = {{'next', string.format('%d', n)}}
-  if ARGV[16] ~= '' then fields[3] = 'inc'; fields[4] = ARGV[16] end
+  local fields = {{'next', string.format('%d', first + n)}}
+  if ARGV[16] ~= '' then fields[#fields + 1] = 'inc'; fields[#fields + 1] = ARGV[16] end
+  if first > 0 then fields[#fields + 1] = 'first'; fields[#fields + 1] = ARGV[3] end  -- from a base
   finish(fields, 'gone')
   store_blobs()
   return {{{OK}, n}}
@@ -103,16 +104,23 @@ if n > 0 then
   skip = math.min(nxt - first, n)
 end
 if skip > 0 then
-  local stored = redis.call('LRANGE', KEYS[2], first, first + skip - 1)
-  local same = #stored == skip
+  -- A trimmed State (field 'first': its base's seq) holds its entries from its base on, and
+  -- the write's entries up to the base are had: only those after it are compared.
+  local off = tonumber(h[5] or '0')
+  local lo = off > 0 and math.max(first, off + 1) or first
+  local want = first + skip - lo
+  local stored = {{}}
+  if want > 0 then stored = redis.call('LRANGE', KEYS[2], lo - off, first + skip - 1 - off) end
+  local at = base + lo - first
+  local same = #stored == math.max(want, 0)
   if same then
-    for i = 1, skip do
-      if stored[i] ~= ARGV[base + i] then same = false; break end
+    for i = 1, #stored do
+      if stored[i] ~= ARGV[at + i] then same = false; break end
     end
   end
-  if not same and napproved == skip and #stored == skip then
+  if not same and napproved == #stored and #stored == want then
     same = true
-    for i = 1, skip do
+    for i = 1, #stored do
       if stored[i] ~= ARGV[base + n + i] then same = false; break end
     end
   end

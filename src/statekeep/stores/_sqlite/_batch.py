@@ -36,6 +36,7 @@ from ._connections import is_busy, rolled_back_on_error
 from ._known import Key, Known, read_known
 from ._rows import decode_entry, listing_columns
 from ._schema import check_version
+from ._trim import FIRST_SEQ
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,7 @@ class Changes:
     seqs: list[tuple[int, str, str]] = field(default_factory=list)  # next_seq only
     relabel: list[tuple[str, str]] = field(default_factory=list)  # updated States: labels replaced
     labels: list[tuple[str, str, str, str, str]] = field(default_factory=list)
-    copies: list[tuple[str, str, str, str, int]] = field(default_factory=list)  # forks
+    copies: list[tuple[str, str, str, str, int, int]] = field(default_factory=list)  # forks: end seq, rows
     blobs: list[tuple[str, bytes]] = field(default_factory=list)  # (name, bytes): kept if stored
     refs: list[tuple[str, str, str, int]] = field(default_factory=list)  # (ns, id, name, seq)
 
@@ -139,9 +140,9 @@ class Changes:
             conn.executemany(sql.INSERT_BLOB_REF, self.refs)
         if self.entries:
             conn.executemany(sql.INSERT_ENTRY, self.entries)
-        for ns, sid, source_ns, source, count in self.copies:
+        for ns, sid, source_ns, source, count, rows in self.copies:
             copied = conn.execute(sql.COPY_ENTRIES, (ns, sid, source_ns, source, count)).rowcount
-            if copied != count:
+            if copied != rows:  # (fewer than count for a trimmed source: from its base)
                 raise CorruptStateError(
                     f"State {source!r} records at least {count} entries but {copied} were found to fork"
                 )
@@ -310,7 +311,7 @@ class _Batch:
             changes.creates.append((ns, sid, end, write.snapshot, *columns, write.incarnation))
             changes.add_labels(ns, sid, columns, labels)
             if fork is not None:
-                changes.copies.append((ns, sid, ns, fork.source, fork.count))
+                changes.copies.append((ns, sid, ns, fork.source, fork.count, len(fork.lines)))
             changes.add_entries(ns, sid, write.first_seq, write.lines)
             changes.add_blobs(ns, write, write.first_seq)
             return
@@ -375,12 +376,20 @@ class _Batch:
         """The first ``skip`` entries of ``write`` are stored already: they must be the same."""
         sid, first = write.state_id, write.first_seq
         stored = self.conn.execute(sql.STORED_ENTRIES, (ns, sid, first, first + skip)).fetchall()
-        if len(stored) != skip:
+        if len(stored) != skip and not _trimmed(self.conn, ns, sid, first, first + skip, len(stored)):
             raise CorruptStateError(
                 f"{self.path}: State {sid!r} records next seq {next_seq} but lacks some of "
                 f"seqs {first}-{first + skip - 1} in its entries"
             )
-        check_overlap(write, [decode_entry(self.path, sid, first + i, d) for i, (d,) in enumerate(stored)])
+        start = first + skip - len(stored)  # (above first for a trimmed State: from its base)
+        check_overlap(write, [decode_entry(self.path, sid, start + i, d) for i, (d,) in enumerate(stored)])
+
+
+def _trimmed(conn: sqlite3.Connection, ns: str, sid: str, first: int, end: int, held: int) -> bool:
+    """Whether a State holds ``held`` of the seqs ``first`` to ``end - 1`` because it was trimmed
+    (its entries start above ``first``, at its base), not because rows are missing."""
+    (start,) = conn.execute(FIRST_SEQ, (ns, sid)).fetchone()
+    return start is not None and start > first and held == end - start
 
 
 def _same_entry(stored: bytes, line: bytes) -> bool:

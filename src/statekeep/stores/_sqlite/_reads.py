@@ -68,7 +68,8 @@ def read_now(path: Path, conns: Connections, ns: str, sid: str, since: int) -> C
     next_seq = rows[0][2]
     if next_seq is None:
         return None
-    if next_seq - since > LOOP_ENTRIES:
+    start = rows[1][0] if len(rows) > 1 else since  # a trimmed State's entries start at its base
+    if next_seq - max(since, start) > LOOP_ENTRIES:
         raise WouldBlock
     return partial(built, path, sid, since, rows)
 
@@ -77,6 +78,8 @@ def built(path: Path, sid: str, since: int, rows: Rows) -> Record:
     """The Record of a State's rows (``_sql.READ``, the State there)."""
     _, _, next_seq, incarnation, snap = rows[0]
     count = len(rows) - 1
+    if count and rows[1][0] > since:
+        since = rows[1][0]  # a trimmed State read from below its base: from the base
     if count != max(0, next_seq - since):
         raise CorruptStateError(
             f"{path}: State {sid!r} records next seq {next_seq} but has {count} entries from seq {since}"
@@ -85,6 +88,6 @@ def built(path: Path, sid: str, since: int, rows: Rows) -> Record:
     try:
         entries = [loads(row[4]) for row in rows[1:]]
     except orjson.JSONDecodeError:  # names the bad one
-        entries = [decode_entry(path, sid, since + i, row[4]) for i, row in enumerate(rows[1:])]
+        entries = [decode_entry(path, sid, row[0], row[4]) for row in rows[1:]]
     snapshot = decode_snapshot(snap, f"{path}: the snapshot of State {sid!r}")
     return Record(entries, snapshot, incarnation)

@@ -33,6 +33,7 @@ from ._leases import LeaseRows
 from ._listing import read_page, read_page_now
 from ._reads import built, read_now, read_rows, read_snapshot
 from ._schema import open_schema, read_transaction
+from ._trim import trim_state
 
 T = TypeVar("T")
 
@@ -108,6 +109,10 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     database file and its WAL (``secure_delete``, then a truncating checkpoint; see
     :mod:`~statekeep.stores._sqlite._blobs`).
 
+    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
+    (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one transaction (their pages are reused by later writes; ``VACUUM`` shrinks the file).
+    ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
@@ -119,12 +124,13 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         create: bool = True,
         namespace: str = DEFAULT_NAMESPACE,
         retention: timedelta | None = None,
+        trim_compacted: bool = False,
         clock: Clock | None = None,
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
     ) -> None:
-        self._lifecycle(namespace, retention, clock)
+        self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
@@ -281,6 +287,12 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         conns = self._slot.get()
         return await owner().io.run(self._retry_busy, self._read_snapshot_once, conns, state_id)
 
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        # One transaction on a connection of its own (see _leases.LeaseRows._in_transaction).
+        conns = self._slot.get()
+        args = (self.path, self.namespace, state_id, before, base)
+        await owner().io.run(self._in_transaction, conns, trim_state, *args)
+
     async def _afork_write(
         self, source_id: str, entries: list[dict[str, Any]], snapshot: dict[str, Any], new_id: str,
         incarnation: str | None,
@@ -291,7 +303,8 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         # and written again since they were read.
         lines = prepare_write(source_id, entries, None, False).lines
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
-        op: Op = ("fork", self.namespace, Fork(write, source_id, len(entries), lines))
+        end = entries[-1]["seq"] + 1 if entries else 0  # (len(entries) but for a trimmed source)
+        op: Op = ("fork", self.namespace, Fork(write, source_id, end, lines))
         await run_async(self._locked_submit(new_id, op), direct=True)
 
     async def _locked_submit(self, state_id: str, op: Op) -> None:

@@ -1,0 +1,133 @@
+"""Trimming a State in its store: the checks, the base record, and the engine's ``_trim``.
+
+``store.trim(id, before=seq)`` runs :func:`trim` on the owner loop with the State's lock held:
+(``store``: the :class:`~.backend.Backend`) it reads the State, checks ``before`` against its base and its latest compaction, builds the
+base record (:mod:`statekeep._run.base`) from the entries it removes, seals it as the store
+seals entries, and hands it to the backend's ``_trim(state_id, before, base)``, which writes
+it at seq ``before - 1`` and removes the entries before it, reclaiming their space.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .._core.leases import Lease, check_fence
+from .._core.records import built
+from .._core.writes import missing_error
+from .._run.base import build_base
+from .._run.resume import first_seq
+from .capabilities import IdWalk, Trims
+
+
+def check_before(before: object) -> int:
+    """``before`` if it is an int >= 1, else TypeError/ValueError saying so."""
+    if type(before) is not int:
+        raise TypeError(f"before must be an int seq, got {type(before).__name__}")
+    if before < 1:
+        raise ValueError(f"before must be a seq >= 1 (the entries before it are removed), got {before}")
+    return before
+
+
+def latest_compaction(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last ``compaction`` entry of ``entries``, or None."""
+    found = [e for e in entries if e.get("kind") == "compaction" and type(e.get("through")) is int]
+    return found[-1] if found else None
+
+
+def removed_entries(state_id: str, entries: list[dict[str, Any]], before: int) -> list[dict[str, Any]] | None:
+    """The entries ``trim(before=)`` removes (from the first held one to seq ``before - 1``), or
+    None when there is nothing to remove (trimmed there already). ValueError saying why a trim
+    is refused: nothing is changed then."""
+    start = first_seq(entries)
+    if before <= start:
+        raise ValueError(
+            f"State {state_id!r} is trimmed already: its entries before seq {start} are gone and its "
+            f"base record is at seq {start}, so before={before} removes nothing more. To trim further "
+            f"give a before above {start + 1}; nothing was changed"
+        )
+    if before == start + 1:
+        return None
+    compaction = latest_compaction(entries)
+    if compaction is None:
+        raise ValueError(
+            f"State {state_id!r} has no compaction entry: trim removes only entries that a compaction's "
+            "summary stands for. Compact it first (state.compact(summary, through=seq), then save it); "
+            "nothing was changed"
+        )
+    through = compaction["through"]
+    if before > through + 1:
+        raise ValueError(
+            f"before={before} is past State {state_id!r}'s latest compaction (seq {compaction['seq']}, "
+            f"through seq {through}): trim may remove entries up to seq {through} only, so give a "
+            f"before of at most {through + 1}; nothing was changed"
+        )
+    return entries[: before - start]
+
+
+async def trim(store: Any, state_id: str, before: int, lease: Lease | None) -> None:
+    """Trim ``state_id`` before seq ``before`` (on the owner loop, its lock held)."""
+    check_fence(
+        state_id,
+        await store._current_lease(state_id),
+        lease,
+        await store._server_now(),
+        "nothing was trimmed",
+    )
+    record = store._opened(state_id, built(await store._read(state_id)), 0)
+    if record is None:
+        raise missing_error(state_id)
+    removed = removed_entries(state_id, record.entries, before)
+    if removed is None:
+        return
+    base = build_base(removed)
+    write = store._protection.write(store.namespace, state_id, [base], None, False, record.incarnation)
+    await store._trim(state_id, before, write.lines[0])
+
+
+async def keep_from(store: Any, state_id: str, seq: int) -> None:
+    """Remove the entries of ``state_id`` before ``seq`` as they are stored, the entry at
+    ``seq`` kept as it is (agent memory keeps each key's latest change); nothing if the
+    State holds no entry there any more (on the owner loop, its lock held)."""
+    record = built(await store._read(state_id))
+    entries = [] if record is None else record.entries
+    if len(entries) < 2 or entries[0].get("seq") == seq:
+        return
+    kept = next((entry for entry in entries if entry.get("seq") == seq), None)
+    if kept is not None:
+        await store._trim(state_id, seq + 1, orjson.dumps(kept) + b"\n")
+
+
+async def gc_and_trim(store: Any, limit: int | None) -> int:
+    """``gc`` of a store opened with ``trim_compacted=True``: the expired States removed, then
+    every other State trimmed up to its latest compaction; returns the States removed."""
+    removed: int = await store._gc(limit)
+    offered = isinstance(store, Trims)  # (a bool: no narrowing of ``store``)
+    if not offered:
+        return removed
+    ids = await store._state_ids() if isinstance(store, IdWalk) else None
+    if ids is None:
+        ids = [row.id for row in (await store._list())[0]]
+    for sid in ids:
+        await store._locked(sid, _trim_compacted(store, sid))
+    return removed
+
+
+async def _trim_compacted(store: Any, sid: str) -> None:
+    """Trim ``sid`` before ``through + 1`` of its latest compaction, if that removes anything;
+    a State a worker holds (a live lease), or that cannot be read, is left as it is."""
+    if await store._current_lease(sid) is not None:
+        return
+    try:
+        record = store._opened(sid, built(await store._read(sid)), 0)
+    except (ValueError, LookupError):
+        return  # damaged, or sealed for a key this store lacks: left for its owner to see
+    compaction = None if record is None else latest_compaction(record.entries)
+    if record is None or compaction is None:
+        return
+    removed = removed_entries(sid, record.entries, compaction["through"] + 1)
+    if removed is not None:
+        base = build_base(removed)
+        write = store._protection.write(store.namespace, sid, [base], None, False, record.incarnation)
+        await store._trim(sid, compaction["through"] + 1, write.lines[0])
