@@ -285,3 +285,15 @@ def test_messages_equal_a_plain_rebuild_live_and_after_a_load(steps: list[tuple[
     store.save(state)
     assert store.load("r").messages == rebuilt(state)
     store.close()
+
+
+def test_a_state_is_stamped_with_the_lowest_format_version_that_reads_it() -> None:
+    # A statekeep that knows only format 2 keeps loading every State without a compaction or a
+    # base; it refuses one with (resume.py's rule), as it would misread what the model sees.
+    store = MemoryStore()
+    plain, compacted = State("plain", id="plain"), State("long", id="long")
+    compacted.compact("the story so far", through=0)
+    store.save(plain)
+    store.save(compacted)
+    assert plain.snapshot()["v"] == 2 and store.load("plain").snapshot()["v"] == 2
+    assert compacted.snapshot()["v"] == 3 == FORMAT_VERSION

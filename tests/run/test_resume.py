@@ -198,7 +198,7 @@ def test_every_history_kind_round_trips_through_every_store(store: Store) -> Non
     snap = store.read(state.id).snapshot  # type: ignore[union-attr]
     assert snap is not None and set(snap) == SNAPSHOT_KEYS
     assert snap == {
-        "v": FORMAT_VERSION,
+        "v": 2,  # the lowest version that reads it: no compaction, no base
         "task": state.task,
         "created_at": state.history[0]["at"],
         "updated_at": state.history[-1]["at"],
@@ -554,7 +554,7 @@ def raw(seq: int, kind: str, **fields: Any) -> dict[str, Any]:
 
 def raw_snapshot(**changes: Any) -> dict[str, Any]:
     snap = {
-        "v": FORMAT_VERSION,
+        "v": 2,  # the lowest version that reads it: no compaction, no base
         "task": "t",
         "created_at": AT,
         "updated_at": AT,

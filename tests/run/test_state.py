@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import FORMAT_VERSION, MemoryStore, SavedState, State, agent_info
+from statekeep import MemoryStore, SavedState, State, agent_info
 
 AGENT = agent_info("helper", "model-x", system="be brief", tools=["b", "a"])
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
@@ -203,7 +203,7 @@ def test_snapshot_is_what_listing_reads() -> None:
     state.add_reply("ok")
     snap = state.snapshot()
     assert snap == {
-        "v": FORMAT_VERSION,
+        "v": 2,  # the lowest version that reads it: no compaction, no base
         "task": "list me",
         "created_at": state.created_at,
         "updated_at": state.updated_at,

@@ -58,10 +58,16 @@ from .._core.frozen import FrozenDict, freeze
 #: snapshot's ``agent``, ``parent``, ``labels``, ``expires_at`` and ``forked_from``; version 1
 #: histories read as they are. A statekeep that knows only version 1 refuses version 2
 #: States (it would drop their labels on its next save). Version 3 (statekeep 0.3) added the
-#: ``compaction`` and ``base`` kinds (and stores may hold blob references): a statekeep that
-#: knows only version 2 refuses version 3 States rather than show the model what a
-#: compaction replaced.
+#: ``compaction`` and ``base`` kinds: a statekeep that knows only version 2 refuses version 3
+#: States rather than show the model what a compaction replaced. (Blob references are the
+#: stores' own business: each store's format or schema version keeps older statekeeps out.)
 FORMAT_VERSION = 3
+#: The kinds a history needs each version for: a State holding none of them is stamped with
+#: the lowest version that reads it (2), so a statekeep that knows only version 2 still loads
+#: it; one with a compaction or a base is stamped 3 and refused there.
+_KIND_VERSION = {"compaction": 3, "base": 3}
+#: The version a history of the other kinds is stamped with.
+BASE_FORMAT_VERSION = 2
 KINDS = (
     "task",
     "user",
@@ -148,6 +154,8 @@ class Replay:
         self.start = 0  # the seq of entries[0]: above 0 for a trimmed history (its base)
         #: The task entry, or a base's ``task`` (``text``, ``at``, [``parent``], [``call_id``]).
         self.task_entry: dict[str, Any] = {}
+        #: The lowest format version that reads the history so far (see :data:`FORMAT_VERSION`).
+        self.version = BASE_FORMAT_VERSION
         self.turn = 0
         self.pending_request: dict[str, Any] | None = None
         self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
@@ -225,6 +233,8 @@ class Replay:
             raise ValueError(f"seq {seq}: the State is finished; nothing can follow its stop entry")
         getattr(self, "_" + kind)(entry)
         self.entries.append(entry)
+        if kind in _KIND_VERSION:
+            self.version = max(self.version, _KIND_VERSION[kind])
         if self.pending_calls and self._busy_now is None:
             self._busy_now = seq
         elif not self.pending_calls and self._busy_now is not None:

@@ -14,7 +14,7 @@ from .._core.codec import check, decode
 from .._core.ids import new_incarnation, validate_id
 from .._core.labels import aware_time, check_labels, check_period, iso
 from .bookkeeping import Saving
-from .history import AGENT_KEYS, FORMAT_VERSION, Replay, now
+from .history import AGENT_KEYS, Replay, now
 from .resumecheck import warn_if_agent_changed
 
 
@@ -230,7 +230,7 @@ class State(Saving):
         labels = check_labels(self.labels, "state.labels")  # checked, never rebound: yours stays yours
         agent = self._replay.last_agent
         return {
-            "v": FORMAT_VERSION,
+            "v": self._replay.version,  # the lowest that reads it: older statekeeps keep loading the rest
             "task": self.task,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
