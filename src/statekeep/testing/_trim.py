@@ -46,7 +46,8 @@ def compacted_run(sid: str = "t1", turns: int = 6) -> tuple[State, int]:
 
 def result_seq(state: State, call_id: str) -> int:
     """The seq of ``call_id``'s tool_result in ``state``."""
-    return next(e["seq"] for e in state.history if e.get("call_id") == call_id and e["kind"] == "tool_result")
+    seqs = [e["seq"] for e in state.history if e["kind"] == "tool_result" and e.get("call_id") == call_id]
+    return int(seqs[0])
 
 
 class TrimContract:
