@@ -52,6 +52,13 @@ class PreparedWrite:
     #: The caller's ``expect_next`` (None: none): the store refuses the write, atomically
     #: with it, unless the State's next seq is exactly this (:mod:`~statekeep._store.expect`).
     expect_next: int | None = None
+    #: Blobs to store (:mod:`statekeep._core.blobs`): NAME -> the bytes (sealed when the store
+    #: encrypts), None for none. The store makes them durable no later than the lines that
+    #: refer to them, and never writes a NAME it already holds again.
+    blobs: dict[str, bytes] | None = None
+    #: Every blob NAME the lines refer to (new or already stored), None for none: for a
+    #: store that keeps an index of references.
+    blob_refs: frozenset[str] | None = None
 
     @property
     def end_seq(self) -> int:
