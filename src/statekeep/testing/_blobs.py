@@ -138,7 +138,7 @@ class BlobContract:
     @asyncio_test
     async def test_blobs_a_users_own_ref_key_is_refused(self, api: Api) -> None:
         self.blob_store(api.store)
-        with pytest.raises(ValueError, match="sk.blob"):
+        with pytest.raises(ValueError, match=r"sk\.blob"):
             await api.write("r", [{"seq": 0, "kind": "note", "v": {"sk.blob": "x"}}], snapshot(), create=True)
         assert await api.read("r") is None
 
