@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 import pytest
 
-from .._core.blobs import DEFAULT_OFFLOAD
+from .._core.blobs import DEFAULT_OFFLOAD, wanted
 from .._protect.sealing import Keyring
 from .._run.state import State, agent_info
 from .._runtime.bridge import run_sync
@@ -274,11 +274,9 @@ def _run_all(threads: list[threading.Thread]) -> None:
 
 def _all_blobs(store: Store) -> dict[str, bytes]:
     """Every blob the store holds, found by the names its States' stored lines list."""
-    from .._core.blobs import wanted
-
     assert isinstance(store, Blobs)
     names: set[str] = set()
-    raw: Callable[[str], Any] = store._read
+    raw: Callable[[str], Any] = getattr(store, "_read")  # noqa: B009  # the engine's, not in the Store contract
     for row in store.list():
         record = run_sync(raw(row.id), "aread")
         record = record() if callable(record) else record
