@@ -39,6 +39,9 @@ class Collected(int):
     def __repr__(self) -> str:
         return f"Collected(states={self.states}, blobs={self.blobs}, blob_bytes={self.blob_bytes})"
 
+    def __str__(self) -> str:
+        return str(self.states)  # printed as the count of States it is, as before
+
 
 class RawRecord:
     """A record a store's ``_read`` defers building (to the caller's thread), with the raw
