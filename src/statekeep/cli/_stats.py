@@ -55,7 +55,7 @@ class Stats:
     def lines(self) -> list[str]:
         size = "unknown" if self.bytes is None else f"{self.bytes} ({_human(self.bytes)})"
         lines = [f"States   {self.states}", f"entries  {self.entries}", f"bytes    {size}"]
-        if self.blobs is not None and self.blob_bytes is not None:
+        if self.blobs and self.blob_bytes is not None:
             lines.append(
                 f"blobs    {self.blobs}, {self.blob_bytes} bytes ({_human(self.blob_bytes)}; large values "
                 "stored once, counted in bytes too where it is known)"
