@@ -77,6 +77,26 @@ def test_delete_and_gc_leave_no_byte_of_the_value(tmp_path: Path, sealed: bool) 
     store.close()
 
 
+def test_gc_removes_in_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gc removes in rounds (each under the blob lock), and counts every round's."""
+    from statekeep.stores._file import blobs
+
+    monkeypatch.setattr(blobs, "BATCH", 2)
+    store = FileStore(tmp_path / "store")
+    values = [f"{i}-" + "v" * BIG for i in range(5)]
+    store.write(
+        "gone", [{"seq": i, "kind": "note", "v": v} for i, v in enumerate(values)], snapshot(), create=True
+    )
+    store.write("kept", [{"seq": 0, "kind": "note", "v": values[0]}], snapshot(), create=True)
+    store.delete("gone")
+    assert store.gc(dry_run=True).blobs == 4
+    collected = store.gc()
+    assert (collected.blobs, collected.blob_bytes) == (4, 4 * (BIG + 4))
+    assert len(blob_files(tmp_path / "store")) == 1
+    assert store.read("kept").entries[0]["v"] == values[0]
+    store.close()
+
+
 def test_blob_names_and_stats(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

@@ -16,9 +16,10 @@ gc and writers in other processes (a shared/exclusive scheme on ``.blobs/lock``)
 that refers to blobs holds the lock **shared** from before it looks for or places them until
 its log append is durable (or failed); gc holds it **exclusively** while it reads every log
 of every namespace for the names they list and removes the blobs none lists (and temp files,
-which only a crashed writer leaves: no writer is at work while gc holds the lock). So a
-write's blob is either placed after gc ends (gc never saw it), or referred to by a durable
-line when gc reads the logs (kept): no blob a write refers to is ever removed.
+which only a crashed writer leaves: no writer is at work while gc holds the lock), in rounds of
+at most :data:`BATCH` removals, each reading the logs again under the lock. So a write's
+blob is either placed (or found) after a round ends, or referred to by a durable line when
+the round reads the logs (kept): no blob a write refers to is ever removed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from .trust import CREATING, DELETING, DIR, LOG, NAMESPACE_DIR, check_owner
 BLOBS = ".blobs"  # a State id cannot start with a dot: never a State's folder
 LOCK = "lock"
 TMP = "tmp-"
+#: Blobs removed per round of gc (each round holds the blob lock; about 0.5 s of unlinks here).
+BATCH = 1000
 _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached through a link
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
@@ -213,35 +216,49 @@ class BlobFolder:
     # -- gc -----------------------------------------------------------------------------
 
     def collect(self, dry_run: bool) -> tuple[int, int]:
-        """Remove (or, ``dry_run``, count) the blobs no log of the store lists, holding the
-        blob lock exclusively (see the module): (blobs, bytes)."""
+        """Remove (or, ``dry_run``, count) the blobs no log of the store lists: (blobs, bytes).
+        In rounds of at most :data:`BATCH` removals, each a gc of its own (the blob lock held
+        exclusively while it reads the logs and removes), so writers that refer to blobs wait
+        for one round at most, not for the whole gc."""
         folder = self._open(create=False)
         if folder is None:
             return 0, 0
-        io = self.io
+        count = size = 0
         try:
-            held = self._lock(folder, fcntl.LOCK_EX)
-            try:
-                sizes = self._sizes(folder)
-                if not sizes:
-                    return 0, 0
-                referred = self._referred()
-                gone = [name for name in sizes if name not in referred]
-                if not dry_run:
-                    with os.scandir(folder) as it:
-                        leftovers = [e.name for e in it if e.name.startswith(TMP)]
-                    for name in gone + leftovers:
-                        try:
-                            io.unlink(name, dir_fd=folder)
-                        except FileNotFoundError:
-                            pass
-                    if gone or leftovers:
-                        io.fsync(folder)  # the removals durable before gc returns
-                return len(gone), sum(sizes[name] for name in gone)
-            finally:
-                unlock(held, io)
+            while True:
+                gone, freed, more = self._round(folder, dry_run)
+                count, size = count + gone, size + freed
+                if dry_run or not more:
+                    return count, size
         finally:
-            io.close(folder)
+            self.io.close(folder)
+
+    def _round(self, folder: int, dry_run: bool) -> tuple[int, int, bool]:
+        """One round of :meth:`collect`: (removed, their bytes, whether more may be left)."""
+        io = self.io
+        held = self._lock(folder, fcntl.LOCK_EX)
+        try:
+            sizes = self._sizes(folder)
+            if not sizes:
+                return 0, 0, False
+            referred = self._referred()
+            gone = [name for name in sizes if name not in referred]
+            if dry_run:
+                return len(gone), sum(sizes[name] for name in gone), False
+            more = len(gone) > BATCH
+            gone = gone[:BATCH]
+            with os.scandir(folder) as it:
+                leftovers = [e.name for e in it if e.name.startswith(TMP)]
+            for name in gone + leftovers:
+                try:
+                    io.unlink(name, dir_fd=folder)
+                except FileNotFoundError:
+                    pass
+            if gone or leftovers:
+                io.fsync(folder)  # the removals durable before gc returns
+            return len(gone), sum(sizes[name] for name in gone), more
+        finally:
+            unlock(held, io)
 
     def _referred(self) -> set[str]:
         """Every blob name any State's log lists, in every namespace of the store."""
