@@ -111,6 +111,25 @@ def test_blob_names_and_stats(tmp_path: Path) -> None:
     assert '"blobs": 1' in result.output and f'"blob_bytes": {BIG + 2}' in result.output
 
 
+def test_cli_gc_says_what_blobs_went(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from statekeep.cli import main
+
+    root = tmp_path / "store"
+    store = FileStore(root)
+    store.write("a", [{"seq": 0, "kind": "note", "v": "x" * BIG}], snapshot(), create=True)
+    store.delete("a")
+    store.close()
+    dry = CliRunner().invoke(main, ["gc", "--store", str(root), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "0 expired States would be removed, and 1 unreferenced blobs" in dry.output
+    done = CliRunner().invoke(main, ["gc", "--store", str(root), "--yes"])
+    assert done.exit_code == 0, done.output
+    assert f"removed 0 expired States, and 1 unreferenced blobs ({BIG + 2} bytes)" in done.output
+    assert blob_files(root) == []
+
+
 def test_a_missing_blob_is_a_clear_error(tmp_path: Path) -> None:
     root = tmp_path / "store"
     store = FileStore(root)
