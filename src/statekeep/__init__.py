@@ -37,6 +37,7 @@ from ._run.history import FORMAT_VERSION
 from ._run.resumecheck import ResumeWarning
 from ._run.state import State, agent_info
 from ._store.agentmemory import Item, Memory
+from ._store.blobs import Collected
 from ._store.contract import Store
 from .stores import FileStore, MemoryStore, SQLiteStore
 from .stores._urls import open_store
@@ -51,6 +52,7 @@ __all__ = [
     "LABEL_RULE",
     "NAMESPACE_RULE",
     "Agent",
+    "Collected",
     "Compactor",
     "CorruptStateError",
     "DecryptionError",

@@ -29,6 +29,7 @@ ROWS = {
     "viewer": 2,
     "budget": 20,
     "peers": 9,
+    "growth": 4,
     "langgraph_growth": 7,
     "trim": 4,
 }

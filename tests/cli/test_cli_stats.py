@@ -121,6 +121,8 @@ def test_an_empty_store(tmp_path: Path) -> None:
         "by_agent": {},
         "without_agent": 0,
         "not_listed": 0,
+        "blobs": 0,
+        "blob_bytes": 0,
     }
 
 

@@ -15,7 +15,17 @@ from statekeep import _oldpaths
 
 #: The engine interface for a backend of one's own (``statekeep.stores.engine``), its own names.
 ENGINE = [
-    *("Backend", "ChangeStamps", "IdWalk", "Leases", "Namespaces", "PreparedWrite", "Reseal", "SizeOnDisk"),
+    *(
+        "Backend",
+        "Blobs",
+        "ChangeStamps",
+        "IdWalk",
+        "Leases",
+        "Namespaces",
+        "PreparedWrite",
+        "Reseal",
+        "SizeOnDisk",
+    ),
     *("SnapshotReads", "capabilities", "check_fence", "check_overlap", "check_preconditions", "exists_error"),
     *("left_out", "listing_order", "missing_error", "plan_append", "sealed_text"),
 ]

@@ -36,8 +36,8 @@ from statekeep.testing import StoreContract
 EVERY = {"namespaces", "leases", "reseal", "id_walk", "snapshot_reads", "trim"}
 #: What each built-in store offers, by the name the ``store`` fixture gives it.
 OFFERED = {
-    "memory": EVERY | {"change_stamp"},
-    "file": EVERY | {"change_stamp", "size"},
+    "memory": EVERY | {"change_stamp", "blobs"},
+    "file": EVERY | {"change_stamp", "size", "blobs"},
     "sqlite": EVERY | {"change_stamp", "size"},
     "postgres": EVERY | {"size"},
     "redis": EVERY,

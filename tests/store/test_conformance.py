@@ -54,6 +54,7 @@ class TestMemoryStore(BuiltinContract):
         view = MemoryStore(**options)
         shared = MEMORY.setdefault(str(tmp_path), view)
         view._spaces = shared._spaces
+        view._blobs = shared._blobs
         view._space = shared._spaces.setdefault(view.namespace, view._space)
         return view
 

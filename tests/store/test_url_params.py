@@ -62,7 +62,7 @@ def test_a_local_store_takes_no_other_parameter(kind: str, tmp_path: Path) -> No
         "sqlite": f"sqlite:///{tmp_path}/t.db?mode=ro".replace(":///", ":////", 1),
         "memory": "memory://?mode=ro",
     }[kind]
-    with pytest.raises(ValueError, match=r"unknown parameter 'mode'.*namespace and retention"):
+    with pytest.raises(ValueError, match=r"unknown parameter 'mode'.*namespace, retention and offload"):
         open_store(url)
     assert os.listdir(tmp_path) == []
 

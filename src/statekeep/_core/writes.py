@@ -52,12 +52,12 @@ class PreparedWrite:
     #: The caller's ``expect_next`` (None: none): the store refuses the write, atomically
     #: with it, unless the State's next seq is exactly this (:mod:`~statekeep._store.expect`).
     expect_next: int | None = None
-    #: Blobs (offloaded values): NAME -> the bytes to store (already sealed if encrypted),
-    #: durable no later than the entries that refer to them; a NAME already stored is not
-    #: written again. None: none.
+    #: Blobs to store (:mod:`statekeep._core.blobs`): NAME -> the bytes (sealed when the store
+    #: encrypts), None for none. The store makes them durable no later than the lines that
+    #: refer to them, and never writes a NAME it already holds again.
     blobs: dict[str, bytes] | None = None
-    #: Every blob NAME the write's lines refer to (new or already stored), for stores that
-    #: keep a reference index. None: none.
+    #: Every blob NAME the lines refer to (new or already stored), None for none: for a
+    #: store that keeps an index of references.
     blob_refs: frozenset[str] | None = None
 
     @property

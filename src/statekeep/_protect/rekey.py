@@ -14,19 +14,30 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
+from .._core.blobs import REFS, refs_of, wanted, with_refs
 from .._core.labels import memory_namespace
 from .._core.query import ListQuery, Page, make_query
 from .._core.records import Record
 from .._runtime.bridge import run_async
 from .protection import Protection
-from .sealing import SEALED, TASK_MARK, Keyring, aad, open_snapshot, seal_entry, seal_snapshot
+from .sealing import (
+    SEALED,
+    TASK_MARK,
+    Keyring,
+    aad,
+    open_blob,
+    open_snapshot,
+    seal_blob,
+    seal_entry,
+    seal_snapshot,
+)
 
 #: Entries re-sealed per call of a store's ``_reseal`` (one transaction each).
 BATCH = 500
@@ -53,12 +64,16 @@ class RekeyReport:
     current: int = 0
     plaintext: int = 0
     unlisted: int = 0
+    #: Blobs (large values stored once) re-sealed with the current key.
+    blobs: int = 0
 
     def __str__(self) -> str:
         text = (
             f"{self.states} States seen, {self.records} records re-sealed, "
             f"{self.current} States already on the current key"
         )
+        if self.blobs:
+            text += f", {self.blobs} blobs re-sealed"
         if self.plaintext:
             text += f", {self.plaintext} States with plaintext records left in clear (see --allow-plaintext)"
         if self.unlisted:
@@ -136,10 +151,11 @@ def reseal_entry(
         if orjson.loads(line).get("seq") != seq or stored.get("seq") != seq:
             return None  # not this seq's record: leave it for a read to report
     elif plaintext:
-        line = orjson.dumps(stored)
+        line = orjson.dumps({k: v for k, v in stored.items() if k != REFS})
     else:
         return None
-    return seal_entry(ring, line, stored, namespace, state_id, incarnation).rstrip(b"\n")
+    sealed = seal_entry(ring, line, stored, namespace, state_id, incarnation)
+    return with_refs(sealed, refs_of(stored)).rstrip(b"\n")  # its blobs listed in clear, as before
 
 
 def reseal_snapshot(
@@ -222,6 +238,36 @@ async def _rekey_state(
         work = store._reseal(state_id, batch, snapshot if last else None)
         done += await run_async(store._locked(state_id, work))
     report.records += done
+    await _rekey_blobs(store, ring, wanted(record.entries), report)
+
+
+@runtime_checkable
+class _BlobReseal(Protocol):
+    """A store whose blobs rekey re-seals in place (the names stay: see the "Large values" page)."""
+
+    async def _get_blobs(self, names: Collection[str]) -> dict[str, bytes]: ...
+
+    async def _reseal_blobs(self, blobs: dict[str, tuple[bytes, bytes]]) -> int:
+        """Replace each blob NAME -> (old, new) whose stored bytes are still ``old``, durably
+        and atomically each; returns how many were replaced."""
+        ...
+
+
+async def _rekey_blobs(store: object, ring: Keyring, names: set[str], report: RekeyReport) -> None:
+    """Re-seal the blobs a State's entries list that are sealed with another key."""
+    if not names or not isinstance(store, _BlobReseal):
+        return
+    namespace = getattr(store, "namespace", "")
+    held = await run_async(store._get_blobs(names))
+    work = {}
+    for name, old in held.items():
+        sealed = old.decode("ascii", "replace")
+        if old[:1] in (b'"', b"{", b"[") or not ring.rekeyed(sealed):
+            continue  # in clear (written before encrypt=), or on the current key
+        plain = open_blob(ring, old, namespace, name, f"blob {name!r}")
+        work[name] = (old, seal_blob(ring, plain, namespace, name))
+    if work:
+        report.blobs += await run_async(store._reseal_blobs(work))
 
 
 def _views(store: Reseal, memory_scopes: Iterable[str]) -> list[Reseal]:

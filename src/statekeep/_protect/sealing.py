@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -83,6 +84,7 @@ class Keyring:
             raise TypeError("Keyring needs a dict of key id -> 32-byte key, with at least one key")
         aesgcm = _aesgcm()
         self._ciphers: dict[str, AESGCM] = {}
+        self._naming: dict[str, bytes] = {}  # per key: the key blob names are HMACs under
         for kid, key in keys.items():
             if not isinstance(kid, str) or not KEY_ID.fullmatch(kid):
                 # Never shown: a key given where its id goes must not reach a log.
@@ -97,6 +99,7 @@ class Keyring:
                     "Keyring.generate_key()"
                 )
             self._ciphers[kid] = aesgcm(bytes(key))
+            self._naming[kid] = hmac.digest(bytes(key), b"statekeep.blob-names.v1", "sha256")
         if not isinstance(current, str) or current not in self._ciphers:
             raise ValueError(
                 f"current= must be one of the ring's key ids ({', '.join(sorted(keys))}), got {_shape(current)}"
@@ -150,6 +153,15 @@ class Keyring:
                 "Nothing was returned"
             ) from None
 
+    def blob_name(self, data: bytes, namespace: str) -> str:
+        """The name of a blob holding ``data`` in ``namespace``: an HMAC-SHA256 of them under
+        a key derived from the current key (so equal values share a blob within a namespace
+        only, and the name shows nothing of the value to whoever lacks the key)."""
+        mac = hmac.new(self._naming[self.current], orjson.dumps(["statekeep.blob", namespace]), "sha256")
+        mac.update(b"\n")
+        mac.update(data)
+        return mac.hexdigest()
+
     def rekeyed(self, sealed: object) -> bool:
         """Whether a stored record is sealed with a key other than the current one."""
         return isinstance(sealed, str) and not sealed.startswith(self.current + ":")
@@ -178,6 +190,22 @@ def aad(namespace: str, state_id: str, place: int | str, incarnation: str | None
     if incarnation is None:
         return orjson.dumps(["statekeep.seal.v1", namespace, state_id, place])
     return orjson.dumps(["statekeep.seal.v2", namespace, state_id, incarnation, place])
+
+
+def blob_aad(namespace: str, name: str) -> bytes:
+    """The associated data of a sealed blob: its namespace and name (a blob's bytes moved to
+    another name or namespace fail to open)."""
+    return orjson.dumps(["statekeep.blob.v1", namespace, name])
+
+
+def seal_blob(ring: Keyring, data: bytes, namespace: str, name: str) -> bytes:
+    """A blob's stored bytes: ``data`` sealed, ``"<key id>:<base64>"``."""
+    return ring.seal(data, blob_aad(namespace, name)).encode()
+
+
+def open_blob(ring: Keyring, stored: bytes, namespace: str, name: str, what: str) -> bytes:
+    """A sealed blob's plaintext; :class:`DecryptionError` naming ``what``."""
+    return ring.open(stored.decode("ascii", "replace"), blob_aad(namespace, name), what)
 
 
 def seal_entry(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import warnings
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from .._core.labels import memory_namespace
@@ -22,6 +22,7 @@ from .._core.writes import PreparedWrite
 from .._leases.api import Leasing
 from .._runtime.bridge import owner, run_async, run_sync
 from . import trimming
+from .blobs import Blobs, Collected, ReadResult, with_blobs
 from .capabilities import Namespaces, Trims
 from .contract import Store
 from .engine import Engine
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from .agentmemory import Memory
 
 T = TypeVar("T")
+#: The stored bytes of the blobs a read's entries list (None: the store keeps no blobs).
+Fetched = dict[str, bytes] | None
 
 
 class Backend(Engine, Leasing, Incarnated, Store):
@@ -121,17 +124,22 @@ class Backend(Engine, Leasing, Incarnated, Store):
             state_id, run_sync(self._read_call(state_id, since), "aread", eager=self._eager), since
         )
 
-    def _read_call(
-        self, state_id: str, since: int
-    ) -> Coroutine[Any, Any, Record | Callable[[], Record] | None]:
-        return self._read(self._sid(state_id), check_since(since))
+    def _read_call(self, state_id: str, since: int) -> Coroutine[Any, Any, tuple[ReadResult, Fetched]]:
+        return self._read_with_blobs(self._sid(state_id), check_since(since))
 
-    def _opened(self, state_id: str, read: Record | Callable[[], Record] | None, since: int) -> Record | None:
-        record = built(read)
+    async def _read_with_blobs(self, state_id: str, since: int) -> tuple[ReadResult, Fetched]:
+        """``_read``, and the blobs its entries list fetched in the same owner-loop call."""
+        read = await self._read(state_id, since)
+        if not isinstance(self, Blobs):
+            return read, None
+        return await with_blobs(self, read)
+
+    def _opened(self, state_id: str, read: tuple[ReadResult, Fetched], since: int) -> Record | None:
+        record = built(read[0])
         if record is not None:
             self._known.put(state_id, record.incarnation)
         live = None if record is None or self._expired(record.snapshot) else record
-        return self._protection.record(self.namespace, state_id, live, since)
+        return self._protection.record(self.namespace, state_id, live, since, read[1])
 
     async def alist(self, **filters: Unpack[ListFilters]) -> Page:
         return self._listed(await run_async(self._list_call(filters), eager=self._eager))
@@ -197,27 +205,40 @@ class Backend(Engine, Leasing, Incarnated, Store):
     def _may_copy_on_server(self) -> bool:
         return self._protection.keyring is None  # sealed records are re-sealed for their new place
 
-    async def agc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
-        """Remove expired States (at most ``limit``) and return how many were removed.
+    async def agc(self, *, limit: int | None = None, dry_run: bool = False) -> Collected:
+        """Remove expired States (at most ``limit``), then the blobs no State refers to
+        any more, and return how many States were removed: a :class:`Collected` (an int)
+        whose ``blobs`` and ``blob_bytes`` say what blobs went.
 
-        Safe to run from several processes at once: a State is removed only if it is still
-        expired when its delete runs, so one a write just extended stays. Each removal is
-        durable on return as the store's ``delete`` is. ``dry_run=True`` removes nothing and
-        returns how many States are expired now (by the clock that judges expiry).
+        Safe to run from several processes at once, and beside writers: a State is removed
+        only if it is still expired when its delete runs, so one a write just extended
+        stays, and a blob that a write in flight refers to is never removed. Each removal
+        is durable on return as the store's ``delete`` is; a removed blob's bytes are gone
+        from the store's files (see the docs' "Large values" page for each store).
+        ``dry_run=True`` removes nothing and returns what would be removed now (States
+        expired by the clock that judges expiry, blobs no State refers to).
         """
         return await run_async(self._gc_call(limit, dry_run))
 
-    def gc(self, *, limit: int | None = None, dry_run: bool = False) -> int:
+    def gc(self, *, limit: int | None = None, dry_run: bool = False) -> Collected:
         """Sync :meth:`agc`."""
         return run_sync(self._gc_call(limit, dry_run), "agc")
 
-    def _gc_call(self, limit: int | None, dry_run: bool) -> Coroutine[Any, Any, int]:
+    def _gc_call(self, limit: int | None, dry_run: bool) -> Coroutine[Any, Any, Collected]:
         if limit is not None and (type(limit) is not int or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"limit must be an int >= 1 or None, got {limit!r}")
         self._check_open(None)
+        return self._collect(limit, dry_run)
+
+    async def _collect(self, limit: int | None, dry_run: bool) -> Collected:
         if dry_run:
-            return self._count_expired()
-        return trimming.gc_and_trim(self, limit) if self.trim_compacted else self._gc(limit)
+            states = await self._count_expired()
+        else:
+            states = await (trimming.gc_and_trim(self, limit) if self.trim_compacted else self._gc(limit))
+        if not isinstance(self, Blobs):
+            return Collected(states)
+        blobs, size = await self._gc_blobs(dry_run)
+        return Collected(states, blobs, size)
 
     async def atrim(self, state_id: str, *, before: int, lease: Lease | None = None) -> None:
         """Remove the State's entries before seq ``before``, which its latest compaction's

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack, runtime_checkable
 
 from .._leases.api import Leases, offers_leases
 from .._protect.rekey import Reseal
+from .blobs import Blobs
 
 if TYPE_CHECKING:
     from .._core.query import ListFilters
@@ -109,7 +110,7 @@ class SnapshotReads(Protocol):
 
 
 __all__ = [
-    "GROUPS", "ChangeStamps", "IdWalk", "Leases", "Namespaces", "Records", "Reseal", "SizeOnDisk",
+    "GROUPS", "Blobs", "ChangeStamps", "IdWalk", "Leases", "Namespaces", "Records", "Reseal", "SizeOnDisk",
     "SnapshotReads", "Trims", "capabilities",
 ]  # fmt: skip
 
@@ -122,6 +123,7 @@ GROUPS: dict[str, type] = {
     "size": SizeOnDisk,
     "change_stamp": ChangeStamps,
     "snapshot_reads": SnapshotReads,
+    "blobs": Blobs,
     "trim": Trims,
 }
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .._core.blobs import check_offload
 from .._core.ids import validate_id
 from .._core.labels import DEFAULT_NAMESPACE, check_period, expired_at, iso, validate_namespace
 from .._core.leases import Lease
@@ -43,6 +44,7 @@ from .._core.records import Record, SavedState, Snapshot, built
 from .._core.writes import PreparedWrite
 from .._protect.protection import Protection
 from .._runtime.bridge import owner
+from .blobs import Blobs
 
 #: A clock: returns the current time as an aware datetime.
 Clock = Callable[[], datetime]
@@ -63,6 +65,8 @@ class Engine(ABC):
     trim_compacted: bool = False
     _clock: Clock = staticmethod(system_clock)
     _protection = Protection()
+    #: The offload bound (bytes), None: values stay inline (see :meth:`_take_offload`).
+    _offload: int | None = None
     _eager = True  # operations start eagerly (statekeep._runtime.eager); not if the client needs its own Task
 
     def _lifecycle(
@@ -90,12 +94,24 @@ class Engine(ABC):
         """Take the constructor's ``redact``, ``encrypt`` and ``allow_plaintext`` (checked)."""
         self._protection = Protection(redact, encrypt, allow_plaintext)
 
+    def _take_offload(self, offload: object) -> None:
+        """Take the constructor's ``offload`` (checked): values whose encoding exceeds it are
+        stored once as blobs. Only a backend offering blobs may take a bound."""
+        bound = check_offload(offload, type(self).__name__)
+        if bound is not None and not isinstance(self, Blobs):
+            raise ValueError(
+                f"{type(self).__name__} stores no blobs (it lacks _get_blobs, _gc_blobs and _blob_usage): "
+                "give offload=None"
+            )
+        self._offload = bound
+
     def _join(self, store: Engine, namespace: str) -> None:
         """Make this new instance ``store`` in another namespace of its storage (for a
         ``_sibling``): its clock, no retention, and its protection, so that agent memory and
         an adapter's States are redacted and sealed as the store's are."""
         self._lifecycle(namespace, None, store._clock, internal=True)
         self._protection = store._protection
+        self._offload = store._offload
 
     @property
     def _keyring(self) -> object:

@@ -122,6 +122,7 @@ class Incarnated:
 
     namespace: str
     _protection: Protection
+    _offload: int | None
 
     def _check_open(self, value: Any) -> Any:
         raise NotImplementedError
@@ -168,7 +169,9 @@ class Incarnated:
     ) -> PreparedWrite:
         """A write redacted, checked, encoded and sealed for its binding, in the caller's thread."""
         stamped = self._stamp(snapshot)
-        write = self._protection.write(self.namespace, state_id, entries, stamped, create, *binding)
+        write = self._protection.write(
+            self.namespace, state_id, entries, stamped, create, *binding, offload=self._offload
+        )
         if lease is not None:
             write = dataclasses.replace(write, lease=check_lease(lease, state_id, self.namespace))
         return write

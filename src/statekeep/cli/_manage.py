@@ -78,21 +78,28 @@ def delete(state_id: str, store_url: str, children: bool, yes: bool, keys_file: 
 
 @main.command()
 @store_option
-@click.option("--dry-run", is_flag=True, help="only count the expired States")
+@click.option("--dry-run", is_flag=True, help="only count the expired States and unreferenced blobs")
 @yes_option
 def gc(store_url: str, dry_run: bool, yes: bool) -> None:
-    """Remove expired States (past their expires_at or the store's retention), after asking."""
+    """Remove expired States (past their expires_at or the store's retention), then the blobs
+    (large values stored once) no State refers to any more, after asking."""
     if not dry_run:
         _need_terminal("gc", yes)
     with reporting(), open_store_at(store_url) as store:
         # Counted by the clock that judges expiry: the store's, or the server's.
         expired = store.gc(dry_run=True)
         if dry_run:
-            say(f"{expired} expired States would be removed")
+            say(f"{expired} expired States would be removed{_blobs(expired)}")
             return
         _confirm(f"Remove the {expired} expired States (and any that expire meanwhile)?", yes)
         removed = store.gc()
-    say(f"removed {removed} expired States")
+    say(f"removed {removed} expired States{_blobs(removed)}")
+
+
+def _blobs(collected: int) -> str:
+    """The blob part of gc's message (none for a store that keeps no blobs)."""
+    blobs, size = getattr(collected, "blobs", 0), getattr(collected, "blob_bytes", 0)
+    return f", and {blobs} unreferenced blobs ({size} bytes)" if blobs else ""
 
 
 @main.command()

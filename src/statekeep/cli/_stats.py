@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import click
 
 from .._runtime.bridge import run_sync
-from .._store.capabilities import IdWalk, SizeOnDisk, SnapshotReads
+from .._store.capabilities import Blobs, IdWalk, SizeOnDisk, SnapshotReads
 from .._store.contract import Store
 from ._common import open_store_at, reporting, say, store_option
 from ._group import main
@@ -31,6 +31,10 @@ class Stats:
     #: States the store holds that no listing shows (no snapshot, or expired and not yet
     #: removed by gc); None where the store cannot walk its ids.
     not_listed: int | None = None
+    #: Large values stored once (blobs): how many and their bytes (None: the store keeps none).
+    #: ``bytes`` counts them too where it is the size on disk.
+    blobs: int | None = None
+    blob_bytes: int | None = None
 
     def as_json(self) -> str:
         return json.dumps(
@@ -42,6 +46,8 @@ class Stats:
                 "by_agent": dict(self.by_agent.most_common()),
                 "without_agent": self.without_agent,
                 "not_listed": self.not_listed,
+                "blobs": self.blobs,
+                "blob_bytes": self.blob_bytes,
             },
             ensure_ascii=True,
         )
@@ -49,6 +55,11 @@ class Stats:
     def lines(self) -> list[str]:
         size = "unknown" if self.bytes is None else f"{self.bytes} ({_human(self.bytes)})"
         lines = [f"States   {self.states}", f"entries  {self.entries}", f"bytes    {size}"]
+        if self.blobs and self.blob_bytes is not None:
+            lines.append(
+                f"blobs    {self.blobs}, {self.blob_bytes} bytes ({_human(self.blob_bytes)}; large values "
+                "stored once, counted in bytes too where it is known)"
+            )
         if self.not_listed:
             lines.append(
                 f"not listed {self.not_listed} (States without a snapshot, or expired and not yet "
@@ -89,6 +100,8 @@ def count(store: Store, progress: Callable[[int, int], None]) -> Stats:
         stats.not_listed = sum(sid not in listed for sid in held)
     # A store of your own may offer neither: then these stay None ("not known").
     stats.bytes = run_sync(store._size_bytes(), "stats") if isinstance(store, SizeOnDisk) else None
+    if isinstance(store, Blobs):
+        stats.blobs, stats.blob_bytes = run_sync(store._blob_usage(), "stats")
     return stats
 
 
@@ -130,7 +143,8 @@ def stats(store_url: str, as_json: bool, quiet: bool, keys_file: str | None) -> 
     It costs one listing (all rows at once), then per State its snapshot and a range read from the last entry
     the snapshot names (a whole read for a State saved without one). Bytes: the folder's
     files (FileStore), the database file with its WAL (SQLite), pg_total_relation_size of the
-    tables (PostgreSQL), all namespaces together; unknown on Redis. A progress bar shows on
+    tables (PostgreSQL), all namespaces together; unknown on Redis. Blobs (large values stored
+    once) are counted apart too: how many, and their bytes. A progress bar shows on
     a terminal (stderr) unless --quiet. An encrypted store needs --keys (the entries are
     counted from sealed records).
     """

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import orjson
 
+from .._core.blobs import DEFAULT_OFFLOAD, names_in
 from .._core.labels import DEFAULT_NAMESPACE, check_period, encoded_expiry, iso
 from .._core.leases import Lease, acquired, check_fence, is_live, released, renewed
 from .._core.records import Record, SavedState, left_out, listing_order
@@ -71,6 +72,11 @@ class MemoryStore(Backend):
 
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+
+    ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
+    bytes is kept once as a blob, shared by every State and namespace of this store (per
+    namespace when encrypted); None keeps every value inline. See the docs' "Large values"
+    page. ``gc`` drops the blobs no State refers to.
     """
 
     def __init__(
@@ -84,6 +90,7 @@ class MemoryStore(Backend):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         if ttl is not None:
             if retention is not None:
@@ -91,8 +98,10 @@ class MemoryStore(Backend):
             retention = check_period(ttl, "ttl")
         self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._take_offload(offload)
         self._sliding = ttl is not None
         self._spaces: dict[str, _Space] = {}  # shared with the siblings (agent memory)
+        self._blobs: dict[str, bytes] = {}  # shared with the siblings too: NAME -> stored bytes
         self._space = self._spaces.setdefault(self.namespace, _Space())
 
     def __repr__(self) -> str:
@@ -112,6 +121,7 @@ class MemoryStore(Backend):
         sibling._join(self, namespace)
         sibling._sliding = False
         sibling._spaces = self._spaces
+        sibling._blobs = self._blobs
         sibling._space = self._spaces.setdefault(namespace, _Space())
         return sibling
 
@@ -130,6 +140,7 @@ class MemoryStore(Backend):
         if write.create:
             if lines is not None:
                 raise exists_error(sid)
+            self._keep_blobs(write)
             space.lines[sid] = list(write.lines)
             space.incarnations[sid] = write.incarnation
             if write.first_seq:  # a fork of a trimmed State starts with its base
@@ -145,9 +156,46 @@ class MemoryStore(Backend):
         skip = plan_append(write, start + len(lines))
         first = max(write.first_seq - start, 0)
         check_overlap(write, [orjson.loads(b) for b in lines[first : write.first_seq + skip - start]])
+        self._keep_blobs(write)
         lines.extend(write.lines[skip:])
         if write.snapshot is not None:
             self._keep_snapshot(sid, write.snapshot)
+
+    def _keep_blobs(self, write: PreparedWrite) -> None:
+        """Keep a write's new blobs (a name already held is not written again)."""
+        if write.blobs:
+            for name, data in write.blobs.items():
+                self._blobs.setdefault(name, data)
+
+    async def _get_blobs(self, names: Collection[str]) -> dict[str, bytes]:
+        held = self._blobs
+        return {name: held[name] for name in names if name in held}
+
+    async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
+        # On the owner loop, with no await: no write interleaves, and each write keeps its
+        # blobs and its lines in one step.
+        referred: set[str] = set()
+        for space in self._spaces.values():
+            for lines in space.lines.values():
+                for line in lines:
+                    referred |= names_in(line)
+        unreferred = [name for name in self._blobs if name not in referred]
+        size = sum(len(self._blobs[name]) for name in unreferred)
+        if not dry_run:
+            for name in unreferred:
+                del self._blobs[name]
+        return len(unreferred), size
+
+    async def _reseal_blobs(self, blobs: dict[str, tuple[bytes, bytes]]) -> int:
+        done = 0
+        for name, (old, new) in blobs.items():
+            if self._blobs.get(name) == old:
+                self._blobs[name] = new
+                done += 1
+        return done
+
+    async def _blob_usage(self) -> tuple[int, int]:
+        return len(self._blobs), sum(map(len, self._blobs.values()))
 
     def _keep_snapshot(self, sid: str, snapshot: bytes | None) -> None:
         space = self._space

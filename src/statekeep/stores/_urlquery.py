@@ -1,4 +1,4 @@
-"""The query parameters of a store URL: statekeep's own (``namespace``, ``retention``),
+"""The query parameters of a store URL: statekeep's own (``namespace``, ``retention``, ``offload``),
 taken out for the store, and a refusal naming a parameter nobody takes, so that a typo
 never sends data to another place (a file named ``t.db?namepsace=a``, the default
 namespace)."""
@@ -15,7 +15,7 @@ from .._core.labels import validate_namespace
 from .._core.passwords import redact_url, split_userinfo
 
 #: The query parameters every store URL takes, for the store itself (not its driver).
-OURS = ("namespace", "retention")
+OURS = ("namespace", "retention", "offload")
 
 #: How to name a file or folder whose name holds a '?', in the messages that refuse one.
 QUESTION_MARK = (
@@ -80,7 +80,7 @@ def check_names(
         if theirs(name) and not near:
             continue
         guess = f" (did you mean {near[0]}?)" if near else ""
-        taken = " and ".join(OURS)
+        taken = ", ".join(OURS[:-1]) + " and " + OURS[-1]
         more = ", ".join(shown)
         takes = f"{taken}; its driver's: {more}" if more else taken
         end = f"; {hint}" if hint else ""
@@ -92,13 +92,23 @@ def check_names(
 
 def our_values(taken: dict[str, str]) -> dict[str, Any]:
     """Statekeep's own parameters as constructor options: ``namespace`` checked,
-    ``retention`` (seconds) as a timedelta; ValueError naming a bad one."""
+    ``retention`` (seconds) as a timedelta, ``offload`` (bytes, or ``none``) as an int or
+    None; ValueError naming a bad one."""
     return {key: _value(key, raw) for key, raw in taken.items()}
 
 
 def _value(key: str, raw: str) -> Any:
     if key == "namespace":
         return validate_namespace(raw)
+    if key == "offload":
+        if raw.lower() in ("none", "off"):
+            return None
+        if not raw.isdigit():
+            raise ValueError(
+                f"offload in a store URL is a size in bytes (e.g. offload=32768), or none to keep "
+                f"every value inline; got {raw!r}"
+            )
+        return int(raw)
     try:
         seconds = float(raw)
     except ValueError:

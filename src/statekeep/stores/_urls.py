@@ -27,9 +27,10 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
     - ``postgresql://user:pass@host/db`` (extra ``statekeep[postgres]``)
     - ``redis://host:6379/0`` (extra ``statekeep[redis]``)
 
-    Every kind takes ``?namespace=NAME`` and ``?retention=SECONDS`` (e.g.
-    ``sqlite:///runs.db?namespace=team-a&retention=3600``), passed to the store as
-    ``namespace=`` and ``retention=`` (a timedelta). A ``?`` starts the parameters on every
+    Every kind takes ``?namespace=NAME``, ``?retention=SECONDS`` and ``?offload=BYTES``
+    (or ``offload=none``) (e.g. ``sqlite:///runs.db?namespace=team-a&retention=3600``),
+    passed to the store as ``namespace=``, ``retention=`` (a timedelta) and ``offload=``
+    (an int, or None: see the docs' "Large values" page). A ``?`` starts the parameters on every
     kind, a folder path too; a folder's or file's name holding a ``?`` is written ``%3F``
     in a ``file://`` or ``sqlite://`` URL (``file:///abs/odd%3Fname``). Other parameters go
     to a server's driver (PostgreSQL takes any as a server setting; Redis takes
@@ -90,7 +91,7 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
 
 
 def split_lifecycle(url: str) -> tuple[str, dict[str, Any]]:
-    """``url`` without its ``namespace`` and ``retention`` query parameters, and those as
+    """``url`` without its ``namespace``, ``retention`` and ``offload`` query parameters, and those as
     constructor options; ValueError naming a bad or repeated one. Other parameters stay,
     as written."""
     head, taken, _ = take_ours(url)

@@ -16,8 +16,11 @@ is skipped, a different entry at a taken seq refused), :func:`check_fence` for l
 A backend offers more by defining the methods of a capability group (see
 :func:`capabilities`): :class:`Namespaces` (agent memory, the adapters' namespaces),
 :class:`Leases`, :class:`Reseal` (``rekey``), :class:`IdWalk` (``copy --all``),
-:class:`SizeOnDisk` (``stats``), :class:`ChangeStamps` (the viewer's feed). Where it does
-not, each feature falls back or says so.
+:class:`SizeOnDisk` (``stats``), :class:`ChangeStamps` (the viewer's feed), :class:`Blobs`
+(large values stored once: ``_get_blobs``, ``_gc_blobs``, ``_blob_usage``, and the blobs of a
+:class:`PreparedWrite` stored with it; its constructor passes ``offload=`` to
+``self._take_offload``). Where it does not, each feature falls back or says so (without
+:class:`Blobs`, values stay inline).
 """
 
 from .._core.leases import Lease, check_fence
@@ -26,6 +29,7 @@ from .._core.records import Record, SavedState, left_out, listing_order
 from .._core.writes import PreparedWrite, check_overlap, exists_error, missing_error, plan_append
 from .._store.backend import Backend
 from .._store.capabilities import (
+    Blobs,
     ChangeStamps,
     IdWalk,
     Leases,
@@ -38,7 +42,7 @@ from .._store.capabilities import (
 from .._store.expect import check_preconditions, sealed_text
 
 __all__ = [
-    "Backend", "ChangeStamps", "IdWalk", "Lease", "Leases", "Namespaces", "PreparedWrite", "Record", "Reseal",
+    "Backend", "Blobs", "ChangeStamps", "IdWalk", "Lease", "Leases", "Namespaces", "PreparedWrite", "Record", "Reseal",
     "SavedState", "SizeOnDisk", "SnapshotReads", "capabilities", "check_fence", "check_overlap",
     "check_preconditions", "exists_error", "left_out", "listing_order", "missing_error", "plan_append", "sealed_text",
 ]  # fmt: skip

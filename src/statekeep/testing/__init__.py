@@ -65,6 +65,12 @@ tests move a :class:`FakeClock`). A store whose server judges expiry sets ``serv
 defines ``async server_now(store)``; its States get short expiries that the tests wait out by asking
 the server for its time.
 
+A store that offers the capability group ``blobs`` (large values stored once: ``_get_blobs``,
+``_gc_blobs``, ``_blob_usage``, see :mod:`statekeep._store.engine`) runs the blob tests too
+(offload at and above the default 32 KiB bound, dedup, range reads and load across references,
+gc beside a writer thread, sealed blobs named per namespace); a store without it skips them,
+saying so.
+
 ``statekeep_messages = True`` also holds your error messages to statekeep's wording; by default
 only the exception types are checked. Importing this package needs pytest; ``import statekeep``
 never imports it.

@@ -15,6 +15,7 @@ from .._core.errors import StateConflictError
 from .._core.records import Record, SavedState
 from .._store.contract import Store
 from ._backends import BackendContract, add_trio_twins, on_asyncio
+from ._blobs import BlobContract
 from ._cancel import CancellationContract
 from ._capabilities import name_the_flags
 from ._family import ErrorFamilyContract
@@ -49,6 +50,7 @@ class StoreContract(
     PreconditionContract,
     ErrorFamilyContract,
     CancellationContract,
+    BlobContract,
     TrimContract,
 ):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.

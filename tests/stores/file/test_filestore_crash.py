@@ -129,7 +129,7 @@ def leftovers(root: Path) -> list[str]:
     """Staging folders (``.creating-*``, ``.deleting-*``) in the store's folder."""
     if not root.exists():
         return []
-    return sorted(p.name for p in root.iterdir() if p.name.startswith(".") and p.is_dir())
+    return sorted(p.name for p in root.iterdir() if p.name.startswith((".creating-", ".deleting-")))
 
 
 class Expected:
@@ -147,7 +147,7 @@ class Expected:
 
 def check_appended(root: Path, sid: str, expected: Expected, last_acked: int) -> int:
     """Check the State after a kill with a fresh store; return how many entries it holds."""
-    store = FileStore(root)
+    store = FileStore(root, offload=None)  # large records in the log
     record = store.read(sid)
     if record is None:
         assert last_acked < 0, f"State {sid!r} missing although seq {last_acked} was acknowledged"
@@ -228,7 +228,7 @@ def test_sigkill_during_appends_loses_nothing_acknowledged(tmp_path: Path) -> No
     )
     # After the last kill: this process continues the history, and the torn tail (if
     # any) is cut so the new entry follows the last valid one.
-    store = FileStore(root)
+    store = FileStore(root, offload=None)  # large records in the log
     store.write(sid, [entry(seed, count)], snapshot(count))
     assert check_appended(root, sid, expected, count) == count + 1
     # The file itself, byte for byte: one line per entry, each as the writer encoded it
@@ -289,7 +289,7 @@ def test_sigkill_during_create_leaves_all_or_nothing(tmp_path: Path) -> None:
         f"removed), {unacked_whole} unacknowledged creates found whole"
     )
     # Creating again after the crashes works, also for an id whose create was cut short.
-    store = FileStore(root)
+    store = FileStore(root, offload=None)  # large records in the log
     ents, snap = created_state(seed, first)
     store.write(f"c{first}", ents, snap, create=True)
     assert store.read(f"c{first}").entries == ents
@@ -304,7 +304,7 @@ def test_sigkill_during_delete_leaves_state_whole_or_gone(tmp_path: Path) -> Non
     print(f"STATEKEEP_CRASH_SEED={seed}")
     rng = random.Random(seed)
     root = tmp_path / "store"
-    store = FileStore(root)
+    store = FileStore(root, offload=None)  # large records in the log
     made = 0
     remaining: list[int] = []
     mid_delete = 0

@@ -173,7 +173,7 @@ def test_damage_followed_by_a_complete_write_names_the_line() -> None:
 
 def test_a_newer_format_is_refused() -> None:
     raw, _ = build([([{"text": "a"}], {"task": "1"})])
-    newer = raw.replace(b'{"sk.v":3', b'{"sk.v":4')
+    newer = raw.replace(b'{"sk.v":4', b'{"sk.v":5')
     body = newer.split(b"\n")[1]
     fixed = frame(body[: body.rindex(b',"sk.crc"')] + b"}\n")  # its checksum made right again
     with pytest.raises(UnsupportedFormatError, match=r"newer statekeep.*upgrade"):

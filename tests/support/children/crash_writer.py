@@ -93,7 +93,7 @@ def _append(root: str, sid: str, seed: int, slow: bool) -> None:
             time.sleep(0.001)  # the device is slow; nothing waits on this
             return done
 
-    store = FileStore(root, io=SlowDisk() if slow else None)
+    store = FileStore(root, io=SlowDisk() if slow else None, offload=None)  # large records in the log
     rng = random.Random()  # batch sizes differ from run to run; the content does not
     record = store.read(sid)
     if record is None:
@@ -115,7 +115,7 @@ def _append(root: str, sid: str, seed: int, slow: bool) -> None:
 def _create(root: str, seed: int, first: int) -> None:
     from statekeep import FileStore
 
-    store = FileStore(root)
+    store = FileStore(root, offload=None)  # large records in the log (blobs: blob_writer.py)
     _say("ready")
     i = first
     while True:
@@ -128,7 +128,7 @@ def _create(root: str, seed: int, first: int) -> None:
 def _delete(root: str, ids: list[str]) -> None:
     from statekeep import FileStore
 
-    store = FileStore(root)
+    store = FileStore(root, offload=None)  # large records in the log (blobs: blob_writer.py)
     _say("ready")
     for sid in ids:
         store.delete(sid)

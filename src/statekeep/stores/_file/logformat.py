@@ -22,12 +22,17 @@ after a damaged line is :class:`CorruptStateError`: acknowledged data is damaged
 
 Format 3 is format 2 whose closing records also carry ``"sk.inc"``, the State's
 incarnation (see :mod:`statekeep._store.incarnations`; none for a State created before), before
-``sk.snapshot``/``sk.at``. Every write closes in format 3, so a statekeep that reads format 2
+``sk.snapshot``/``sk.at``. Writes closed in format 3 from then on, so a statekeep that reads format 2
 only refuses a State this one wrote to, rather than misread it (a snapshot sealed with the
 names of its clear fields) or append records its readers could not open.
 
 A trimmed log (``store.trim``, :mod:`.trimlog`) starts with its base entry, at the seq it
 holds, and goes on from there; every other log starts at seq 0.
+
+Format 4 is format 3 whose entries may refer to blobs (large values stored once, listed at a
+line's top level as ``"sk.blobs"``: :mod:`statekeep._core.blobs`). Every write closes in format
+4, so a statekeep that reads up to format 3 refuses a State this one wrote to, rather than read
+a reference in place of the value it names.
 
 Format 1 (statekeep before 0.4) lines are plain entries, one per line, each a unit of its
 own. A log may start with them (a State written before the upgrade) and go on in format
@@ -45,7 +50,7 @@ import orjson
 from ..._core.errors import CorruptStateError, UnsupportedFormatError
 
 #: The log format every write closes in.
-FORMAT = 3
+FORMAT = 4
 
 _HEAD = b',"sk.crc":"'
 #: The length of a line's checksum ending, ``,"sk.crc":"xxxxxxxx"}`` and its newline.

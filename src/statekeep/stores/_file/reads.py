@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from ..._core.errors import CorruptStateError
 from ..._core.ids import validate_id
 from ..._core.ranges import cut
 from ..._core.records import Record, SavedState, check_covered, decode_snapshot, left_out, listing_order
+from ..._store.blobs import RawRecord
 from .._fsio import OsIO, read_rest
 from .copies import current_snapshot, listed_snapshot
 from .folder import StoreFolder, still_named
@@ -28,7 +30,7 @@ from .trust import DIR, LOG, SNAPSHOT
 BACKWARDS_SHARE = 0.5
 
 
-def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
+def read_state(store: StoreFolder, sid: str) -> RawRecord | None:
     """Read the files; the returned function parses them, in the caller's thread
     (parsing where the bytes were read costs far more in memory faults)."""
     for again in (True, False):
@@ -52,7 +54,7 @@ def read_state(store: StoreFolder, sid: str) -> Callable[[], Record] | None:
                 log = read_rest(store.io, fd, st.st_size)
             finally:
                 store.io.close(fd)
-        return lambda: _parse(store, sid, log, copy)
+        return RawRecord(partial(_parse, store, sid, log, copy), log)
     raise AssertionError("unreachable")
 
 
@@ -99,7 +101,7 @@ def read_range(
     if found is not None:
         return found
     whole = read_state(store, sid)
-    return None if whole is None else lambda: cut(whole(), since)
+    return None if whole is None else RawRecord(lambda: cut(whole(), since), whole.raw)
 
 
 def _read_back(

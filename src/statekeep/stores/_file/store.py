@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, cast
 
+from ..._core.blobs import DEFAULT_OFFLOAD
 from ..._core.labels import DEFAULT_NAMESPACE
 from ..._core.leases import Lease
 from ..._core.query import ListQuery, Page, select
@@ -48,6 +49,7 @@ from ..._store.backend import Backend
 from ..._store.engine import Clock
 from .._fsio import OsIO, tree_bytes
 from .append import Appender
+from .blobs import BlobFolder
 from .budget import batch_cap
 from .copies import INTERVAL, Copies
 from .create import create, delete
@@ -156,6 +158,15 @@ class FileStore(FileLeasing, Backend):
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
     clear in the files: ids (folder names), seqs, times and the listing fields.
+
+    ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
+    bytes is stored once, as a file in ``.blobs/`` named by its SHA-256 (by an HMAC under
+    the keyring, per namespace, and sealed, when encrypted), and the entry refers to it;
+    None keeps every value inline. A write's blobs are durable (fsync'd, renamed, the
+    folder fsync'd) before its log append starts. ``gc`` removes the blobs no State of any
+    namespace refers to any more, beside writers in other processes (a write holds the blob
+    lock shared until its append is durable, gc holds it exclusively): from then on their
+    bytes are gone from the store's files. See the docs' "Large values" page.
     """
 
     _lists_by_scan = True  # each listing reads every State's snapshot (see _select)
@@ -173,6 +184,7 @@ class FileStore(FileLeasing, Backend):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         if not os.fspath(path):
             raise ValueError(
@@ -180,6 +192,7 @@ class FileStore(FileLeasing, Backend):
             )
         self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._take_offload(offload)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)
         self._setup(io or OsIO(), read_only, Handles())
@@ -197,6 +210,7 @@ class FileStore(FileLeasing, Backend):
         self._appender = Appender(
             self._folder, self._tails, self._handles, self._copies, self._now, self._leases
         )
+        self._blob_folder = BlobFolder(self._folder)  # .blobs/: shared by every namespace
         self._siblings: dict[str, FileStore] = {}  # agent memory's namespaces, closed with this one
         # Late-bound (tests wrap _commit); batches capped by the descriptor limit.
         self._batches: GroupCommit[PreparedWrite] = GroupCommit(
@@ -244,6 +258,32 @@ class FileStore(FileLeasing, Backend):
             raise
 
     async def _write(self, write: PreparedWrite) -> None:
+        if not write.blob_refs:
+            return await self._write_lines(write)
+        # The blob lock shared from placing (or finding) the blobs until the append is
+        # durable: gc, which holds it exclusively, never removes a blob this write refers to.
+        held = await self._run(write.state_id, self._blob_folder.place, write.blobs or {})
+        try:
+            await self._write_lines(write)
+        finally:
+            self._blob_folder.done(held)
+
+    async def _get_blobs(self, names: Collection[str]) -> dict[str, bytes]:
+        return await self._run(None, self._blob_folder.get, names)
+
+    async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
+        # Off the I/O workers: it may wait for writers' shared locks, whose appends need them.
+        if self._read_only and not dry_run:
+            raise RuntimeError(f"{self!r} was opened with read_only=True; open it without to gc")
+        return await asyncio.to_thread(self._blob_folder.collect, dry_run)
+
+    async def _reseal_blobs(self, blobs: dict[str, tuple[bytes, bytes]]) -> int:
+        return await self._run(None, self._blob_folder.reseal, blobs)
+
+    async def _blob_usage(self) -> tuple[int, int]:
+        return await self._run(None, self._blob_folder.usage)
+
+    async def _write_lines(self, write: PreparedWrite) -> None:
         if write.create:
             sid = write.state_id
             if sid in self._tails:  # it may replace an expired State this process wrote
