@@ -38,9 +38,9 @@ EVERY = {"namespaces", "leases", "reseal", "id_walk", "snapshot_reads", "trim"}
 OFFERED = {
     "memory": EVERY | {"change_stamp", "blobs"},
     "file": EVERY | {"change_stamp", "size", "blobs"},
-    "sqlite": EVERY | {"change_stamp", "size"},
-    "postgres": EVERY | {"size"},
-    "redis": EVERY,
+    "sqlite": EVERY | {"change_stamp", "size", "blobs"},
+    "postgres": EVERY | {"size", "blobs"},
+    "redis": EVERY | {"blobs"},
 }
 
 

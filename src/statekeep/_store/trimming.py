@@ -75,7 +75,7 @@ async def trim(store: Any, state_id: str, before: int, lease: Lease | None) -> N
         await store._server_now(),
         "nothing was trimmed",
     )
-    record = store._opened(state_id, built(await store._read(state_id)), 0)
+    record = store._opened(state_id, await store._read_with_blobs(state_id, 0), 0)
     if record is None:
         raise missing_error(state_id)
     removed = removed_entries(state_id, record.entries, before)
@@ -120,7 +120,7 @@ async def _trim_compacted(store: Any, sid: str) -> None:
     if await store._current_lease(sid) is not None:
         return
     try:
-        record = store._opened(sid, built(await store._read(sid)), 0)
+        record = store._opened(sid, await store._read_with_blobs(sid, 0), 0)
     except (ValueError, LookupError):
         return  # damaged, or sealed for a key this store lacks: left for its owner to see
     compaction = None if record is None else latest_compaction(record.entries)

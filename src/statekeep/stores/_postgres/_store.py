@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..._core import passwords as redaction
+from ..._core.blobs import DEFAULT_OFFLOAD
 from ..._core.errors import CorruptStateError
 from ..._core.leases import Lease
 from ..._core.records import Record, decode_snapshot
@@ -111,6 +112,11 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one statement under the State's row lock (vacuum reclaims them).
     ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
 
+    ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
+    bytes is stored once, in the schema's ``blobs`` table (named by its SHA-256; by an HMAC
+    under the keyring, per namespace, and sealed, when encrypted), and the entry refers to
+    it; None keeps every value inline. See the docs' "Large values" page.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
@@ -133,6 +139,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        offload: int | None = DEFAULT_OFFLOAD,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = servercommon.import_driver("postgres")
@@ -148,6 +155,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             "default" if namespace is None else namespace, retention, trim_compacted=trim_compacted
         )
         self._protect(redact, encrypt, allow_plaintext)
+        self._take_offload(offload)
         self.schema = check_name(schema, "schema", MAX_IDENTIFIER)
         if not schema:
             raise ValueError("schema must not be empty")

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..._core import passwords as redaction
+from ..._core.blobs import DEFAULT_OFFLOAD
 from ..._core.errors import CorruptStateError
 from ..._core.labels import DEFAULT_NAMESPACE
 from ..._core.leases import Lease
@@ -106,6 +107,11 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     (see :meth:`~statekeep._store.backend.Backend.trim`): this store cuts the State's list in one script (``LTRIM``, ``LSET``); Redis frees them at once.
     ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
 
+    ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
+    bytes is stored once, under a ``blob:`` key of the prefix (named by its SHA-256; by an
+    HMAC under the keyring, per namespace, and sealed, when encrypted), and the entry refers
+    to it; None keeps every value inline. See the docs' "Large values" page.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
@@ -126,6 +132,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
         import redis.exceptions
@@ -145,6 +152,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             retention = our_values({"retention": in_url["retention"]})["retention"]
         self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._take_offload(offload)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         try:

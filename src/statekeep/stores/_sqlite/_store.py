@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..._core.blobs import DEFAULT_OFFLOAD
 from ..._core.labels import DEFAULT_NAMESPACE, iso
 from ..._core.leases import Lease
 from ..._core.query import ListQuery, Page
@@ -113,6 +114,11 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one transaction (their pages are reused by later writes; ``VACUUM`` shrinks the file).
     ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
 
+    ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
+    bytes is stored once, in the ``blobs`` table (named by its SHA-256; by an HMAC under the
+    keyring, per namespace, and sealed, when encrypted), and the entry refers to it; None
+    keeps every value inline. See the docs' "Large values" page.
+
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
     """
@@ -129,9 +135,11 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._take_offload(offload)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
         self._key = os.path.realpath(self.path)
