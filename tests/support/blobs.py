@@ -225,3 +225,25 @@ def gc_beside_writer(store: Any, make_store: str, rounds: int = 200) -> int:
     # What is left: the shared blob and the kept States' own ones.
     assert usage(store)[0] == 1 + len(kept)
     return busy
+
+
+def check_fork_refers_to_the_blobs_of_its_entries(store: Any) -> None:
+    """A fork copied on the server's side (``store.fork``) refers to the blobs of the entries
+    it copies, and only those: after the source is deleted, gc keeps the fork's and removes
+    the rest; after the fork is deleted too, gc removes them."""
+    from statekeep import State
+
+    kept, dropped = "k" * 40_000, "d" * 50_000
+    state = State("fork me", id="a")
+    state.set_data("kept", kept)
+    store.save(state)  # a store may note a reference at its write's first seq: two writes
+    state.set_data("dropped", dropped)
+    store.save(state)
+    assert usage(store)[0] == 2
+    fork = store.fork("a", at_seq=1, new_id="f")
+    assert fork.data == {"kept": kept}
+    store.delete("a")
+    assert gc_blobs(store)[0] == 1
+    assert store.load("f").data == {"kept": kept}
+    store.delete("f")
+    assert gc_blobs(store)[0] == 1 and usage(store) == (0, 0)

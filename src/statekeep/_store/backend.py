@@ -205,6 +205,14 @@ class Backend(Engine, Leasing, Incarnated, Store):
     def _may_copy_on_server(self) -> bool:
         return self._protection.keyring is None  # sealed records are re-sealed for their new place
 
+    def _stored_lines(self, state_id: str, entries: builtins.list[dict[str, Any]]) -> tuple[bytes, ...]:
+        """``entries`` (as read: values whole) encoded as this clear store holds them: redacted,
+        large values as blob references. A store that copies a fork on its side
+        (``_afork_write``) compares these with the source's stored lines."""
+        return self._protection.write(
+            self.namespace, state_id, entries, None, False, offload=self._offload
+        ).lines
+
     async def agc(self, *, limit: int | None = None, dry_run: bool = False) -> Collected:
         """Remove expired States (at most ``limit``), then the blobs no State refers to
         any more, and return how many States were removed: a :class:`Collected` (an int)

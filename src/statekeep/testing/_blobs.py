@@ -143,6 +143,25 @@ class BlobContract:
         assert loaded.messages == state.messages
 
     @asyncio_test
+    async def test_blobs_a_fork_holds_the_values_and_keeps_them_from_gc(self, api: Api) -> None:
+        # Server stores copy a fork's entries inside the database: the copy must match the
+        # stored lines (references, not values) and make the fork a referrer of their blobs.
+        store = self.blob_store(api.store)
+        page = text(BOUND * 2, "forked")
+        state = State("browse", id="src")
+        state.begin_run(agent_info("browser", "model"))
+        state.request("model")
+        state.add_reply("", [{"id": "c1", "name": "fetch", "args": {}}])
+        state.add_tool_result("c1", page)
+        await api.save(state)
+        fork = await api.fork("src", new_id="copy")
+        await api.delete("src")
+        await api.gc()
+        loaded = await api.load("copy")
+        assert loaded.history[1:] == state.history[1:] and fork.id == "copy"
+        assert usage(store)[0] == 1
+
+    @asyncio_test
     async def test_blobs_a_users_own_ref_key_is_refused(self, api: Api) -> None:
         self.blob_store(api.store)
         with pytest.raises(ValueError, match=r"sk\.blob"):

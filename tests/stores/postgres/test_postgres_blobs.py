@@ -15,6 +15,7 @@ from tests.support.blobs import (
     blob,
     blob_write,
     check_batched_writes,
+    check_fork_refers_to_the_blobs_of_its_entries,
     gc_beside_writer,
     gc_blobs,
     get_blobs,
@@ -128,20 +129,7 @@ def test_a_create_replacing_an_expired_state_drops_its_references(pg: PostgresSt
 
 
 def test_a_fork_copied_on_the_server_keeps_the_references_of_its_entries(pg: PostgresStore) -> None:
-    first, first_data = blob()
-    later, later_data = blob(20_000)
-    write(pg, blob_write("a", 0, [first], {first: first_data}, create=True))
-    write(pg, blob_write("a", 1, [later], {later: later_data}))
-    record = pg.read("a")
-    assert record is not None
-    from statekeep._runtime.bridge import run_sync
-
-    run_sync(pg._afork_write("a", record.entries[:1], {"task": "f"}, "f", None), "afork")
-    pg.delete("a")
-    assert gc_blobs(pg) == (1, 20_000)
-    assert get_blobs(pg, [first]) == {first: first_data}
-    pg.delete("f")
-    assert gc_blobs(pg) == (1, 40_000)
+    check_fork_refers_to_the_blobs_of_its_entries(pg)
 
 
 def test_gc_beside_writers_in_another_process_never_removes_a_referenced_blob(

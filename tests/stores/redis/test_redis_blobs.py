@@ -21,6 +21,7 @@ from tests.support.blobs import (
     blob,
     blob_write,
     check_batched_writes,
+    check_fork_refers_to_the_blobs_of_its_entries,
     gc_beside_writer,
     gc_blobs,
     get_blobs,
@@ -177,20 +178,7 @@ def test_a_state_made_again_under_the_same_id_does_not_hold_the_old_ones_blobs(r
 
 
 def test_a_fork_copied_on_the_server_refers_to_the_blobs_of_its_entries(rs: RedisStore) -> None:
-    first, first_data = blob()
-    later, later_data = blob(20_000)
-    write(rs, blob_write("a", 0, [first], {first: first_data}, create=True))
-    write(rs, blob_write("a", 1, [later], {later: later_data}))
-    record = rs.read("a")
-    assert record is not None
-    from statekeep._runtime.bridge import run_sync
-
-    run_sync(rs._afork_write("a", record.entries[:1], {"task": "f"}, "f", None), "afork")
-    rs.delete("a")
-    assert gc_blobs(rs) == (1, 20_000)
-    assert get_blobs(rs, [first]) == {first: first_data}
-    rs.delete("f")
-    assert gc_blobs(rs) == (1, 40_000)
+    check_fork_refers_to_the_blobs_of_its_entries(rs)
 
 
 def test_gc_beside_writers_in_another_process_never_removes_a_referenced_blob(

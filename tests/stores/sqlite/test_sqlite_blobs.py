@@ -22,6 +22,7 @@ from tests.support.blobs import (
     blob,
     blob_write,
     check_batched_writes,
+    check_fork_refers_to_the_blobs_of_its_entries,
     gc_beside_writer,
     gc_blobs,
     get_blobs,
@@ -126,18 +127,7 @@ def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
 
 
 def test_a_fork_copied_in_the_database_keeps_the_references_of_its_entries(store: SQLiteStore) -> None:
-    first, first_data = blob()
-    later, later_data = blob(20_000)
-    write(store, blob_write("a", 0, [first], {first: first_data}, create=True))
-    write(store, blob_write("a", 1, [later], {later: later_data}))
-    record = store.read("a")
-    import asyncio
-
-    asyncio.run(store._afork_write("a", record.entries[:1], {"task": "f"}, "f", None))
-    assert rows(store, "SELECT name FROM blob_refs WHERE state_id = 'f'") == [(first,)]
-    store.delete("a")
-    assert gc_blobs(store) == (1, 20_000)  # the fork holds only the blob of the entry it copied
-    assert get_blobs(store, [first]) == {first: first_data}
+    check_fork_refers_to_the_blobs_of_its_entries(store)
 
 
 def test_deleted_and_collected_blob_bytes_leave_the_files(store: SQLiteStore) -> None:

@@ -119,10 +119,11 @@ class Lifecycle(Backend):
         """Create the fork in one transaction: its row, and its entries copied on the server
         (one INSERT ... SELECT) from the source, which must still hold what was read; refused
         while another worker holds the lease of ``new_id``."""
-        write = prepare_write(new_id, entries, snapshot, True)
+        lines = self._stored_lines(source_id, entries)  # blob references, as stored
+        write = prepare_write(new_id, [], snapshot, True)
         self._check_open(None)
         at_seq = entries[-1]["seq"] if entries else -1  # (len(entries) - 1 but for a trimmed source)
-        digest = hashlib.sha256(b"".join(write.lines)).digest()
+        digest = hashlib.sha256(b"".join(lines)).digest()
         columns = listing(new_id, write.snapshot)
         args = (
             source_id, at_seq, digest, self.namespace, new_id, None if write.snapshot is None

@@ -8,6 +8,8 @@ from collections.abc import Collection, Hashable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ..._core import passwords as redaction
 from ..._core.blobs import DEFAULT_OFFLOAD
 from ..._core.errors import CorruptStateError
@@ -341,6 +343,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ) -> None:  # fmt: skip
         """One script copies the source's entries on the server (checking they are still
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
+        entries = [orjson.loads(line) for line in self._stored_lines(source_id, entries)]  # as stored
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         self._check_open(None)
         keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us(), self._prefix)

@@ -309,7 +309,7 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         # that creates the fork, which first checks the source still holds them: they are
         # encoded here (not sent) to compare with the source's, which may have been deleted
         # and written again since they were read.
-        lines = prepare_write(source_id, entries, None, False).lines
+        lines = self._stored_lines(source_id, entries)  # blob references, as stored
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         end = entries[-1]["seq"] + 1 if entries else 0  # (len(entries) but for a trimmed source)
         op: Op = ("fork", self.namespace, Fork(write, source_id, end, lines))
