@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -244,8 +245,10 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from statekeep import FileStore, SQLiteStore
+    from statekeep.adapters import _langgraph_lease
     from statekeep.adapters.langgraph import StatekeepSaver
 
+    _langgraph_lease.TTL = 1.0  # a killed prune's lease holds the thread's next one up this long
     kind, path, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
     store = SQLiteStore(path, namespace="lg") if kind == "sqlite" else FileStore(path, namespace="lg")
     calls = 0
@@ -291,9 +294,9 @@ def test_a_prune_killed_before_any_of_its_store_calls_leaves_the_thread_as_befor
     )
     assert finished.returncode == 0, finished.stderr
     steps = int(finished.stdout)
-    # there and back: delete the other State, create it, commit, clear the mark, delete the old
-    # one; the same home; then the last look finds nothing left to remove
-    assert steps == 11
+    # there and back: create the other State, commit, clear the mark, delete the old one; the
+    # same home (no other State is left to delete before either create)
+    assert steps == 8
     store = open_store(kind, path)
     after = view(StatekeepSaver(store))
     store.close()
@@ -370,3 +373,76 @@ async def test_aprune_and_adelete_for_runs_do_what_the_sync_ones_do(tmp_path: Pa
         store.close()
     assert results[0] == results[1]
     assert len(results[0][0]) == 6 and len(results[0][1]) == 1 and results[0][2] == 1
+
+
+def test_two_rewrites_of_one_thread_at_once_never_lose_it(tmp_path: Path) -> None:
+    """``delete_for_runs`` (which visits every thread) run by another process while a prune
+    of the thread has written its new copy but not yet committed: it waits for the prune
+    instead of taking that copy for a leftover and removing it."""
+    path = tmp_path / "s.db"
+    waiting = threading.Event()
+    other: list[threading.Thread] = []
+
+    class Elsewhere(SQLiteStore):  # the other process's store: says when it waits for a lease
+        def current_lease(self, state_id: str) -> Any:
+            waiting.set()
+            return super().current_lease(state_id)
+
+    class Interleaved(SQLiteStore):
+        def write(self, state_id: str, entries: Any, snapshot: Any, **kwargs: Any) -> None:
+            super().write(state_id, entries, snapshot, **kwargs)
+            if not other and snapshot["langgraph"].get("pending"):  # step 2 done, commit to come
+                worker = threading.Thread(target=another_process)
+                other.append(worker)
+                worker.start()
+                waiting.wait()  # it runs until it waits for the prune (or, unserialised, ends)
+
+    def another_process() -> None:
+        elsewhere = Elsewhere(path, namespace="lg")
+        try:
+            StatekeepSaver(elsewhere).delete_for_runs(["some-run"])
+        finally:
+            elsewhere.close()
+            waiting.set()
+
+    store = Interleaved(path, namespace="lg")
+    saver = StatekeepSaver(store)
+    talk(chat(saver), range(3))
+    before = view(saver)
+    saver.prune(["t"])
+    other[0].join()
+    assert view(saver) == before[:1]
+    assert len(store.list()) == 1
+    store.close()
+
+
+def test_a_rewrite_with_nothing_to_do_writes_and_deletes_nothing(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    class Counted(SQLiteStore):
+        def write(self, *args: Any, **kwargs: Any) -> None:
+            calls.append("write")
+            super().write(*args, **kwargs)
+
+        def delete(self, *args: Any, **kwargs: Any) -> Any:
+            calls.append("delete")
+            return super().delete(*args, **kwargs)
+
+        def acquire(self, *args: Any, **kwargs: Any) -> Any:
+            calls.append("acquire")
+            return super().acquire(*args, **kwargs)
+
+    store = Counted(tmp_path / "s.db", namespace="lg")
+    saver = StatekeepSaver(store)
+    graph = chat(saver)
+    for n in range(20):
+        talk(graph, range(1), thread=f"t{n}")
+    calls.clear()
+    saver.delete_for_runs(["a-run-that-is-nowhere"])  # visits the 20 threads: nothing to drop
+    assert calls == []
+    saver.prune(["t0"])
+    assert calls.count("acquire") == 1 and calls.count("write") == 6  # there and back
+    calls.clear()
+    saver.prune(["t0"])  # pruned already: nothing to drop
+    assert calls == []
+    store.close()

@@ -50,8 +50,9 @@ from ._langgraph_history import (
     tip_entry,
     unpack,
 )
+from ._langgraph_lease import Hold, held
 from ._langgraph_values import body_size, channels
-from ._langgraph_where import located, other_id
+from ._langgraph_where import located, marked, other_id
 
 #: What a rewrite drops: the ``lg.drop`` or ``lg.prune`` entry that says so (applied to the
 #: thread in memory, never written), or None when there is nothing to drop.
@@ -112,7 +113,31 @@ def rewrite(home: Home, heads: Heads, thread_id: str, change: Change) -> Flow[bo
     """Rewrite the thread without what ``change`` drops (see the module): moved to its
     other State, then home again, so that it is kept where it always was (where ``statekeep
     show`` and an older statekeep look for it). False if there was nothing to drop (or no
-    such thread): then only what a rewrite cut short left behind is tidied up."""
+    such thread): then only what a rewrite cut short left behind is tidied up.
+
+    A thread with nothing to drop, kept in its own State, no other one beside it, costs two
+    reads (no write, delete or lease). Else the rewrite holds the thread's rewrite lease
+    (:mod:`._langgraph_lease`) throughout, waiting for another rewrite of it to end."""
+    own = state_id_for(thread_id)
+    here, record = yield from located(home, thread_id, 0)
+    if record is None:
+        heads.forget(own)
+        return False
+    assert record.snapshot is not None
+    idle = here == own and not marked(record.snapshot) and change(Thread.fold(record.entries)) is None
+    if idle and (yield from home.reading(other_id(own), SNAPSHOT_ONLY)) is None:
+        heads.remember(own, here, record.snapshot)
+        return False  # nothing to drop, nothing left behind
+    hold = yield from held(home, thread_id, own)
+    try:
+        return (yield from _rewrite(home, heads, thread_id, change, hold))
+    finally:
+        yield from hold.released()
+
+
+def _rewrite(home: Home, heads: Heads, thread_id: str, change: Change, hold: Hold) -> Flow[bool]:
+    """:func:`rewrite`, its lease held: whatever another State holds that the marks do not
+    make the thread's is what a rewrite cut short left (none is under way)."""
     own = state_id_for(thread_id)
     dropped = False
     for _ in range(MAX_TRIES):
@@ -131,19 +156,25 @@ def rewrite(home: Home, heads: Heads, thread_id: str, change: Change) -> Flow[bo
         there = other_id(own) if here == own else own
         if body is None and here == own:
             # nothing (more) to drop; what a move cut short left in the other State goes
-            # (the thread is here: that State is no part of it)
-            yield from home.deleting(there)
+            # (the thread is here, and no other rewrite is under way: it is no part of it)
+            yield from _tidied(home, there)
             heads.remember(own, here, record.snapshot)
             return dropped
         if body is not None:
             thread.apply(dict(body, seq=record.snapshot["seq"] + 1))  # in memory: what is left
         bodies = renumbered(thread.materialized(), 0)
-        moved = yield from _move(home, heads, thread_id, here, record.snapshot, there, bodies)
+        moved = yield from _move(home, heads, thread_id, here, record.snapshot, there, bodies, hold)
         if moved is None:  # deleted meanwhile: nothing left to rewrite
             return dropped
         dropped = dropped or (moved and body is not None)
         # moved (to the other State: next time round, home again), or lost to a writer: again
     raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} rewrites in a row lost to other writers")
+
+
+def _tidied(home: Home, state_id: str) -> Flow[None]:
+    """Delete ``state_id`` if it exists (what a move cut short left): no delete otherwise."""
+    if (yield from home.reading(state_id, SNAPSHOT_ONLY)) is not None:
+        yield from home.deleting(state_id)
 
 
 def _move(
@@ -154,14 +185,17 @@ def _move(
     old: dict[str, Any],
     there: str,
     bodies: list[dict[str, Any]],
+    hold: Hold,
 ) -> Flow[bool | None]:
     """Move the thread from ``here`` (whose snapshot was ``old`` when read) to ``there``,
     with the history ``bodies``: True once moved, False when a writer got there first
     (nothing changed), None when the thread was deleted meanwhile."""
     own = state_id_for(thread_id)
     token = uuid.uuid4().hex
-    # 1. whatever a move cut short left there goes (the thread is here: it is no part of it)
-    yield from home.deleting(there)
+    # 1. whatever a move cut short left there goes (the thread is here, and the lease says no
+    # other rewrite is under way: it is no part of it)
+    yield from hold.renewed()
+    yield from _tidied(home, there)
     # 2. the new history, whole, marked pending
     entries = [dict(item, seq=seq) for seq, item in enumerate(bodies)]
     moved_heads, early = advance({}, {}, bodies, 0)
@@ -179,6 +213,7 @@ def _move(
         "moved": token,
     }
     moved = {"kind": "lg.moved", "at": now_iso(), "seq": seq, "to": there, "token": token}
+    yield from hold.renewed()  # the copy is still there: no other rewrite can have removed it
     try:
         yield from _write(home, here, [*proof(old), moved, sealed_tip], sealed, seq)
     except StateConflictError:  # written to meanwhile: again, from a new read
