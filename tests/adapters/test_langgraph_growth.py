@@ -24,6 +24,7 @@ require_installed("langgraph", "1.2.22")
 
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langgraph.channels import DeltaChannel  # noqa: E402
+from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
@@ -446,3 +447,43 @@ def test_a_rewrite_with_nothing_to_do_writes_and_deletes_nothing(tmp_path: Path)
     saver.prune(["t0"])  # pruned already: nothing to drop
     assert calls == []
     store.close()
+
+
+def test_a_list_is_stored_as_a_delta_only_when_its_stored_items_are_unchanged(store: Store) -> None:
+    """What a list channel reads back is what LangGraph held at each put (compared by repr:
+    ``True == 1`` and dicts compare equal in any order): an item edited in place after it was
+    stored, or an equal item of another type, or a dict with its keys reordered, makes the
+    list stored whole, not as what it appends to a prefix stored with other bytes."""
+    edited = {"k": 1}
+    steps: list[Any] = [
+        lambda: [edited],
+        lambda: edited.update(k=2) or [edited, {"k": 3}],  # the stored item edited in place
+        lambda: [1, 2],
+        lambda: [True, 2, 3],  # equal to [1, 2] + [3]; other types
+        lambda: [1.0, 2, 3, 4],
+        lambda: [{"a": 1, "b": 2}],
+        lambda: [{"b": 2, "a": 1}, 5],
+        lambda: [{"b": 2, "a": 1}, 5, 6],  # a true extension: stored as a delta
+    ]
+    ours, reference = StatekeepSaver(store), InMemorySaver()
+    configs: dict[int, Any] = {}
+    for version, step in enumerate(steps, 1):
+        value = step()
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"items": value}
+        checkpoint["channel_versions"] = {"items": version}
+        for n, saver in enumerate((ours, reference)):
+            config = configs.get(n, {"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+            configs[n] = saver.put(config, checkpoint, {"step": version}, {"items": version})
+
+    def shown(saver: Any) -> list[str]:
+        return [
+            repr(t.checkpoint["channel_values"]) for t in saver.list({"configurable": {"thread_id": "t"}})
+        ]
+
+    assert shown(StatekeepSaver(store)) == shown(reference)
+    assert shown(ours) == shown(reference)
+    record = StatekeepSaver(store).store.read("t")
+    assert record is not None
+    deltas = [e for e in record.entries if e["kind"] == "lg.checkpoint" and e.get("deltas")]
+    assert len(deltas) == 1  # only the last step extends the list stored before it
