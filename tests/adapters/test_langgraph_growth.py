@@ -487,3 +487,35 @@ def test_a_list_is_stored_as_a_delta_only_when_its_stored_items_are_unchanged(st
     assert record is not None
     deltas = [e for e in record.entries if e["kind"] == "lg.checkpoint" and e.get("deltas")]
     assert len(deltas) == 1  # only the last step extends the list stored before it
+
+
+@pytest.mark.parametrize("then_deleted", [False, True])
+def test_when_a_prune_returns_the_old_history_is_gone_even_if_a_writer_came_first(
+    tmp_path: Path, then_deleted: bool
+) -> None:
+    """A writer writes to the moved thread before the prune clears its mark (and, maybe, the
+    thread is then deleted): prune still returns with the old State removed."""
+    committed: list[bool] = []
+
+    class Interleaved(SQLiteStore):
+        def write(self, state_id: str, entries: Any, snapshot: Any, **kwargs: Any) -> None:
+            if committed == [True]:  # the write after the commit: the mark's clearing
+                committed.append(False)
+                elsewhere = StatekeepSaver(SQLiteStore(tmp_path / "s.db", namespace="lg"))
+                talk(chat(elsewhere), range(3, 4))
+                if then_deleted:
+                    elsewhere.delete_thread("t")
+                elsewhere.store.close()
+            super().write(state_id, entries, snapshot, **kwargs)
+            if not committed and any(e.get("kind") == "lg.moved" for e in entries):
+                committed.append(True)
+
+    store = Interleaved(tmp_path / "s.db", namespace="lg")
+    saver = StatekeepSaver(store)
+    talk(chat(saver), range(3))
+    saver.prune(["t"])
+    assert committed == [True, False]
+    assert len(store.list()) == (0 if then_deleted else 1)
+    if not then_deleted:
+        assert len(view(StatekeepSaver(store))) >= 1
+    store.close()

@@ -228,10 +228,13 @@ def _move(
     # 5. the old history goes (with the mark still there, it would be what says the move was
     # done): its space is reclaimed
     if not (yield from _settle(home, heads, thread_id, there, fresh)):
-        # a writer was first: its write cleared the mark (unless the thread was deleted)
+        # a writer was first (its write cleared the mark), or the thread was deleted meanwhile
         _, now = yield from located(home, thread_id, SNAPSHOT_ONLY)
-        if now is None or now.snapshot is None or now.snapshot[MARK].get("pending"):
-            return True  # the next rewrite of the thread tidies up
+        if now is not None and now.snapshot is not None and now.snapshot[MARK].get("pending"):
+            return True  # not seen cleared: kept as the move's proof; the next rewrite tidies up
+        left = yield from home.reading(here, SNAPSHOT_ONLY)
+        if left is None or left.snapshot is None or (left.snapshot.get(MARK) or {}).get("moved") != token:
+            return True  # gone already (deleted with the thread), or no longer this move's
     yield from home.deleting(here)
     return True
 
