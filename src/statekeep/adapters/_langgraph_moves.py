@@ -4,7 +4,7 @@ its space reclaimed, crash-safely, with the store's own writes and deletes.
 A store has no call that replaces a State's history, so a rewrite moves the thread to its
 other State (:mod:`._langgraph_where`), in five steps, each one store call:
 
-1. remove the other State (what a move cut short left there, if anything);
+1. remove the other State if it holds anything (what a move cut short left there);
 2. create it whole with the new history: the live checkpoints, their writes, and the
    values they refer to (``lg.values`` entries where their checkpoint was dropped), marked
    ``pending``;
@@ -21,8 +21,11 @@ where an older statekeep finds it (and refuses its format), but for the moment o
 Cut after any step, the thread reads as before (up to the first commit) or as after (from
 it on): readers and writers look where the marks say, and the next rewrite of the thread (or
 a ``prune`` with nothing to drop) finishes the way home and removes what was left behind.
-Two rewrites of one thread at once are not supported (each may remove the other's copy at
-step 1); writers beside a rewrite are.
+Rewrites of one thread are serialised by a lease (:mod:`._langgraph_lease`), so what step 1
+finds is a leftover, never another rewrite's copy; writers beside a rewrite need no lease (a
+write the rewrite did not see makes its commit conflict). Steps 1 and 5 delete only a State
+seen there (5: still marked moved by this move), so a rewrite with nothing to do deletes
+nothing.
 """
 
 from __future__ import annotations
