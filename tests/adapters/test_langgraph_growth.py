@@ -4,6 +4,7 @@ what it appends; old threads still read; prune and delete_for_runs reclaim space
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -376,7 +377,8 @@ async def test_aprune_and_adelete_for_runs_do_what_the_sync_ones_do(tmp_path: Pa
     assert len(results[0][0]) == 6 and len(results[0][1]) == 1 and results[0][2] == 1
 
 
-def test_two_rewrites_of_one_thread_at_once_never_lose_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_two_rewrites_of_one_thread_at_once_never_lose_it(tmp_path: Path, api: str) -> None:
     """``delete_for_runs`` (which visits every thread) run by another process while a prune
     of the thread has written its new copy but not yet committed: it waits for the prune
     instead of taking that copy for a leftover and removing it."""
@@ -388,6 +390,10 @@ def test_two_rewrites_of_one_thread_at_once_never_lose_it(tmp_path: Path) -> Non
         def current_lease(self, state_id: str) -> Any:
             waiting.set()
             return super().current_lease(state_id)
+
+        async def acurrent_lease(self, state_id: str) -> Any:
+            waiting.set()
+            return await super().acurrent_lease(state_id)
 
     class Interleaved(SQLiteStore):
         def write(self, state_id: str, entries: Any, snapshot: Any, **kwargs: Any) -> None:
@@ -401,7 +407,11 @@ def test_two_rewrites_of_one_thread_at_once_never_lose_it(tmp_path: Path) -> Non
     def another_process() -> None:
         elsewhere = Elsewhere(path, namespace="lg")
         try:
-            StatekeepSaver(elsewhere).delete_for_runs(["some-run"])
+            saver = StatekeepSaver(elsewhere)
+            if api == "sync":
+                saver.delete_for_runs(["some-run"])
+            else:
+                asyncio.run(saver.adelete_for_runs(["some-run"]))
         finally:
             elsewhere.close()
             waiting.set()
@@ -472,7 +482,8 @@ def test_a_list_is_stored_as_a_delta_only_when_its_stored_items_are_unchanged(st
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"items": value}
         checkpoint["channel_versions"] = {"items": version}
-        for n, saver in enumerate((ours, reference)):
+        savers: list[Any] = [ours, reference]
+        for n, saver in enumerate(savers):
             config = configs.get(n, {"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
             configs[n] = saver.put(config, checkpoint, {"step": version}, {"items": version})
 
