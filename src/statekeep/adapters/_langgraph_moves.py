@@ -4,7 +4,7 @@ its space reclaimed, crash-safely, with the store's own writes and deletes.
 A store has no call that replaces a State's history, so a rewrite moves the thread to its
 other State (:mod:`._langgraph_where`), in five steps, each one store call:
 
-1. remove the other State (what a move cut short left there, if anything);
+1. remove the other State if it holds anything (what a move cut short left there);
 2. create it whole with the new history: the live checkpoints, their writes, and the
    values they refer to (``lg.values`` entries where their checkpoint was dropped), marked
    ``pending``;
@@ -21,8 +21,11 @@ where an older statekeep finds it (and refuses its format), but for the moment o
 Cut after any step, the thread reads as before (up to the first commit) or as after (from
 it on): readers and writers look where the marks say, and the next rewrite of the thread (or
 a ``prune`` with nothing to drop) finishes the way home and removes what was left behind.
-Two rewrites of one thread at once are not supported (each may remove the other's copy at
-step 1); writers beside a rewrite are.
+Rewrites of one thread are serialised by a lease (:mod:`._langgraph_lease`), so what step 1
+finds is a leftover, never another rewrite's copy; writers beside a rewrite need no lease (a
+write the rewrite did not see makes its commit conflict). Steps 1 and 5 delete only a State
+seen there (5: still marked moved by this move), so a rewrite with nothing to do deletes
+nothing.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ from ._langgraph_history import (
     tip_entry,
     unpack,
 )
+from ._langgraph_lease import Hold, held
 from ._langgraph_values import body_size, channels
-from ._langgraph_where import located, other_id
+from ._langgraph_where import located, marked, other_id
 
 #: What a rewrite drops: the ``lg.drop`` or ``lg.prune`` entry that says so (applied to the
 #: thread in memory, never written), or None when there is nothing to drop.
@@ -112,7 +116,31 @@ def rewrite(home: Home, heads: Heads, thread_id: str, change: Change) -> Flow[bo
     """Rewrite the thread without what ``change`` drops (see the module): moved to its
     other State, then home again, so that it is kept where it always was (where ``statekeep
     show`` and an older statekeep look for it). False if there was nothing to drop (or no
-    such thread): then only what a rewrite cut short left behind is tidied up."""
+    such thread): then only what a rewrite cut short left behind is tidied up.
+
+    A thread with nothing to drop, kept in its own State, no other one beside it, costs two
+    reads (no write, delete or lease). Else the rewrite holds the thread's rewrite lease
+    (:mod:`._langgraph_lease`) throughout, waiting for another rewrite of it to end."""
+    own = state_id_for(thread_id)
+    here, record = yield from located(home, thread_id, 0)
+    if record is None:
+        heads.forget(own)
+        return False
+    assert record.snapshot is not None
+    idle = here == own and not marked(record.snapshot) and change(Thread.fold(record.entries)) is None
+    if idle and (yield from home.reading(other_id(own), SNAPSHOT_ONLY)) is None:
+        heads.remember(own, here, record.snapshot)
+        return False  # nothing to drop, nothing left behind
+    hold = yield from held(home, thread_id, own)
+    try:
+        return (yield from _rewrite(home, heads, thread_id, change, hold))
+    finally:
+        yield from hold.released()
+
+
+def _rewrite(home: Home, heads: Heads, thread_id: str, change: Change, hold: Hold) -> Flow[bool]:
+    """:func:`rewrite`, its lease held: whatever another State holds that the marks do not
+    make the thread's is what a rewrite cut short left (none is under way)."""
     own = state_id_for(thread_id)
     dropped = False
     for _ in range(MAX_TRIES):
@@ -131,19 +159,25 @@ def rewrite(home: Home, heads: Heads, thread_id: str, change: Change) -> Flow[bo
         there = other_id(own) if here == own else own
         if body is None and here == own:
             # nothing (more) to drop; what a move cut short left in the other State goes
-            # (the thread is here: that State is no part of it)
-            yield from home.deleting(there)
+            # (the thread is here, and no other rewrite is under way: it is no part of it)
+            yield from _tidied(home, there)
             heads.remember(own, here, record.snapshot)
             return dropped
         if body is not None:
             thread.apply(dict(body, seq=record.snapshot["seq"] + 1))  # in memory: what is left
         bodies = renumbered(thread.materialized(), 0)
-        moved = yield from _move(home, heads, thread_id, here, record.snapshot, there, bodies)
+        moved = yield from _move(home, heads, thread_id, here, record.snapshot, there, bodies, hold)
         if moved is None:  # deleted meanwhile: nothing left to rewrite
             return dropped
         dropped = dropped or (moved and body is not None)
         # moved (to the other State: next time round, home again), or lost to a writer: again
     raise StateConflictError(f"thread {thread_id!r}: {MAX_TRIES} rewrites in a row lost to other writers")
+
+
+def _tidied(home: Home, state_id: str) -> Flow[None]:
+    """Delete ``state_id`` if it exists (what a move cut short left): no delete otherwise."""
+    if (yield from home.reading(state_id, SNAPSHOT_ONLY)) is not None:
+        yield from home.deleting(state_id)
 
 
 def _move(
@@ -154,14 +188,17 @@ def _move(
     old: dict[str, Any],
     there: str,
     bodies: list[dict[str, Any]],
+    hold: Hold,
 ) -> Flow[bool | None]:
     """Move the thread from ``here`` (whose snapshot was ``old`` when read) to ``there``,
     with the history ``bodies``: True once moved, False when a writer got there first
     (nothing changed), None when the thread was deleted meanwhile."""
     own = state_id_for(thread_id)
     token = uuid.uuid4().hex
-    # 1. whatever a move cut short left there goes (the thread is here: it is no part of it)
-    yield from home.deleting(there)
+    # 1. whatever a move cut short left there goes (the thread is here, and the lease says no
+    # other rewrite is under way: it is no part of it)
+    yield from hold.renewed()
+    yield from _tidied(home, there)
     # 2. the new history, whole, marked pending
     entries = [dict(item, seq=seq) for seq, item in enumerate(bodies)]
     moved_heads, early = advance({}, {}, bodies, 0)
@@ -179,6 +216,7 @@ def _move(
         "moved": token,
     }
     moved = {"kind": "lg.moved", "at": now_iso(), "seq": seq, "to": there, "token": token}
+    yield from hold.renewed()  # the copy is still there: no other rewrite can have removed it
     try:
         yield from _write(home, here, [*proof(old), moved, sealed_tip], sealed, seq)
     except StateConflictError:  # written to meanwhile: again, from a new read
@@ -193,10 +231,13 @@ def _move(
     # 5. the old history goes (with the mark still there, it would be what says the move was
     # done): its space is reclaimed
     if not (yield from _settle(home, heads, thread_id, there, fresh)):
-        # a writer was first: its write cleared the mark (unless the thread was deleted)
+        # a writer was first (its write cleared the mark), or the thread was deleted meanwhile
         _, now = yield from located(home, thread_id, SNAPSHOT_ONLY)
-        if now is None or now.snapshot is None or now.snapshot[MARK].get("pending"):
-            return True  # the next rewrite of the thread tidies up
+        if now is not None and now.snapshot is not None and now.snapshot[MARK].get("pending"):
+            return True  # not seen cleared: kept as the move's proof; the next rewrite tidies up
+        left = yield from home.reading(here, SNAPSHOT_ONLY)
+        if left is None or left.snapshot is None or (left.snapshot.get(MARK) or {}).get("moved") != token:
+            return True  # gone already (deleted with the thread), or no longer this move's
     yield from home.deleting(here)
     return True
 

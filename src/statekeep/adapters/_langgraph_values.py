@@ -31,6 +31,7 @@ full copy, that copy's size, and the thread's byte count once that copy was writ
 from __future__ import annotations
 
 import base64
+import hashlib
 import threading
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -46,8 +47,10 @@ OVERHEAD = 200
 
 #: ns -> {"id": the checkpoint described, "ch": channel -> [version, seq, start, size, at]}
 Known = dict[str, dict[str, Any]]
+#: A list stored, as its items' serialized bytes: ``(how many, digest of them all)``.
+Items = tuple[int, bytes]
 #: A list stored: what :meth:`Lists.put` takes.
-Remembered = tuple[tuple[str, str, str], str, Any, int, list[Any]]
+Remembered = tuple[tuple[str, str, str], str, Any, int, Items]
 
 
 def pack_bytes(kind: str, data: bytes) -> list[str]:
@@ -71,19 +74,21 @@ def body_size(body: Mapping[str, Any]) -> int:
 
 
 class Lists:
-    """The newest plain-list value this saver stored per (State, namespace, channel), to
+    """The newest plain-list value this saver stored per (State, namespace, channel), as
+    :data:`Items` (a digest of its items' serialized bytes, taken when it was stored: an
+    item edited in place since, or an equal item of another type, does not match), to
     tell whether the next one extends it. Bounded; safe to share between threads."""
 
     SIZE = 256
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, str, str], tuple[str, Any, int, list[Any]]] = {}
+        self._held: dict[tuple[str, str, str], tuple[str, Any, int, Items]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, str]) -> tuple[str, Any, int, list[Any]] | None:
+    def get(self, key: tuple[str, str, str]) -> tuple[str, Any, int, Items] | None:
         return self._held.get(key)
 
-    def put(self, key: tuple[str, str, str], gen: str, version: Any, seq: int, items: list[Any]) -> None:
+    def put(self, key: tuple[str, str, str], gen: str, version: Any, seq: int, items: Items) -> None:
         with self._lock:
             self._held.pop(key, None)
             if len(self._held) >= self.SIZE:
@@ -121,7 +126,8 @@ def encode(
     describes and the version is the same (LangGraph bumps a channel's version whenever
     a step writes it, so within one line of checkpoints an equal version is an equal
     value; across branches it may not be). A list is stored as what it appends only when
-    it starts with the very list this saver stored last for the channel (compared)."""
+    it starts with the very list this saver stored last for the channel: its items
+    serialize to the same bytes, one by one, as that list's did when it was stored."""
     mine = known.get(ns) or {}
     before: dict[str, list[Any]] = dict(mine.get("ch") or {})
     same_line = parent is not None and mine.get("id") == parent
@@ -141,15 +147,11 @@ def encode(
             starts.append(prior[2])
             continue
         cached = lists.get((sid, ns, channel)) if type(value) is list else None
-        if (
-            prior is not None
-            and near
-            and cached is not None
-            and cached[:3] == (gen, prior[0], prior[1])
-            and len(value) >= len(cached[3])
-            and value[: len(cached[3])] == cached[3]
-        ):
-            items = pack_bytes(*serde.dumps_typed(value[len(cached[3]) :]))
+        usable = prior is not None and near and cached is not None and cached[:3] == (gen, prior[0], prior[1])
+        stored = cached[3][0] if usable and cached is not None else -1
+        prefix, digest = _digests(serde, value, stored) if type(value) is list else (None, b"")
+        if prior is not None and cached is not None and usable and prefix == cached[3][1]:
+            items = pack_bytes(*serde.dumps_typed(value[stored:]))
             out["deltas"][channel] = [prior[1], items]
             held[channel] = [version, seq, prior[2], prior[3], prior[4]]
             starts.append(prior[2])
@@ -158,10 +160,25 @@ def encode(
             out["values"][channel] = whole
             held[channel] = [version, seq, seq, len(whole[1]), at + len(whole[1])]
         if type(value) is list:
-            remember.append(((sid, ns, channel), gen, version, seq, list(value)))
+            remember.append(((sid, ns, channel), gen, version, seq, (len(value), digest)))
     parts: dict[str, Any] = {key: part for key, part in out.items() if part or key == "values"}
     parts["from"] = min(starts)
     return parts, {**known, ns: {"id": checkpoint_id, "ch": held}}, remember
+
+
+def _digests(serde: SerializerProtocol, value: list[Any], at: int) -> tuple[bytes | None, bytes]:
+    """The digest of the serialized bytes of ``value``'s first ``at`` items (None if it
+    has fewer), and of all of them."""
+    running = hashlib.sha256()
+    prefix = None
+    for index, item in enumerate(value):
+        if index == at:
+            prefix = running.digest()
+        kind, data = serde.dumps_typed(item)
+        running.update(b"%d:%s:%d:" % (len(kind), kind.encode(), len(data)))
+        running.update(data)
+    whole = running.digest()
+    return (whole if at == len(value) else prefix), whole
 
 
 def holds(entry: Mapping[str, Any], channel: str) -> bool:

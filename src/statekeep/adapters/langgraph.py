@@ -295,8 +295,11 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         the thread as before or as after. Durable on return as the store's ``write`` and
         ``delete``: the space is reclaimed as the store reclaims a deleted State's
         (FileStore: the file is gone; SQLite: its pages are free for reuse). Writers beside
-        a prune are safe (a write it did not see makes it start again); two prunes of one
-        thread at once are not. Atomic per thread, not across threads."""
+        a prune are safe (a write it did not see makes it start again). Rewrites of one
+        thread (``prune``, ``delete_for_runs``) are serialised by a lease of the store's: one
+        waits for another (for a crashed one, until its lease expires, 60 s); on a store
+        without leases, run them from one process at a time. Atomic per thread, not across
+        threads."""
         drive(self._prune(thread_ids, strategy))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
