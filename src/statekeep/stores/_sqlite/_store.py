@@ -265,14 +265,14 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
                 return blobs.count_unreferenced(conn)
         conn = blobs.gc_connection(self.path)
         removed = size = 0
+        cursor: int | None = 0  # the rowid walked to (see ._blobs)
         try:
-            while True:
-                done, freed = self._retry_busy(blobs.gc_chunk, self.path, conn, blobs.GC_CHUNK)
+            while cursor is not None:
+                done, freed, cursor = self._retry_busy(
+                    blobs.gc_chunk, self.path, conn, cursor, blobs.GC_CHUNK
+                )
                 removed, size = removed + done, size + freed
-                if done < blobs.GC_CHUNK:
-                    break
-            if removed:
-                blobs.checkpoint(conn)
+            blobs.checkpoint(conn)  # also completes one an earlier gc's reader held back
         finally:
             conn.close()
         return removed, size
