@@ -39,3 +39,17 @@ def check_trim_releases_blobs(store: Any) -> None:
     assert gc_blobs(store) == (0, 0)
     store.delete("a")
     assert gc_blobs(store) == (2, 50_000)
+
+
+def check_a_sealed_state_keeps_its_references(store: Any) -> None:
+    """A State whose lines are sealed (an encrypted store's: they show the store no reference)
+    keeps every reference through a trim: its blobs are not removed under it."""
+    name, data = blob(10_000)
+    prepared = blob_write("s", 0, [name], {name: data}, create=True)
+    prepared.lines = tuple(
+        orjson.dumps({"seq": seq, "sk.sealed": f"c2VhbGVk{seq}"}) + b"\n" for seq in range(3)
+    )
+    write(store, prepared)
+    trim(store, "s", 2, {"seq": 1, "sk.sealed": "YmFzZQ"})
+    assert gc_blobs(store) == (0, 0)
+    assert get_blobs(store, [name]) == {name: data}

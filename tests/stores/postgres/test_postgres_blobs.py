@@ -336,3 +336,9 @@ def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
         f"store = PostgresStore({postgres_server.dsn!r}, schema={pg.schema!r})"
     )
     assert len(kill_a_writer(pg, make)) >= 8
+
+
+def test_a_trim_of_a_sealed_state_keeps_its_blob_references(pg: PostgresStore) -> None:
+    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
+
+    check_a_sealed_state_keeps_its_references(pg)

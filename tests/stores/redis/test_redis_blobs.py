@@ -308,3 +308,9 @@ def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(rs: Redi
     from tests.support.blob_trim import check_trim_releases_blobs
 
     check_trim_releases_blobs(rs)
+
+
+def test_a_trim_of_a_sealed_state_keeps_its_blob_references(rs: RedisStore) -> None:
+    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
+
+    check_a_sealed_state_keeps_its_references(rs)

@@ -265,6 +265,21 @@ def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(store: S
     check_trim_releases_blobs(store)
 
 
+def test_a_trim_moves_each_kept_reference_to_the_first_kept_line_that_makes_it(store: SQLiteStore) -> None:
+    # So a later fork copies a reference with the entry that makes it (blob_refs.seq < its count).
+    from tests.support.blob_trim import trim
+
+    first, first_data = blob(1_000)
+    later, later_data = blob(2_000)
+    write(store, blob_write("a", 0, [first, later], {first: first_data, later: later_data}, create=True))
+    write(store, blob_write("a", 1, [], None))
+    write(store, blob_write("a", 2, [later], None))
+    write(store, blob_write("a", 3, [first], None))
+    trim(store, "a", 2, {"seq": 1, "kind": "base", "trimmed": 1})
+    assert sorted(rows(store, "SELECT name, seq FROM blob_refs")) == sorted([(first, 3), (later, 2)])
+    assert gc_blobs(store) == (0, 0)
+
+
 class GcTrace:
     """What the store's gc connection runs, from the next gc on: its statements, and the
     SQLite VM steps of each write transaction (a measure of the rows it examines)."""
@@ -350,3 +365,9 @@ def test_gc_does_not_hold_writers_off_for_a_long_reader_and_a_later_gc_erases(
     assert gc_blobs(store) == (0, 0)  # the next gc completes the checkpoint: the bytes are gone
     assert "PRAGMA wal_checkpoint(TRUNCATE)" in trace.statements
     assert data[:4096] not in on_disk() and data[-4096:] not in on_disk()
+
+
+def test_a_trim_of_a_sealed_state_keeps_its_blob_references(store: SQLiteStore) -> None:
+    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
+
+    check_a_sealed_state_keeps_its_references(store)
