@@ -106,8 +106,10 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     Blobs (large values stored once) live in the file's ``blobs`` table, shared by its
     namespaces, and are committed in the transaction of the entries that refer to them;
     gc removes those no State refers to, and once it returns their bytes are gone from the
-    database file and its WAL (``secure_delete``, then a truncating checkpoint; see
-    :mod:`~statekeep.stores._sqlite._blobs`).
+    database file and its WAL unless a read transaction of another connection holds the WAL
+    (``secure_delete``, then a checkpoint that never makes writers wait for a reader; see
+    :mod:`~statekeep.stores._sqlite._blobs`). A trim drops the references only its removed
+    entries made.
 
     ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
     (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one transaction (their pages are reused by later writes; ``VACUUM`` shrinks the file).
