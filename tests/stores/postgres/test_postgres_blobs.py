@@ -180,10 +180,52 @@ def test_a_write_waiting_on_gc_stores_the_blob_again(
 
 async def wait_for_lock(conn: Any, sql: Sql) -> None:
     """Until another backend waits for a lock this connection holds."""
-    while not await conn.fetchval(
-        "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()"
-    ):
+    while not await blocked_by(conn):
         await asyncio.sleep(0.01)
+
+
+async def blocked_by(conn: Any) -> bool:
+    """Whether another backend waits for a lock ``conn`` holds (not just any lock wait)."""
+    found = await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity a WHERE pg_backend_pid() = ANY (pg_blocking_pids(a.pid))"
+    )
+    return bool(found)
+
+
+def test_wait_for_lock_heeds_only_waits_on_this_connections_locks(postgres_server: PostgresServer) -> None:
+    import asyncpg
+
+    async def check() -> None:
+        mine, holder, waiter = [await asyncpg.connect(postgres_server.dsn) for _ in range(3)]
+        try:
+            key = 2_400_024
+            await mine.execute("SELECT pg_advisory_lock($1)", key + 1)
+            await holder.execute("SELECT pg_advisory_lock($1)", key)
+            waiting = asyncio.ensure_future(waiter.execute("SELECT pg_advisory_lock($1)", key))
+            while not await holder.fetchval(
+                "SELECT count(*) FROM pg_stat_activity a WHERE pg_backend_pid() = ANY (pg_blocking_pids(a.pid))"
+            ):
+                await asyncio.sleep(0.01)
+            assert not await blocked_by(mine)  # another backend's wait is not on this connection
+            await holder.execute("SELECT pg_advisory_unlock($1)", key)
+            await waiting
+            await waiter.execute("SELECT pg_advisory_unlock($1)", key)
+            waiting = asyncio.ensure_future(waiter.execute("SELECT pg_advisory_lock($1)", key + 1))
+            await wait_for_lock(mine, Sql("public", ""))
+            assert await blocked_by(mine)
+            await mine.execute("SELECT pg_advisory_unlock($1)", key + 1)
+            await waiting
+        finally:
+            for conn in (mine, holder, waiter):
+                await conn.close()
+
+    asyncio.run(check())
+
+
+def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(pg: PostgresStore) -> None:
+    from tests.support.blob_trim import check_trim_releases_blobs
+
+    check_trim_releases_blobs(pg)
 
 
 def test_a_write_without_blobs_is_one_statement(postgres_server: PostgresServer) -> None:
@@ -282,3 +324,9 @@ def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
         f"store = PostgresStore({postgres_server.dsn!r}, schema={pg.schema!r})"
     )
     assert len(kill_a_writer(pg, make)) >= 8
+
+
+def test_a_trim_of_a_sealed_state_keeps_its_blob_references(pg: PostgresStore) -> None:
+    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
+
+    check_a_sealed_state_keeps_its_references(pg)

@@ -290,3 +290,15 @@ def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
         f"store = RedisStore({redis_server.url!r}, prefix={prefix!r})"
     )
     assert len(kill_a_writer(rs, make)) >= 8
+
+
+def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(rs: RedisStore) -> None:
+    from tests.support.blob_trim import check_trim_releases_blobs
+
+    check_trim_releases_blobs(rs)
+
+
+def test_a_trim_of_a_sealed_state_keeps_its_blob_references(rs: RedisStore) -> None:
+    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
+
+    check_a_sealed_state_keeps_its_references(rs)

@@ -247,3 +247,117 @@ def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries
     )
     assert usage(store) == (1, 40_000)
     assert rows(store, "SELECT state_id FROM blob_refs ORDER BY state_id") == [("a",), ("b",)]
+
+
+def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(store: SQLiteStore) -> None:
+    from tests.support.blob_trim import check_trim_releases_blobs
+
+    check_trim_releases_blobs(store)
+
+
+def test_a_trim_moves_each_kept_reference_to_the_first_kept_line_that_makes_it(store: SQLiteStore) -> None:
+    # So a later fork copies a reference with the entry that makes it (blob_refs.seq < its count).
+    from tests.support.blob_trim import trim
+
+    first, first_data = blob(1_000)
+    later, later_data = blob(2_000)
+    write(store, blob_write("a", 0, [first, later], {first: first_data, later: later_data}, create=True))
+    write(store, blob_write("a", 1, [], None))
+    write(store, blob_write("a", 2, [later], None))
+    write(store, blob_write("a", 3, [first], None))
+    trim(store, "a", 2, {"seq": 1, "kind": "base", "trimmed": 1})
+    assert sorted(rows(store, "SELECT name, seq FROM blob_refs")) == sorted([(first, 3), (later, 2)])
+    assert gc_blobs(store) == (0, 0)
+
+
+class GcTrace:
+    """What the store's gc connection runs, from the next gc on: its statements, and the
+    SQLite VM steps of each write transaction (a measure of the rows it examines)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from statekeep.stores._sqlite import _blobs
+
+        made = _blobs.gc_connection
+        self.statements: list[str] = []
+        self.steps: list[int] = []
+        counting = [False]
+
+        def on_statement(text: str) -> None:
+            self.statements.append(text)
+            if text.startswith("BEGIN"):
+                self.steps.append(0)
+            counting[0] = text.startswith("BEGIN") or (counting[0] and text != "COMMIT")
+
+        def on_step() -> int:
+            if counting[0]:
+                self.steps[-1] += 1
+            return 0
+
+        def traced(path: Path) -> sqlite3.Connection:
+            conn = made(path)
+            conn.set_trace_callback(on_statement)
+            conn.set_progress_handler(on_step, 1)
+            return conn
+
+        monkeypatch.setattr(_blobs, "gc_connection", traced)
+
+
+def test_each_gc_transaction_examines_a_bounded_number_of_blobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statekeep.stores._sqlite._blobs import GC_CHUNK
+
+    def heaviest_transaction(referenced: int) -> tuple[int, int]:
+        """gc of a file with ``referenced`` blobs in use and 10 unreferenced after them: the VM
+        steps of its heaviest write transaction, and how many it ran."""
+        store = SQLiteStore(tmp_path / f"{referenced}.db")
+        used = [blob(64) for _ in range(referenced)]
+        write(store, blob_write("a", 0, [n for n, _ in used], dict(used), create=True))
+        unused = [blob(64) for _ in range(10)]
+        write(store, blob_write("b", 0, [n for n, _ in unused], dict(unused), create=True))
+        store.delete("b")
+        trace = GcTrace(monkeypatch)
+        assert gc_blobs(store) == (10, 640)
+        store.close()
+        return max(trace.steps), len(trace.steps)
+
+    few, few_transactions = heaviest_transaction(2 * GC_CHUNK)
+    many, many_transactions = heaviest_transaction(8 * GC_CHUNK)
+    # The walk goes a bounded window per transaction: more referenced blobs make more
+    # transactions, not heavier ones (a scan from the first row each time made the last
+    # transaction examine every referenced blob).
+    assert many <= few * 1.2, (few, many)
+    assert (few_transactions, many_transactions) == (3, 9)
+
+
+def test_gc_does_not_hold_writers_off_for_a_long_reader_and_a_later_gc_erases(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, data = blob(200_000)
+    write(store, blob_write("a", 0, [name], {name: data}, create=True))
+    store.delete("a")
+    reader = sqlite3.connect(store.path, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM blobs").fetchone() == (1,)  # holds the WAL
+    trace = GcTrace(monkeypatch)
+    assert gc_blobs(store) == (1, 200_000)
+    # Only a passive checkpoint ran: no truncating one held the write lock waiting for the reader.
+    assert [s for s in trace.statements if "checkpoint" in s] == ["PRAGMA wal_checkpoint(PASSIVE)"]
+    store.write("b", [], None, create=True)  # writers go on meanwhile
+    reader.execute("COMMIT")
+    reader.close()
+
+    def on_disk() -> bytes:
+        folder = store.path.parent
+        return b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith(store.path.name))
+
+    trace = GcTrace(monkeypatch)
+    assert gc_blobs(store) == (0, 0)  # the next gc completes the checkpoint: the bytes are gone
+    assert "PRAGMA wal_checkpoint(TRUNCATE)" in trace.statements
+    assert data[:4096] not in on_disk() and data[-4096:] not in on_disk()
+
+
+def test_a_trim_of_a_sealed_state_keeps_its_blob_references(store: SQLiteStore) -> None:
+    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
+
+    check_a_sealed_state_keeps_its_references(store)

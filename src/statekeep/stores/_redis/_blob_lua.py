@@ -19,6 +19,14 @@ taken by native expiry: its ``state:`` key is gone, or holds another generation,
 created again under the same id does) no longer holds the blob: gc drops it as it meets it,
 and removes a blob left with none, all in one script per batch, so no write can come in
 between.
+
+Keys these scripts name at run time instead of in KEYS (fine on one server; a Redis Cluster
+needs every key of a script declared and in one slot, issue 27): the write script's
+``blob:<name>`` (EXISTS, SET), ``blobref:<name>`` (SADD), ``blobs`` (ZADD), ``blobbytes``
+(INCRBY) and ``blobgen`` (INCR); the fork script's ``blobgen`` and ``blobref:<name>`` (names
+found in the copied entries); gc's ``blob:<name>``, ``blobref:<name>`` and the referrers'
+``state:`` hashes (any namespace); the trim script's ``blobref:<name>`` (names found in the
+removed entries). gc declares ``blobs`` and ``blobbytes``.
 """
 
 from __future__ import annotations
@@ -98,12 +106,15 @@ end
 """
 
 #: gc of blobs, one batch in name order: drop referrers that are gone, remove each blob left
-#: with none. ARGV: blob key prefix, start bound ('-' or '(' .. last name), batch, '1' for a
-#: dry run (count only). Returns {blobs, bytes, names looked at, last name}.
+#: with none. KEYS: ``<prefix>blobs``, ``<prefix>blobbytes``. ARGV: blob key prefix, start
+#: bound ('-' or '(' .. last name), batch, '1' for a dry run (count only). Returns {blobs,
+#: bytes, names looked at, last name}. Undeclared (named at run time, from the names it walks
+#: and their referrers): ``blob:<name>``, ``blobref:<name>``, and the referrers' ``state:``
+#: hashes of any namespace.
 GC_BLOBS = """
 local p = ARGV[1]
 local dry = ARGV[4] == '1'
-local names = redis.call('ZRANGEBYLEX', p .. 'blobs', ARGV[2], '+', 'LIMIT', 0, tonumber(ARGV[3]))
+local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, tonumber(ARGV[3]))
 local removed, bytes = 0, 0
 for _, name in ipairs(names) do
   local refs = p .. 'blobref:' .. name
@@ -120,13 +131,13 @@ for _, name in ipairs(names) do
     bytes = bytes + size
     if not dry then
       redis.call('DEL', key, refs)
-      redis.call('ZREM', p .. 'blobs', name)
-      redis.call('DECRBY', p .. 'blobbytes', size)
+      redis.call('ZREM', KEYS[1], name)
+      redis.call('DECRBY', KEYS[2], size)
     end
   end
 end
-if removed > 0 and not dry and redis.call('ZCARD', p .. 'blobs') == 0 then
-  redis.call('DEL', p .. 'blobbytes')  -- nothing left: no counter left behind either
+if removed > 0 and not dry and redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2])  -- nothing left: no counter left behind either
 end
 return {removed, bytes, #names, names[#names] or ''}
 """

@@ -36,7 +36,8 @@ async def gc_blobs(local: ClientLocal, prefix: bytes, dry_run: bool) -> tuple[in
     start: bytes = b"-"
     while True:
         gone, freed, looked, last = await script(
-            keys=[], args=[prefix, start, GC_BLOBS_BATCH, "1" if dry_run else "0"]
+            keys=[prefix + b"blobs", prefix + b"blobbytes"],
+            args=[prefix, start, GC_BLOBS_BATCH, "1" if dry_run else "0"],
         )
         removed, size = removed + int(gone), size + int(freed)
         if int(looked) < GC_BLOBS_BATCH:

@@ -329,7 +329,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         keys = list(self._keys_of.state_keys(state_id))
         base_line = base[:-1] if base.endswith(b"\n") else base
         async with self._using("write") as local:
-            reply = await local.client.eval(TRIM, len(keys), *keys, str(before), base_line)
+            reply = await local.client.eval(TRIM, len(keys), *keys, str(before), base_line, self._prefix)
         status = int(reply[0])
         if status == servercommon.MISSING:
             raise missing_error(state_id)

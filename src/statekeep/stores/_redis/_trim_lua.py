@@ -1,26 +1,70 @@
 """RedisStore's trim script (``store.trim``, agent memory's keys): a State's list cut to
 start at its base record (``LTRIM``, then ``LSET`` of the base in its first place), and the
 hash field ``first`` set to the base's seq, in one script: atomic, and serialised with every
-write to the State. Redis frees the removed entries at once."""
+write to the State. Redis frees the removed entries at once.
+
+The same script releases the blobs that only the removed entries referred to: for a State
+that refers to blobs (its hash has a blob generation ``bg``, see :mod:`._blob_lua`), each
+name a removed entry refers to (``"sk.blob":"NAME"``) that no kept line (the base, the kept
+entries, the snapshot) refers to loses the State from its ``blobref:`` set, so gc removes the
+blob once no other State refers to it. A State with a sealed line (encrypted store) keeps
+its references, which sealed lines do not show. Those ``blobref:`` keys are named at run
+time from the blob prefix (ARGV[3]), not declared in KEYS: fine on one server, not on a
+Redis Cluster (see the report of issue 24 / issue 27).
+"""
 
 from __future__ import annotations
 
 from .._server import GAP, MISSING, OK
 from ._lua import COMMON
 
-#: KEYS: state hash, entries list. ARGV: before, the base's encoded line.
+#: The names a stored line refers to, added to ``into``; false for a sealed line.
+_RELEASE = r"""
+local function names_in(line, into)
+  if string.find(line, '"sk.sealed":"', 1, true) then return false end
+  if string.find(line, '"sk.blob":"', 1, true) then
+    for name in string.gmatch(line, '"sk%.blob":"([^"\\]+)"') do into[name] = true end
+  end
+  return true
+end
+-- Drop the State (member state#bg) from the referrers of the blobs only ``removed`` named.
+local function release_trimmed(p, state, entries, bg, removed, base)
+  local gone = {}
+  for _, line in ipairs(removed) do
+    if not names_in(line, gone) then return end
+  end
+  if next(gone) == nil then return end
+  local kept = {}
+  if not names_in(base, kept) then return end
+  for _, line in ipairs(redis.call('LRANGE', entries, 1, -1)) do
+    if not names_in(line, kept) then return end
+  end
+  local snap = redis.call('HGET', state, 'snapshot')
+  if snap and not names_in(snap, kept) then return end
+  local me = state .. '#' .. bg
+  for name in pairs(gone) do
+    if not kept[name] then redis.call('SREM', p .. 'blobref:' .. name, me) end
+  end
+end
+"""
+
+#: KEYS: state hash, entries list. ARGV: before, the base's encoded line, the blob key prefix.
 TRIM = (
     COMMON
+    + _RELEASE
     + f"""
 if not live(KEYS[1]) then return {{{MISSING}}} end
-local h = redis.call('HMGET', KEYS[1], 'next', 'first')
+local h = redis.call('HMGET', KEYS[1], 'next', 'first', 'bg')
 local nxt = tonumber(h[1])
 local off = tonumber(h[2] or '0')
 local before = tonumber(ARGV[1])
 if not (off < before and before <= nxt) then return {{{GAP}, off, nxt}} end
+local removed = nil
+if h[3] then removed = redis.call('LRANGE', KEYS[2], 0, before - 1 - off) end
 redis.call('LTRIM', KEYS[2], before - 1 - off, -1)
 redis.call('LSET', KEYS[2], 0, ARGV[2])
 redis.call('HSET', KEYS[1], 'first', string.format('%d', before - 1))
+if h[3] then release_trimmed(ARGV[3], KEYS[1], KEYS[2], h[3], removed, ARGV[2]) end
 return {{{OK}}}
 """
 )

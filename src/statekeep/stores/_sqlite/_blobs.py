@@ -3,10 +3,17 @@
 A write stores its blobs and its references in the transaction of its entries (``_batch``);
 a State's references go with its row (ON DELETE CASCADE). gc removes, a chunk per
 transaction under SQLite's write lock (so no write is half-way meanwhile, in any process),
-the blobs that no reference of any namespace names. It deletes with ``secure_delete`` on (the
-freed pages are overwritten with zeros) and then checkpoints the WAL and truncates it, so the
-removed bytes leave the database file and its WAL; a checkpoint that readers of other
-connections hold up leaves them in the WAL until the next checkpoint that completes.
+the blobs that no reference of any namespace names. It walks the blobs in rowid order with a
+cursor carried from one transaction to the next, so each transaction examines at most
+:data:`GC_CHUNK` rows, however many blobs are referenced (a blob stored behind the cursor
+meanwhile waits for the next gc). It deletes with ``secure_delete`` on (the freed pages are
+overwritten with zeros) and then checkpoints the WAL: a passive checkpoint first (it waits for
+no one), then, only if no reader held it back, a truncating one that waits at most
+:data:`_TRUNCATE_PATIENCE_MS` for the writers of that moment. So once gc returns, the removed
+bytes have left the database file and its WAL unless a reader of another connection held the
+WAL (a read transaction older than gc's last delete): then they stay in the WAL until the next
+checkpoint that completes (SQLite's automatic one, a later gc, or the last connection's close),
+and writers are never made to wait for that reader.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from ._schema import check_version
 
 #: Names per ``IN (...)`` (SQLite allows 32,766 parameters).
 NAMES_PER_QUERY = 500
-#: Blobs removed per transaction (bounds how long gc holds the write lock).
+#: Blobs examined (and at most removed) per transaction: bounds how long gc holds the write lock.
 GC_CHUNK = 256
-#: How long the checkpoint after gc waits for readers (then the next one completes it).
-_CHECKPOINT_PATIENCE_MS = 2000
+#: How long the truncating checkpoint after gc waits (for writers of that moment; it holds
+#: off new writers meanwhile), once a passive one found no reader holding the WAL.
+_TRUNCATE_PATIENCE_MS = 100
 
 
 def get_blobs(conn: sqlite3.Connection, names: Collection[str]) -> dict[str, bytes]:
@@ -58,20 +66,29 @@ def gc_connection(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def gc_chunk(path: Path, conn: sqlite3.Connection, chunk: int) -> tuple[int, int]:
-    """Remove at most ``chunk`` unreferenced blobs in one write transaction; (blobs, bytes).
+def gc_chunk(path: Path, conn: sqlite3.Connection, after: int, chunk: int) -> tuple[int, int, int | None]:
+    """Remove the unreferenced blobs among the ``chunk`` rows after rowid ``after``, in one
+    write transaction: (blobs, bytes, the cursor for the next call or None: no rows left).
     SQLITE_BUSY escapes with nothing removed and no transaction open."""
     conn.execute(sql.BEGIN_IMMEDIATE)
     with rolled_back_on_error(conn):
         check_version(path, conn)
-        sizes = [size for (size,) in conn.execute(sql.DELETE_UNREFERENCED_BLOBS, (chunk,)).fetchall()]
+        end, rows = conn.execute(sql.BLOB_WINDOW_END, (after, chunk)).fetchone()
+        sizes: list[int] = []
+        if end is not None:
+            sizes = [size for (size,) in conn.execute(sql.DELETE_UNREFERENCED_BLOBS, (after, end))]
         conn.execute(sql.COMMIT)
-    return len(sizes), sum(sizes)
+    return len(sizes), sum(sizes), end if rows == chunk else None
 
 
 def checkpoint(conn: sqlite3.Connection) -> bool:
     """Copy the WAL into the database file and truncate it (the removed blobs' zeroed pages
-    replace the old ones); False if readers held it up (the next checkpoint completes it)."""
-    conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=_CHECKPOINT_PATIENCE_MS))
+    replace the old ones), without holding off writers for a reader: a passive checkpoint,
+    then a truncating one only if no reader held the first back (waiting at most
+    :data:`_TRUNCATE_PATIENCE_MS`). False if it did not complete (the next checkpoint does)."""
+    busy, log, copied = conn.execute(sql.CHECKPOINT_PASSIVE).fetchone()
+    if busy or log != copied:
+        return False  # a reader holds frames back: truncating would make writers wait for it
+    conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=_TRUNCATE_PATIENCE_MS))
     busy, _, _ = conn.execute(sql.CHECKPOINT_TRUNCATE).fetchone()
     return not busy

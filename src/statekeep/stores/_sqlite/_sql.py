@@ -251,12 +251,19 @@ _UNREFERENCED = "NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.name = b.name)"
 COUNT_UNREFERENCED_BLOBS = (
     f"SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs b WHERE {_UNREFERENCED}"
 )
-# gc: a bounded chunk of the blobs no State of any namespace refers to, removed.
+# gc walks the blobs in rowid order, a window of rows per transaction: the window's end
+# (the rowid of the last of at most ``?`` rows after the cursor, NULL: none left; and how
+# many there are), then the unreferenced blobs of the window removed. Each transaction
+# examines at most the window's rows (the rowid index and blob_refs_name), however many
+# blobs are referenced.
+BLOB_WINDOW_END = (
+    "SELECT max(rowid), count(*) FROM (SELECT rowid FROM blobs WHERE rowid > ? ORDER BY rowid LIMIT ?)"
+)
 DELETE_UNREFERENCED_BLOBS = (
-    f"DELETE FROM blobs WHERE rowid IN (SELECT rowid FROM blobs b WHERE {_UNREFERENCED} LIMIT ?) "
-    "RETURNING length(data)"
+    f"DELETE FROM blobs AS b WHERE rowid > ? AND rowid <= ? AND {_UNREFERENCED} RETURNING length(data)"
 )
 SECURE_DELETE_ON = "PRAGMA secure_delete = ON"
+CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 
 # gc: the expired States of a namespace, a bounded chunk at a time (index states_expiry),

@@ -107,8 +107,10 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
     Blobs (large values stored once) live in the file's ``blobs`` table, shared by its
     namespaces, and are committed in the transaction of the entries that refer to them;
     gc removes those no State refers to, and once it returns their bytes are gone from the
-    database file and its WAL (``secure_delete``, then a truncating checkpoint; see
-    :mod:`~statekeep.stores._sqlite._blobs`).
+    database file and its WAL unless a read transaction of another connection holds the WAL
+    (``secure_delete``, then a checkpoint that never makes writers wait for a reader; see
+    :mod:`~statekeep.stores._sqlite._blobs`). A trim drops the references only its removed
+    entries made.
 
     ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
     (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one transaction (their pages are reused by later writes; ``VACUUM`` shrinks the file).
@@ -273,14 +275,14 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
                 return blobs.count_unreferenced(conn)
         conn = blobs.gc_connection(self.path)
         removed = size = 0
+        cursor: int | None = 0  # the rowid walked to (see ._blobs)
         try:
-            while True:
-                done, freed = self._retry_busy(blobs.gc_chunk, self.path, conn, blobs.GC_CHUNK)
+            while cursor is not None:
+                done, freed, cursor = self._retry_busy(
+                    blobs.gc_chunk, self.path, conn, cursor, blobs.GC_CHUNK
+                )
                 removed, size = removed + done, size + freed
-                if done < blobs.GC_CHUNK:
-                    break
-            if removed:
-                blobs.checkpoint(conn)
+            blobs.checkpoint(conn)  # also completes one an earlier gc's reader held back
         finally:
             conn.close()
         return removed, size

@@ -1,0 +1,55 @@
+"""Trim and blob references, shared by the SQLite, PostgreSQL and Redis tests: a trim
+recomputes the State's references from what it keeps (the base record and the kept
+entries), so gc then removes a blob only the trimmed entries referred to, and keeps one
+that a kept entry or the base refers to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from statekeep._runtime.bridge import run_sync
+from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, ref, write
+
+
+def trim(store: Any, sid: str, before: int, base: dict[str, Any]) -> None:
+    """The store's ``_trim`` on its owner loop, with ``base`` encoded as a stored line."""
+    run_sync(store._trim(sid, before, orjson.dumps(base) + b"\n"), "atrim")
+
+
+def check_trim_releases_blobs(store: Any) -> None:
+    gone, gone_data = blob(10_000)
+    kept, kept_data = blob(20_000)
+    based, based_data = blob(30_000)
+    carried = {gone: gone_data, kept: kept_data, based: based_data}
+    write(store, blob_write("a", 0, [gone, kept, based], carried, create=True))
+    write(store, blob_write("a", 1, [gone], None))  # replaced by the base
+    write(store, blob_write("a", 2, [kept], None))  # kept
+    write(store, blob_write("a", 3, [], None))
+    write(store, blob_write("other", 0, [], None, create=True))
+    trim(store, "a", 2, {"seq": 1, "kind": "base", "data": {"x": ref(based)}, "trimmed": 2})
+    assert [e["seq"] for e in store.read("a").entries] == [1, 2, 3]
+    assert gc_blobs(store, dry_run=True) == (1, 10_000)
+    assert gc_blobs(store) == (1, 10_000)
+    assert get_blobs(store, [gone, kept, based]) == {kept: kept_data, based: based_data}
+    # A trim that keeps every reference removes none; the State's delete then frees them.
+    write(store, blob_write("a", 4, [kept], None))
+    trim(store, "a", 3, {"seq": 2, "kind": "base", "data": {"x": ref(based)}, "out": [ref(kept)]})
+    assert gc_blobs(store) == (0, 0)
+    store.delete("a")
+    assert gc_blobs(store) == (2, 50_000)
+
+
+def check_a_sealed_state_keeps_its_references(store: Any) -> None:
+    """A State whose lines are sealed (an encrypted store's: they show the store no reference)
+    keeps every reference through a trim: its blobs are not removed under it."""
+    name, data = blob(10_000)
+    prepared = blob_write("s", 0, [name], {name: data}, create=True)
+    prepared.lines = tuple(
+        orjson.dumps({"seq": seq, "sk.sealed": f"c2VhbGVk{seq}"}) + b"\n" for seq in range(3)
+    )
+    write(store, prepared)
+    trim(store, "s", 2, {"seq": 1, "sk.sealed": "YmFzZQ"})
+    assert gc_blobs(store) == (0, 0)
+    assert get_blobs(store, [name]) == {name: data}
