@@ -173,11 +173,21 @@ def test_damage_followed_by_a_complete_write_names_the_line() -> None:
 
 def test_a_newer_format_is_refused() -> None:
     raw, _ = build([([{"text": "a"}], {"task": "1"})])
-    newer = raw.replace(b'{"sk.v":4', b'{"sk.v":5')
+    newer = raw.replace(b'{"sk.v":3', b'{"sk.v":5')
     body = newer.split(b"\n")[1]
     fixed = frame(body[: body.rindex(b',"sk.crc"')] + b"}\n")  # its checksum made right again
     with pytest.raises(UnsupportedFormatError, match=r"newer statekeep.*upgrade"):
         scan_log(newer.split(b"\n")[0] + b"\n" + fixed)
+
+
+def test_a_write_closes_in_the_newer_format_only_when_an_older_statekeep_would_misread_it() -> None:
+    # Format 4: entries that refer to blobs, or a log a trim rewrote to start with its base;
+    # every other write closes in format 3, which a statekeep reading up to 3 reads on.
+    plain = frame(b'{"seq":0,"kind":"note","text":"a"}\n')
+    blobbed = frame(b'{"seq":1,"kind":"note","v":{"sk.blob":"ab","size":9},"sk.blobs":["ab"]}\n')
+    assert closing_record(1, plain, None, None).startswith(b'{"sk.v":3,')
+    assert closing_record(2, blobbed, None, None).startswith(b'{"sk.v":4,')
+    assert closing_record(1, plain, None, None, trimmed=True).startswith(b'{"sk.v":4,')
 
 
 # -- from the end ------------------------------------------------------------------------------

@@ -30,9 +30,10 @@ A trimmed log (``store.trim``, :mod:`.trimlog`) starts with its base entry, at t
 holds, and goes on from there; every other log starts at seq 0.
 
 Format 4 is format 3 whose entries may refer to blobs (large values stored once, listed at a
-line's top level as ``"sk.blobs"``: :mod:`statekeep._core.blobs`). Every write closes in format
-4, so a statekeep that reads up to format 3 refuses a State this one wrote to, rather than read
-a reference in place of the value it names.
+line's top level as ``"sk.blobs"``: :mod:`statekeep._core.blobs`) or whose log starts with a
+trim's base entry. A write closes in format 4 only then, so a statekeep that reads up to format
+3 refuses such a State rather than read a reference in place of the value it names, and keeps
+reading every other State.
 
 Format 1 (statekeep before 0.4) lines are plain entries, one per line, each a unit of its
 own. A log may start with them (a State written before the upgrade) and go on in format
@@ -49,8 +50,13 @@ import orjson
 
 from ..._core.errors import CorruptStateError, UnsupportedFormatError
 
-#: The log format every write closes in.
+#: The newest log format: a write closes in it when an older statekeep would misread the
+#: write (its entries refer to blobs, or it starts a trimmed log), in format 3 otherwise, so
+#: that a State holding neither stays readable by a statekeep that reads up to format 3.
 FORMAT = 4
+#: The format a write that needs nothing newer closes in.
+PLAIN_FORMAT = 3
+_BLOB_LIST = b'"sk.blobs":'
 
 _HEAD = b',"sk.crc":"'
 #: The length of a line's checksum ending, ``,"sk.crc":"xxxxxxxx"}`` and its newline.
@@ -79,13 +85,21 @@ def frame(line: bytes) -> bytes:
 
 
 def closing_record(
-    next_seq: int, entries: bytes, snapshot: bytes | None, at: int | None, incarnation: str | None = None
+    next_seq: int,
+    entries: bytes,
+    snapshot: bytes | None,
+    at: int | None,
+    incarnation: str | None = None,
+    *,
+    trimmed: bool = False,
 ) -> bytes:
     """The line that closes a write whose entry lines are ``entries``: with the encoded
     ``snapshot``, or (None) a marker that keeps the snapshot recorded at offset ``at``; with
-    the State's ``incarnation``, if it has one."""
+    the State's ``incarnation``, if it has one. In :data:`FORMAT` when the entries refer to
+    blobs or start a ``trimmed`` log, else in :data:`PLAIN_FORMAT`."""
+    newer = trimmed or _BLOB_LIST in entries
     head = b'{"sk.v":%d,"sk.next":%d,"sk.bytes":%d,"sk.write":"%08x",' % (
-        FORMAT,
+        FORMAT if newer else PLAIN_FORMAT,
         next_seq,
         len(entries),
         _crc32(entries),

@@ -93,7 +93,7 @@ def _reseal(
     if not replaced:
         return 0
     lines = b"".join([frame(orjson.dumps(entry) + b"\n") for entry in stored])
-    data = lines + closing_record(scan.next_seq, lines, encoded, None, scan.incarnation)
+    data = lines + closing_record(scan.next_seq, lines, encoded, None, scan.incarnation, trimmed=first > 0)
     try:
         fd = store.open_in(folder, sid, LOG_TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:

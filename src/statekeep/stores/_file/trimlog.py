@@ -73,7 +73,7 @@ def _trim(
     kept = scan.entries[before - first :]
     lines = frame(base) + b"".join([frame(orjson.dumps(entry) + b"\n") for entry in kept])
     encoded = None if current is None else orjson.dumps(current)
-    data = lines + closing_record(scan.next_seq, lines, encoded, None, scan.incarnation)
+    data = lines + closing_record(scan.next_seq, lines, encoded, None, scan.incarnation, trimmed=True)
     try:
         fd = store.open_in(folder, sid, LOG_TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
