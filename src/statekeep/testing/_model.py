@@ -50,7 +50,11 @@ scalars = (
 )
 json_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    # never the key "sk.blob", which marks a stored blob reference (a write holding it is refused)
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(texts.filter(lambda k: k != "sk.blob"), inner, max_size=3)
+    ),
     max_leaves=5,
 )
 # Never the key "seq" (the store owns it) nor "_conflict" (the conflict rule adds it).

@@ -116,8 +116,9 @@ def test_gc_of_expired_states_releases_their_blobs(pg: PostgresStore) -> None:
     expired = {"task": "a", "expires_at": "2001-01-01T00:00:00+00:00"}
     write(pg, blob_write("a", 0, [name], {name: data}, create=True, snapshot=expired))
     assert gc_blobs(pg) == (0, 0)  # expired, but still there: it refers to the blob
-    assert pg.gc() == 1
-    assert gc_blobs(pg) == (1, 40_000)
+    collected = pg.gc()  # the expired State, then the blob only it referred to
+    assert (collected, collected.blobs, collected.blob_bytes) == (1, 1, 40_000)
+    assert gc_blobs(pg) == (0, 0)
 
 
 def test_a_create_replacing_an_expired_state_drops_its_references(pg: PostgresStore) -> None:

@@ -121,8 +121,9 @@ def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
     expiring = {"task": "a", "expires_at": (now[0] + timedelta(hours=1)).isoformat()}
     write(store, blob_write("a", 0, [name], {name: data}, create=True, snapshot=expiring))
     now[0] += timedelta(hours=2)
-    assert store.gc() == 1
-    assert gc_blobs(store) == (1, 40_000)
+    collected = store.gc()  # the expired State, then the blob only it referred to
+    assert (collected, collected.blobs, collected.blob_bytes) == (1, 1, 40_000)
+    assert gc_blobs(store) == (0, 0)
     store.close()
 
 
