@@ -1,13 +1,9 @@
 """Replacing stored records of a FileStore State in place, for ``statekeep rekey``.
 
-The log is append-only, so a reseal writes a new one: every entry (the replaced ones in
-their new form) and one closing record with the current snapshot (and the State's
-incarnation), in format 2 or 3 as before, to
-``log.jsonl.tmp`` (0600, fsync'd); then ``snapshot.json`` is removed and the folder
-fsync'd (a copy describes the old log's bytes, never the new one's); then the new log is
-renamed over the old and the folder fsync'd again. A SIGKILL or power cut at any point
-leaves the old log or the new one, each whole (a missing copy is read from the log). Older
-snapshot records of the old log are not carried over: only the current one is ever read,
+The log is append-only, so a reseal writes a new one (:mod:`.rewrite`): every entry (the
+replaced ones in their new form) and one closing record with the current snapshot (and the
+State's incarnation). A SIGKILL or power cut at any point leaves the old log or the new one,
+each whole (a missing copy is read from the log). Older snapshot records of the old log are not carried over: only the current one is ever read,
 and an old key's records must not outlive a rekey.
 
 All of it under the State's flock, as appends take it. Writers of other processes that
@@ -22,16 +18,11 @@ from typing import Any
 
 import orjson
 
-from ..._core.errors import CorruptStateError
-from ..._core.records import decode_snapshot
-from .._fsio import write_private
-from .copies import write_copy
-from .folder import StoreFolder, quietly, still_named
+from .folder import StoreFolder, still_named
 from .locking import lock, unlock
-from .logformat import closing_record, frame, scan_log
-from .logtail import decode_copy
-from .recovery import Tail, check_copy
-from .trust import LOG, LOG_TMP, SNAPSHOT
+from .logformat import frame
+from .recovery import Tail
+from .rewrite import read_whole, replace_log
 
 #: A record to replace: (the stored one as read, what replaces it), each encoded JSON.
 Swap = tuple[bytes, bytes]
@@ -68,17 +59,7 @@ def _reseal(
     entries: dict[int, Swap],
     snapshot: Swap | None,
 ) -> int:
-    io = store.io
-    raw_copy = store.read_file(folder, sid, SNAPSHOT)
-    log = store.read_file(folder, sid, LOG) or b""
-    scan = scan_log(log, name=store.where(sid, LOG))  # damage raises: nothing is rewritten
-    check_copy(store, sid, decode_copy(raw_copy) if raw_copy else None, scan.end)
-    if scan.framed and scan.snapshot_at is not None and scan.snapshot is None:
-        raise CorruptStateError(
-            f"{store.where(sid, LOG)}: no snapshot record at byte {scan.snapshot_at}, where its last "
-            "write keeps it; nothing was rewritten. Move the State's folder aside"
-        )
-    current = scan.snapshot if scan.framed else decode_snapshot(raw_copy, store.where(sid, SNAPSHOT))
+    scan, current = read_whole(store, folder, sid)
     stored: list[Any] = list(scan.entries)
     replaced = 0
     first = stored[0]["seq"] if stored else 0  # above 0 for a trimmed log
@@ -93,26 +74,5 @@ def _reseal(
     if not replaced:
         return 0
     lines = b"".join([frame(orjson.dumps(entry) + b"\n") for entry in stored])
-    data = lines + closing_record(scan.next_seq, lines, encoded, None, scan.incarnation, trimmed=first > 0)
-    try:
-        fd = store.open_in(folder, sid, LOG_TMP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            write_private(io, fd, data)
-        finally:
-            os.close(fd)
-        tails.pop(sid, None)
-        try:
-            io.unlink(SNAPSHOT, dir_fd=folder)
-        except FileNotFoundError:
-            pass
-        io.fsync(folder)
-        io.rename(LOG_TMP, LOG, dir_fd=folder)  # the atomic point
-    except BaseException:
-        quietly(lambda: io.unlink(LOG_TMP, dir_fd=folder))
-        raise
-    io.fsync(folder)
-    try:
-        write_copy(store, folder, sid, len(data), scan.next_seq, encoded)
-    except (OSError, ValueError):
-        pass  # only a copy: readers fall back to the log
+    replace_log(store, tails, folder, sid, scan, lines, encoded, trimmed=first > 0)
     return replaced
