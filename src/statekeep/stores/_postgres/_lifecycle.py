@@ -12,12 +12,12 @@ import hashlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..._core.errors import StateConflictError
 from ..._core.query import ListQuery, Page
 from ..._core.records import SavedState, Snapshot, decode_snapshot
 from ..._core.writes import exists_error, missing_error, prepare_write
 from ..._runtime.bridge import owner, run_async
 from ..._store.backend import Backend
+from ..._store.saving import write_fork
 from .. import _server as servercommon
 from ._leasing import refused
 from ._listing import listing, page_query, page_rows
@@ -136,11 +136,8 @@ class Lifecycle(Backend):
             raise missing_error(source_id)
         if status == servercommon.EXISTS:
             raise exists_error(new_id)
-        if status == servercommon.COMPARE:
-            raise StateConflictError(
-                f"State {source_id!r} was deleted and written again while it was forked; nothing "
-                "was written. Fork it again"
-            )
+        if status == servercommon.COMPARE:  # stored otherwise (another bound, an inline base) or
+            await write_fork(self, entries, snapshot, new_id, incarnation)  # rewritten: as read
 
     async def _run_fork(self, args: tuple[Any, ...], new_id: str) -> tuple[Any, ...]:
         async def locked() -> tuple[Any, ...]:

@@ -21,6 +21,7 @@ from ..._core.redactor import Redactor
 from ..._core.writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
 from ..._protect.sealing import Keyring
 from ..._runtime.bridge import owner, run_async
+from ..._store.saving import write_fork
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from .._urlquery import our_values
@@ -343,18 +344,18 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ) -> None:  # fmt: skip
         """One script copies the source's entries on the server (checking they are still
         the ones read: a SHA-1 of them) and creates the fork with its snapshot."""
-        entries = [orjson.loads(line) for line in self._stored_lines(source_id, entries)]  # as stored
+        stored = [orjson.loads(line) for line in self._stored_lines(source_id, entries)]
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         self._check_open(None)
-        keys, args = fork_args(self._keys_of, source_id, entries, write, self._retention_us(), self._prefix)
+        keys, args = fork_args(self._keys_of, source_id, stored, write, self._retention_us(), self._prefix)
         reply = await run_async(self._fork(keys, args, new_id))
         if _leases.is_refusal(reply):
             _leases.refuse(self._keys_of, new_id, reply, None, "nothing was forked")
         status = int(reply[0])
-        if status == servercommon.MISSING:
-            raise missing_error(source_id)
         if status == servercommon.EXISTS:
             raise exists_error(new_id)
+        if status == servercommon.MISSING:  # gone, rewritten, or stored otherwise (another bound,
+            await write_fork(self, entries, snapshot, new_id, incarnation)  # an inline base): as read
 
     async def _fork(self, keys: list[bytes], args: list[Any], new_id: str) -> Any:
         async with owner().lock((self._storage_key(), new_id)), self._using("fork") as local:

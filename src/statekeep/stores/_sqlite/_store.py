@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..._core.blobs import DEFAULT_OFFLOAD
+from ..._core.errors import StateConflictError
 from ..._core.labels import DEFAULT_NAMESPACE, iso
 from ..._core.leases import Lease
 from ..._core.query import ListQuery, Page
@@ -24,6 +25,7 @@ from ..._runtime.batching import GroupCommit, WouldBlock
 from ..._runtime.bridge import owner, run_async
 from ..._store.backend import Backend
 from ..._store.engine import Clock
+from ..._store.saving import write_fork
 from .._fsio import tree_bytes
 from . import _blobs as blobs
 from . import _sql as sql
@@ -310,12 +312,15 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         # The entries are copied inside the database (INSERT ... SELECT), in the transaction
         # that creates the fork, which first checks the source still holds them: they are
         # encoded here (not sent) to compare with the source's, which may have been deleted
-        # and written again since they were read.
+        # and written again since they were read; if they differ, the fork is written whole.
         lines = self._stored_lines(source_id, entries)  # blob references, as stored
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         end = entries[-1]["seq"] + 1 if entries else 0  # (len(entries) but for a trimmed source)
         op: Op = ("fork", self.namespace, Fork(write, source_id, end, lines))
-        await run_async(self._locked_submit(new_id, op), direct=True)
+        try:
+            await run_async(self._locked_submit(new_id, op), direct=True)
+        except StateConflictError:  # stored otherwise (another bound, an inline base) or rewritten:
+            await write_fork(self, entries, snapshot, new_id, incarnation)  # the entries as read
 
     async def _locked_submit(self, state_id: str, op: Op) -> None:
         async with owner().lock((self._storage_key(), state_id)):
