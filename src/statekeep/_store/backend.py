@@ -22,7 +22,7 @@ from .._core.writes import PreparedWrite
 from .._leases.api import Leasing
 from .._runtime.bridge import owner, run_async, run_sync
 from . import trimming
-from .blobs import Blobs, Collected, ReadResult, with_blobs
+from .blobs import Blobs, Collected, ReadResult, missing_blobs, with_blobs
 from .capabilities import Namespaces, Trims
 from .contract import Store
 from .engine import Engine
@@ -128,11 +128,16 @@ class Backend(Engine, Leasing, Incarnated, Store):
         return self._read_with_blobs(self._sid(state_id), check_since(since))
 
     async def _read_with_blobs(self, state_id: str, since: int) -> tuple[ReadResult, Fetched]:
-        """``_read``, and the blobs its entries list fetched in the same owner-loop call."""
+        """``_read``, and the blobs its entries list fetched in the same owner-loop call.
+        Blobs gone between the two (the State deleted, trimmed or rewritten, then gc beside
+        this read) mean the record read is gone too: it is read again, once."""
         read = await self._read(state_id, since)
         if not isinstance(self, Blobs):
             return read, None
-        return await with_blobs(self, read)
+        found = await with_blobs(self, read)
+        if missing_blobs(found):
+            found = await with_blobs(self, await self._read(state_id, since))
+        return found
 
     def _opened(self, state_id: str, read: tuple[ReadResult, Fetched], since: int) -> Record | None:
         record = built(read[0])

@@ -69,4 +69,18 @@ async def with_blobs(store: Blobs, read: ReadResult) -> tuple[ReadResult, dict[s
         if callable(read):
             read = read()  # a store of one's own deferring without its bytes: built here
         names = wanted(read.entries)
-    return read, (await store._get_blobs(names) if names else {})
+    if not names:
+        return read, {}
+    found = await store._get_blobs(names)
+    if len(found) < len(names):
+        return read, _Missing(found)
+    return read, found
+
+
+class _Missing(dict[str, bytes]):
+    """The blobs found when some a record lists were not (see :func:`missing_blobs`)."""
+
+
+def missing_blobs(found: tuple[ReadResult, dict[str, bytes] | None]) -> bool:
+    """Whether :func:`with_blobs` found fewer blobs than the record lists."""
+    return isinstance(found[1], _Missing)

@@ -47,8 +47,6 @@ def removed_entries(state_id: str, entries: list[dict[str, Any]], before: int) -
             f"base record is at seq {start}, so before={before} removes nothing more. To trim further "
             f"give a before above {start + 1}; nothing was changed"
         )
-    if before == start + 1:
-        return None
     compaction = latest_compaction(entries)
     if compaction is None:
         raise ValueError(
@@ -56,6 +54,8 @@ def removed_entries(state_id: str, entries: list[dict[str, Any]], before: int) -
             "summary stands for. Compact it first (state.compact(summary, through=seq), then save it); "
             "nothing was changed"
         )
+    if before == start + 1:
+        return None
     through = compaction["through"]
     if before > through + 1:
         raise ValueError(

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from statekeep import CorruptStateError, FileStore, Record, UnsupportedFormatError
+from statekeep import CorruptStateError, FileStore, Record, State, UnsupportedFormatError
 from statekeep.stores._file.logformat import closing_record, frame, scan_log
 from statekeep.stores._file.logtail import decode_copy, encode_copy, entries_back, last_write
 from statekeep.testing import entries, snapshot
@@ -278,3 +278,19 @@ def test_a_format_1_state_keeps_its_snapshot_through_writes_that_add_nothing(tmp
     store.write("a", entries(0, 3), None)  # re-sent: nothing new to write, still format 1
     store.write("a", entries(3, 1), None)  # the first format 2 write moves the snapshot in
     assert FileStore(root).read("a") == Record(entries(0, 4), snapshot("a"))
+
+
+def test_a_fork_of_a_trimmed_state_closes_in_the_newer_format(tmp_path: Path) -> None:
+    # Its log starts with the base, as the trimmed one's does: a statekeep reading up to format
+    # 3 must refuse it as newer, not report it damaged.
+    store = FileStore(tmp_path / "store")
+    state = State("trimmed", id="t")
+    state.add_user("a")
+    state.compact("said a", through=1)
+    state.add_user("b")
+    store.save(state)
+    store.trim("t", before=2)
+    store.fork("t", new_id="f")
+    (log,) = (tmp_path / "store").rglob("f/log.jsonl")
+    first, closing = log.read_bytes().splitlines()[0], log.read_bytes().splitlines()[-1]
+    assert first.startswith(b'{"seq":1,"kind":"base"') and closing.startswith(b'{"sk.v":4,')

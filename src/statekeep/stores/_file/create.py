@@ -71,7 +71,9 @@ def _create(
     try:
         try:
             entries = b"".join([frame(line) for line in write.lines])
-            record = closing_record(write.end_seq, entries, write.snapshot, None, write.incarnation)
+            record = closing_record(
+                write.end_seq, entries, write.snapshot, None, write.incarnation, trimmed=write.first_seq > 0
+            )  # (a fork, copy or import of a trimmed State starts with its base)
             log = io.open(LOG, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, dir_fd=folder)
             try:
                 write_private(io, log, entries + record)
