@@ -81,12 +81,13 @@ def imported(code: str) -> set[str]:
     }
 
 
-def docs_example(adapter: str) -> str:
-    """The one example in the docs (its adapter's page) that imports the adapter."""
-    [block] = [
-        block for block in all_blocks("python") if f"statekeep.adapters.{adapter} import" in block.code
+def docs_examples(adapter: str) -> set[str]:
+    """The modules the docs' examples that import the adapter import (at least one does)."""
+    codes = [
+        block.code for block in all_blocks("python") if f"statekeep.adapters.{adapter} import" in block.code
     ]
-    return block.code
+    assert codes, f"no docs example imports statekeep.adapters.{adapter}"
+    return set().union(*(imported(code) for code in codes))
 
 
 def test_the_installed_metadata_is_this_checkouts() -> None:
@@ -108,9 +109,7 @@ def test_the_extra_installs_what_the_docs_example_and_the_adapter_import(adapter
     extra, _, private = FRAMEWORKS[adapter]
     installs = extra_requirements(extra)
     sources = [ADAPTERS / f"{adapter}.py", *sorted(ADAPTERS.glob(f"{private}*.py"))]
-    needed = imported(docs_example(adapter)) | {
-        name for path in sources for name in imported(path.read_text())
-    }
+    needed = docs_examples(adapter) | {name for path in sources for name in imported(path.read_text())}
     assert needed  # the example or the adapter imports its framework
     lacking = {module: distribution_of(module) for module in sorted(needed)}
     lacking = {module: dist for module, dist in lacking.items() if dist not in installs}
