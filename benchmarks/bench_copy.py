@@ -147,18 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "copy States/s / the same States written from memory with write(create=True), one after another.\n"
         f"Took {elapsed:.1f} s."
     )
-    if args.json:
-        common.write_json(
-            args.json,
-            cfg,
-            args.quick,
-            {"python": platform.python_version()},
-            scratch,
-            {},
-            elapsed,
-            rows,
-            samples,
-        )
+    common.write_json_if_asked(args, cfg, scratch, elapsed, rows, samples)
     return 0
 
 

@@ -211,18 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "for as long as gc runs; every value they wrote read back whole afterwards.\n"
         f"Took {elapsed:.1f} s."
     )
-    if args.json:
-        common.write_json(
-            args.json,
-            cfg,
-            args.quick,
-            {"python": platform.python_version()},
-            scratch,
-            extra,
-            elapsed,
-            rows,
-            samples,
-        )
+    common.write_json_if_asked(args, cfg, scratch, elapsed, rows, samples, extra)
     return 0
 
 

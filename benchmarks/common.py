@@ -424,3 +424,19 @@ def write_json(
         "samples": samples,
     }
     Path(path).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+
+
+def write_json_if_asked(
+    args: argparse.Namespace,
+    cfg: Any,
+    scratch: Scratch,
+    elapsed: float,
+    rows: list[Row],
+    samples: dict[str, list[float]],
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """:func:`write_json` to ``args.json`` when the run was given ``--json`` (with this
+    Python's version), else nothing."""
+    if args.json:
+        versions = {"python": platform.python_version()}
+        write_json(args.json, cfg, args.quick, versions, scratch, extra or {}, elapsed, rows, samples)
