@@ -21,14 +21,21 @@ from tests.stores.sqlite.test_sqlite_statements import Traced, warm
 from tests.support.blobs import (
     blob,
     blob_write,
+    check_a_missing_blob_is_refused_whole,
+    check_an_append_refers_without_bytes,
+    check_another_namespace_keeps_the_blob,
     check_batched_writes,
     check_fork_refers_to_the_blobs_of_its_entries,
-    gc_beside_writer,
+    check_gc_beside_writer,
+    check_gc_collects_the_expired_state_and_its_blob,
+    check_gc_removes_only_unreferenced,
+    check_stored_once_across_states_and_namespaces,
     gc_blobs,
     get_blobs,
     kill_a_writer,
     usage,
     write,
+    write_expiring,
     write_together,
 )
 from tests.support.older import run_older
@@ -48,68 +55,35 @@ def rows(store: SQLiteStore, query: str) -> list[tuple[object, ...]]:
     return found
 
 
+def make_store(store: SQLiteStore) -> str:
+    """Python that opens ``store``'s file in another process."""
+    return f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
+
+
 def test_a_write_stores_its_blobs_once_across_states_and_namespaces(store: SQLiteStore) -> None:
-    name, data = blob()
-    other_name, other = blob(50_000)
-    write(store, blob_write("a", 0, [name, other_name], {name: data, other_name: other}, create=True))
-    write(store, blob_write("b", 0, [name], {name: data}, create=True))
-    sibling = store._sibling("memory")
-    write(sibling, blob_write("a", 0, [name], {name: data}, create=True))
+    name, other_name = check_stored_once_across_states_and_namespaces(store)
     assert rows(store, "SELECT count(*), sum(length(data)) FROM blobs") == [(2, 90_000)]
-    assert usage(store) == usage(sibling) == (2, 90_000)
     assert sorted(rows(store, "SELECT namespace, state_id, name, seq FROM blob_refs")) == sorted(
         [("default", "a", name, 0), ("default", "a", other_name, 0), ("default", "b", name, 0),
          ("memory", "a", name, 0)]
     )  # fmt: skip
-    # The entry holds the reference, as written.
-    assert store.read("a").entries[0]["out"] == [{"sk.blob": name}, {"sk.blob": other_name}]
-    assert get_blobs(store, [name, other_name, "f" * 64]) == {name: data, other_name: other}
-    assert get_blobs(sibling, []) == {}
 
 
 def test_an_append_refers_to_a_stored_blob_without_its_bytes(store: SQLiteStore) -> None:
-    name, data = blob()
-    write(store, blob_write("a", 0, [name], {name: data}, create=True))
-    write(store, blob_write("a", 1, [name], None))  # refers to it, brings no bytes
-    write(store, blob_write("b", 0, [name], None, create=True))
-    assert usage(store) == (1, len(data))
+    check_an_append_refers_without_bytes(store)
     assert rows(store, "SELECT state_id, seq FROM blob_refs ORDER BY state_id") == [("a", 0), ("b", 0)]
 
 
 def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(store: SQLiteStore) -> None:
-    name, _ = blob()
-    write(store, blob_write("a", 0, [], None, create=True))
-    with pytest.raises(LookupError, match="does not hold"):
-        write(store, blob_write("a", 1, [name], None))
-    assert len(store.read("a").entries) == 1
-    assert usage(store) == (0, 0)
+    check_a_missing_blob_is_refused_whole(store)
 
 
 def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(store: SQLiteStore) -> None:
-    shared, shared_data = blob()
-    own, own_data = blob(10_000)
-    write(store, blob_write("a", 0, [shared, own], {shared: shared_data, own: own_data}, create=True))
-    write(store, blob_write("b", 0, [shared], {shared: shared_data}, create=True))
-    assert gc_blobs(store, dry_run=True) == (0, 0)
-    assert gc_blobs(store) == (0, 0)
-    store.delete("a")
-    assert gc_blobs(store, dry_run=True) == (1, 10_000)
-    assert usage(store) == (2, 50_000)  # a dry run removes nothing
-    assert gc_blobs(store) == (1, 10_000)
-    assert get_blobs(store, [shared, own]) == {shared: shared_data}
-    store.delete("b")
-    assert gc_blobs(store) == (1, 40_000)
-    assert usage(store) == (0, 0) and gc_blobs(store) == (0, 0)
+    check_gc_removes_only_unreferenced(store)
 
 
 def test_a_reference_in_another_namespace_keeps_the_blob(store: SQLiteStore) -> None:
-    name, data = blob()
-    write(store, blob_write("a", 0, [name], {name: data}, create=True))
-    write(store._sibling("other"), blob_write("x", 0, [name], {name: data}, create=True))
-    store.delete("a")
-    assert gc_blobs(store) == (0, 0)
-    store._sibling("other").delete("x")
-    assert gc_blobs(store) == (1, 40_000)
+    check_another_namespace_keeps_the_blob(store)
 
 
 def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
@@ -117,13 +91,9 @@ def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
 
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     store = SQLiteStore(tmp_path / "store.db", clock=lambda: now[0])
-    name, data = blob()
-    expiring = {"task": "a", "expires_at": (now[0] + timedelta(hours=1)).isoformat()}
-    write(store, blob_write("a", 0, [name], {name: data}, create=True, snapshot=expiring))
+    write_expiring(store, (now[0] + timedelta(hours=1)).isoformat())
     now[0] += timedelta(hours=2)
-    collected = store.gc()  # the expired State, then the blob only it referred to
-    assert (collected, collected.blobs, collected.blob_bytes) == (1, 1, 40_000)
-    assert gc_blobs(store) == (0, 0)
+    check_gc_collects_the_expired_state_and_its_blob(store)
     store.close()
 
 
@@ -157,10 +127,7 @@ def test_deleted_and_collected_blob_bytes_leave_the_files(store: SQLiteStore) ->
 
 def test_gc_beside_a_writer_in_another_process_never_removes_a_referenced_blob(store: SQLiteStore) -> None:
     store.write("seed", [], None, create=True)  # the file exists for the writer
-    busy = gc_beside_writer(
-        store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
-    )
-    print(f"{busy} gc calls removed blobs while the writer ran")
+    check_gc_beside_writer(store, make_store(store))
 
 
 def test_a_write_without_blobs_runs_no_more_statements(store: SQLiteStore) -> None:
@@ -231,10 +198,7 @@ def test_writes_batched_together_store_a_shared_blob_once(store: SQLiteStore) ->
 
 def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(store: SQLiteStore) -> None:
     store.write("seed", [], None, create=True)
-    found = kill_a_writer(
-        store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
-    )
-    assert len(found) >= 8
+    assert len(kill_a_writer(store, make_store(store))) >= 8
 
 
 def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries(store: SQLiteStore) -> None:
