@@ -11,24 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.blobs import (
-    blob,
-    blob_write,
-    check_a_missing_blob_is_refused_whole,
-    check_an_append_refers_without_bytes,
-    check_another_namespace_keeps_the_blob,
-    check_batched_writes,
-    check_fork_refers_to_the_blobs_of_its_entries,
-    check_gc_beside_writer,
-    check_gc_collects_the_expired_state_and_its_blob,
-    check_gc_removes_only_unreferenced,
-    check_stored_once_across_states_and_namespaces,
-    gc_blobs,
-    get_blobs,
-    kill_a_writer,
-    write,
-    write_expiring,
-)
+from tests.support import blob_trim
+from tests.support import blobs as shared
+from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, write
 from tests.support.older import run_older
 from tests.support.postgres import old_tables, raw
 from tests.support.servers import PostgresServer, unique_name
@@ -60,7 +45,7 @@ def make_store(server: PostgresServer, store: PostgresStore) -> str:
 def test_a_write_stores_its_blobs_once_across_states_and_namespaces(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
-    name, other_name = check_stored_once_across_states_and_namespaces(pg)
+    name, other_name = shared.check_stored_once_across_states_and_namespaces(pg)
     assert rows(postgres_server, pg, "SELECT count(*), sum(octet_length(data)) FROM {blobs}") == [(2, 90_000)]
     assert sorted(rows(postgres_server, pg, "SELECT ns, state_id, name, seq FROM {refs}")) == sorted(
         [("default", "a", name, 0), ("default", "a", other_name, 0), ("default", "b", name, 0),
@@ -71,7 +56,7 @@ def test_a_write_stores_its_blobs_once_across_states_and_namespaces(
 def test_an_append_refers_to_a_stored_blob_without_its_bytes(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
-    check_an_append_refers_without_bytes(pg)
+    shared.check_an_append_refers_without_bytes(pg)
     assert rows(postgres_server, pg, "SELECT state_id, seq FROM {refs} ORDER BY state_id") == [
         ("a", 0),
         ("b", 0),
@@ -79,38 +64,38 @@ def test_an_append_refers_to_a_stored_blob_without_its_bytes(
 
 
 def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(pg: PostgresStore) -> None:
-    check_a_missing_blob_is_refused_whole(pg)
+    shared.check_a_missing_blob_is_refused_whole(pg)
 
 
 def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(pg: PostgresStore) -> None:
-    check_gc_removes_only_unreferenced(pg)
+    shared.check_gc_removes_only_unreferenced(pg)
 
 
 def test_a_reference_in_another_namespace_keeps_the_blob(pg: PostgresStore) -> None:
-    check_another_namespace_keeps_the_blob(pg)
+    shared.check_another_namespace_keeps_the_blob(pg)
 
 
 def test_gc_of_expired_states_releases_their_blobs(pg: PostgresStore) -> None:
-    write_expiring(pg, EXPIRED)
+    shared.write_expiring(pg, EXPIRED)
     assert gc_blobs(pg) == (0, 0)  # expired, but still there: it refers to the blob
-    check_gc_collects_the_expired_state_and_its_blob(pg)
+    shared.check_gc_collects_the_expired_state_and_its_blob(pg)
 
 
 def test_a_create_replacing_an_expired_state_drops_its_references(pg: PostgresStore) -> None:
-    write_expiring(pg, EXPIRED)
+    shared.write_expiring(pg, EXPIRED)
     write(pg, blob_write("a", 0, [], None, create=True))
     assert gc_blobs(pg) == (1, 40_000)
 
 
 def test_a_fork_copied_on_the_server_keeps_the_references_of_its_entries(pg: PostgresStore) -> None:
-    check_fork_refers_to_the_blobs_of_its_entries(pg)
+    shared.check_fork_refers_to_the_blobs_of_its_entries(pg)
 
 
 def test_gc_beside_writers_in_another_process_never_removes_a_referenced_blob(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
     pg.write("seed", [], None, create=True)  # the tables exist
-    check_gc_beside_writer(pg, make_store(postgres_server, pg))
+    shared.check_gc_beside_writer(pg, make_store(postgres_server, pg))
 
 
 def test_a_write_waiting_on_gc_stores_the_blob_again(
@@ -192,9 +177,7 @@ def test_wait_for_lock_heeds_only_waits_on_this_connections_locks(postgres_serve
 
 
 def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(pg: PostgresStore) -> None:
-    from tests.support.blob_trim import check_trim_releases_blobs
-
-    check_trim_releases_blobs(pg)
+    blob_trim.check_trim_releases_blobs(pg)
 
 
 def test_a_write_without_blobs_is_one_statement(postgres_server: PostgresServer) -> None:
@@ -281,17 +264,15 @@ def test_collected_blob_bytes_leave_the_table_files_after_vacuum_full(
 
 
 def test_writes_batched_together_store_a_shared_blob_once(pg: PostgresStore) -> None:
-    check_batched_writes(pg)
+    shared.check_batched_writes(pg)
 
 
 def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
     pg.write("seed", [], None, create=True)
-    assert len(kill_a_writer(pg, make_store(postgres_server, pg))) >= 8
+    assert len(shared.kill_a_writer(pg, make_store(postgres_server, pg))) >= 8
 
 
 def test_a_trim_of_a_sealed_state_keeps_its_blob_references(pg: PostgresStore) -> None:
-    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
-
-    check_a_sealed_state_keeps_its_references(pg)
+    blob_trim.check_a_sealed_state_keeps_its_references(pg)

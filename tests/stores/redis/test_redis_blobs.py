@@ -16,23 +16,9 @@ from typing import Any
 import pytest
 
 from statekeep.testing import entries, snapshot
-from tests.support.blobs import (
-    blob,
-    blob_write,
-    check_a_missing_blob_is_refused_whole,
-    check_an_append_refers_without_bytes,
-    check_another_namespace_keeps_the_blob,
-    check_batched_writes,
-    check_fork_refers_to_the_blobs_of_its_entries,
-    check_gc_beside_writer,
-    check_gc_removes_only_unreferenced,
-    check_stored_once_across_states_and_namespaces,
-    gc_blobs,
-    get_blobs,
-    kill_a_writer,
-    usage,
-    write,
-)
+from tests.support import blob_trim
+from tests.support import blobs as shared
+from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, usage, write
 from tests.support.older import run_older
 from tests.support.servers import RedisServer, unique_name
 
@@ -78,7 +64,7 @@ def rs(redis_server: RedisServer, prefix: str) -> Iterator[RedisStore]:
 def test_a_write_stores_its_blobs_once_across_states_and_namespaces(
     rs: RedisStore, redis_server: RedisServer, prefix: str
 ) -> None:
-    name, _ = check_stored_once_across_states_and_namespaces(rs)
+    name, _ = shared.check_stored_once_across_states_and_namespaces(rs)
     assert raw(redis_server, "ZCARD", prefix + "blobs") == 2
     assert raw(redis_server, "GET", prefix + "blob:" + name) == get_blobs(rs, [name])[name]
     assert referrers(redis_server, prefix, name) == {
@@ -89,13 +75,13 @@ def test_a_write_stores_its_blobs_once_across_states_and_namespaces(
 
 
 def test_an_append_refers_to_a_stored_blob_without_its_bytes(rs: RedisStore) -> None:
-    check_an_append_refers_without_bytes(rs)
+    shared.check_an_append_refers_without_bytes(rs)
     rs.delete("a")
     assert gc_blobs(rs) == (0, 0)  # b still refers to it
 
 
 def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(rs: RedisStore) -> None:
-    check_a_missing_blob_is_refused_whole(rs)
+    shared.check_a_missing_blob_is_refused_whole(rs)
 
 
 def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(
@@ -105,7 +91,7 @@ def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(
     def b_still_refers(shared: str) -> None:
         assert f"{prefix}state:b".encode() in referrers(redis_server, prefix, shared)
 
-    check_gc_removes_only_unreferenced(rs, after_first=b_still_refers)
+    shared.check_gc_removes_only_unreferenced(rs, after_first=b_still_refers)
     # What is left: the generation counter alone (it never goes back, so no old referrer
     # can ever match a new State).
     assert raw(redis_server, "KEYS", prefix + "blob*") == [f"{prefix}blobgen".encode()]
@@ -127,7 +113,7 @@ def test_gc_walks_more_blobs_than_one_batch(rs: RedisStore) -> None:
 
 
 def test_a_reference_in_another_namespace_keeps_the_blob(rs: RedisStore) -> None:
-    check_another_namespace_keeps_the_blob(rs)
+    shared.check_another_namespace_keeps_the_blob(rs)
 
 
 def test_a_state_gone_by_native_expiry_no_longer_holds_its_blobs(
@@ -152,13 +138,13 @@ def test_a_state_made_again_under_the_same_id_does_not_hold_the_old_ones_blobs(r
 
 
 def test_a_fork_copied_on_the_server_refers_to_the_blobs_of_its_entries(rs: RedisStore) -> None:
-    check_fork_refers_to_the_blobs_of_its_entries(rs)
+    shared.check_fork_refers_to_the_blobs_of_its_entries(rs)
 
 
 def test_gc_beside_writers_in_another_process_never_removes_a_referenced_blob(
     rs: RedisStore, redis_server: RedisServer, prefix: str
 ) -> None:
-    check_gc_beside_writer(rs, make_store(redis_server, prefix))
+    shared.check_gc_beside_writer(rs, make_store(redis_server, prefix))
 
 
 def test_deleted_and_collected_blob_bytes_leave_the_files_after_an_aof_rewrite(
@@ -244,22 +230,18 @@ def test_the_last_release_refuses_a_prefix_at_layout_4(
 
 
 def test_writes_batched_together_store_a_shared_blob_once(rs: RedisStore) -> None:
-    check_batched_writes(rs)
+    shared.check_batched_writes(rs)
 
 
 def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
     rs: RedisStore, redis_server: RedisServer, prefix: str
 ) -> None:
-    assert len(kill_a_writer(rs, make_store(redis_server, prefix))) >= 8
+    assert len(shared.kill_a_writer(rs, make_store(redis_server, prefix))) >= 8
 
 
 def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(rs: RedisStore) -> None:
-    from tests.support.blob_trim import check_trim_releases_blobs
-
-    check_trim_releases_blobs(rs)
+    blob_trim.check_trim_releases_blobs(rs)
 
 
 def test_a_trim_of_a_sealed_state_keeps_its_blob_references(rs: RedisStore) -> None:
-    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
-
-    check_a_sealed_state_keeps_its_references(rs)
+    blob_trim.check_a_sealed_state_keeps_its_references(rs)

@@ -18,26 +18,9 @@ from statekeep._core.writes import prepare_write
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from statekeep.testing import entries, snapshot
 from tests.stores.sqlite.test_sqlite_statements import Traced, warm
-from tests.support.blobs import (
-    blob,
-    blob_write,
-    check_a_missing_blob_is_refused_whole,
-    check_an_append_refers_without_bytes,
-    check_another_namespace_keeps_the_blob,
-    check_batched_writes,
-    check_fork_refers_to_the_blobs_of_its_entries,
-    check_gc_beside_writer,
-    check_gc_collects_the_expired_state_and_its_blob,
-    check_gc_removes_only_unreferenced,
-    check_stored_once_across_states_and_namespaces,
-    gc_blobs,
-    get_blobs,
-    kill_a_writer,
-    usage,
-    write,
-    write_expiring,
-    write_together,
-)
+from tests.support import blob_trim
+from tests.support import blobs as shared
+from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, usage, write
 from tests.support.older import run_older
 
 
@@ -61,7 +44,7 @@ def make_store(store: SQLiteStore) -> str:
 
 
 def test_a_write_stores_its_blobs_once_across_states_and_namespaces(store: SQLiteStore) -> None:
-    name, other_name = check_stored_once_across_states_and_namespaces(store)
+    name, other_name = shared.check_stored_once_across_states_and_namespaces(store)
     assert rows(store, "SELECT count(*), sum(length(data)) FROM blobs") == [(2, 90_000)]
     assert sorted(rows(store, "SELECT namespace, state_id, name, seq FROM blob_refs")) == sorted(
         [("default", "a", name, 0), ("default", "a", other_name, 0), ("default", "b", name, 0),
@@ -70,20 +53,20 @@ def test_a_write_stores_its_blobs_once_across_states_and_namespaces(store: SQLit
 
 
 def test_an_append_refers_to_a_stored_blob_without_its_bytes(store: SQLiteStore) -> None:
-    check_an_append_refers_without_bytes(store)
+    shared.check_an_append_refers_without_bytes(store)
     assert rows(store, "SELECT state_id, seq FROM blob_refs ORDER BY state_id") == [("a", 0), ("b", 0)]
 
 
 def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(store: SQLiteStore) -> None:
-    check_a_missing_blob_is_refused_whole(store)
+    shared.check_a_missing_blob_is_refused_whole(store)
 
 
 def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(store: SQLiteStore) -> None:
-    check_gc_removes_only_unreferenced(store)
+    shared.check_gc_removes_only_unreferenced(store)
 
 
 def test_a_reference_in_another_namespace_keeps_the_blob(store: SQLiteStore) -> None:
-    check_another_namespace_keeps_the_blob(store)
+    shared.check_another_namespace_keeps_the_blob(store)
 
 
 def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
@@ -91,14 +74,14 @@ def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
 
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     store = SQLiteStore(tmp_path / "store.db", clock=lambda: now[0])
-    write_expiring(store, (now[0] + timedelta(hours=1)).isoformat())
+    shared.write_expiring(store, (now[0] + timedelta(hours=1)).isoformat())
     now[0] += timedelta(hours=2)
-    check_gc_collects_the_expired_state_and_its_blob(store)
+    shared.check_gc_collects_the_expired_state_and_its_blob(store)
     store.close()
 
 
 def test_a_fork_copied_in_the_database_keeps_the_references_of_its_entries(store: SQLiteStore) -> None:
-    check_fork_refers_to_the_blobs_of_its_entries(store)
+    shared.check_fork_refers_to_the_blobs_of_its_entries(store)
 
 
 def test_deleted_and_collected_blob_bytes_leave_the_files(store: SQLiteStore) -> None:
@@ -127,7 +110,7 @@ def test_deleted_and_collected_blob_bytes_leave_the_files(store: SQLiteStore) ->
 
 def test_gc_beside_a_writer_in_another_process_never_removes_a_referenced_blob(store: SQLiteStore) -> None:
     store.write("seed", [], None, create=True)  # the file exists for the writer
-    check_gc_beside_writer(store, make_store(store))
+    shared.check_gc_beside_writer(store, make_store(store))
 
 
 def test_a_write_without_blobs_runs_no_more_statements(store: SQLiteStore) -> None:
@@ -193,17 +176,17 @@ def test_prepare_write_leaves_no_blobs(store: SQLiteStore) -> None:
 
 
 def test_writes_batched_together_store_a_shared_blob_once(store: SQLiteStore) -> None:
-    check_batched_writes(store)
+    shared.check_batched_writes(store)
 
 
 def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(store: SQLiteStore) -> None:
     store.write("seed", [], None, create=True)
-    assert len(kill_a_writer(store, make_store(store))) >= 8
+    assert len(shared.kill_a_writer(store, make_store(store))) >= 8
 
 
 def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries(store: SQLiteStore) -> None:
     name, data = blob()
-    write_together(
+    shared.write_together(
         store,
         [
             blob_write("a", 0, [name], {name: data}, create=True),
@@ -215,22 +198,18 @@ def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries
 
 
 def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(store: SQLiteStore) -> None:
-    from tests.support.blob_trim import check_trim_releases_blobs
-
-    check_trim_releases_blobs(store)
+    blob_trim.check_trim_releases_blobs(store)
 
 
 def test_a_trim_moves_each_kept_reference_to_the_first_kept_line_that_makes_it(store: SQLiteStore) -> None:
     # So a later fork copies a reference with the entry that makes it (blob_refs.seq < its count).
-    from tests.support.blob_trim import trim
-
     first, first_data = blob(1_000)
     later, later_data = blob(2_000)
     write(store, blob_write("a", 0, [first, later], {first: first_data, later: later_data}, create=True))
     write(store, blob_write("a", 1, [], None))
     write(store, blob_write("a", 2, [later], None))
     write(store, blob_write("a", 3, [first], None))
-    trim(store, "a", 2, {"seq": 1, "kind": "base", "trimmed": 1})
+    blob_trim.trim(store, "a", 2, {"seq": 1, "kind": "base", "trimmed": 1})
     assert sorted(rows(store, "SELECT name, seq FROM blob_refs")) == sorted([(first, 3), (later, 2)])
     assert gc_blobs(store) == (0, 0)
 
@@ -323,6 +302,4 @@ def test_gc_does_not_hold_writers_off_for_a_long_reader_and_a_later_gc_erases(
 
 
 def test_a_trim_of_a_sealed_state_keeps_its_blob_references(store: SQLiteStore) -> None:
-    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
-
-    check_a_sealed_state_keeps_its_references(store)
+    blob_trim.check_a_sealed_state_keeps_its_references(store)
