@@ -440,3 +440,16 @@ def write_json_if_asked(
     if args.json:
         versions = {"python": platform.python_version()}
         write_json(args.json, cfg, args.quick, versions, scratch, extra or {}, elapsed, rows, samples)
+
+
+def start(
+    title: str, doc: str | None, argv: Sequence[str] | None, quick: T, full: T
+) -> tuple[argparse.Namespace, T, Scratch, float]:
+    """A run's start: its arguments, its config (``quick`` under ``--quick``, else
+    ``full``), a fresh scratch folder and the clock's reading, once the banner is printed."""
+    args = parse_args(doc, argv)
+    cfg = quick if args.quick else full
+    scratch = Scratch()
+    began = time.perf_counter()
+    print_banner(title, args.quick, f"python {platform.python_version()}", scratch, cfg)
+    return args, cfg, scratch, began

@@ -163,7 +163,7 @@ def kill_a_writer(store: Any, make_store: str, acknowledged: int = 8) -> list[st
         text=True,
     )
     assert proc.stdout is not None
-    acked = []
+    acked: list[str] = []
     try:
         while len(acked) < acknowledged:
             line = proc.stdout.readline()
@@ -172,7 +172,7 @@ def kill_a_writer(store: Any, make_store: str, acknowledged: int = 8) -> list[st
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    found = []
+    found: list[str] = []
     for i in range(acknowledged + 2):
         sid = f"k{i:04d}"
         record = run_sync(store._read(sid), "aread")
