@@ -21,7 +21,6 @@ any reads). Ratio: copy States/s / baseline States/s.
 from __future__ import annotations
 
 import asyncio
-import platform
 import sys
 import time
 import uuid
@@ -91,12 +90,7 @@ def write_rate(make_dst: Callable[[], Store], states: list[tuple[str, Record]]) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = common.parse_args(__doc__, argv)
-    cfg = QUICK if args.quick else FULL
-    scratch = Scratch()
-    began = time.perf_counter()
-    versions = f"python {platform.python_version()}"
-    common.print_banner("copy benchmark", args.quick, versions, scratch, cfg)
+    args, cfg, scratch, began = common.start("copy benchmark", __doc__, argv, QUICK, FULL)
     samples: dict[str, list[float]] = {}
     started: list[Any] = []
     states = workload(cfg)
@@ -147,18 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "copy States/s / the same States written from memory with write(create=True), one after another.\n"
         f"Took {elapsed:.1f} s."
     )
-    if args.json:
-        common.write_json(
-            args.json,
-            cfg,
-            args.quick,
-            {"python": platform.python_version()},
-            scratch,
-            {},
-            elapsed,
-            rows,
-            samples,
-        )
+    common.write_json_if_asked(args, cfg, scratch, elapsed, rows, samples)
     return 0
 
 

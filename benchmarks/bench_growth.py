@@ -24,7 +24,6 @@ reps, and the ratio of gc beside writers to gc alone. Nothing a writer refers to
 
 from __future__ import annotations
 
-import platform
 import statistics
 import sys
 import threading
@@ -37,7 +36,6 @@ from typing import Any
 import orjson
 
 import common
-from common import Scratch
 from statekeep import FileStore, SQLiteStore, State, Store, agent_info
 from statekeep._runtime.bridge import run_sync
 from statekeep._store.capabilities import SizeOnDisk
@@ -147,12 +145,9 @@ def gc_run(path: Path, blobs: int, writers: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = common.parse_args(__doc__, argv)
-    cfg = QUICK if args.quick else FULL
-    scratch = Scratch()
-    began = time.perf_counter()
-    versions = f"python {platform.python_version()}"
-    common.print_banner("growth benchmark (large values stored once)", args.quick, versions, scratch, cfg)
+    args, cfg, scratch, began = common.start(
+        "growth benchmark (large values stored once)", __doc__, argv, QUICK, FULL
+    )
     rows: list[common.Row] = []
     samples: dict[str, list[float]] = {}
     extra: dict[str, Any] = {}
@@ -211,18 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "for as long as gc runs; every value they wrote read back whole afterwards.\n"
         f"Took {elapsed:.1f} s."
     )
-    if args.json:
-        common.write_json(
-            args.json,
-            cfg,
-            args.quick,
-            {"python": platform.python_version()},
-            scratch,
-            extra,
-            elapsed,
-            rows,
-            samples,
-        )
+    common.write_json_if_asked(args, cfg, scratch, elapsed, rows, samples, extra)
     return 0
 
 

@@ -181,18 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stamp / CPU listing on every poll (the path before it), in the same run.\n"
         f"Took {elapsed:.1f} s."
     )
-    if args.json:
-        common.write_json(
-            args.json,
-            cfg,
-            args.quick,
-            {"python": platform.python_version()},
-            scratch,
-            {},
-            elapsed,
-            rows,
-            samples,
-        )
+    common.write_json_if_asked(args, cfg, scratch, elapsed, rows, samples)
     return 0
 
 

@@ -424,3 +424,32 @@ def write_json(
         "samples": samples,
     }
     Path(path).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+
+
+def write_json_if_asked(
+    args: argparse.Namespace,
+    cfg: Any,
+    scratch: Scratch,
+    elapsed: float,
+    rows: list[Row],
+    samples: dict[str, list[float]],
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """:func:`write_json` to ``args.json`` when the run was given ``--json`` (with this
+    Python's version), else nothing."""
+    if args.json:
+        versions = {"python": platform.python_version()}
+        write_json(args.json, cfg, args.quick, versions, scratch, extra or {}, elapsed, rows, samples)
+
+
+def start(
+    title: str, doc: str | None, argv: Sequence[str] | None, quick: T, full: T
+) -> tuple[argparse.Namespace, T, Scratch, float]:
+    """A run's start: its arguments, its config (``quick`` under ``--quick``, else
+    ``full``), a fresh scratch folder and the clock's reading, once the banner is printed."""
+    args = parse_args(doc, argv)
+    cfg = quick if args.quick else full
+    scratch = Scratch()
+    began = time.perf_counter()
+    print_banner(title, args.quick, f"python {platform.python_version()}", scratch, cfg)
+    return args, cfg, scratch, began

@@ -10,8 +10,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
+
+import pytest
 
 from statekeep._core.writes import PreparedWrite, prepare_write
 from statekeep._runtime.bridge import run_sync
@@ -161,7 +163,7 @@ def kill_a_writer(store: Any, make_store: str, acknowledged: int = 8) -> list[st
         text=True,
     )
     assert proc.stdout is not None
-    acked = []
+    acked: list[str] = []
     try:
         while len(acked) < acknowledged:
             line = proc.stdout.readline()
@@ -170,7 +172,7 @@ def kill_a_writer(store: Any, make_store: str, acknowledged: int = 8) -> list[st
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    found = []
+    found: list[str] = []
     for i in range(acknowledged + 2):
         sid = f"k{i:04d}"
         record = run_sync(store._read(sid), "aread")
@@ -247,3 +249,103 @@ def check_fork_refers_to_the_blobs_of_its_entries(store: Any) -> None:
     assert store.load("f").data == {"kept": kept}
     store.delete("f")
     assert gc_blobs(store)[0] == 1 and usage(store) == (0, 0)
+
+
+# -- behaviours every store with blobs shares: each store's test calls one of these with its
+# store, then checks what it can see of its own tables or keys.
+
+
+def check_stored_once_across_states_and_namespaces(store: Any) -> tuple[str, str]:
+    """Two blobs written by State a, one of them again by b and by a of namespace "memory":
+    two stored (in both namespaces' counts), the entry holds the references, ``_get_blobs``
+    finds the stored ones only. Returns the two names (the shared one first)."""
+    name, data = blob()
+    other_name, other = blob(50_000)
+    write(store, blob_write("a", 0, [name, other_name], {name: data, other_name: other}, create=True))
+    write(store, blob_write("b", 0, [name], {name: data}, create=True))
+    sibling = store._sibling("memory")
+    write(sibling, blob_write("a", 0, [name], {name: data}, create=True))
+    assert usage(store) == usage(sibling) == (2, 90_000)
+    assert store.read("a").entries[0]["out"] == [{"sk.blob": name}, {"sk.blob": other_name}]
+    assert get_blobs(store, [name, other_name, "f" * 64]) == {name: data, other_name: other}
+    assert get_blobs(sibling, []) == {}
+    return name, other_name
+
+
+def check_an_append_refers_without_bytes(store: Any) -> str:
+    """A write, then an append and another State that refer to its blob without its bytes:
+    one copy stored. Returns the blob's name."""
+    name, data = blob()
+    write(store, blob_write("a", 0, [name], {name: data}, create=True))
+    write(store, blob_write("a", 1, [name], None))  # refers to it, brings no bytes
+    write(store, blob_write("b", 0, [name], None, create=True))
+    assert usage(store) == (1, len(data))
+    return name
+
+
+def check_a_missing_blob_is_refused_whole(store: Any) -> None:
+    """An append, and a new State, that refer to a blob the store lacks are refused with
+    a clear error, and nothing of them is written."""
+    name, _ = blob()
+    write(store, blob_write("a", 0, [], None, create=True))
+    with pytest.raises(LookupError, match="does not hold"):
+        write(store, blob_write("a", 1, [name], None))
+    with pytest.raises(LookupError, match="does not hold"):
+        write(store, blob_write("b", 0, [name], None, create=True))
+    assert len(store.read("a").entries) == 1
+    assert store.read("b") is None
+    assert usage(store) == (0, 0)
+
+
+def check_gc_removes_only_unreferenced(store: Any, after_first: Callable[[str], None] | None = None) -> None:
+    """gc (and its dry run, which removes nothing) removes a blob once no State refers to
+    it, the shared one last. ``after_first`` (given the shared blob's name) runs after the
+    first gc that removed something, for a store's own checks."""
+    shared, shared_data = blob()
+    own, own_data = blob(10_000)
+    write(store, blob_write("a", 0, [shared, own], {shared: shared_data, own: own_data}, create=True))
+    write(store, blob_write("b", 0, [shared], {shared: shared_data}, create=True))
+    assert gc_blobs(store, dry_run=True) == (0, 0)
+    assert gc_blobs(store) == (0, 0)
+    store.delete("a")
+    assert gc_blobs(store, dry_run=True) == (1, 10_000)
+    assert usage(store) == (2, 50_000)  # a dry run removes nothing
+    assert gc_blobs(store) == (1, 10_000)
+    assert get_blobs(store, [shared, own]) == {shared: shared_data}
+    if after_first is not None:
+        after_first(shared)
+    store.delete("b")
+    assert gc_blobs(store) == (1, 40_000)
+    assert usage(store) == (0, 0) and gc_blobs(store) == (0, 0)
+
+
+def check_another_namespace_keeps_the_blob(store: Any) -> None:
+    """A blob that a State of another namespace refers to stays until that one goes too."""
+    name, data = blob()
+    write(store, blob_write("a", 0, [name], {name: data}, create=True))
+    write(store._sibling("other"), blob_write("x", 0, [name], {name: data}, create=True))
+    store.delete("a")
+    assert gc_blobs(store) == (0, 0)
+    store._sibling("other").delete("x")
+    assert gc_blobs(store) == (1, 40_000)
+
+
+def write_expiring(store: Any, expires_at: str) -> None:
+    """State a, expiring at ``expires_at``, referring to a blob of 40,000 bytes only it has."""
+    name, data = blob()
+    snapshot = {"task": "a", "expires_at": expires_at}
+    write(store, blob_write("a", 0, [name], {name: data}, create=True, snapshot=snapshot))
+
+
+def check_gc_collects_the_expired_state_and_its_blob(store: Any) -> None:
+    """After :func:`write_expiring` (and its time passed): ``gc`` removes the State, then
+    the blob only it referred to, and counts both."""
+    collected = store.gc()
+    assert (collected, collected.blobs, collected.blob_bytes) == (1, 1, 40_000)
+    assert gc_blobs(store) == (0, 0)
+
+
+def check_gc_beside_writer(store: Any, make_store: str) -> None:
+    """:func:`gc_beside_writer`, printing how often gc found something to remove."""
+    busy = gc_beside_writer(store, make_store)
+    print(f"{busy} gc calls removed blobs while the writer ran")

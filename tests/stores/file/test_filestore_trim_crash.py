@@ -73,24 +73,11 @@ def test_a_power_cut_during_a_trim_leaves_the_state_before_or_after_it(tmp_path:
 
 
 KILLER = """
-import os, signal, sys
+import sys
 import statekeep as sk
-from statekeep.stores._fsio import OsIO
+from tests.support.crashpoints import KillingIO
 
-class Killing(OsIO):
-    armed, left = False, int(sys.argv[2])
-    def _step(self):
-        if self.armed:
-            if self.left == 0:
-                os.kill(os.getpid(), signal.SIGKILL)
-            self.left -= 1
-for name in ("open", "write", "fsync", "truncate", "chmod", "rename", "mkdir", "unlink", "rmdir"):
-    def step(self, *a, _op=getattr(OsIO, name), **k):
-        self._step()
-        return _op(self, *a, **k)
-    setattr(Killing, name, step)
-
-io = Killing()
+io = KillingIO(int(sys.argv[2]))
 store = sk.FileStore(sys.argv[1], io=io)
 io.armed = True
 store.trim("t1", before=int(sys.argv[3]))

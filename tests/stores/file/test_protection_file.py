@@ -534,26 +534,13 @@ def test_reseal_replaces_what_is_unchanged_and_nothing_else(tmp_path: Path) -> N
 
 
 KILLER = """
-import os, signal, sys
+import sys
 import statekeep as sk
 from statekeep._runtime.bridge import run_sync
-from statekeep.stores._fsio import OsIO
 from tests.stores.file.test_protection_file import K1, K2, resealed
+from tests.support.crashpoints import KillingIO
 
-class Killing(OsIO):
-    armed, left = False, int(sys.argv[2])
-    def _step(self):
-        if self.armed:
-            if self.left == 0:
-                os.kill(os.getpid(), signal.SIGKILL)
-            self.left -= 1
-for name in ("open", "write", "fsync", "truncate", "chmod", "rename", "mkdir", "unlink", "rmdir"):
-    def step(self, *a, _op=getattr(OsIO, name), **k):
-        self._step()
-        return _op(self, *a, **k)
-    setattr(Killing, name, step)
-
-io = Killing()
+io = KillingIO(int(sys.argv[2]))
 both = sk.Keyring({"k2": K2, "k1": K1}, current="k2")
 store = sk.FileStore(sys.argv[1], io=io, encrypt=both)
 from pathlib import Path

@@ -11,18 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.blobs import (
-    blob,
-    blob_write,
-    check_batched_writes,
-    check_fork_refers_to_the_blobs_of_its_entries,
-    gc_beside_writer,
-    gc_blobs,
-    get_blobs,
-    kill_a_writer,
-    usage,
-    write,
-)
+from tests.support import blob_trim
+from tests.support import blobs as shared
+from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, write
 from tests.support.older import run_older
 from tests.support.postgres import old_tables, raw
 from tests.support.servers import PostgresServer, unique_name
@@ -39,34 +30,33 @@ def rows(server: PostgresServer, store: PostgresStore, query: str) -> list[tuple
     return [tuple(r) for r in raw(server, query.format(blobs=sql.blobs, refs=sql.blob_refs))]
 
 
+#: An expiry long past.
+EXPIRED = "2001-01-01T00:00:00+00:00"
+
+
+def make_store(server: PostgresServer, store: PostgresStore) -> str:
+    """Python that opens ``store``'s tables in another process."""
+    return (
+        f"from statekeep.stores import PostgresStore; "
+        f"store = PostgresStore({server.dsn!r}, schema={store.schema!r})"
+    )
+
+
 def test_a_write_stores_its_blobs_once_across_states_and_namespaces(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
-    name, data = blob()
-    other_name, other = blob(50_000)
-    write(pg, blob_write("a", 0, [name, other_name], {name: data, other_name: other}, create=True))
-    write(pg, blob_write("b", 0, [name], {name: data}, create=True))
-    sibling = pg._sibling("memory")
-    write(sibling, blob_write("a", 0, [name], {name: data}, create=True))
+    name, other_name = shared.check_stored_once_across_states_and_namespaces(pg)
     assert rows(postgres_server, pg, "SELECT count(*), sum(octet_length(data)) FROM {blobs}") == [(2, 90_000)]
-    assert usage(pg) == usage(sibling) == (2, 90_000)
     assert sorted(rows(postgres_server, pg, "SELECT ns, state_id, name, seq FROM {refs}")) == sorted(
         [("default", "a", name, 0), ("default", "a", other_name, 0), ("default", "b", name, 0),
          ("memory", "a", name, 0)]
     )  # fmt: skip
-    assert pg.read("a").entries[0]["out"] == [{"sk.blob": name}, {"sk.blob": other_name}]  # type: ignore[union-attr]
-    assert get_blobs(pg, [name, other_name, "f" * 64]) == {name: data, other_name: other}
-    assert get_blobs(pg, []) == {}
 
 
 def test_an_append_refers_to_a_stored_blob_without_its_bytes(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
-    name, data = blob()
-    write(pg, blob_write("a", 0, [name], {name: data}, create=True))
-    write(pg, blob_write("a", 1, [name], None))
-    write(pg, blob_write("b", 0, [name], None, create=True))
-    assert usage(pg) == (1, len(data))
+    shared.check_an_append_refers_without_bytes(pg)
     assert rows(postgres_server, pg, "SELECT state_id, seq FROM {refs} ORDER BY state_id") == [
         ("a", 0),
         ("b", 0),
@@ -74,75 +64,38 @@ def test_an_append_refers_to_a_stored_blob_without_its_bytes(
 
 
 def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(pg: PostgresStore) -> None:
-    name, _ = blob()
-    write(pg, blob_write("a", 0, [], None, create=True))
-    with pytest.raises(LookupError, match="does not hold"):
-        write(pg, blob_write("a", 1, [name], None))
-    with pytest.raises(LookupError, match="does not hold"):
-        write(pg, blob_write("b", 0, [name], None, create=True))
-    assert len(pg.read("a").entries) == 1  # type: ignore[union-attr]
-    assert pg.read("b") is None
+    shared.check_a_missing_blob_is_refused_whole(pg)
 
 
 def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(pg: PostgresStore) -> None:
-    shared, shared_data = blob()
-    own, own_data = blob(10_000)
-    write(pg, blob_write("a", 0, [shared, own], {shared: shared_data, own: own_data}, create=True))
-    write(pg, blob_write("b", 0, [shared], {shared: shared_data}, create=True))
-    assert gc_blobs(pg, dry_run=True) == (0, 0)
-    assert gc_blobs(pg) == (0, 0)
-    pg.delete("a")
-    assert gc_blobs(pg, dry_run=True) == (1, 10_000)
-    assert usage(pg) == (2, 50_000)
-    assert gc_blobs(pg) == (1, 10_000)
-    assert get_blobs(pg, [shared, own]) == {shared: shared_data}
-    pg.delete("b")
-    assert gc_blobs(pg) == (1, 40_000)
-    assert usage(pg) == (0, 0) and gc_blobs(pg) == (0, 0)
+    shared.check_gc_removes_only_unreferenced(pg)
 
 
 def test_a_reference_in_another_namespace_keeps_the_blob(pg: PostgresStore) -> None:
-    name, data = blob()
-    write(pg, blob_write("a", 0, [name], {name: data}, create=True))
-    write(pg._sibling("other"), blob_write("x", 0, [name], {name: data}, create=True))
-    pg.delete("a")
-    assert gc_blobs(pg) == (0, 0)
-    pg._sibling("other").delete("x")
-    assert gc_blobs(pg) == (1, 40_000)
+    shared.check_another_namespace_keeps_the_blob(pg)
 
 
 def test_gc_of_expired_states_releases_their_blobs(pg: PostgresStore) -> None:
-    name, data = blob()
-    expired = {"task": "a", "expires_at": "2001-01-01T00:00:00+00:00"}
-    write(pg, blob_write("a", 0, [name], {name: data}, create=True, snapshot=expired))
+    shared.write_expiring(pg, EXPIRED)
     assert gc_blobs(pg) == (0, 0)  # expired, but still there: it refers to the blob
-    collected = pg.gc()  # the expired State, then the blob only it referred to
-    assert (collected, collected.blobs, collected.blob_bytes) == (1, 1, 40_000)
-    assert gc_blobs(pg) == (0, 0)
+    shared.check_gc_collects_the_expired_state_and_its_blob(pg)
 
 
 def test_a_create_replacing_an_expired_state_drops_its_references(pg: PostgresStore) -> None:
-    name, data = blob()
-    expired = {"task": "a", "expires_at": "2001-01-01T00:00:00+00:00"}
-    write(pg, blob_write("a", 0, [name], {name: data}, create=True, snapshot=expired))
+    shared.write_expiring(pg, EXPIRED)
     write(pg, blob_write("a", 0, [], None, create=True))
     assert gc_blobs(pg) == (1, 40_000)
 
 
 def test_a_fork_copied_on_the_server_keeps_the_references_of_its_entries(pg: PostgresStore) -> None:
-    check_fork_refers_to_the_blobs_of_its_entries(pg)
+    shared.check_fork_refers_to_the_blobs_of_its_entries(pg)
 
 
 def test_gc_beside_writers_in_another_process_never_removes_a_referenced_blob(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
     pg.write("seed", [], None, create=True)  # the tables exist
-    make = (
-        f"from statekeep.stores import PostgresStore; "
-        f"store = PostgresStore({postgres_server.dsn!r}, schema={pg.schema!r})"
-    )
-    busy = gc_beside_writer(pg, make)
-    print(f"{busy} gc calls removed blobs while the writer ran")
+    shared.check_gc_beside_writer(pg, make_store(postgres_server, pg))
 
 
 def test_a_write_waiting_on_gc_stores_the_blob_again(
@@ -224,9 +177,7 @@ def test_wait_for_lock_heeds_only_waits_on_this_connections_locks(postgres_serve
 
 
 def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(pg: PostgresStore) -> None:
-    from tests.support.blob_trim import check_trim_releases_blobs
-
-    check_trim_releases_blobs(pg)
+    blob_trim.check_trim_releases_blobs(pg)
 
 
 def test_a_write_without_blobs_is_one_statement(postgres_server: PostgresServer) -> None:
@@ -313,21 +264,15 @@ def test_collected_blob_bytes_leave_the_table_files_after_vacuum_full(
 
 
 def test_writes_batched_together_store_a_shared_blob_once(pg: PostgresStore) -> None:
-    check_batched_writes(pg)
+    shared.check_batched_writes(pg)
 
 
 def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
     pg: PostgresStore, postgres_server: PostgresServer
 ) -> None:
     pg.write("seed", [], None, create=True)
-    make = (
-        f"from statekeep.stores import PostgresStore; "
-        f"store = PostgresStore({postgres_server.dsn!r}, schema={pg.schema!r})"
-    )
-    assert len(kill_a_writer(pg, make)) >= 8
+    assert len(shared.kill_a_writer(pg, make_store(postgres_server, pg))) >= 8
 
 
 def test_a_trim_of_a_sealed_state_keeps_its_blob_references(pg: PostgresStore) -> None:
-    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
-
-    check_a_sealed_state_keeps_its_references(pg)
+    blob_trim.check_a_sealed_state_keeps_its_references(pg)

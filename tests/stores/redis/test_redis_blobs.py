@@ -8,7 +8,6 @@ commands as before."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import warnings
 from collections.abc import Iterator
@@ -17,18 +16,9 @@ from typing import Any
 import pytest
 
 from statekeep.testing import entries, snapshot
-from tests.support.blobs import (
-    blob,
-    blob_write,
-    check_batched_writes,
-    check_fork_refers_to_the_blobs_of_its_entries,
-    gc_beside_writer,
-    gc_blobs,
-    get_blobs,
-    kill_a_writer,
-    usage,
-    write,
-)
+from tests.support import blob_trim
+from tests.support import blobs as shared
+from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, usage, write
 from tests.support.older import run_older
 from tests.support.servers import RedisServer, unique_name
 
@@ -36,17 +26,7 @@ aioredis = pytest.importorskip("redis.asyncio")
 
 from statekeep.stores import RedisStore  # noqa: E402
 from statekeep.stores._redis import LAYOUT_VERSION  # noqa: E402
-
-
-def raw(server: RedisServer, *command: Any) -> Any:
-    async def go() -> Any:
-        client = aioredis.Redis.from_url(server.url)
-        try:
-            return await client.execute_command(*command)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
+from tests.stores.redis.test_redis import raw  # noqa: E402
 
 
 @pytest.fixture
@@ -54,11 +34,29 @@ def prefix() -> str:
     return unique_name("sk") + ":"
 
 
-@pytest.fixture
-def rs(redis_server: RedisServer, prefix: str) -> Iterator[RedisStore]:
+def open_store(server: RedisServer, prefix: str, **options: Any) -> RedisStore:
+    """A RedisStore on ``prefix``, quiet about the server's persistence settings."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        store = RedisStore(redis_server.url, prefix=prefix)
+        return RedisStore(server.url, prefix=prefix, **options)
+
+
+def make_store(server: RedisServer, prefix: str) -> str:
+    """Python that opens the store on ``prefix`` in another process."""
+    return (
+        "import warnings; warnings.simplefilter('ignore'); from statekeep.stores import RedisStore; "
+        f"store = RedisStore({server.url!r}, prefix={prefix!r})"
+    )
+
+
+def referrers(server: RedisServer, prefix: str, name: str) -> set[bytes]:
+    """The State keys that refer to blob ``name`` (each member without its generation)."""
+    return {m.rpartition(b"#")[0] for m in raw(server, "SMEMBERS", prefix + "blobref:" + name)}
+
+
+@pytest.fixture
+def rs(redis_server: RedisServer, prefix: str) -> Iterator[RedisStore]:
+    store = open_store(redis_server, prefix)
     yield store
     store.close()
 
@@ -66,66 +64,34 @@ def rs(redis_server: RedisServer, prefix: str) -> Iterator[RedisStore]:
 def test_a_write_stores_its_blobs_once_across_states_and_namespaces(
     rs: RedisStore, redis_server: RedisServer, prefix: str
 ) -> None:
-    name, data = blob()
-    other_name, other = blob(50_000)
-    write(rs, blob_write("a", 0, [name, other_name], {name: data, other_name: other}, create=True))
-    write(rs, blob_write("b", 0, [name], {name: data}, create=True))
-    sibling = rs._sibling("memory")
-    write(sibling, blob_write("a", 0, [name], {name: data}, create=True))
+    name, _ = shared.check_stored_once_across_states_and_namespaces(rs)
     assert raw(redis_server, "ZCARD", prefix + "blobs") == 2
-    assert raw(redis_server, "GET", prefix + "blob:" + name) == data
-    assert usage(rs) == usage(sibling) == (2, 90_000)
-    referrers = {m.rpartition(b"#")[0] for m in raw(redis_server, "SMEMBERS", prefix + "blobref:" + name)}
-    assert referrers == {
+    assert raw(redis_server, "GET", prefix + "blob:" + name) == get_blobs(rs, [name])[name]
+    assert referrers(redis_server, prefix, name) == {
         f"{prefix}state:a".encode(),
         f"{prefix}state:b".encode(),
         f"{prefix}ns:memory:state:a".encode(),
     }
-    assert rs.read("a").entries[0]["out"] == [{"sk.blob": name}, {"sk.blob": other_name}]  # type: ignore[union-attr]
-    assert get_blobs(rs, [name, other_name, "f" * 64]) == {name: data, other_name: other}
-    assert get_blobs(rs, []) == {}
 
 
 def test_an_append_refers_to_a_stored_blob_without_its_bytes(rs: RedisStore) -> None:
-    name, data = blob()
-    write(rs, blob_write("a", 0, [name], {name: data}, create=True))
-    write(rs, blob_write("a", 1, [name], None))
-    write(rs, blob_write("b", 0, [name], None, create=True))
-    assert usage(rs) == (1, len(data))
+    shared.check_an_append_refers_without_bytes(rs)
     rs.delete("a")
     assert gc_blobs(rs) == (0, 0)  # b still refers to it
 
 
 def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(rs: RedisStore) -> None:
-    name, _ = blob()
-    write(rs, blob_write("a", 0, [], None, create=True))
-    with pytest.raises(LookupError, match="does not hold"):
-        write(rs, blob_write("a", 1, [name], None))
-    with pytest.raises(LookupError, match="does not hold"):
-        write(rs, blob_write("b", 0, [name], None, create=True))
-    assert len(rs.read("a").entries) == 1  # type: ignore[union-attr]
-    assert rs.read("b") is None
+    shared.check_a_missing_blob_is_refused_whole(rs)
 
 
 def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(
     rs: RedisStore, redis_server: RedisServer, prefix: str
 ) -> None:
-    shared, shared_data = blob()
-    own, own_data = blob(10_000)
-    write(rs, blob_write("a", 0, [shared, own], {shared: shared_data, own: own_data}, create=True))
-    write(rs, blob_write("b", 0, [shared], {shared: shared_data}, create=True))
-    assert gc_blobs(rs, dry_run=True) == (0, 0)
-    assert gc_blobs(rs) == (0, 0)
-    rs.delete("a")
-    assert gc_blobs(rs, dry_run=True) == (1, 10_000)
-    assert usage(rs) == (2, 50_000)
-    assert gc_blobs(rs) == (1, 10_000)
-    assert get_blobs(rs, [shared, own]) == {shared: shared_data}
-    referrers = {m.rpartition(b"#")[0] for m in raw(redis_server, "SMEMBERS", prefix + "blobref:" + shared)}
-    assert f"{prefix}state:b".encode() in referrers
-    rs.delete("b")
-    assert gc_blobs(rs) == (1, 40_000)
-    assert usage(rs) == (0, 0) and gc_blobs(rs) == (0, 0)
+
+    def b_still_refers(shared: str) -> None:
+        assert f"{prefix}state:b".encode() in referrers(redis_server, prefix, shared)
+
+    shared.check_gc_removes_only_unreferenced(rs, after_first=b_still_refers)
     # What is left: the generation counter alone (it never goes back, so no old referrer
     # can ever match a new State).
     assert raw(redis_server, "KEYS", prefix + "blob*") == [f"{prefix}blobgen".encode()]
@@ -147,13 +113,7 @@ def test_gc_walks_more_blobs_than_one_batch(rs: RedisStore) -> None:
 
 
 def test_a_reference_in_another_namespace_keeps_the_blob(rs: RedisStore) -> None:
-    name, data = blob()
-    write(rs, blob_write("a", 0, [name], {name: data}, create=True))
-    write(rs._sibling("other"), blob_write("x", 0, [name], {name: data}, create=True))
-    rs.delete("a")
-    assert gc_blobs(rs) == (0, 0)
-    rs._sibling("other").delete("x")
-    assert gc_blobs(rs) == (1, 40_000)
+    shared.check_another_namespace_keeps_the_blob(rs)
 
 
 def test_a_state_gone_by_native_expiry_no_longer_holds_its_blobs(
@@ -178,18 +138,13 @@ def test_a_state_made_again_under_the_same_id_does_not_hold_the_old_ones_blobs(r
 
 
 def test_a_fork_copied_on_the_server_refers_to_the_blobs_of_its_entries(rs: RedisStore) -> None:
-    check_fork_refers_to_the_blobs_of_its_entries(rs)
+    shared.check_fork_refers_to_the_blobs_of_its_entries(rs)
 
 
 def test_gc_beside_writers_in_another_process_never_removes_a_referenced_blob(
     rs: RedisStore, redis_server: RedisServer, prefix: str
 ) -> None:
-    make = (
-        "import warnings; warnings.simplefilter('ignore'); from statekeep.stores import RedisStore; "
-        f"store = RedisStore({redis_server.url!r}, prefix={prefix!r})"
-    )
-    busy = gc_beside_writer(rs, make)
-    print(f"{busy} gc calls removed blobs while the writer ran")
+    shared.check_gc_beside_writer(rs, make_store(redis_server, prefix))
 
 
 def test_deleted_and_collected_blob_bytes_leave_the_files_after_an_aof_rewrite(
@@ -216,9 +171,7 @@ def test_deleted_and_collected_blob_bytes_leave_the_files_after_an_aof_rewrite(
 
 
 def test_a_write_without_blobs_runs_the_same_commands(redis_server: RedisServer, prefix: str) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        store = RedisStore(redis_server.url, prefix=prefix)
+    store = open_store(redis_server, prefix)
 
     def commands(work: Any) -> dict[str, int]:
         raw(redis_server, "CONFIG", "RESETSTAT")
@@ -246,9 +199,7 @@ def test_a_write_without_blobs_runs_the_same_commands(redis_server: RedisServer,
 def test_a_layout_3_prefix_moves_to_layout_4(redis_server: RedisServer, prefix: str, rs: RedisStore) -> None:
     rs.write("a", entries(0, 2), snapshot(), create=True)
     raw(redis_server, "SET", prefix + "layout", "3")  # as the last release leaves a prefix
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        store = RedisStore(redis_server.url, prefix=prefix, create=False)
+    store = open_store(redis_server, prefix, create=False)
     try:
         assert store.read("a").entries == entries(0, 2)  # type: ignore[union-attr]
         assert raw(redis_server, "GET", prefix + "layout") == b"4" == str(LAYOUT_VERSION).encode()
@@ -279,26 +230,18 @@ def test_the_last_release_refuses_a_prefix_at_layout_4(
 
 
 def test_writes_batched_together_store_a_shared_blob_once(rs: RedisStore) -> None:
-    check_batched_writes(rs)
+    shared.check_batched_writes(rs)
 
 
 def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
     rs: RedisStore, redis_server: RedisServer, prefix: str
 ) -> None:
-    make = (
-        "import warnings; warnings.simplefilter('ignore'); from statekeep.stores import RedisStore; "
-        f"store = RedisStore({redis_server.url!r}, prefix={prefix!r})"
-    )
-    assert len(kill_a_writer(rs, make)) >= 8
+    assert len(shared.kill_a_writer(rs, make_store(redis_server, prefix))) >= 8
 
 
 def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(rs: RedisStore) -> None:
-    from tests.support.blob_trim import check_trim_releases_blobs
-
-    check_trim_releases_blobs(rs)
+    blob_trim.check_trim_releases_blobs(rs)
 
 
 def test_a_trim_of_a_sealed_state_keeps_its_blob_references(rs: RedisStore) -> None:
-    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
-
-    check_a_sealed_state_keeps_its_references(rs)
+    blob_trim.check_a_sealed_state_keeps_its_references(rs)

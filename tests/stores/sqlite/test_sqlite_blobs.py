@@ -18,19 +18,9 @@ from statekeep._core.writes import prepare_write
 from statekeep.stores._sqlite._schema import SCHEMA_VERSION
 from statekeep.testing import entries, snapshot
 from tests.stores.sqlite.test_sqlite_statements import Traced, warm
-from tests.support.blobs import (
-    blob,
-    blob_write,
-    check_batched_writes,
-    check_fork_refers_to_the_blobs_of_its_entries,
-    gc_beside_writer,
-    gc_blobs,
-    get_blobs,
-    kill_a_writer,
-    usage,
-    write,
-    write_together,
-)
+from tests.support import blob_trim
+from tests.support import blobs as shared
+from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, usage, write
 from tests.support.older import run_older
 
 
@@ -48,68 +38,35 @@ def rows(store: SQLiteStore, query: str) -> list[tuple[object, ...]]:
     return found
 
 
+def make_store(store: SQLiteStore) -> str:
+    """Python that opens ``store``'s file in another process."""
+    return f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
+
+
 def test_a_write_stores_its_blobs_once_across_states_and_namespaces(store: SQLiteStore) -> None:
-    name, data = blob()
-    other_name, other = blob(50_000)
-    write(store, blob_write("a", 0, [name, other_name], {name: data, other_name: other}, create=True))
-    write(store, blob_write("b", 0, [name], {name: data}, create=True))
-    sibling = store._sibling("memory")
-    write(sibling, blob_write("a", 0, [name], {name: data}, create=True))
+    name, other_name = shared.check_stored_once_across_states_and_namespaces(store)
     assert rows(store, "SELECT count(*), sum(length(data)) FROM blobs") == [(2, 90_000)]
-    assert usage(store) == usage(sibling) == (2, 90_000)
     assert sorted(rows(store, "SELECT namespace, state_id, name, seq FROM blob_refs")) == sorted(
         [("default", "a", name, 0), ("default", "a", other_name, 0), ("default", "b", name, 0),
          ("memory", "a", name, 0)]
     )  # fmt: skip
-    # The entry holds the reference, as written.
-    assert store.read("a").entries[0]["out"] == [{"sk.blob": name}, {"sk.blob": other_name}]
-    assert get_blobs(store, [name, other_name, "f" * 64]) == {name: data, other_name: other}
-    assert get_blobs(sibling, []) == {}
 
 
 def test_an_append_refers_to_a_stored_blob_without_its_bytes(store: SQLiteStore) -> None:
-    name, data = blob()
-    write(store, blob_write("a", 0, [name], {name: data}, create=True))
-    write(store, blob_write("a", 1, [name], None))  # refers to it, brings no bytes
-    write(store, blob_write("b", 0, [name], None, create=True))
-    assert usage(store) == (1, len(data))
+    shared.check_an_append_refers_without_bytes(store)
     assert rows(store, "SELECT state_id, seq FROM blob_refs ORDER BY state_id") == [("a", 0), ("b", 0)]
 
 
 def test_a_reference_to_a_blob_the_store_lacks_is_refused_whole(store: SQLiteStore) -> None:
-    name, _ = blob()
-    write(store, blob_write("a", 0, [], None, create=True))
-    with pytest.raises(LookupError, match="does not hold"):
-        write(store, blob_write("a", 1, [name], None))
-    assert len(store.read("a").entries) == 1
-    assert usage(store) == (0, 0)
+    shared.check_a_missing_blob_is_refused_whole(store)
 
 
 def test_gc_removes_only_unreferenced_blobs_and_a_dry_run_counts_them(store: SQLiteStore) -> None:
-    shared, shared_data = blob()
-    own, own_data = blob(10_000)
-    write(store, blob_write("a", 0, [shared, own], {shared: shared_data, own: own_data}, create=True))
-    write(store, blob_write("b", 0, [shared], {shared: shared_data}, create=True))
-    assert gc_blobs(store, dry_run=True) == (0, 0)
-    assert gc_blobs(store) == (0, 0)
-    store.delete("a")
-    assert gc_blobs(store, dry_run=True) == (1, 10_000)
-    assert usage(store) == (2, 50_000)  # a dry run removes nothing
-    assert gc_blobs(store) == (1, 10_000)
-    assert get_blobs(store, [shared, own]) == {shared: shared_data}
-    store.delete("b")
-    assert gc_blobs(store) == (1, 40_000)
-    assert usage(store) == (0, 0) and gc_blobs(store) == (0, 0)
+    shared.check_gc_removes_only_unreferenced(store)
 
 
 def test_a_reference_in_another_namespace_keeps_the_blob(store: SQLiteStore) -> None:
-    name, data = blob()
-    write(store, blob_write("a", 0, [name], {name: data}, create=True))
-    write(store._sibling("other"), blob_write("x", 0, [name], {name: data}, create=True))
-    store.delete("a")
-    assert gc_blobs(store) == (0, 0)
-    store._sibling("other").delete("x")
-    assert gc_blobs(store) == (1, 40_000)
+    shared.check_another_namespace_keeps_the_blob(store)
 
 
 def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
@@ -117,18 +74,14 @@ def test_gc_of_expired_states_releases_their_blobs(tmp_path: Path) -> None:
 
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     store = SQLiteStore(tmp_path / "store.db", clock=lambda: now[0])
-    name, data = blob()
-    expiring = {"task": "a", "expires_at": (now[0] + timedelta(hours=1)).isoformat()}
-    write(store, blob_write("a", 0, [name], {name: data}, create=True, snapshot=expiring))
+    shared.write_expiring(store, (now[0] + timedelta(hours=1)).isoformat())
     now[0] += timedelta(hours=2)
-    collected = store.gc()  # the expired State, then the blob only it referred to
-    assert (collected, collected.blobs, collected.blob_bytes) == (1, 1, 40_000)
-    assert gc_blobs(store) == (0, 0)
+    shared.check_gc_collects_the_expired_state_and_its_blob(store)
     store.close()
 
 
 def test_a_fork_copied_in_the_database_keeps_the_references_of_its_entries(store: SQLiteStore) -> None:
-    check_fork_refers_to_the_blobs_of_its_entries(store)
+    shared.check_fork_refers_to_the_blobs_of_its_entries(store)
 
 
 def test_deleted_and_collected_blob_bytes_leave_the_files(store: SQLiteStore) -> None:
@@ -157,10 +110,7 @@ def test_deleted_and_collected_blob_bytes_leave_the_files(store: SQLiteStore) ->
 
 def test_gc_beside_a_writer_in_another_process_never_removes_a_referenced_blob(store: SQLiteStore) -> None:
     store.write("seed", [], None, create=True)  # the file exists for the writer
-    busy = gc_beside_writer(
-        store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
-    )
-    print(f"{busy} gc calls removed blobs while the writer ran")
+    shared.check_gc_beside_writer(store, make_store(store))
 
 
 def test_a_write_without_blobs_runs_no_more_statements(store: SQLiteStore) -> None:
@@ -226,20 +176,17 @@ def test_prepare_write_leaves_no_blobs(store: SQLiteStore) -> None:
 
 
 def test_writes_batched_together_store_a_shared_blob_once(store: SQLiteStore) -> None:
-    check_batched_writes(store)
+    shared.check_batched_writes(store)
 
 
 def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(store: SQLiteStore) -> None:
     store.write("seed", [], None, create=True)
-    found = kill_a_writer(
-        store, f"from statekeep import SQLiteStore; store = SQLiteStore({str(store.path)!r})"
-    )
-    assert len(found) >= 8
+    assert len(shared.kill_a_writer(store, make_store(store))) >= 8
 
 
 def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries(store: SQLiteStore) -> None:
     name, data = blob()
-    write_together(
+    shared.write_together(
         store,
         [
             blob_write("a", 0, [name], {name: data}, create=True),
@@ -251,22 +198,18 @@ def test_a_write_may_refer_to_a_blob_an_earlier_write_of_its_transaction_carries
 
 
 def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(store: SQLiteStore) -> None:
-    from tests.support.blob_trim import check_trim_releases_blobs
-
-    check_trim_releases_blobs(store)
+    blob_trim.check_trim_releases_blobs(store)
 
 
 def test_a_trim_moves_each_kept_reference_to_the_first_kept_line_that_makes_it(store: SQLiteStore) -> None:
     # So a later fork copies a reference with the entry that makes it (blob_refs.seq < its count).
-    from tests.support.blob_trim import trim
-
     first, first_data = blob(1_000)
     later, later_data = blob(2_000)
     write(store, blob_write("a", 0, [first, later], {first: first_data, later: later_data}, create=True))
     write(store, blob_write("a", 1, [], None))
     write(store, blob_write("a", 2, [later], None))
     write(store, blob_write("a", 3, [first], None))
-    trim(store, "a", 2, {"seq": 1, "kind": "base", "trimmed": 1})
+    blob_trim.trim(store, "a", 2, {"seq": 1, "kind": "base", "trimmed": 1})
     assert sorted(rows(store, "SELECT name, seq FROM blob_refs")) == sorted([(first, 3), (later, 2)])
     assert gc_blobs(store) == (0, 0)
 
@@ -359,6 +302,4 @@ def test_gc_does_not_hold_writers_off_for_a_long_reader_and_a_later_gc_erases(
 
 
 def test_a_trim_of_a_sealed_state_keeps_its_blob_references(store: SQLiteStore) -> None:
-    from tests.support.blob_trim import check_a_sealed_state_keeps_its_references
-
-    check_a_sealed_state_keeps_its_references(store)
+    blob_trim.check_a_sealed_state_keeps_its_references(store)
