@@ -96,9 +96,13 @@ def growth(kind: str, path: Path, turns: int) -> tuple[int, int, float]:
         state = run_turns(store, turns)
         assert store.load("run").history == state.history
         uniq = unique_bytes(state)
-        stored = stored_bytes(store)
     finally:
-        store.close()
+        store.close()  # SQLite: the last connection's close checkpoints the WAL into the file
+    reopened: Store = FileStore(path / "store") if kind == "file" else SQLiteStore(path / "store.db")
+    try:
+        stored = stored_bytes(reopened)  # what stays: the folder, or the database (and any WAL left)
+    finally:
+        reopened.close()
     return stored, uniq, stored / uniq
 
 
