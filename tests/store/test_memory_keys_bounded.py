@@ -72,3 +72,43 @@ def test_revisions_and_their_checks_go_on_across_the_trims(kind: str, tmp_path: 
         assert [item.key for item in memory.items()] == ["k"]
         held = store._sibling(store.namespace + ".memory.default").read("k")  # type: ignore[attr-defined]
         assert held is not None and len(held.entries) <= KEEP  # trimmed along the way
+
+
+class _TrimFailsOnce(SQLiteStore):
+    """A SQLite store whose first trim fails as a busy database would."""
+
+    failed = False
+
+    def _sibling(self, namespace: str) -> SQLiteStore:  # agent memory lives in a sibling
+        sibling = super()._sibling(namespace)
+        sibling.__class__ = _TrimFailsOnce
+        return sibling
+
+    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+        if not _TrimFailsOnce.failed:
+            _TrimFailsOnce.failed = True
+            raise sqlite3.OperationalError("database is locked")
+        await super()._trim(state_id, before, base)
+
+
+def test_a_failed_bounding_leaves_the_put_standing_and_the_next_round_bounds_the_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _TrimFailsOnce.failed = False
+    with _TrimFailsOnce(tmp_path / "runs.db") as store:
+        memory = store.memory()
+        for i in range(KEEP - 1):
+            memory.put("k", i)
+        with caplog.at_level("WARNING"):
+            item = memory.put("k", "bounding fails")  # the KEEP-th: its bounding fails
+        assert _TrimFailsOnce.failed and item.revision == KEEP
+        assert "memory key" in caplog.text and "database is locked" in caplog.text
+        got = memory.get("k")
+        assert got is not None and (got.value, got.revision) == ("bounding fails", KEEP)
+        held = store._sibling(store.namespace + ".memory.default").read("k")  # type: ignore[attr-defined]
+        assert held is not None and len(held.entries) == KEEP  # not bounded yet
+        for i in range(KEEP):
+            memory.put("k", i)
+        held = store._sibling(store.namespace + ".memory.default").read("k")  # type: ignore[attr-defined]
+        assert held is not None and len(held.entries) == 1 and held.entries[0]["seq"] == 2 * KEEP - 1
+        assert memory.put("k", "on", revision=2 * KEEP).revision == 2 * KEEP + 1

@@ -10,10 +10,15 @@ its revision names, and a different change already there is a StateConflictError
 A key keeps only its latest changes: on a store that can trim (the built-in ones), every
 :data:`KEEP`-th change removes the ones before it, so a key's stored history stays under
 :data:`KEEP` entries however often it is put (its seqs, and so its revisions, go on).
+A ``base`` record takes the place of the latest change removed, so a bounded key's history
+starts with its base as a trimmed State's does (copy, export and import carry it exactly).
+The bounding is best effort: the change is durable before it runs, so a failure there is
+logged (a warning) and the key's next bounding removes what it left.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -37,10 +42,30 @@ _RETRIES = 100
 #: A key's record is trimmed to its latest change each time it holds this many.
 KEEP = 32
 
+_log = logging.getLogger(__name__)
+
 
 @runtime_checkable
 class _KeepsLatest(Protocol):
     async def _akeep_from(self, state_id: str, seq: int) -> None: ...
+
+
+async def _bound(store: _KeepsLatest, key: str, record_id: str, seq: int) -> None:
+    """Remove a key's changes before ``seq`` (the change just made), best effort: the change
+    is durable already, so a failure (a busy store, a lost connection) is logged, not raised,
+    and the key's next bounding, :data:`KEEP` changes on, removes what this one left."""
+    try:
+        await store._akeep_from(record_id, seq)
+    except Exception as exc:  # (not a cancellation: that is no Exception)
+        _log.warning(
+            "memory key %r: removing its changes before revision %d failed (%s: %s); the change "
+            "itself is stored, and the key is bounded again %d changes on",
+            key,
+            seq + 1,
+            type(exc).__name__,
+            exc,
+            KEEP,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +196,7 @@ class Memory:
                     raise _stale(key, revision, None) from exc
                 continue
             if self._trims is not None and (held + 1) % KEEP == 0:
-                await self._trims._akeep_from(sid, held)  # only the change just made is kept
+                await _bound(self._trims, key, sid, held)
             return None if deleted else Item(key, _copy(value), held + 1, utc_time(at))
         raise StateConflictError(f"memory key {key!r}: {_RETRIES} writers got ahead of this one; try again")
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from .._core.leases import Lease, check_fence
-from .._core.records import built
 from .._core.writes import missing_error
 from .._run.base import build_base
 from .._run.resume import first_seq
@@ -87,16 +84,35 @@ async def trim(store: Any, state_id: str, before: int, lease: Lease | None) -> N
 
 
 async def keep_from(store: Any, state_id: str, seq: int) -> None:
-    """Remove the entries of ``state_id`` before ``seq`` as they are stored, the entry at
-    ``seq`` kept as it is (agent memory keeps each key's latest change); nothing if the
-    State holds no entry there any more (on the owner loop, its lock held)."""
-    record = built(await store._read(state_id))
+    """Remove the entries of ``state_id`` (an agent memory key) up to ``seq``, a ``base``
+    record taking the place of the change at ``seq`` (agent memory keeps each key's latest
+    change, whose value is in the key's snapshot); nothing if the State holds no entry there
+    any more or starts there already (on the owner loop, its lock held).
+
+    The key's history then starts with its base at ``seq``, as a trimmed State's does, so
+    copy, export and import carry it as they carry any trimmed State."""
+    record = store._opened(state_id, await store._read_with_blobs(state_id, 0), 0)
     entries = [] if record is None else record.entries
     if len(entries) < 2 or entries[0].get("seq") == seq:
         return
     kept = next((entry for entry in entries if entry.get("seq") == seq), None)
-    if kept is not None:
-        await store._trim(state_id, seq + 1, orjson.dumps(kept) + b"\n")
+    if record is None or kept is None:
+        return
+    snapshot = record.snapshot or {}
+    task = {"text": snapshot["task"]} if type(snapshot.get("task")) is str else {}
+    base = {
+        "seq": seq,
+        "kind": "base",
+        "at": kept.get("at"),
+        "task": task,  # (the key)
+        "trimmed": seq + 1,  # the changes it stands for, the key's revision after them
+        "turn": seq + 1,
+        "data": {},
+        "answered": [],
+        "open_calls": [],
+    }
+    write = store._protection.write(store.namespace, state_id, [base], None, False, record.incarnation)
+    await store._trim(state_id, seq + 1, write.lines[0])
 
 
 async def gc_and_trim(store: Any, limit: int | None) -> int:
