@@ -117,3 +117,23 @@ def test_a_sealed_state_whose_last_line_lists_blobs_refuses_plaintext(tmp_path: 
     got = again.read("r")
     assert got is not None and [e["v"] for e in got.entries] == [PAGE]
     again.close()
+
+
+@pytest.mark.parametrize("server", ["postgres", "redis"])
+def test_a_sealed_state_whose_last_line_lists_blobs_refuses_plaintext_on_servers(
+    tmp_path: Path, server: str
+) -> None:
+    from tests.protect.test_rekey import opened as opened_on
+
+    stores: list[Store] = []
+    try:
+        sealed = opened_on(server, tmp_path, stores, encrypt=OLD)
+        sealed.write("r", [{"seq": 0, "kind": "note", "v": PAGE}], None, create=True)
+        clear = opened_on(server, tmp_path, stores)
+        with pytest.raises(DecryptionError, match="is sealed"):
+            clear.write("r", [{"seq": 1, "kind": "note", "v": "in clear"}], None)
+        got = sealed.read("r")
+        assert got is not None and [e["v"] for e in got.entries] == [PAGE]
+    finally:
+        for store in stores:
+            store.close()
