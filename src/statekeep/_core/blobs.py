@@ -155,9 +155,11 @@ def resolve(value: Any, load: Callable[[str], Any]) -> Any:
 
 
 def with_refs(line: bytes, names: list[str]) -> bytes:
-    """An encoded (``\\n``-ended) stored line given its top-level list of blob names."""
+    """An encoded (``\\n``-ended) stored line given its top-level list of blob names, put
+    first: a sealed line still ends in its sealed field (what the stores' checks of whether
+    a State is sealed look for, in Python, SQL and Lua)."""
     if not names:
         return line
     body = line.rstrip(b"\n")
-    listed = orjson.dumps(list(dict.fromkeys(names)))
-    return body[:-1] + b',"' + REFS.encode() + b'":' + listed + b"}\n"
+    listed = b'{"' + REFS.encode() + b'":' + orjson.dumps(list(dict.fromkeys(names)))
+    return listed + (b"}\n" if body == b"{}" else b"," + body[1:] + b"\n")

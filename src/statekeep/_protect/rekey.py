@@ -219,7 +219,10 @@ async def _rekey_state(
     )
     report.plaintext += clear
     entries: dict[int, tuple[bytes, bytes]] = {}
-    for seq, stored in enumerate(record.entries):
+    for stored in record.entries:
+        seq = stored.get("seq")
+        if type(seq) is not int:
+            continue  # not a record rekey can place: leave it for a read to report
         new = reseal_entry(ring, stored, namespace, state_id, seq, plaintext, record.incarnation)
         if new is not None:
             entries[seq] = (orjson.dumps(stored), new)
@@ -230,6 +233,8 @@ async def _rekey_state(
             snapshot = (orjson.dumps(record.snapshot), new)
     if not entries and snapshot is None:
         report.current += not clear
+        # its blobs too: a rekey stopped after the records and before them resumes here
+        await _rekey_blobs(store, ring, wanted(record.entries), report)
         return
     done = 0
     batches = list(_batches(entries)) or [{}]
