@@ -7,20 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, Store, rekey
+from statekeep import DecryptionError, FileStore, Keyring, MemoryStore, SQLiteStore, Store, open_store, rekey
 from statekeep.testing import snapshot
+from tests.support.stores import store_url
 
 K1, K2 = bytes(range(32)), bytes(range(32, 64))
 PAGE = "a large tool output " * 3000  # 60 KB
 
 
-@pytest.mark.parametrize("kind", ["memory", "file"])
+@pytest.mark.parametrize("kind", ["memory", "file", "sqlite", "postgres", "redis"])
 def test_rekey_reseals_blobs_so_the_old_key_can_go(tmp_path: Path, kind: str) -> None:
     shared = MemoryStore(encrypt=Keyring({"k1": K1}, "k1"))
+    url = store_url(kind, tmp_path, "rekey") if kind in ("postgres", "redis") else ""
 
     def opened(ring: Keyring) -> Store:
         if kind == "file":
             return FileStore(tmp_path / "store", encrypt=ring)
+        if kind == "sqlite":
+            return SQLiteStore(tmp_path / "store.db", encrypt=ring)
+        if kind in ("postgres", "redis"):
+            return open_store(url, encrypt=ring)
         view = MemoryStore(encrypt=ring)
         view._spaces, view._space, view._blobs = shared._spaces, shared._space, shared._blobs
         return view

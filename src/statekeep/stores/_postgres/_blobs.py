@@ -36,6 +36,16 @@ class Blobs(Backend):
         rows = await self._query("read", "fetch", self._sql.get_blobs, list(dict.fromkeys(names)))
         return {row[0]: bytes(row[1]) for row in rows}
 
+    async def _reseal_blobs(self, work: dict[str, tuple[bytes, bytes]]) -> int:
+        """For rekey: replace each blob NAME -> (old, new) still holding ``old`` (each an
+        atomic statement); how many were replaced."""
+        done = 0
+        for name, (old, new) in work.items():
+            done += (
+                await self._query("write", "fetchval", self._sql.reseal_blob, new, name, old)
+            ) is not None
+        return done
+
     async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
         """Remove (``dry_run``: count) the blobs no State of any namespace refers to, in
         transactions of at most :data:`GC_BLOBS_BATCH`; (blobs, bytes)."""

@@ -78,6 +78,7 @@ class Sql:
         # Blobs (see _schema_v5): shared by every namespace of the tables.
         self.gc_blobs = f"SELECT o_count, o_bytes, o_looked FROM {self.gc_blobs_fn}($1, $2)"
         self.get_blobs = f"SELECT name, data FROM {self.blobs} WHERE name = ANY ($1::text[])"
+        self.reseal_blob = f"UPDATE {self.blobs} SET data = $1 WHERE name = $2 AND data = $3 RETURNING 1"
         self.blob_usage = f"SELECT count(*), coalesce(sum(octet_length(data)), 0) FROM {self.blobs}"
         # Leases (see _schema_leases): each judged by the server's clock, in one statement.
         self.acquire = f"SELECT o_status, {_HOLDER} FROM {self.acquire_fn}($1, $2, $3, $4)"

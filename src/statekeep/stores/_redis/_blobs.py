@@ -55,3 +55,21 @@ async def usage(local: ClientLocal, prefix: bytes) -> tuple[int, int]:
 
 def _as_bytes(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
+
+
+_RESEAL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2])
+    return 1
+end
+return 0
+"""
+
+
+async def reseal_blobs(local: ClientLocal, prefix: bytes, work: dict[str, tuple[bytes, bytes]]) -> int:
+    """For rekey: replace each blob NAME -> (old, new) still holding ``old`` (a script each:
+    compare and set); how many were replaced."""
+    done = 0
+    for name, (old, new) in work.items():
+        done += int(await local.client.eval(_RESEAL, 1, prefix + b"blob:" + name.encode(), old, new))
+    return done

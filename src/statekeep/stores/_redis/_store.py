@@ -291,6 +291,11 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         async with self._using("read") as local:
             return await _blobs.get_blobs(local, self._prefix, names)
 
+    async def _reseal_blobs(self, work: dict[str, tuple[bytes, bytes]]) -> int:
+        """For rekey: replace each blob NAME -> (old, new) still holding ``old``."""
+        async with self._using("write") as local:
+            return await _blobs.reseal_blobs(local, self._prefix, work)
+
     async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
         """Remove (``dry_run``: count) the blobs no State of any namespace refers to; (blobs, bytes)."""
         async with self._using("gc") as local:

@@ -92,3 +92,19 @@ def checkpoint(conn: sqlite3.Connection) -> bool:
     conn.execute(sql.BUSY_TIMEOUT.format(milliseconds=_TRUNCATE_PATIENCE_MS))
     busy, _, _ = conn.execute(sql.CHECKPOINT_TRUNCATE).fetchone()
     return not busy
+
+
+RESEAL_BLOB = "UPDATE blobs SET data = ? WHERE name = ? AND data = ?"
+
+
+def reseal_blobs(path: Path, conn: sqlite3.Connection, blobs: dict[str, tuple[bytes, bytes]]) -> int:
+    """Replace each blob NAME -> (old, new) whose stored bytes are still ``old``, in one
+    transaction, with ``secure_delete`` on (a rekey's old sealed bytes do not linger in freed
+    pages); returns how many were replaced."""
+    conn.execute(sql.SECURE_DELETE_ON)
+    conn.execute(sql.BEGIN_IMMEDIATE)
+    with rolled_back_on_error(conn):
+        check_version(path, conn)
+        done = sum(conn.execute(RESEAL_BLOB, (new, name, old)).rowcount for name, (old, new) in blobs.items())
+        conn.execute(sql.COMMIT)
+    return done

@@ -244,6 +244,12 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         conns = self._slot.get()
         return await owner().io.run(self._retry_busy, self._get_blobs_once, conns, names)
 
+    async def _reseal_blobs(self, work: dict[str, tuple[bytes, bytes]]) -> int:
+        """For rekey: replace each blob NAME -> (old, new) still holding ``old``, in one
+        transaction; how many were replaced."""
+        conns = self._slot.get()
+        return await owner().io.run(self._in_transaction, conns, blobs.reseal_blobs, self.path, work)
+
     async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
         """Remove (``dry_run``: count) the blobs no State of the file refers to; (blobs, bytes)."""
         conns = self._slot.get()
