@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from statekeep._core.blobs import with_refs
 from statekeep._runtime.bridge import run_sync
 from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, ref, write
 
@@ -39,6 +40,32 @@ def check_trim_releases_blobs(store: Any) -> None:
     assert gc_blobs(store) == (0, 0)
     store.delete("a")
     assert gc_blobs(store) == (2, 50_000)
+    check_a_nested_blob_survives_a_trim(store)
+
+
+def listed(prepared: Any, body: list[str], names: list[str]) -> Any:
+    """``prepared`` (one entry) with its line's body referring to ``body`` and its top-level
+    list ``"sk.blobs"`` naming ``names``, as Protection writes a nested value."""
+    entry = {"seq": prepared.first_seq, "kind": "tool", "out": [ref(n) for n in body]}
+    prepared.lines = (with_refs(orjson.dumps(entry) + b"\n", names),)
+    prepared.blob_refs = frozenset(names)
+    return prepared
+
+
+def check_a_nested_blob_survives_a_trim(store: Any) -> None:
+    """A kept line whose body shows only the outer blob (the inner one named in its list):
+    a trim that removes a line naming the inner one directly leaves both to the State."""
+    inner, inner_data = blob(11_000)
+    outer, outer_data = blob(12_000)
+    carried = {inner: inner_data, outer: outer_data}
+    write(store, listed(blob_write("n", 0, [], carried, create=True), [inner], [inner]))  # removed
+    write(store, blob_write("n", 1, [], None))  # replaced by the base
+    write(store, listed(blob_write("n", 2, [], None), [outer], [outer, inner]))  # kept
+    trim(store, "n", 2, {"seq": 1, "kind": "base", "trimmed": 1})
+    assert gc_blobs(store) == (0, 0)
+    assert get_blobs(store, [inner, outer]) == carried
+    store.delete("n")
+    assert gc_blobs(store) == (2, 23_000)
 
 
 def check_a_sealed_state_keeps_its_references(store: Any) -> None:

@@ -1,10 +1,14 @@
 """The blob names stored lines refer to, for a trim that recomputes a State's references
-from the lines it keeps (SQLite and PostgreSQL; the Redis trim script scans the same way).
+from the lines it keeps (SQLite; the PostgreSQL statement and the Redis trim script read
+them the same way).
 
-A reference inside a stored line is the JSON object ``{"sk.blob": NAME, ...}``, encoded
-without spaces: ``"sk.blob":"NAME"``. The same text inside a string value is escaped
-(``\\"sk.blob\\":\\"``), so it is never taken for a reference. A sealed line (encrypted
-store) shows no references: a State with one is left with the references it has.
+What a stored line refers to is its top-level list ``"sk.blobs"`` (see
+:func:`statekeep._core.blobs.with_refs`): every name it depends on, the inner ones of a
+nested value too (offload works innermost first, so a blob's own bytes may refer to another
+blob, which the line's body does not show). A body's own ``"sk.blob":"NAME"`` references
+are counted as well (a line written without the list, as older tests' lines are): a superset
+is safe, it only keeps a blob longer. A sealed line (encrypted store) that lists no names
+shows nothing: a State with one is left with the references it has.
 """
 
 from __future__ import annotations
@@ -12,21 +16,28 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from .._core.blobs import names_in
 from .._store.expect import sealed_text
 
 #: What a line holding a reference contains (a quick test before the regular expression).
 MARK = b'"sk.blob":"'
+#: What a line listing the names it refers to contains.
+LIST_MARK = b'"sk.blobs":'
 _NAME = re.compile(rb'"sk\.blob":"([^"\\]+)"')
 
 
 def referred(lines: Iterable[tuple[int, bytes]]) -> dict[str, int] | None:
     """Each blob name the ``(seq, line)`` pairs refer to, with the first seq that does; None
-    if a line is sealed (its references cannot be read: keep the State's as they are)."""
+    if a line is sealed and lists nothing (its references cannot be read: keep the State's
+    as they are)."""
     found: dict[str, int] = {}
     for seq, line in lines:
         if sealed_text(line):
             return None
+        if LIST_MARK in line:
+            for name in sorted(names_in(line)):
+                found.setdefault(name, seq)
         if MARK in line:
-            for name in _NAME.findall(line):
-                found.setdefault(name.decode(), seq)
+            for raw in _NAME.findall(line):
+                found.setdefault(raw.decode(), seq)
     return found

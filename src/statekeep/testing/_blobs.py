@@ -20,6 +20,7 @@ from .._protect.sealing import Keyring
 from .._run.state import State, agent_info
 from .._runtime.bridge import run_sync
 from .._store.blobs import Blobs
+from .._store.capabilities import capabilities
 from .._store.contract import Store
 from ._helpers import Api, snapshot
 
@@ -161,6 +162,59 @@ class BlobContract:
         assert loaded.history[1:] == state.history[1:] and fork.id == "copy"
         assert usage(store)[0] == 1
 
+    # -- nested blobs: a blob whose own bytes refer to another --------------------------
+
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    @asyncio_test
+    async def test_blobs_a_nested_value_survives_trim_then_gc(self, tmp_path: Path, mode: str) -> None:
+        """A kept entry refers to a blob only through the blob that holds it (its line shows
+        the outer name alone, and lists both): a trim that removes an entry naming the inner
+        one directly, then gc, leave both, and the State loads whole."""
+        api = Api(self.blob_store_with(tmp_path, offload=NESTED_BOUND), mode)
+        try:
+            if "trim" not in capabilities(api.store):
+                pytest.skip(f"{type(api.store).__name__} does not offer trim()")
+            value = nested_value("trim")
+            state = State("browse", id="n")
+            _tool_turn(state, "c1", value["page"])  # removed by the trim: the page's blob alone
+            through = len(state.history) - 1
+            state.compact("the story so far", through=through)
+            _tool_turn(state, "c2", value)  # kept: the page's blob only inside the value's
+            await api.save(state)
+            if mode == "async":
+                await api.store.atrim("n", before=through + 1)
+            else:
+                api.store.trim("n", before=through + 1)
+            await api.gc()
+            loaded = await api.load("n")
+            assert _results(loaded) == [value]
+            assert usage(api.store)[0] == 2  # the value's blob and the page's
+        finally:
+            await api.store.aclose()
+
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    @asyncio_test
+    async def test_blobs_a_fork_of_a_nested_value_survives_the_sources_delete_and_gc(
+        self, tmp_path: Path, mode: str
+    ) -> None:
+        """A fork refers to every blob the copied lines list, the inner ones of a nested value
+        too: the source deleted and gc run, the fork loads whole."""
+        self.needs("supports_delete")
+        api = Api(self.blob_store_with(tmp_path, offload=NESTED_BOUND), mode)
+        try:
+            value = nested_value("fork")
+            state = State("browse", id="src")
+            _tool_turn(state, "c1", value)
+            await api.save(state)
+            await api.fork("src", new_id="copy")
+            await api.delete("src")
+            await api.gc()
+            loaded = await api.load("copy")
+            assert _results(loaded) == [value]
+            assert usage(api.store)[0] == 2
+        finally:
+            await api.store.aclose()
+
     @asyncio_test
     async def test_blobs_a_users_own_ref_key_is_refused(self, api: Api) -> None:
         self.blob_store(api.store)
@@ -288,6 +342,30 @@ class BlobContract:
         finally:
             for store in stores:
                 await store.aclose()
+
+
+#: An ``offload=`` bound under which :func:`nested_value` is stored as a blob whose own bytes
+#: refer to another (offload works innermost first).
+NESTED_BOUND = 1024
+
+
+def nested_value(seed: str) -> dict[str, str]:
+    """A page above :data:`NESTED_BOUND` (a blob of its own) beside two values below it, which
+    together are above it too: the page's reference held in the outer value's blob."""
+    return {"page": text(5000, seed + "-page"), "a": text(700, seed + "-a"), "b": text(700, seed + "-b")}
+
+
+def _tool_turn(state: State, call_id: str, result: Any) -> None:
+    state.begin_run(agent_info("browser", "model"))
+    state.request("model")
+    state.add_reply("", [{"id": call_id, "name": "fetch", "args": {}}])
+    state.add_tool_result(call_id, result)
+    state.stop("limit", answer="")
+
+
+def _results(state: State) -> list[Any]:
+    """The tool results of ``state`` still in its history, in order."""
+    return [e["output"] for e in state.history if e["kind"] == "tool_result"]
 
 
 def _run_all(threads: list[threading.Thread]) -> None:

@@ -4,7 +4,8 @@ under the State's row lock as writes take it. The deleted rows' space is reused 
 (auto)vacuum has passed over them.
 
 The same statement recomputes the State's blob references from what it keeps (the base, the
-kept entries, and its snapshot): a reference no kept line makes is deleted (gc then removes a
+kept entries, and its snapshot), each line read by its list ``"sk.blobs"`` (which names the
+blobs nested inside others too) and the references in its body: a reference no kept line makes is deleted (gc then removes a
 blob no other State refers to), and one a kept entry makes moves to the first seq that makes
 it (a fork copies it with that entry). A State with a sealed line (encrypted store) keeps its
 references, which sealed lines do not show (see :mod:`statekeep.stores._blob_names`).
@@ -15,10 +16,13 @@ from __future__ import annotations
 from ..._core.writes import missing_error
 from ._sql import Sql
 
-# A reference inside a stored line (``"sk.blob":"NAME"``; escaped inside a string value, so
-# never matched there), and a sealed line (``_store.expect.sealed_text``), as POSIX regular
-# expressions in SQL literals.
+# What a stored line refers to: its list ``"sk.blobs":[...]`` (every name, the inner ones of
+# a nested value too: :func:`statekeep._core.blobs.names_in`) and any reference in its body
+# (``"sk.blob":"NAME"``; escaped inside a string value, so never matched there); and a sealed
+# line (``_store.expect.sealed_text``), as POSIX regular expressions in SQL literals.
 _REF = r"""'"sk\.blob":"([^"\\]+)"'"""
+_LIST = r"""'"sk\.blobs":\[([^]]*)\]'"""
+_HEX = "'[0-9a-f]{64}'"
 _SEALED = r"""'"sk\.sealed":"[^"]*"}$'"""
 
 
@@ -41,15 +45,20 @@ def trim_sql(sql: Sql) -> str:
         ), kept AS (
             SELECT e.seq, e.data FROM {sql.entries} e, ok
             WHERE e.ns = $1 AND e.state_id = $2 AND e.seq >= $3::bigint
-              AND (strpos(e.data, '"sk.blob":"') > 0 OR strpos(e.data, '"sk.sealed":"') > 0)
+              AND (strpos(e.data, '"sk.blobs":') > 0 OR strpos(e.data, '"sk.blob":"') > 0
+                   OR strpos(e.data, '"sk.sealed":"') > 0)
             UNION ALL SELECT $3::bigint - 1, $4 FROM ok
             UNION ALL SELECT NULL, st.snapshot FROM {sql.states} st, ok
             WHERE st.ns = $1 AND st.id = $2 AND st.snapshot IS NOT NULL
         ), sealed AS (
             SELECT 1 FROM kept WHERE kept.data ~ {_SEALED} LIMIT 1
         ), named AS (
-            SELECT m[1] AS name, min(kept.seq) AS seq
-            FROM kept, regexp_matches(kept.data, {_REF}, 'g') m GROUP BY m[1]
+            SELECT x.name, min(x.seq) AS seq FROM (
+                SELECT m[1] AS name, kept.seq FROM kept, regexp_matches(kept.data, {_REF}, 'g') m
+                UNION ALL
+                SELECT h[1], kept.seq FROM kept, regexp_matches(kept.data, {_LIST}, 'g') l,
+                    regexp_matches(l[1], {_HEX}, 'g') h
+            ) x GROUP BY x.name
         ), unref AS (
             DELETE FROM {sql.blob_refs} r USING ok
             WHERE r.ns = $1 AND r.state_id = $2 AND NOT EXISTS (SELECT 1 FROM sealed)

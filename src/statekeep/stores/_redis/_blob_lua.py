@@ -24,7 +24,7 @@ Keys these scripts name at run time instead of in KEYS (fine on one server; a Re
 needs every key of a script declared and in one slot, issue 27): the write script's
 ``blob:<name>`` (EXISTS, SET), ``blobref:<name>`` (SADD), ``blobs`` (ZADD), ``blobbytes``
 (INCRBY) and ``blobgen`` (INCR); the fork script's ``blobgen`` and ``blobref:<name>`` (names
-found in the copied entries); gc's ``blob:<name>``, ``blobref:<name>`` and the referrers'
+the copied entries list); gc's ``blob:<name>``, ``blobref:<name>`` and the referrers'
 ``state:`` hashes (any namespace); the trim script's ``blobref:<name>`` (names found in the
 removed entries). gc declares ``blobs`` and ``blobbytes``.
 """
@@ -85,25 +85,42 @@ local function store_blobs()
 end
 """
 
-#: For the fork script: the copied entries' references (``"sk.blob":"NAME"`` in a clear
-#: entry; a sealed State is never copied on the server) get the fork as a referrer.
-FORK_BLOBS = """
-local function refer_copied(p, state, copied)
-  local me = nil
-  for _, entry in ipairs(copied) do
-    if string.find(entry, '"sk.blob":"', 1, true) then
-      for name in string.gmatch(entry, '"sk%.blob":"([^"]+)"') do
-        if not me then
-          local gen = tostring(redis.call('INCR', p .. 'blobgen'))
-          redis.call('HSET', state, 'bg', gen)
-          me = state .. '#' .. gen
-        end
-        redis.call('SADD', p .. 'blobref:' .. name, me)
+#: The blob names a stored line refers to, added to ``into``: its top-level list
+#: ``"sk.blobs":[...]`` (every name it depends on, the inner ones of a nested value too, which
+#: its body does not show: offload works innermost first) and the references in its body
+#: (``"sk.blob":"NAME"``; escaped inside a string value, so never matched there). Shared by
+#: the fork and the trim scripts.
+LINE_NAMES = r"""
+local function line_names(line, into)
+  if string.find(line, '"sk.blobs":', 1, true) then
+    for list in string.gmatch(line, '"sk%.blobs":%[([^%]]*)%]') do
+      for name in string.gmatch(list, '"([0-9a-f]+)"') do
+        if #name == 64 then into[name] = true end
       end
     end
   end
+  if string.find(line, '"sk.blob":"', 1, true) then
+    for name in string.gmatch(line, '"sk%.blob":"([^"\\]+)"') do into[name] = true end
+  end
 end
 """
+
+#: For the fork script: the names the copied entries refer to (a sealed State is never
+#: copied on the server) get the fork as a referrer.
+FORK_BLOBS = (
+    LINE_NAMES
+    + """
+local function refer_copied(p, state, copied)
+  local names = {}
+  for _, entry in ipairs(copied) do line_names(entry, names) end
+  if next(names) == nil then return end
+  local gen = tostring(redis.call('INCR', p .. 'blobgen'))
+  redis.call('HSET', state, 'bg', gen)
+  local me = state .. '#' .. gen
+  for name in pairs(names) do redis.call('SADD', p .. 'blobref:' .. name, me) end
+end
+"""
+)
 
 #: gc of blobs, one batch in name order: drop referrers that are gone, remove each blob left
 #: with none. KEYS: ``<prefix>blobs``, ``<prefix>blobbytes``. ARGV: blob key prefix, start

@@ -5,10 +5,11 @@ write to the State. Redis frees the removed entries at once.
 
 The same script releases the blobs that only the removed entries referred to: for a State
 that refers to blobs (its hash has a blob generation ``bg``, see :mod:`._blob_lua`), each
-name a removed entry refers to (``"sk.blob":"NAME"``) that no kept line (the base, the kept
+name a removed entry refers to (its list ``"sk.blobs"``, which names the blobs nested
+inside others too, or a ``"sk.blob":"NAME"`` in its body) that no kept line (the base, the kept
 entries, the snapshot) refers to loses the State from its ``blobref:`` set, so gc removes the
-blob once no other State refers to it. A State with a sealed line (encrypted store) keeps
-its references, which sealed lines do not show. Those ``blobref:`` keys are named at run
+blob once no other State refers to it. A State with a sealed line that lists no names keeps
+its references (an encrypted store's lines list theirs in clear). Those ``blobref:`` keys are named at run
 time from the blob prefix (ARGV[3]), not declared in KEYS: fine on one server, not on a
 Redis Cluster (see the report of issue 24 / issue 27).
 """
@@ -16,15 +17,17 @@ Redis Cluster (see the report of issue 24 / issue 27).
 from __future__ import annotations
 
 from .._server import GAP, MISSING, OK
+from ._blob_lua import LINE_NAMES
 from ._lua import COMMON
 
-#: The names a stored line refers to, added to ``into``; false for a sealed line.
+#: The names a stored line refers to, added to ``into`` (``line_names``: its list
+#: ``"sk.blobs"`` and the references in its body); false for a sealed line that lists none.
 _RELEASE = r"""
 local function names_in(line, into)
-  if string.find(line, '"sk.sealed":"', 1, true) then return false end
-  if string.find(line, '"sk.blob":"', 1, true) then
-    for name in string.gmatch(line, '"sk%.blob":"([^"\\]+)"') do into[name] = true end
+  if string.find(line, '"sk.sealed":"', 1, true) and not string.find(line, '"sk.blobs":', 1, true) then
+    return false
   end
+  line_names(line, into)
   return true
 end
 -- Drop the State (member state#bg) from the referrers of the blobs only ``removed`` named.
@@ -51,6 +54,7 @@ end
 #: KEYS: state hash, entries list. ARGV: before, the base's encoded line, the blob key prefix.
 TRIM = (
     COMMON
+    + LINE_NAMES
     + _RELEASE
     + f"""
 if not live(KEYS[1]) then return {{{MISSING}}} end

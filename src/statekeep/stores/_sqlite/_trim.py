@@ -1,7 +1,8 @@
 """SQLiteStore's trim (``store.trim``, agent memory's keys): a State's first entries
 deleted and its base record written in their place, in one transaction, which also
 recomputes the State's blob references from the lines it keeps (the base and the kept
-entries): a blob only removed entries referred to is then left to gc. A sealed State
+entries, each read by its list ``"sk.blobs"``, which names the blobs nested inside others
+too): a blob only removed entries referred to is then left to gc. A sealed State
 (encrypted store) keeps its references, which its sealed lines do not show.
 
 The deleted rows' pages go to the file's free list, which later writes reuse: the file does
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from ..._core.writes import missing_error
 from ..._store.expect import SEALED_KEY
-from .._blob_names import MARK, referred
+from .._blob_names import LIST_MARK, MARK, referred
 from . import _sql as sql
 from ._connections import rolled_back_on_error
 from ._schema import check_version
@@ -24,10 +25,12 @@ FIRST_SEQ = "SELECT min(seq) FROM entries WHERE namespace = ? AND state_id = ?"
 DELETE_BEFORE = "DELETE FROM entries WHERE namespace = ? AND state_id = ? AND seq < ?"
 PUT_BASE = "UPDATE entries SET data = CAST(? AS TEXT) WHERE namespace = ? AND state_id = ? AND seq = ?"
 REFS = "SELECT name, seq FROM blob_refs WHERE namespace = ? AND state_id = ?"
-# The kept lines that may refer to a blob, or are sealed (SQL literals: neither holds a ').
+# The kept lines that may refer to a blob (a list of names, or a reference in the body), or
+# are sealed (SQL literals: none holds a ').
 REFERRING = (
     "SELECT seq, CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? "
-    f"AND (instr(data, '{MARK.decode()}') OR instr(data, '{SEALED_KEY.decode()}')) ORDER BY seq"
+    f"AND (instr(data, '{LIST_MARK.decode()}') OR instr(data, '{MARK.decode()}') "
+    f"OR instr(data, '{SEALED_KEY.decode()}')) ORDER BY seq"
 )
 SNAPSHOT = "SELECT CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ?"
 DROP_REF = "DELETE FROM blob_refs WHERE namespace = ? AND state_id = ? AND name = ?"
