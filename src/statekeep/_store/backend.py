@@ -210,6 +210,14 @@ class Backend(Engine, Leasing, Incarnated, Store):
     def _may_copy_on_server(self) -> bool:
         return self._protection.keyring is None  # sealed records are re-sealed for their new place
 
+    async def _fork_source_unchanged(self, state_id: str, entries: builtins.list[dict[str, Any]]) -> bool:
+        """Whether the fork source ``state_id`` still reads as ``entries`` (values whole): when
+        a copy on the server's side finds its stored lines differ from :meth:`_stored_lines`,
+        it is stored otherwise (another offload bound, an inline base), not replaced, and the
+        fork is written whole instead of refused."""
+        record = self._opened(state_id, await run_async(self._read_with_blobs(state_id, 0)), 0)
+        return record is not None and record.entries[: len(entries)] == entries
+
     def _stored_lines(self, state_id: str, entries: builtins.list[dict[str, Any]]) -> tuple[bytes, ...]:
         """``entries`` (as read: values whole) encoded as this clear store holds them: redacted,
         large values as blob references. A store that copies a fork on its side

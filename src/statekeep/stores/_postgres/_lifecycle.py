@@ -12,6 +12,7 @@ import hashlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..._core.errors import StateConflictError
 from ..._core.query import ListQuery, Page
 from ..._core.records import SavedState, Snapshot, decode_snapshot
 from ..._core.writes import exists_error, missing_error, prepare_write
@@ -136,8 +137,13 @@ class Lifecycle(Backend):
             raise missing_error(source_id)
         if status == servercommon.EXISTS:
             raise exists_error(new_id)
-        if status == servercommon.COMPARE:  # stored otherwise (another bound, an inline base) or
-            await write_fork(self, entries, snapshot, new_id, incarnation)  # rewritten: as read
+        if status == servercommon.COMPARE:  # replaced since it was read, or stored otherwise
+            if not await self._fork_source_unchanged(source_id, entries):
+                raise StateConflictError(
+                    f"State {source_id!r} was deleted and written again while it was forked; nothing "
+                    "was written. Fork it again"
+                )
+            await write_fork(self, entries, snapshot, new_id, incarnation)  # the entries as read
 
     async def _run_fork(self, args: tuple[Any, ...], new_id: str) -> tuple[Any, ...]:
         async def locked() -> tuple[Any, ...]:

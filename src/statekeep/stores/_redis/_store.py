@@ -359,8 +359,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         status = int(reply[0])
         if status == servercommon.EXISTS:
             raise exists_error(new_id)
-        if status == servercommon.MISSING:  # gone, rewritten, or stored otherwise (another bound,
-            await write_fork(self, entries, snapshot, new_id, incarnation)  # an inline base): as read
+        if status == servercommon.MISSING:  # gone, replaced, or stored otherwise (another bound,
+            if not await self._fork_source_unchanged(source_id, entries):  # an inline base)
+                raise missing_error(source_id)
+            await write_fork(self, entries, snapshot, new_id, incarnation)  # the entries as read
 
     async def _fork(self, keys: list[bytes], args: list[Any], new_id: str) -> Any:
         async with owner().lock((self._storage_key(), new_id)), self._using("fork") as local:

@@ -318,14 +318,17 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         # The entries are copied inside the database (INSERT ... SELECT), in the transaction
         # that creates the fork, which first checks the source still holds them: they are
         # encoded here (not sent) to compare with the source's, which may have been deleted
-        # and written again since they were read; if they differ, the fork is written whole.
+        # and written again since they were read (then nothing is written); stored otherwise
+        # (another offload bound, an inline base), the fork is written whole.
         lines = self._stored_lines(source_id, entries)  # blob references, as stored
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         end = entries[-1]["seq"] + 1 if entries else 0  # (len(entries) but for a trimmed source)
         op: Op = ("fork", self.namespace, Fork(write, source_id, end, lines))
         try:
             await run_async(self._locked_submit(new_id, op), direct=True)
-        except StateConflictError:  # stored otherwise (another bound, an inline base) or rewritten:
+        except StateConflictError:  # replaced since it was read, or stored otherwise
+            if not await self._fork_source_unchanged(source_id, entries):
+                raise
             await write_fork(self, entries, snapshot, new_id, incarnation)  # the entries as read
 
     async def _locked_submit(self, state_id: str, op: Op) -> None:
