@@ -31,6 +31,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..._core.blobs import NAME_RULE, names_in
+from .._fsio import write_file
 from .folder import StoreFolder
 from .locking import hold, unlock
 from .trust import CREATING, DELETING, DIR, LOG, NAMESPACE_DIR, check_owner
@@ -41,7 +42,6 @@ TMP = "tmp-"
 #: Blobs removed per round of gc (each round holds the blob lock; about 0.5 s of unlinks here).
 BATCH = 1000
 _ROOT = os.O_RDONLY | os.O_DIRECTORY  # the store's folder itself may be reached through a link
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
 class BlobFolder:
@@ -151,14 +151,8 @@ class BlobFolder:
     def _write_one(self, folder: int, name: str, data: bytes) -> None:
         io = self.io
         tmp = f"{TMP}{os.getpid()}-{secrets.token_hex(6)}"
-        fd = io.open(tmp, _NEW, dir_fd=folder)
         try:
-            try:
-                io.chmod(fd, 0o600)
-                io.write_all(fd, data)
-                io.fsync(fd)
-            finally:
-                io.close(fd)
+            write_file(io, folder, tmp, data, exclusive=True)
             io.rename(tmp, name, dir_fd=folder)
         except BaseException:
             try:
