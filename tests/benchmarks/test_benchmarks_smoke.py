@@ -29,7 +29,7 @@ ROWS = {
     "viewer": 2,
     "budget": 20,
     "peers": 9,
-    "growth": 4,
+    "growth": 6,
     "langgraph_growth": 7,
     "trim": 4,
 }
