@@ -927,6 +927,82 @@ def test_ctrl_c_during_a_sync_call_leaves_the_operation_running_to_its_end(tmp_p
     assert "Traceback" not in result.stderr and "Exception in callback" not in result.stderr, result.stderr
 
 
+CTRL_C_AT_EVERY_LINE = """
+import asyncio, signal, sys, threading
+from statekeep import FileStore, State
+from statekeep._runtime import bridge
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in CTRL_C_WHILE_WAITING
+store = FileStore(sys.argv[1])
+main = State("main", id="main")
+store.save(main)  # the owner loop exists from here on
+
+def owner_loop_idle():
+    own, idle = bridge.owner(), threading.Event()
+    async def check():
+        me = asyncio.current_task()
+        while others := [t for t in own.tasks if t is not me]:
+            await asyncio.wait(others)
+        idle.set()
+    own.loop.call_soon_threadsafe(lambda: own.loop.create_task(check()))
+    idle.wait()
+
+def save_interrupted_at_line(k):
+    # Save `main` with a new message; Ctrl-C at the k-th line the main thread runs inside
+    # that call. Returns (whether line k was reached, the note carried or None, whether the
+    # message was saved once the loop is idle).
+    lines, note = 0, None
+    def local(frame, event, arg):
+        nonlocal lines
+        if event == "line":
+            lines += 1
+            if lines == k:
+                signal.raise_signal(signal.SIGINT)
+        return local
+    text = f"message {k}"
+    main.add_user(text)
+    sys.settrace(lambda frame, event, arg: local)
+    try:
+        store.save(main)
+    except KeyboardInterrupt as exc:
+        note = " ".join(getattr(exc, "__notes__", [])) or "-"
+    finally:
+        sys.settrace(None)
+    owner_loop_idle()
+    saved = any(e.get("text") == text for e in store.read("main").entries)
+    if note is not None and not saved:
+        store.save(main)  # saving again is whole: it sends what the store lacks
+    return lines >= k, note, saved
+
+k, interrupted, wrong = 1, 0, []
+while True:
+    reached, note, saved = save_interrupted_at_line(k)
+    if not reached:
+        break
+    interrupted += note is not None
+    goes_on = note is not None and "goes on to its end" in note
+    if saved != goes_on or (not saved and note != "-" and "before it began" not in note):
+        wrong.append((k, saved, note[:60]))  # the note does not tell what became of the save
+    k += 1
+print(k - 1, interrupted, wrong, flush=True)
+assert FileStore(sys.argv[1]).load("main").history == main.history
+"""
+
+
+def test_ctrl_c_at_any_line_of_a_save_says_what_became_of_it(tmp_path: Path) -> None:
+    # Ctrl-C at each line the caller runs inside save, in turn: the KeyboardInterrupt's note
+    # says the save goes on exactly when it did (it is then saved), and that it was not done
+    # when it was not (or there is no note: Ctrl-C came before statekeep was called). The
+    # State stays whole throughout. At most one coroutine is left unawaited: Ctrl-C at
+    # run_sync's first line, after save made the coroutine and before any try can catch it.
+    result = run_script(CTRL_C_AT_EVERY_LINE, str(tmp_path / "store"), timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines, interrupted, wrong = result.stdout.split(maxsplit=2)
+    assert int(lines) > 5 and int(interrupted) == int(lines)
+    assert wrong.strip() == "[]", f"the note was wrong at (line, saved, note): {wrong}"
+    assert result.stderr.count("never awaited") <= 1, result.stderr
+
+
 CTRL_C_DURING_A_SAVE = """
 import os, signal, sys, threading
 from statekeep import FileStore, State

@@ -262,6 +262,10 @@ INTERRUPTED_WRITE = (
 )
 
 
+#: The note of a KeyboardInterrupt that came before the loop took the operation.
+NOT_BEGUN = "statekeep: {name}() was interrupted before it began; it was not done and will not be."
+
+
 def run_sync(
     coro: Coroutine[Any, Any, T], async_name: str, *, direct: bool = False, eager: bool = False
 ) -> T:
@@ -279,22 +283,32 @@ def run_sync(
     :meth:`~statekeep._runtime.handoff.Waiter.grant`): two hand-offs instead of four.
     ``eager``: start it eagerly (see :meth:`Owner.start`).
     """
-    own = owner()
-    ident = threading.get_ident()
-    if ident == own.ident:
-        coro.close()
-        raise RuntimeError(
-            f"this sync statekeep method was called from statekeep's own event loop "
-            f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
-        )
-    # The main thread is never granted a batch (see Waiter.grant).
-    waiter: Waiter[T] = Waiter(runs_batches=direct and ident != threading.main_thread().ident)
-    own.start(coro, waiter.settle, direct=waiter if direct else None, eager=eager)
+    # The loop starts the operation only if it takes the ticket first; a caller interrupted
+    # before that takes it back, so the operation never runs and the note can say so.
+    ticket: list[None] = [None]
     try:
+        own = owner()
+        ident = threading.get_ident()
+        if ident == own.ident:
+            coro.close()
+            raise RuntimeError(
+                f"this sync statekeep method was called from statekeep's own event loop "
+                f"thread, where it would deadlock; use 'await {async_name}(...)' instead"
+            )
+        # The main thread is never granted a batch (see Waiter.grant).
+        waiter: Waiter[T] = Waiter(runs_batches=direct and ident != threading.main_thread().ident)
+        own.start(coro, waiter.settle, ticket, waiter if direct else None, eager)
         return waiter.wait()
     except KeyboardInterrupt as interrupt:
-        note = INTERRUPTED.format(name=async_name.removeprefix("a"))
-        interrupt.add_note(note + INTERRUPTED_WRITE if async_name in ("awrite", "asave") else note)
+        name = async_name.removeprefix("a")
+        try:
+            ticket.pop()
+        except IndexError:  # the loop has it: the operation goes on
+            note = INTERRUPTED.format(name=name)
+            interrupt.add_note(note + INTERRUPTED_WRITE if async_name in ("awrite", "asave") else note)
+        else:
+            coro.close()
+            interrupt.add_note(NOT_BEGUN.format(name=name))
         raise
 
 
