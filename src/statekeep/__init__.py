@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from . import _oldpaths
 from ._agent.compaction import Compactor
+from ._agent.context import NotRun, ToolContext
 from ._agent.loop import Agent, Reply, ScriptedModel
-from ._agent.tools import Tool
+from ._agent.tools import Tool, tool
 from ._core.errors import (
     CorruptStateError,
     DecryptionError,
@@ -25,6 +26,7 @@ from ._core.errors import (
     UnsupportedFormatError,
 )
 from ._core.ids import ID_RULE, validate_id
+from ._core.keys import idempotency_key
 from ._core.labels import LABEL_RULE, NAMESPACE_RULE
 from ._core.leases import Lease
 from ._core.publish import publish
@@ -64,6 +66,7 @@ __all__ = [
     "Memory",
     "MemoryStore",
     "NotAStoreError",
+    "NotRun",
     "Page",
     "PostgresStore",
     "Record",
@@ -83,12 +86,15 @@ __all__ = [
     "StatekeepError",
     "Store",
     "Tool",
+    "ToolContext",
     "UnsafeStoreError",
     "UnsupportedFormatError",
     "agent_info",
     "arekey",
+    "idempotency_key",
     "open_store",
     "rekey",
+    "tool",
     "validate_id",
 ]
 

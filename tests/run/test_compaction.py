@@ -173,7 +173,7 @@ def test_a_compacted_state_saves_and_loads_as_it_was(store: Store) -> None:
     assert loaded.compacted_through == 9
     record = store.read("s1")
     assert record is not None and record.snapshot is not None
-    assert record.snapshot["v"] == FORMAT_VERSION == 3
+    assert record.snapshot["v"] == 3 < FORMAT_VERSION
     loaded.add_user("on")
     store.save(loaded)
     assert store.load("s1").messages == [summary("second"), {"role": "user", "content": "on"}]
@@ -296,4 +296,4 @@ def test_a_state_is_stamped_with_the_lowest_format_version_that_reads_it() -> No
     store.save(plain)
     store.save(compacted)
     assert plain.snapshot()["v"] == 2 and store.load("plain").snapshot()["v"] == 2
-    assert compacted.snapshot()["v"] == 3 == FORMAT_VERSION
+    assert compacted.snapshot()["v"] == 3 < FORMAT_VERSION

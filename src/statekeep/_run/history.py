@@ -61,7 +61,11 @@ from .._core.frozen import FrozenDict, freeze
 #: ``compaction`` and ``base`` kinds: a statekeep that knows only version 2 refuses version 3
 #: States rather than show the model what a compaction replaced. (Blob references are the
 #: stores' own business: each store's format or schema version keeps older statekeeps out.)
-FORMAT_VERSION = 3
+#: Version 4 (statekeep 0.4) added what keeps tools from running twice: the ``tool_retry``,
+#: ``step_start``, ``step_end``, ``approval_wait`` and ``approval`` kinds and a tool result's
+#: ``reconciled``; a statekeep that knows only version 3 refuses version 4 States rather
+#: than run a tool again that waits for approval or repeat a step.
+FORMAT_VERSION = 4
 #: The kinds a history needs each version for: a State holding none of them is stamped with
 #: the lowest version that reads it (2), so a statekeep that knows only version 2 still loads
 #: it; one with a compaction or a base is stamped 3 and refused there.
