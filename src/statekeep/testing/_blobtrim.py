@@ -158,6 +158,31 @@ class BlobTrimContract:
             await api.store.aclose()
 
     @MODES
+    @SEALING
+    @asyncio_test
+    async def test_a_fork_of_a_trimmed_state_keeps_the_bases_blob(
+        self, tmp_path: Path, mode: str, sealed: bool
+    ) -> None:
+        """A fork of a trimmed State (above its base) refers to the blob its base refers to:
+        the source's delete and gc leave it, and the fork loads the value."""
+        self.needs("supports_delete")
+        api = self._trim_blob_api(tmp_path, mode, **({"encrypt": RING} if sealed else {}))
+        try:
+            value = text(VALUE_SIZE, "forked")
+            state, through = page_run("t1", value, "small")
+            await api.save(state)
+            await self._trim_with(api, "t1", through + 1)
+            fork = await api.fork("t1", new_id="f1")
+            await api.delete("t1")
+            assert (await api.gc()).blobs == 0  # type: ignore[attr-defined]
+            loaded = await api.load("f1")
+            assert loaded.data == {"page": value} and fork.data == {"page": value}
+            await api.delete("f1")
+            assert (await api.gc()).blobs == 1  # type: ignore[attr-defined]
+        finally:
+            await api.store.aclose()
+
+    @MODES
     @asyncio_test
     async def test_gc_dry_run_counts_the_blobs_no_state_refers_to_now(
         self, tmp_path: Path, mode: str
