@@ -68,15 +68,22 @@ def check_a_nested_blob_survives_a_trim(store: Any) -> None:
     assert gc_blobs(store) == (2, 23_000)
 
 
-def check_a_sealed_state_keeps_its_references(store: Any) -> None:
-    """A State whose lines are sealed (an encrypted store's: they show the store no reference)
-    keeps every reference through a trim: its blobs are not removed under it."""
-    name, data = blob(10_000)
-    prepared = blob_write("s", 0, [name], {name: data}, create=True)
+def check_a_sealed_state_keeps_the_references_its_kept_lines_list(store: Any) -> None:
+    """A State whose lines are sealed (an encrypted store's: they list their blob names in
+    clear, as :class:`~statekeep._protect.protection.Protection` writes them) keeps, through a
+    trim, the references its kept lines list: a blob only a removed line listed goes at gc,
+    one a kept line lists stays; a sealed base that lists none refers to none."""
+    gone, gone_data = blob(10_000)
+    kept, kept_data = blob(20_000)
+    prepared = blob_write("s", 0, [gone, kept], {gone: gone_data, kept: kept_data}, create=True)
+    names = {0: [gone], 1: [], 2: [kept]}
     prepared.lines = tuple(
-        orjson.dumps({"seq": seq, "sk.sealed": f"c2VhbGVk{seq}"}) + b"\n" for seq in range(3)
+        with_refs(orjson.dumps({"seq": seq, "sk.sealed": f"c2VhbGVk{seq}"}) + b"\n", names[seq])
+        for seq in range(3)
     )
     write(store, prepared)
     trim(store, "s", 2, {"seq": 1, "sk.sealed": "YmFzZQ"})
-    assert gc_blobs(store) == (0, 0)
-    assert get_blobs(store, [name]) == {name: data}
+    assert gc_blobs(store) == (1, 10_000)
+    assert get_blobs(store, [gone, kept]) == {kept: kept_data}
+    store.delete("s")
+    assert gc_blobs(store) == (1, 20_000)

@@ -236,8 +236,13 @@ class Backend(Engine, Leasing, Incarnated, Store):
         stays, and a blob that a write in flight refers to is never removed. Each removal
         is durable on return as the store's ``delete`` is; a removed blob's bytes are gone
         from the store's files (see the docs' "Large values" page for each store).
-        ``dry_run=True`` removes nothing and returns what would be removed now (States
-        expired by the clock that judges expiry, blobs no State refers to).
+        ``dry_run=True`` removes nothing and returns a count taken now: the States expired by
+        the clock that judges expiry (a live lease's left out), and the blobs no State refers
+        to at this moment. The blobs that only those expired States refer to are counted
+        only where the store has dropped an expired State already (RedisStore's native expiry),
+        and the ones only the entries a ``trim_compacted=True`` trim would remove refer to are
+        not: the real ``gc`` removes those too, after it removes the States (or trims them), so
+        its ``blobs`` may be more than the dry run's.
         """
         return await run_async(self._gc_call(limit, dry_run))
 

@@ -2,13 +2,15 @@
 
 ``store.trim(id, before=seq)`` runs :func:`trim` on the owner loop with the State's lock held:
 (``store``: the :class:`~.backend.Backend`) it reads the State, checks ``before`` against its base and its latest compaction, builds the
-base record (:mod:`statekeep._run.base`) from the entries it removes, seals it as the store
-seals entries, and hands it to the backend's ``_trim(state_id, before, base)``, which writes
+base record (:mod:`statekeep._run.base`) from the entries it removes, encodes it as the store
+encodes entries (:func:`base_line`: its large values as references to blobs, sealed on an
+encrypted store) and hands it to the backend's ``_trim(state_id, before, base)``, which writes
 it at seq ``before - 1`` and removes the entries before it, reclaiming their space.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from .._core.leases import Lease, check_fence
@@ -63,6 +65,28 @@ def removed_entries(state_id: str, entries: list[dict[str, Any]], before: int) -
     return entries[: before - start]
 
 
+def base_line(
+    store: Any, state_id: str, base: dict[str, Any], incarnation: str | None, held: Collection[str]
+) -> bytes:
+    """The encoded line of ``base`` for ``state_id``: redacted, its values above the store's
+    ``offload=`` bound as references to blobs, and sealed, as any entry line (its blob names
+    listed in clear, which gc and the trim's recount of the State's references read).
+
+    A base refers only to blobs in ``held`` (those the State's stored lines list, read with
+    it: they are stored, and the State refers to them until the trim swaps its lines): its
+    data values were read from entries that hold them as those blobs, offloaded the same way.
+    A value that is no such blob (written when the store kept values inline, or under a
+    higher bound) makes the base keep its values inline, as it is handed to ``_trim`` with no
+    blobs to store."""
+    write = store._protection.write(
+        store.namespace, state_id, [base], None, False, incarnation, offload=store._offload
+    )
+    if write.blobs and not set(write.blobs) <= set(held):
+        write = store._protection.write(store.namespace, state_id, [base], None, False, incarnation)
+    line: bytes = write.lines[0]
+    return line
+
+
 async def trim(store: Any, state_id: str, before: int, lease: Lease | None) -> None:
     """Trim ``state_id`` before seq ``before`` (on the owner loop, its lock held)."""
     check_fence(
@@ -72,15 +96,15 @@ async def trim(store: Any, state_id: str, before: int, lease: Lease | None) -> N
         await store._server_now(),
         "nothing was trimmed",
     )
-    record = store._opened(state_id, await store._read_with_blobs(state_id, 0), 0)
+    read = await store._read_with_blobs(state_id, 0)
+    record = store._opened(state_id, read, 0)
     if record is None:
         raise missing_error(state_id)
     removed = removed_entries(state_id, record.entries, before)
     if removed is None:
         return
-    base = build_base(removed)
-    write = store._protection.write(store.namespace, state_id, [base], None, False, record.incarnation)
-    await store._trim(state_id, before, write.lines[0])
+    line = base_line(store, state_id, build_base(removed), record.incarnation, read[1] or ())
+    await store._trim(state_id, before, line)
 
 
 async def keep_from(store: Any, state_id: str, seq: int) -> None:
@@ -136,7 +160,8 @@ async def _trim_compacted(store: Any, sid: str) -> None:
     if await store._current_lease(sid) is not None:
         return
     try:
-        record = store._opened(sid, await store._read_with_blobs(sid, 0), 0)
+        read = await store._read_with_blobs(sid, 0)
+        record = store._opened(sid, read, 0)
     except (ValueError, LookupError):
         return  # damaged, or sealed for a key this store lacks: left for its owner to see
     compaction = None if record is None else latest_compaction(record.entries)
@@ -144,6 +169,5 @@ async def _trim_compacted(store: Any, sid: str) -> None:
         return
     removed = removed_entries(sid, record.entries, compaction["through"] + 1)
     if removed is not None:
-        base = build_base(removed)
-        write = store._protection.write(store.namespace, sid, [base], None, False, record.incarnation)
-        await store._trim(sid, compaction["through"] + 1, write.lines[0])
+        line = base_line(store, sid, build_base(removed), record.incarnation, read[1] or ())
+        await store._trim(sid, compaction["through"] + 1, line)

@@ -7,8 +7,10 @@ What a stored line refers to is its top-level list ``"sk.blobs"`` (see
 nested value too (offload works innermost first, so a blob's own bytes may refer to another
 blob, which the line's body does not show). A body's own ``"sk.blob":"NAME"`` references
 are counted as well (a line written without the list, as older tests' lines are): a superset
-is safe, it only keeps a blob longer. A sealed line (encrypted store) that lists no names
-shows nothing: a State with one is left with the references it has.
+is safe, it only keeps a blob longer. A sealed line (encrypted store) lists its names in
+clear as any line does (every sealed line that refers to a blob has, since blobs exist), so
+one that lists none refers to none: a trimmed State's base record written inline, a sealed
+snapshot (snapshots are never offloaded).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import re
 from collections.abc import Iterable
 
 from .._core.blobs import names_in
-from .._store.expect import sealed_text
 
 #: What a line holding a reference contains (a quick test before the regular expression).
 MARK = b'"sk.blob":"'
@@ -26,14 +27,11 @@ LIST_MARK = b'"sk.blobs":'
 _NAME = re.compile(rb'"sk\.blob":"([^"\\]+)"')
 
 
-def referred(lines: Iterable[tuple[int, bytes]]) -> dict[str, int] | None:
-    """Each blob name the ``(seq, line)`` pairs refer to, with the first seq that does; None
-    if a line is sealed and lists nothing (its references cannot be read: keep the State's
-    as they are)."""
+def referred(lines: Iterable[tuple[int, bytes]]) -> dict[str, int]:
+    """Each blob name the ``(seq, line)`` pairs refer to, with the first seq that does (a
+    sealed line's: the names it lists in clear)."""
     found: dict[str, int] = {}
     for seq, line in lines:
-        if sealed_text(line):
-            return None
         if LIST_MARK in line:
             for name in sorted(names_in(line)):
                 found.setdefault(name, seq)

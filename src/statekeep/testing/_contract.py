@@ -16,6 +16,7 @@ from .._core.records import Record, SavedState
 from .._store.contract import Store
 from ._backends import BackendContract, add_trio_twins, on_asyncio
 from ._blobs import BlobContract
+from ._blobtrim import BlobTrimContract
 from ._cancel import CancellationContract
 from ._capabilities import name_the_flags
 from ._family import ErrorFamilyContract
@@ -51,6 +52,7 @@ class StoreContract(
     ErrorFamilyContract,
     CancellationContract,
     BlobContract,
+    BlobTrimContract,
     TrimContract,
 ):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.

@@ -274,5 +274,5 @@ def test_a_writer_killed_mid_write_leaves_every_state_with_its_blobs(
     assert len(shared.kill_a_writer(pg, make_store(postgres_server, pg))) >= 8
 
 
-def test_a_trim_of_a_sealed_state_keeps_its_blob_references(pg: PostgresStore) -> None:
-    blob_trim.check_a_sealed_state_keeps_its_references(pg)
+def test_a_trim_of_a_sealed_state_keeps_the_references_its_kept_lines_list(pg: PostgresStore) -> None:
+    blob_trim.check_a_sealed_state_keeps_the_references_its_kept_lines_list(pg)

@@ -243,5 +243,5 @@ def test_a_trim_releases_the_blobs_only_its_removed_entries_referred_to(rs: Redi
     blob_trim.check_trim_releases_blobs(rs)
 
 
-def test_a_trim_of_a_sealed_state_keeps_its_blob_references(rs: RedisStore) -> None:
-    blob_trim.check_a_sealed_state_keeps_its_references(rs)
+def test_a_trim_of_a_sealed_state_keeps_the_references_its_kept_lines_list(rs: RedisStore) -> None:
+    blob_trim.check_a_sealed_state_keeps_the_references_its_kept_lines_list(rs)

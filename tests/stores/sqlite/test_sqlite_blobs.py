@@ -301,5 +301,5 @@ def test_gc_does_not_hold_writers_off_for_a_long_reader_and_a_later_gc_erases(
     assert data[:4096] not in on_disk() and data[-4096:] not in on_disk()
 
 
-def test_a_trim_of_a_sealed_state_keeps_its_blob_references(store: SQLiteStore) -> None:
-    blob_trim.check_a_sealed_state_keeps_its_references(store)
+def test_a_trim_of_a_sealed_state_keeps_the_references_its_kept_lines_list(store: SQLiteStore) -> None:
+    blob_trim.check_a_sealed_state_keeps_the_references_its_kept_lines_list(store)

@@ -7,8 +7,8 @@ The same statement recomputes the State's blob references from what it keeps (th
 kept entries, and its snapshot), each line read by its list ``"sk.blobs"`` (which names the
 blobs nested inside others too) and the references in its body: a reference no kept line makes is deleted (gc then removes a
 blob no other State refers to), and one a kept entry makes moves to the first seq that makes
-it (a fork copies it with that entry). A State with a sealed line (encrypted store) keeps its
-references, which sealed lines do not show (see :mod:`statekeep.stores._blob_names`).
+it (a fork copies it with that entry). A sealed line (encrypted store) lists its names in
+clear as any line does (see :mod:`statekeep.stores._blob_names`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from ._sql import Sql
 
 # What a stored line refers to: its list ``"sk.blobs":[...]`` (every name, the inner ones of
 # a nested value too: :func:`statekeep._core.blobs.names_in`) and any reference in its body
-# (``"sk.blob":"NAME"``; escaped inside a string value, so never matched there); and a sealed
-# line (``_store.expect.sealed_text``), as POSIX regular expressions in SQL literals.
+# (``"sk.blob":"NAME"``; escaped inside a string value, so never matched there), as POSIX
+# regular expressions in SQL literals.
 _REF = r"""'"sk\.blob":"([^"\\]+)"'"""
 _LIST = r"""'"sk\.blobs":\[([^]]*)\]'"""
 _HEX = "'[0-9a-f]{64}'"
-_SEALED = r"""'"sk\.sealed":"[^"]*"}$'"""
 
 
 def trim_sql(sql: Sql) -> str:
@@ -45,13 +44,10 @@ def trim_sql(sql: Sql) -> str:
         ), kept AS (
             SELECT e.seq, e.data FROM {sql.entries} e, ok
             WHERE e.ns = $1 AND e.state_id = $2 AND e.seq >= $3::bigint
-              AND (strpos(e.data, '"sk.blobs":') > 0 OR strpos(e.data, '"sk.blob":"') > 0
-                   OR strpos(e.data, '"sk.sealed":"') > 0)
+              AND (strpos(e.data, '"sk.blobs":') > 0 OR strpos(e.data, '"sk.blob":"') > 0)
             UNION ALL SELECT $3::bigint - 1, $4 FROM ok
             UNION ALL SELECT NULL, st.snapshot FROM {sql.states} st, ok
             WHERE st.ns = $1 AND st.id = $2 AND st.snapshot IS NOT NULL
-        ), sealed AS (
-            SELECT 1 FROM kept WHERE kept.data ~ {_SEALED} LIMIT 1
         ), named AS (
             SELECT x.name, min(x.seq) AS seq FROM (
                 SELECT m[1] AS name, kept.seq FROM kept, regexp_matches(kept.data, {_REF}, 'g') m
@@ -61,12 +57,11 @@ def trim_sql(sql: Sql) -> str:
             ) x GROUP BY x.name
         ), unref AS (
             DELETE FROM {sql.blob_refs} r USING ok
-            WHERE r.ns = $1 AND r.state_id = $2 AND NOT EXISTS (SELECT 1 FROM sealed)
+            WHERE r.ns = $1 AND r.state_id = $2
               AND NOT EXISTS (SELECT 1 FROM named n WHERE n.name = r.name)
         ), moved AS (
             UPDATE {sql.blob_refs} r SET seq = n.seq FROM named n, ok
             WHERE r.ns = $1 AND r.state_id = $2 AND r.name = n.name AND r.seq <> n.seq
-              AND NOT EXISTS (SELECT 1 FROM sealed)
         )
         SELECT (SELECT next_seq FROM s), (SELECT first FROM f)"""
 

@@ -97,14 +97,16 @@ async def reseal(
 ) -> int:
     """Replace the records of ``state_id`` whose stored JSON still equals their ``old``: read
     them, compare as JSON here, then one script replaces each only where the server still
-    holds the bytes read (a record changed meanwhile is left as it is)."""
+    holds the bytes read (a record changed meanwhile is left as it is). A trimmed State's
+    list starts at its base (the hash's ``first``): seq ``s`` is at index ``s - first``."""
     assert local.reseal_script is not None
     state_key, entries_key = keys.state_keys(state_id)
     seqs = sorted(entries)
+    first = int(await local.client.hget(state_key, "first") or 0)  # (the script checks again)
     async with local.client.pipeline(transaction=True) as pipe:
         pipe.hget(state_key, "snapshot")
         for seq in seqs:
-            pipe.lindex(entries_key, seq)
+            pipe.lindex(entries_key, seq - first)
         stored_snapshot, *stored = await pipe.execute()
     args: list[Any] = ["0", "", ""]
     if snapshot is not None and _same(stored_snapshot, snapshot[0]):

@@ -8,8 +8,8 @@ that refers to blobs (its hash has a blob generation ``bg``, see :mod:`._blob_lu
 name a removed entry refers to (its list ``"sk.blobs"``, which names the blobs nested
 inside others too, or a ``"sk.blob":"NAME"`` in its body) that no kept line (the base, the kept
 entries, the snapshot) refers to loses the State from its ``blobref:`` set, so gc removes the
-blob once no other State refers to it. A State with a sealed line that lists no names keeps
-its references (an encrypted store's lines list theirs in clear). Those ``blobref:`` keys are named at run
+blob once no other State refers to it. A sealed line (encrypted store) lists its names in
+clear as any line does; one that lists none refers to none. Those ``blobref:`` keys are named at run
 time from the blob prefix (ARGV[3]), not declared in KEYS: fine on one server, not on a
 Redis Cluster (see the report of issue 24 / issue 27).
 """
@@ -20,30 +20,19 @@ from .._server import GAP, MISSING, OK
 from ._blob_lua import LINE_NAMES
 from ._lua import COMMON
 
-#: The names a stored line refers to, added to ``into`` (``line_names``: its list
-#: ``"sk.blobs"`` and the references in its body); false for a sealed line that lists none.
+#: The names a stored line refers to are added to a table by ``line_names`` (its list
+#: ``"sk.blobs"``, in clear on a sealed line too, and the references in its body).
 _RELEASE = r"""
-local function names_in(line, into)
-  if string.find(line, '"sk.sealed":"', 1, true) and not string.find(line, '"sk.blobs":', 1, true) then
-    return false
-  end
-  line_names(line, into)
-  return true
-end
 -- Drop the State (member state#bg) from the referrers of the blobs only ``removed`` named.
 local function release_trimmed(p, state, entries, bg, removed, base)
   local gone = {}
-  for _, line in ipairs(removed) do
-    if not names_in(line, gone) then return end
-  end
+  for _, line in ipairs(removed) do line_names(line, gone) end
   if next(gone) == nil then return end
   local kept = {}
-  if not names_in(base, kept) then return end
-  for _, line in ipairs(redis.call('LRANGE', entries, 1, -1)) do
-    if not names_in(line, kept) then return end
-  end
+  line_names(base, kept)
+  for _, line in ipairs(redis.call('LRANGE', entries, 1, -1)) do line_names(line, kept) end
   local snap = redis.call('HGET', state, 'snapshot')
-  if snap and not names_in(snap, kept) then return end
+  if snap then line_names(snap, kept) end
   local me = state .. '#' .. bg
   for name in pairs(gone) do
     if not kept[name] then redis.call('SREM', p .. 'blobref:' .. name, me) end

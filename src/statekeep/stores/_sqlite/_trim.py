@@ -2,8 +2,8 @@
 deleted and its base record written in their place, in one transaction, which also
 recomputes the State's blob references from the lines it keeps (the base and the kept
 entries, each read by its list ``"sk.blobs"``, which names the blobs nested inside others
-too): a blob only removed entries referred to is then left to gc. A sealed State
-(encrypted store) keeps its references, which its sealed lines do not show.
+too; a sealed line lists its names in clear): a blob only removed entries referred to is
+then left to gc.
 
 The deleted rows' pages go to the file's free list, which later writes reuse: the file does
 not shrink (``VACUUM`` shrinks it), but it stops growing until that space is used again.
@@ -15,7 +15,6 @@ import sqlite3
 from pathlib import Path
 
 from ..._core.writes import missing_error
-from ..._store.expect import SEALED_KEY
 from .._blob_names import LIST_MARK, MARK, referred
 from . import _sql as sql
 from ._connections import rolled_back_on_error
@@ -25,12 +24,11 @@ FIRST_SEQ = "SELECT min(seq) FROM entries WHERE namespace = ? AND state_id = ?"
 DELETE_BEFORE = "DELETE FROM entries WHERE namespace = ? AND state_id = ? AND seq < ?"
 PUT_BASE = "UPDATE entries SET data = CAST(? AS TEXT) WHERE namespace = ? AND state_id = ? AND seq = ?"
 REFS = "SELECT name, seq FROM blob_refs WHERE namespace = ? AND state_id = ?"
-# The kept lines that may refer to a blob (a list of names, or a reference in the body), or
-# are sealed (SQL literals: none holds a ').
+# The kept lines that may refer to a blob: a list of names, or a reference in the body (SQL
+# literals: neither holds a ').
 REFERRING = (
     "SELECT seq, CAST(data AS BLOB) FROM entries WHERE namespace = ? AND state_id = ? "
-    f"AND (instr(data, '{LIST_MARK.decode()}') OR instr(data, '{MARK.decode()}') "
-    f"OR instr(data, '{SEALED_KEY.decode()}')) ORDER BY seq"
+    f"AND (instr(data, '{LIST_MARK.decode()}') OR instr(data, '{MARK.decode()}')) ORDER BY seq"
 )
 SNAPSHOT = "SELECT CAST(snapshot AS BLOB) FROM states WHERE namespace = ? AND id = ?"
 DROP_REF = "DELETE FROM blob_refs WHERE namespace = ? AND state_id = ? AND name = ?"
@@ -58,15 +56,13 @@ def trim_state(path: Path, conn: sqlite3.Connection, ns: str, sid: str, before: 
 def recompute_refs(conn: sqlite3.Connection, ns: str, sid: str) -> None:
     """Keep only the references of State ``sid`` that its stored lines make, each at the first
     seq that makes it (so a fork copies it with that entry); one the snapshot makes is kept as
-    it is. None is changed if a line is sealed."""
+    it is."""
     refs = dict(conn.execute(REFS, (ns, sid)).fetchall())
     if not refs:
         return
     found = referred((seq, bytes(data)) for seq, data in conn.execute(REFERRING, (ns, sid)))
     (snapshot,) = conn.execute(SNAPSHOT, (ns, sid)).fetchone()
     in_snapshot = referred([(-1, bytes(snapshot))] if snapshot is not None else [])
-    if found is None or in_snapshot is None:
-        return
     conn.executemany(
         DROP_REF, [(ns, sid, name) for name in refs if name not in found and name not in in_snapshot]
     )
