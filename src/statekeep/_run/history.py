@@ -20,12 +20,16 @@ model_request   ``model`` — a request sent to the model, waiting for its reply
 model_reply     [``text`` = ""], [``tool_calls`` = []]: [{``id``, ``name``, ``args``}],
                 [``usage``], [``stop_reason``]
 model_error     ``message`` — closes a request that got no reply
-tool_result     ``call_id``, ``name``, ``output``, ``is_error``, ``outcome``: done | error | unknown
+tool_result     ``call_id``, ``name``, ``output``, ``is_error``, ``outcome``: done | error | unknown,
+                [``reconciled``] — true: the result is what the tool's ``reconcile`` found
 stop            ``by``: finish | limit | the condition that stopped the run; [``answer``]
 data            ``key``, and ``value`` unless [``deleted``] is true — application data
 error           ``message`` — the run ended with an exception
 compaction      ``summary``, ``through`` — for the model, the messages of the entries up to
                 seq ``through`` are replaced by ``summary`` (the latest compaction wins)
+tool_resume     ``call_id``, ``name``, ``by``: reconcile | idempotent | approved — a pending
+                call runs now, after a pause: found not run by its tool's ``reconcile``, or
+                in doubt and idempotent (each of those is one more attempt), or approved
 =============== ==========================================================================
 
 Every other key is required and must not be ``null``, except the JSON values a writer
@@ -53,6 +57,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._core.frozen import FrozenDict, freeze
+from .replay_calls import ResumedCalls
 
 #: Version 2 (statekeep 0.2) added the task entry's ``parent`` and ``call_id`` and the
 #: snapshot's ``agent``, ``parent``, ``labels``, ``expires_at`` and ``forked_from``; version 1
@@ -69,7 +74,7 @@ FORMAT_VERSION = 4
 #: The kinds a history needs each version for: a State holding none of them is stamped with
 #: the lowest version that reads it (2), so a statekeep that knows only version 2 still loads
 #: it; one with a compaction or a base is stamped 3 and refused there.
-_KIND_VERSION = {"compaction": 3, "base": 3}
+_KIND_VERSION = {"compaction": 3, "base": 3, "tool_resume": 4}
 #: The version a history of the other kinds is stamped with.
 BASE_FORMAT_VERSION = 2
 KINDS = (
@@ -85,6 +90,7 @@ KINDS = (
     "error",
     "compaction",
     "base",
+    "tool_resume",
 )
 OUTCOMES = ("done", "error", "unknown")
 AGENT_KEYS = ("name", "model", "system_sha256", "tools")
@@ -103,6 +109,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "data": {"key": _STR},
     "error": {"message": _STR},
     "compaction": {"summary": _STR, "through": (int,)},
+    "tool_resume": {"call_id": _STR, "name": _STR, "by": _STR},
     "base": {
         "task": _DICT,
         "trimmed": (int,),
@@ -117,6 +124,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "task": {"parent": _STR, "call_id": _STR},
     "base": {"last_agent": _DICT, "stopped_by": _STR, "waiting": _STR},
     "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
+    "tool_result": {"reconciled": _BOOL},
 }
 
 
@@ -150,8 +158,9 @@ def summary_message(summary: str) -> dict[str, Any]:
     return {"role": "user", "content": SUMMARY_INTRO + summary}
 
 
-class Replay:
-    """What a history says so far, updated entry by entry."""
+class Replay(ResumedCalls):
+    """What a history says so far, updated entry by entry. The kinds of format 4 replay in
+    mixins of their own (:mod:`statekeep._run.replay_calls`, ...)."""
 
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
@@ -163,6 +172,7 @@ class Replay:
         self.turn = 0
         self.pending_request: dict[str, Any] | None = None
         self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
+        ResumedCalls.__init__(self)
         self.answered: set[str] = set()
         self.finished = False
         self.answer: Any = None
@@ -350,6 +360,7 @@ class Replay:
         if "output" not in e:
             raise ValueError(f"seq {e['seq']}: tool_result entry needs 'output'")
         self.answered.add(e["call_id"])
+        self._call_closed(e["call_id"])
         self._say(
             e["seq"],
             {

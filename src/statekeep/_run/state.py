@@ -14,6 +14,7 @@ from .._core.codec import check, decode
 from .._core.ids import new_incarnation, validate_id
 from .._core.labels import aware_time, check_labels, check_period, iso
 from .bookkeeping import Saving
+from .calls import CallResumption
 from .history import AGENT_KEYS, Replay, now
 from .resumecheck import warn_if_agent_changed
 
@@ -30,7 +31,7 @@ def agent_info(
     }
 
 
-class State(Saving):
+class State(Saving, CallResumption):
     """An agent run: an append-only history plus everything derived from it.
 
     Create one with ``State(task)``, append with the write-side methods (each adds one
