@@ -143,6 +143,49 @@ def test_the_newest_checkpoint_is_read_from_its_values_last_full_copy(tmp_path: 
     store.close()
 
 
+def test_the_newest_checkpoint_read_from_its_chain_is_what_the_whole_history_gives(store: Store) -> None:
+    """``get_tuple`` of the newest checkpoint folds, of what it reads from its chain's start,
+    only that checkpoint, its writes and the entries holding values: the other checkpoints
+    and writes in that range are skipped, and the tuple is the one a read of it all gives."""
+    saver = StatekeepSaver(store)
+    graph = chat(saver)
+    talk(graph, range(25))
+    config: Any = {"configurable": {"thread_id": "t"}}
+    head = saver.get_tuple(config)
+    assert head is not None
+    saver.put_writes(head.config, [("messages", [HumanMessage("pending", id="p")])], "task-1")
+    saver.put_writes(head.config, [("turns", 7)], "task-2", "path")
+    record = saver.store.read("t")
+    assert record is not None
+    start = record.snapshot["langgraph"]["heads"][""][0]
+    skipped = [
+        e
+        for e in record.entries
+        if e["seq"] >= start
+        and e.get("id", e.get("checkpoint")) != head.config["configurable"]["checkpoint_id"]
+    ]
+    assert {e["kind"] for e in skipped} >= {"lg.checkpoint", "lg.writes", "lg.tip"}  # some to skip
+    for reader in (saver, StatekeepSaver(store)):  # its heads cached, and nothing cached
+        got = reader.get_tuple(config)
+        whole = next(iter(reader.list(config)))  # folded from the whole history
+        assert (
+            got is not None
+            and got.checkpoint["channel_values"]["messages"] == whole.checkpoint["channel_values"]["messages"]
+        )
+        assert (got.config, got.checkpoint, got.metadata, got.parent_config) == (
+            whole.config,
+            whole.checkpoint,
+            whole.metadata,
+            whole.parent_config,
+        )
+        assert got.pending_writes == whole.pending_writes
+        assert [w[1:] for w in got.pending_writes or []] == [
+            ("messages", [HumanMessage("pending", id="p")]),
+            ("turns", 7),
+        ]
+        assert len(got.checkpoint["channel_values"]["messages"]) == 50
+
+
 def test_a_thread_written_in_format_1_reads_and_goes_on_in_format_2(store: Store) -> None:
     saver = StatekeepSaver(store)
     talk(chat(saver), range(3))

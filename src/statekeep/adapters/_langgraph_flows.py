@@ -177,7 +177,9 @@ def newest(
         if head is None:
             return None
         if head[0] >= since:  # what was read starts at or before the newest checkpoint
-            thread = Thread.fold(entry for entry in record.entries if entry["seq"] >= head[0])
+            thread = Thread.fold(
+                (entry for entry in record.entries if entry["seq"] >= head[0]), (ns, head[1])
+            )
             stored = thread.get(ns, head[1])
             if stored is None:
                 raise CorruptStateError(

@@ -150,9 +150,26 @@ class Thread:
     held: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> entry holding values
 
     @classmethod
-    def fold(cls, entries: Iterable[Mapping[str, Any]]) -> Thread:
+    def fold(cls, entries: Iterable[Mapping[str, Any]], only: tuple[str, str] | None = None) -> Thread:
+        """The thread ``entries`` hold; with ``only`` (``(ns, id)``), that checkpoint and its
+        writes alone, beside the entries holding the values it may refer to (what reading
+        one checkpoint needs: the other checkpoints and their writes are not folded)."""
         thread = cls()
         for entry in entries:
+            if only is not None:
+                kind = entry.get("kind")
+                if kind == "lg.tip":
+                    continue
+                if kind == "lg.writes" and (entry.get("ns"), entry.get("checkpoint")) != only:
+                    continue
+                seq = entry.get("seq")
+                if (
+                    kind == "lg.checkpoint"
+                    and (entry.get("ns"), entry.get("id")) != only
+                    and type(seq) is int
+                ):
+                    thread.held[seq] = entry if isinstance(entry, dict) else dict(entry)
+                    continue
             thread.apply(entry)
         return thread
 
