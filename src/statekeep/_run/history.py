@@ -66,10 +66,10 @@ from .replay_calls import ResumedCalls
 #: ``compaction`` and ``base`` kinds: a statekeep that knows only version 2 refuses version 3
 #: States rather than show the model what a compaction replaced. (Blob references are the
 #: stores' own business: each store's format or schema version keeps older statekeeps out.)
-#: Version 4 (statekeep 0.4) added what keeps tools from running twice: the ``tool_retry``,
-#: ``step_start``, ``step_end``, ``approval_wait`` and ``approval`` kinds and a tool result's
-#: ``reconciled``; a statekeep that knows only version 3 refuses version 4 States rather
-#: than run a tool again that waits for approval or repeat a step.
+#: Version 4 (statekeep 0.4) added what keeps tools from running twice: the kinds in
+#: ``_KIND_VERSION`` with 4 (``tool_resume``, ...) and a tool result's ``reconciled``; a
+#: statekeep that knows only version 3 refuses version 4 States rather than run again a
+#: tool that was resumed or waits for approval.
 FORMAT_VERSION = 4
 #: The kinds a history needs each version for: a State holding none of them is stamped with
 #: the lowest version that reads it (2), so a statekeep that knows only version 2 still loads

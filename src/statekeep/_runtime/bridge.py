@@ -274,8 +274,9 @@ def run_sync(
     Works from any thread, including one running its own event loop (which it blocks
     for the call), and from a signal handler that interrupted a sync call. On the owner
     loop's own thread it raises RuntimeError at once, since waiting there would deadlock.
-    A caller interrupted while waiting (KeyboardInterrupt) leaves the operation running
-    to its end; the KeyboardInterrupt carries a note (:data:`INTERRUPTED`) saying so.
+    A caller interrupted (KeyboardInterrupt) once the loop took the operation leaves it
+    running to its end, and the KeyboardInterrupt carries a note (:data:`INTERRUPTED`) saying
+    so; one interrupted before that drops it (it never runs), noted :data:`NOT_BEGUN`.
 
     ``direct``: the operation's outcome is that of the one batch item it submits (a
     built-in store's write or delete); the caller is then woken as soon as that batch is
