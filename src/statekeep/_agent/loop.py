@@ -21,6 +21,7 @@ from .._leases.keepalive import LeaseKeeper, default_owner
 from .._run.state import State, agent_info
 from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
+from . import approving
 from .compaction import Compactor
 from .tools import Tool
 
@@ -136,7 +137,10 @@ class Agent:
         state.begin_run(self.info())
         await self._save(state, keeper)
         schemas = [t.schema for t in self.tools.values()]
+        save = lambda: self._save(state, keeper)  # noqa: E731  (approvals save through it)
         try:
+            if await approving.settle(self, state, keeper, save):
+                return None  # calls still wait for a person's decision
             for _ in range(self.limit):
                 if self.compact is not None and await self.compact.compact(state, self.system):
                     await self._save(state, keeper)
@@ -152,11 +156,15 @@ class Agent:
                     await self._save(state, keeper)
                     return reply.text
                 for call in reply.tool_calls:
+                    if approving.wants_approval(self, call):
+                        continue  # run after a person approves it (below: the run stops)
                     if keeper is not None:
                         await keeper.keep()  # a tool's effects must not start on a lost lease
                     output, is_error = await self._call_tool(call)
                     _record_result(state, call, output, is_error)
                     await self._save(state, keeper)
+                if await approving.stop_for_approval(self, state, reply.tool_calls, save):
+                    return None
             state.stop("limit")
             await self._save(state, keeper)
             return None
