@@ -55,7 +55,7 @@ class Approvals:
             raise TypeError(f"{call}: note must be a str or None, got {type(note).__name__}")
         problem = self._replay.approval_problem(call_id)
         if problem is not None:
-            raise ValueError(f"{call}: State {self.id!r}: {problem}")
+            raise ValueError(f"{call}: State {self.id!r}: {problem} (see state.pending_approvals)")
         self._append("approval", call, call_id=call_id, approved=approved, note=note)
 
     def _wait_for_approval(self, call_ids: list[str]) -> None:

@@ -83,7 +83,7 @@ class ApprovalWaits:
             return f"tool call {call_id!r} is not waiting for approval (its tool did not ask for it)"
         if call_id in self.answered:
             return f"tool call {call_id!r} is not waiting for approval: it has its result already"
-        return f"there is no tool call {call_id!r} in this State (see state.pending_approvals)"
+        return f"there is no tool call {call_id!r} in this State"
 
     def is_awaiting(self, call_id: str) -> bool:
         """Whether pending call ``call_id`` waits on approval, or was approved and is not resumed

@@ -102,7 +102,10 @@ def _decide(
         problem = state._replay.approval_problem(call_id)
         if problem is not None:
             known = call_id in state._replay.pending_calls or call_id in state._replay.answered
-            fail(f"State {state_id}: {problem}; nothing was saved", USAGE if known else NOT_FOUND)
+            fail(
+                f"State {state_id}: {problem}; nothing was saved (see 'statekeep approvals')",
+                USAGE if known else NOT_FOUND,
+            )
         (state.approve if approved else state.reject)(call_id, note=note)
         try:
             store.save(state)
