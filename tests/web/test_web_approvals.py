@@ -77,7 +77,7 @@ def test_a_run_page_shows_pending_approvals_read_only(store: FileStore) -> None:
 
 
 def test_allow_approve_needs_a_token(store: FileStore) -> None:
-    with pytest.raises(ValueError, match="--allow-approve .* give it a --token"):
+    with pytest.raises(ValueError, match=r"--allow-approve .* give it a --token"):
         create_app(store, allow_approve=True)
 
 

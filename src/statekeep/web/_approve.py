@@ -6,7 +6,8 @@ A decision is a write, so it is guarded more than a page is: it needs the viewer
 (``--allow-approve`` is refused without one), the form's CSRF token (a random value of this
 server's life, only in the pages it serves: another site's form cannot know it), and, when the
 browser sends them, an ``Origin`` naming this viewer and a ``Sec-Fetch-Site`` that is not
-cross-site. The token cookie is ``SameSite=Strict`` besides. Anything missing: 403, and nothing
+cross-site (the viewer's ``no-referrer`` policy makes a browser send ``Origin: null``,
+which says nothing). The token cookie is ``SameSite=Strict`` besides. Anything missing: 403, and nothing
 is written.
 """
 
@@ -65,7 +66,7 @@ def _same_origin(request: Request) -> bool:
     if site is not None and site not in ("same-origin", "none"):
         return False
     origin = request.headers.get("origin")
-    if origin is None:
+    if origin is None or origin == "null":  # none, or hidden: the viewer's pages send no referrer
         return True
     host = request.headers.get("host", "")
     parts = urlsplit(origin)
