@@ -1,7 +1,8 @@
 """Approvals across processes and from the command line: a run stops for approval and its
 process exits; ``statekeep approvals`` lists the call, ``statekeep approve`` (or ``reject``)
 decides it, each in a process of its own; a new process runs the agent on, and the tool runs
-once (or never). Errors: one line and an exit status, nothing saved.
+once (or never); killed with SIGKILL while the approved tool runs, it is "may or may not have
+run" and never runs again. Errors: one line and an exit status, nothing saved.
 
 The loop: tests/agent/test_approvals.py; the history and the State API: tests/run/test_approvals.py.
 """
@@ -9,6 +10,7 @@ The loop: tests/agent/test_approvals.py; the history and the State API: tests/ru
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,9 @@ from typing import Any
 import pytest
 
 from statekeep import FileStore, SQLiteStore
+from statekeep._run.resume import INTERRUPTED_TOOL
 from tests.support.agents import kinds
+from tests.support.children.approval_child import MARKER
 
 CHILD = Path(__file__).parents[1] / "support" / "children" / "approval_child.py"
 
@@ -81,6 +85,8 @@ def test_stop_exit_approve_from_the_cli_then_a_new_process_runs_the_tool_once(
     assert [e["by"] for e in state.history if e["kind"] == "tool_resume"] == ["approved"]
     decision = next(e for e in state.history if e["kind"] == "approval")
     assert decision["approved"] is True and decision["note"] == "ok, Ann"
+    shown = run_cli("show", "bill", "--store", url).stdout
+    assert "waiting for approval: call-pay" in shown and "approved [call-pay]: ok, Ann" in shown
 
     again = run_cli("approve", "bill", "call-pay", "--store", url)
     assert again.returncode == 2
@@ -119,3 +125,29 @@ def test_bad_decisions_are_one_line_and_save_nothing(tmp_path: Path) -> None:
         assert store.read("bill") == before
     missing = run_cli("approvals", "--store", str(tmp_path / "none"))
     assert missing.returncode == 1 and "no store at" in missing.stderr
+
+
+def test_a_process_killed_while_the_approved_tool_runs_never_runs_it_again(tmp_path: Path) -> None:
+    url, ledger = str(tmp_path / "runs"), tmp_path / "ledger"
+    child("start", url, "bill", ledger)
+    assert run_cli("approve", "bill", "call-pay", "--store", url).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), "resume-block", url, "bill", str(ledger)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == MARKER  # the effect happened; its result is unsaved
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    with opened(url) as store:
+        loaded = store.load("bill")
+    repaired = next(e for e in loaded.history if e["kind"] == "tool_result" and e["call_id"] == "call-pay")
+    assert repaired["outcome"] == "unknown" and repaired["output"] == INTERRUPTED_TOOL
+    assert loaded.pending_approvals == []
+    assert child("resume", url, "bill", ledger) == {"stopped_by": "finish", "answer": "Done."}
+    assert ledger.read_text() == "paid 120\n"  # once: the in-doubt call was not run again

@@ -71,6 +71,8 @@ def test_a_run_page_shows_pending_approvals_read_only(store: FileStore) -> None:
         assert doc.all("form", cls="decide") == [] and doc.all("button") == []
         assert "statekeep approve bill CALL" in doc.one("section", id="approvals").text
         assert page(client, "/runs/other").maybe("section", id="approvals") is None
+        waits = doc.one("li", cls="kind-approval_wait")
+        assert [c.text for c in waits.all("span", cls="call-id")] == ["c1", "c2"]
         refused = client.post("/runs/bill/approvals/c1", data={"decision": "approve"})
         assert refused.status_code == 405
     assert store.load("bill").pending_approvals[0]["id"] == "c1"
@@ -107,6 +109,10 @@ def test_the_buttons_approve_and_reject_with_the_csrf_token(store: FileStore) ->
         if e["kind"] == "approval"
     ]
     assert decisions == [("c1", True, "ok by Ann"), ("c2", False, None)]
+    with TestClient(create_app(store), base_url=LOCAL) as client:
+        shown = page(client, "/runs/bill").all("li", cls="kind-approval")
+        assert [li.one("strong", cls="decision").text for li in shown] == ["approved", "rejected"]
+        assert shown[0].one("p", cls="note").text == "ok by Ann"
 
 
 def test_a_post_without_csrf_token_or_from_elsewhere_or_without_the_token_changes_nothing(

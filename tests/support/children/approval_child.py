@@ -4,7 +4,9 @@ Run as ``python approval_child.py start|resume STORE_URL STATE_ID LEDGER``:
 
 - ``start``: a new State; the model's first reply calls ``pay`` (needs approval) and ``look``
   (does not): the run stops for approval and the process exits;
-- ``resume``: load the State and run the agent on.
+- ``resume``: load the State and run the agent on;
+- ``resume-block``: the same, but ``pay`` prints :data:`MARKER` after its effect and blocks
+  forever (the test kills the process with SIGKILL there).
 
 Each time ``pay`` runs it appends one line to the file LEDGER (its effect, outside the store).
 The process prints one JSON line: ``{"stopped_by", "answer"}``.
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 from statekeep import Agent, Reply, ScriptedModel, State, open_store, tool
 
-LEDGER = Path(sys.argv[4]) if len(sys.argv) > 4 else Path("ledger")
+MARKER = "approval-child: paid, blocking"
 REPLIES = [
     Reply(
         "Paying the bill.",
@@ -34,8 +37,11 @@ REPLIES = [
 @tool(needs_approval=lambda args: args["amount"] > 100)
 def pay(amount: int) -> str:
     """Pay an amount (large ones need approval)."""
-    with LEDGER.open("a") as ledger:
+    with Path(sys.argv[4]).open("a") as ledger:
         ledger.write(f"paid {amount}\n")
+    if sys.argv[1] == "resume-block":
+        print(MARKER, flush=True)
+        threading.Event().wait()
     return f"paid {amount}"
 
 
