@@ -5,18 +5,26 @@ run; a decided State's calls are settled when it runs again (see ``docs/exactly-
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .._leases.keepalive import LeaseKeeper
 from .._run.state import State
-
-if TYPE_CHECKING:
-    from .._leases.keepalive import LeaseKeeper
-    from .loop import Agent
+from .tools import Tool
 
 #: What the model reads as the result of a call a person rejected; the note follows.
 REJECTED = "A person rejected this tool call; it did not run."
 
 Save = Callable[[], Awaitable[None]]
+#: Records a call's result in the State: ``record(state, call, output, is_error)``.
+Record = Callable[[State, Mapping[str, Any], Any, bool], None]
+
+
+class Agent(Protocol):
+    """What this module needs of :class:`~statekeep.Agent` (which imports it)."""
+
+    tools: dict[str, Tool]
+
+    async def _call_tool(self, call: Mapping[str, Any]) -> tuple[Any, bool]: ...
 
 
 def wants_approval(agent: Agent, call: Mapping[str, Any]) -> bool:
@@ -44,13 +52,11 @@ async def stop_for_approval(
     return True
 
 
-async def settle(agent: Agent, state: State, keeper: LeaseKeeper | None, save: Save) -> bool:
+async def settle(agent: Agent, state: State, keeper: LeaseKeeper | None, save: Save, record: Record) -> bool:
     """At the start of a run: answer the rejected calls (an error result with the note), run
     the approved ones (their ``tool_resume`` saved first: intent before effect), in call
     order. True if calls still wait for a decision: an ``approval_wait`` for them is saved
     and the run stops without asking the model."""
-    from .loop import _record_result  # (the loop imports this module)
-
     undecided = []
     for call in state.pending_calls:
         if not state._replay.is_awaiting(call["id"]):
@@ -69,7 +75,7 @@ async def settle(agent: Agent, state: State, keeper: LeaseKeeper | None, save: S
             if keeper is not None:
                 await keeper.keep()  # a tool's effects must not start on a lost lease
             output, is_error = await agent._call_tool(call)  # the merge: pass the call's ToolContext
-            _record_result(state, call, output, is_error)
+            record(state, call, output, is_error)
             await save()
     if not undecided:
         return False

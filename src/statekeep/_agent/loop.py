@@ -127,7 +127,11 @@ class Agent:
 
         A tool whose output JSON cannot hold gives the model an error result saying so
         (outcome ``done``: the tool ran), and the run goes on. ``lease=``: see the class;
-        :class:`StaleLeaseError` once the State is taken over (nothing more is saved)."""
+        :class:`StaleLeaseError` once the State is taken over (nothing more is saved).
+
+        A call whose tool ``wants_approval`` stops the run (None, ``stopped_by`` "approval")
+        once the reply's other calls ran; after ``state.approve``/``reject`` the next run
+        runs the approved calls and answers the rejected ones first (docs: "Approvals")."""
         keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
         if keeper is None:
             return await self._run(state, None)
@@ -139,7 +143,7 @@ class Agent:
         schemas = [t.schema for t in self.tools.values()]
         save = lambda: self._save(state, keeper)  # noqa: E731  (approvals save through it)
         try:
-            if await approving.settle(self, state, keeper, save):
+            if await approving.settle(self, state, keeper, save, _record_result):
                 return None  # calls still wait for a person's decision
             for _ in range(self.limit):
                 if self.compact is not None and await self.compact.compact(state, self.system):
