@@ -151,3 +151,18 @@ def test_a_process_killed_while_the_approved_tool_runs_never_runs_it_again(tmp_p
     assert loaded.pending_approvals == []
     assert child("resume", url, "bill", ledger) == {"stopped_by": "finish", "answer": "Done."}
     assert ledger.read_text() == "paid 120\n"  # once: the in-doubt call was not run again
+
+
+def test_a_damaged_waiting_state_is_left_out_of_the_listing_with_a_note(tmp_path: Path) -> None:
+    url = str(tmp_path / "runs")
+    child("start", url, "bill", tmp_path / "ledger")
+    child("start", url, "broken", tmp_path / "ledger")
+    log = tmp_path / "runs" / "broken" / "log.jsonl"
+    lines = log.read_bytes().split(b"\n")
+    lines[1] = b'{"seq": 1, "kind": "no####'
+    log.write_bytes(b"\n".join(lines))
+    listed = run_cli("approvals", "--store", url)
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["bill"]
+    assert listed.stderr.startswith("statekeep: note: State 'broken' left out")
+    assert len(listed.stderr.splitlines()) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import click
@@ -19,12 +20,16 @@ from ._render import _args, safe, short
 
 def waiting(store: Store) -> list[tuple[State, dict[str, Any]]]:
     """Every pending approval in ``store``: (State, call), the States most recently updated
-    first, each one's calls in call order."""
+    first, each one's calls in call order. A State that cannot be loaded (damaged, or
+    encrypted and no keys given) is left out with a warning naming it."""
     found: list[tuple[State, dict[str, Any]]] = []
     for row in store.iter_states(status="approval"):
         try:
             state = store.load(row.id)
         except LookupError:  # deleted meanwhile
+            continue
+        except ValueError as exc:  # damaged, or sealed without --keys: the others still show
+            warnings.warn(f"State {row.id} is left out: {exc}", RuntimeWarning, stacklevel=1)
             continue
         found.extend((state, call) for call in state.pending_approvals)
     return found
