@@ -9,6 +9,7 @@ CLI: tests/cli/test_cli_approvals.py.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,15 @@ def test_an_unsaved_state_waits_too() -> None:
     assert agent.run(state) is None and state.stopped_by == "approval"
     state.approve("c1")
     assert agent.run(state) == "x" and RAN == [("pay", 1)]
+
+
+def test_arun_and_a_leased_run_stop_and_go_on_the_same_way(tmp_path: Path) -> None:
+    model = ScriptedModel([Reply("", [call("c1", "pay", amount=9)]), "paid"])
+    with FileStore(tmp_path / "s") as store:
+        agent = Agent(model, tools=[pay], store=store, lease_ttl=30, owner="worker-a")
+        state = State("pay", id="job")
+        assert asyncio.run(agent.arun(state)) is None
+        assert store.current_lease("job") is None  # released while it waits for a person
+        state.approve("c1")
+        assert asyncio.run(agent.arun(state)) == "paid"
+        assert RAN == [("pay", 9)] and store.load("job") == state
