@@ -12,7 +12,7 @@ import pytest
 
 from statekeep import FileStore, State, agent_info
 from tests.support.browser import Server, wait_for
-from tests.web.test_viewer_browser import by_css, left_the_document, one, shown
+from tests.web.test_viewer_browser import by_css, in_another_process, left_the_document, one, shown
 
 TOKEN = "approve-s3cret-token"
 
@@ -78,3 +78,27 @@ def test_a_read_only_viewer_shows_the_calls_without_buttons(serve: Any, page: An
     assert by_css(page, "#approvals button") == [] and by_css(page, "form.decide") == []
     assert "read-only" in one(page, "header.top").text
     assert "statekeep approve bill CALL" in one(page, "#approvals").text
+
+
+def test_an_open_running_page_shows_the_calls_once_the_run_stops_for_approval(
+    serve: Any, page: Any, store: FileStore
+) -> None:
+    live = State("Pay the rent", id="rent")
+    live.begin_run(agent_info("payer", "m", tools=["pay"]))
+    store.save(live)
+    server: Server = serve(str(store.path))
+    page.get(server.url + "runs/rent")
+    wait_for(page, shown('body[data-live="on"]'), "the live connection")
+    assert by_css(page, "#approvals") == []
+    in_another_process(
+        store,
+        """
+        state = store.load("rent")
+        state.request("m")
+        state.add_reply("", [{"id": "r1", "name": "pay", "args": {"amount": 900}}])
+        state._wait_for_approval(["r1"])
+        store.save(state)
+        """,
+    )
+    wait_for(page, shown('#approvals li.approval[data-call="r1"]'), "the call waiting for approval")
+    assert one(page, "#status").text == "approval"
