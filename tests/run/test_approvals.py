@@ -156,3 +156,17 @@ def test_every_store_keeps_decisions(store: Store) -> None:
     assert kinds(again.history)[-2:] == ["approval_wait", "approval"]
     assert again.pending_approvals == [] and again.stopped_by == "approval"
     assert [r.id for r in store.list(status="approval")] == [state.id]
+
+
+def test_only_an_approved_call_is_resumed_by_approved() -> None:
+    state = waiting(call("c1", "pay"), call("c2", "pay"))
+    with pytest.raises(ValueError, match="tool_resume by approved of call 'c1', which is not approved"):
+        state._resume_call("c1", "approved")
+    with pytest.raises(ValueError, match="tool_resume by idempotent of call 'c1', which waits for approval"):
+        state._resume_call("c1", "idempotent")
+    state.reject("c2")
+    with pytest.raises(ValueError, match="'c2', which is not approved"):
+        state._resume_call("c2", "approved")
+    state.approve("c1")
+    state._resume_call("c1", "approved")
+    assert state._attempt("c1") == 1  # an approval is no attempt after a crash

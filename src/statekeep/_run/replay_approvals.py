@@ -10,6 +10,8 @@ decision on one of them. The rules replay checks:
   pending call must be waiting on approval too (a stop cannot leave a call owing a result).
 - ``approval`` {``call_id``, ``approved``, [``note``]}: the call waits on approval and has no
   decision yet.
+- ``tool_resume`` by approved: only of a call approved (and still pending); a call that waits
+  on approval is resumed by nothing else.
 - A ``run_start`` may follow while calls are pending if every one of them waits on approval
   (decided or not): the run then settles the decided ones first.
 - A result closes the call's wait; a call that waits, or was approved and is not yet
@@ -52,7 +54,7 @@ class ApprovalWaits:
                 )
             if self._decided(call_id):
                 raise ValueError(f"seq {seq}: approval_wait names call {call_id!r}, which is decided already")
-        owing = [c for c in self.pending_calls if c not in ids and c not in self.awaiting]
+        owing = [c for c in self.pending_calls if c not in ids and not self.is_awaiting(c)]
         if owing:
             raise ValueError(
                 f"seq {seq}: approval_wait stops the run while tool calls wait for results: {', '.join(owing)}"
@@ -60,6 +62,15 @@ class ApprovalWaits:
         for call_id in ids:
             self.awaiting.setdefault(call_id, e["at"])
         self.stopped_by = "approval"
+
+    def _tool_resume(self, e: dict[str, Any]) -> None:
+        seq, call_id, by = e["seq"], e["call_id"], e["by"]
+        decision = self.decisions.get(call_id)
+        if by == "approved" and not (decision and decision["approved"] and call_id in self.awaiting):
+            raise ValueError(f"seq {seq}: tool_resume by approved of call {call_id!r}, which is not approved")
+        if by != "approved" and call_id in self.awaiting:
+            raise ValueError(f"seq {seq}: tool_resume by {by} of call {call_id!r}, which waits for approval")
+        super()._tool_resume(e)  # type: ignore[misc]  # the next mixin's (ResumedCalls)
 
     def _approval(self, e: dict[str, Any]) -> None:
         seq, call_id = e["seq"], e["call_id"]
