@@ -6,6 +6,9 @@ test_viewer_approvals_browser.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,3 +165,18 @@ def test_a_post_without_csrf_token_or_from_elsewhere_or_without_the_token_change
             == 405
         )
     assert store.read("bill") == before
+
+
+def test_serve_allow_approve_without_a_token_is_refused(store: FileStore) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "statekeep", "serve", "--store", str(store.path), "--allow-approve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "STATEKEEP_TOKEN"},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "statekeep: --allow-approve lets the viewer's users approve tool calls: give it a --token "
+        "(or $STATEKEEP_TOKEN) too, so that only they can\n"
+    )
