@@ -21,6 +21,7 @@ from .._leases.keepalive import LeaseKeeper, default_owner
 from .._run.state import State, agent_info
 from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
+from . import approving
 from .compaction import Compactor
 from .tools import Tool
 
@@ -126,7 +127,11 @@ class Agent:
 
         A tool whose output JSON cannot hold gives the model an error result saying so
         (outcome ``done``: the tool ran), and the run goes on. ``lease=``: see the class;
-        :class:`StaleLeaseError` once the State is taken over (nothing more is saved)."""
+        :class:`StaleLeaseError` once the State is taken over (nothing more is saved).
+
+        A call whose tool ``wants_approval`` stops the run (None, ``stopped_by`` "approval")
+        once the reply's other calls ran; after ``state.approve``/``reject`` the next run
+        runs the approved calls and answers the rejected ones first (docs: "Approvals")."""
         keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
         if keeper is None:
             return await self._run(state, None)
@@ -136,7 +141,10 @@ class Agent:
         state.begin_run(self.info())
         await self._save(state, keeper)
         schemas = [t.schema for t in self.tools.values()]
+        save = lambda: self._save(state, keeper)  # noqa: E731  (approvals save through it)
         try:
+            if await approving.settle(self, state, keeper, save, _record_result):
+                return None  # calls still wait for a person's decision
             for _ in range(self.limit):
                 if self.compact is not None and await self.compact.compact(state, self.system):
                     await self._save(state, keeper)
@@ -152,11 +160,15 @@ class Agent:
                     await self._save(state, keeper)
                     return reply.text
                 for call in reply.tool_calls:
+                    if approving.wants_approval(self, call):
+                        continue  # run after a person approves it (below: the run stops)
                     if keeper is not None:
                         await keeper.keep()  # a tool's effects must not start on a lost lease
                     output, is_error = await self._call_tool(call)
                     _record_result(state, call, output, is_error)
                     await self._save(state, keeper)
+                if await approving.stop_for_approval(self, state, reply.tool_calls, save):
+                    return None
             state.stop("limit")
             await self._save(state, keeper)
             return None

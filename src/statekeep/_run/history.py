@@ -30,6 +30,9 @@ compaction      ``summary``, ``through`` — for the model, the messages of the 
 tool_resume     ``call_id``, ``name``, ``by``: reconcile | idempotent | approved — a pending
                 call runs now, after a pause: found not run by its tool's ``reconcile``, or
                 in doubt and idempotent (each of those is one more attempt), or approved
+approval_wait   ``call_ids`` — pending calls that wait for a person's approval before they run;
+                the run stops (``stopped_by`` "approval"): :mod:`statekeep._run.replay_approvals`
+approval        ``call_id``, ``approved``, [``note``] — a person's decision on a waiting call
 =============== ==========================================================================
 
 Every other key is required and must not be ``null``, except the JSON values a writer
@@ -57,6 +60,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._core.frozen import FrozenDict, freeze
+from .replay_approvals import ApprovalWaits
 from .replay_calls import ResumedCalls
 
 #: Version 2 (statekeep 0.2) added the task entry's ``parent`` and ``call_id`` and the
@@ -74,7 +78,7 @@ FORMAT_VERSION = 4
 #: The kinds a history needs each version for: a State holding none of them is stamped with
 #: the lowest version that reads it (2), so a statekeep that knows only version 2 still loads
 #: it; one with a compaction or a base is stamped 3 and refused there.
-_KIND_VERSION = {"compaction": 3, "base": 3, "tool_resume": 4}
+_KIND_VERSION = {"compaction": 3, "base": 3, "tool_resume": 4, "approval_wait": 4, "approval": 4}
 #: The version a history of the other kinds is stamped with.
 BASE_FORMAT_VERSION = 2
 KINDS = (
@@ -91,6 +95,8 @@ KINDS = (
     "compaction",
     "base",
     "tool_resume",
+    "approval_wait",
+    "approval",
 )
 OUTCOMES = ("done", "error", "unknown")
 AGENT_KEYS = ("name", "model", "system_sha256", "tools")
@@ -110,6 +116,8 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "error": {"message": _STR},
     "compaction": {"summary": _STR, "through": (int,)},
     "tool_resume": {"call_id": _STR, "name": _STR, "by": _STR},
+    "approval_wait": {"call_ids": _LIST},
+    "approval": {"call_id": _STR, "approved": _BOOL},
     "base": {
         "task": _DICT,
         "trimmed": (int,),
@@ -125,6 +133,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "base": {"last_agent": _DICT, "stopped_by": _STR, "waiting": _STR},
     "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
     "tool_result": {"reconciled": _BOOL},
+    "approval": {"note": _STR},
 }
 
 
@@ -158,7 +167,7 @@ def summary_message(summary: str) -> dict[str, Any]:
     return {"role": "user", "content": SUMMARY_INTRO + summary}
 
 
-class Replay(ResumedCalls):
+class Replay(ApprovalWaits, ResumedCalls):
     """What a history says so far, updated entry by entry. The kinds of format 4 replay in
     mixins of their own (:mod:`statekeep._run.replay_calls`, ...)."""
 
@@ -173,6 +182,7 @@ class Replay(ResumedCalls):
         self.pending_request: dict[str, Any] | None = None
         self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
         ResumedCalls.__init__(self)
+        ApprovalWaits.__init__(self)
         self.answered: set[str] = set()
         self.finished = False
         self.answer: Any = None
@@ -305,7 +315,7 @@ class Replay(ResumedCalls):
         self._say(e["seq"], {"role": "user", "content": e["text"]})
 
     def _run_start(self, e: dict[str, Any]) -> None:
-        self._idle(e, "a run start")
+        self.check_run_start(e["seq"])  # calls waiting on approval may be pending
         agent = e["agent"]
         for key in AGENT_KEYS:
             if agent.get(key) is None:

@@ -3,8 +3,10 @@
 A State saved mid-turn is closed on load: every tool call without a result gets a
 ``tool_result`` with outcome ``unknown`` telling the model the tool may or may not have
 run, and a request still waiting on the model gets a ``model_error`` (the next run asks
-again). The repair is deterministic (its entries carry the time of the last saved
-entry), kept in memory, and written by the next save.
+again). A call that waits for a person's approval, or was approved and has not started
+(no ``tool_resume`` yet), never ran: it is left open for ``agent.run`` to settle. The
+repair is deterministic (its entries carry the time of the last saved entry), kept in
+memory, and written by the next save.
 
 The errors of :meth:`Store.save` (a first save whose id is taken, a save of a deleted
 State, a conflict) are made here, with advice for ``save`` rather than for the raw write.
@@ -117,6 +119,8 @@ def _repair(state: State) -> None:
     if state.waiting_on_model:
         state._add_repair(_entry(state, at, "model_error", message=INTERRUPTED_MODEL))
     for call in state.pending_calls:
+        if state._replay.is_awaiting(call["id"]):
+            continue  # it waits on approval (or was approved and has not started): it never ran
         state._add_repair(
             _entry(
                 state,

@@ -13,6 +13,7 @@ import orjson
 from .._core.codec import check, decode
 from .._core.ids import new_incarnation, validate_id
 from .._core.labels import aware_time, check_labels, check_period, iso
+from .approvals import Approvals
 from .bookkeeping import Saving
 from .calls import CallResumption
 from .history import AGENT_KEYS, Replay, now
@@ -31,7 +32,7 @@ def agent_info(
     }
 
 
-class State(Saving, CallResumption):
+class State(Saving, CallResumption, Approvals):
     """An agent run: an append-only history plus everything derived from it.
 
     Create one with ``State(task)``, append with the write-side methods (each adds one
@@ -292,7 +293,7 @@ class State(Saving, CallResumption):
         if set(info) != set(AGENT_KEYS):
             raise ValueError(f"agent needs {', '.join(AGENT_KEYS)}; use statekeep.agent_info(...)")
         info["tools"] = sorted(info["tools"])
-        self._replay.check_idle("a run start", self._replay.next_seq)
+        self._replay.check_run_start(self._replay.next_seq)
         if self._check_agent:
             warn_if_agent_changed(self.id, self.last_agent, info)  # may raise under -W error
             self._check_agent = False

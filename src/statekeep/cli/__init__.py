@@ -11,7 +11,7 @@ Each command lives in its own module, registered on :data:`main` when imported h
 
 from __future__ import annotations
 
-from . import _inspect, _manage, _move, _serve, _stats, _trim  # noqa: F401  (they register their commands)
+from . import _approvals, _inspect, _manage, _move, _serve, _stats, _trim  # noqa: F401  (they register their commands)
 from ._common import DATA_ERROR, INTERRUPTED, NOT_FOUND, OK, UNREACHABLE, USAGE
 from ._group import main
 

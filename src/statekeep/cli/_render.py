@@ -162,6 +162,12 @@ def _describe_kind(e: dict[str, Any]) -> str:
     if kind == "base":  # a trimmed history's first entry (store.trim)
         task = short(_text(_dict(e.get("task")).get("text")), 70)
         return f"trimmed: stands for seqs 0 to {_text(e.get('seq'))}, turn {_text(e.get('turn'))} · {task}"
+    if kind == "approval_wait":
+        return short("waiting for approval: " + ", ".join(_text(c) for c in _list(e.get("call_ids"))))
+    if kind == "approval":
+        how = "approved" if e.get("approved") is True else "rejected"
+        note = f": {_text(e.get('note'))}" if e.get("note") else ""
+        return short(f"{how} [{_text(e.get('call_id'))}]{note}")
     if kind == "data":
         key = short(_text(e.get("key")), 40)
         return f"{key} deleted" if e.get("deleted") else f"{key} = {short(repr(e.get('value')), 60)}"

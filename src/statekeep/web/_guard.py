@@ -15,6 +15,7 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._core.passwords import redact_text
+from ._approve import is_decision
 from ._render import message
 
 _log = logging.getLogger("statekeep.web")
@@ -65,7 +66,7 @@ def _bracketed(host: str) -> str:
 
 
 class Guard:
-    """ASGI middleware: GET/HEAD only (else 405), the Host header (else 421), the token when
+    """ASGI middleware: GET/HEAD only (else 405; with ``allow_approve``, POST of a decision too), the Host header (else 421), the token when
     one is set (else 401), and :data:`HEADERS` on every response. A pure ASGI middleware, so
     live streams pass through unbuffered.
 
@@ -74,9 +75,12 @@ class Guard:
     without a token, and on a loopback bind with one; a token on an open bind is what
     guards it then (other machines reach it by names the viewer cannot know)."""
 
-    def __init__(self, app: ASGIApp, token: str | None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, app: ASGIApp, token: str | None, host: str = "127.0.0.1", allow_approve: bool = False
+    ) -> None:
         self.app = app
         self.token = token
+        self.allow_approve = allow_approve  # POST to a decision's path only (then token and host)
         self.hosts: frozenset[str] | None = None
         if token is None or is_loopback(host):
             self.hosts = frozenset({"localhost", "127.0.0.1", "[::1]", _bracketed(host)})
@@ -100,7 +104,8 @@ class Guard:
                     headers[name] = value
             await send(msg)
 
-        if scope["method"] not in _READ:
+        posting = self.allow_approve and scope["method"] == "POST" and is_decision(scope["path"])
+        if scope["method"] not in _READ and not posting:
             response = message("Read-only", "The viewer only shows runs: it changes nothing.", 405)
             response.headers["Allow"] = ", ".join(_READ)
             await response(scope, receive, send_with_headers)

@@ -15,6 +15,7 @@ from .._core.ids import validate_id
 from .._core.records import SavedState
 from .._store.contract import Store
 from . import _fmt as fmt
+from ._approve import pending_views
 from ._children import children_counts
 from ._render import entries_html, message, page, row_view, snapshot_status
 from ._statuses import Statuses
@@ -131,6 +132,8 @@ async def runs_page(request: Request) -> Response:
         live=after is None,  # only the first page grows: later ones are a fixed window
         feed=feed,
         filtered=bool(filters),
+        awaiting=filters.get("status") == "approval",
+        approving=request.app.state.allow_approve,
     )
 
 
@@ -192,4 +195,7 @@ async def run_page(request: Request) -> Response:
         before=before,
         last_seq=last_seq if type(last_seq) is int else -1,
         live=status == "running" and before is None,  # an earlier window does not grow
+        approvals=[{**a, "since": moment(a["since"])} for a in pending_views(state_id, record)],
+        approving=request.app.state.allow_approve,
+        csrf=request.app.state.csrf if request.app.state.allow_approve else "",
     )

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import uvicorn
 
 from .._store.contract import Store
-from ._app import check_token, create_app
+from ._app import check_approve, check_token, create_app
 from ._guard import is_loopback
 
 
@@ -50,10 +50,11 @@ def _announce(url: str) -> None:
     print(f"statekeep: serving {url} (Ctrl-C to stop)", flush=True)
 
 
-def check_host(host: str, token: str | None) -> None:
+def check_host(host: str, token: str | None, allow_approve: bool = False) -> None:
     """ValueError when ``token`` is empty, or ``host`` is not loopback and no token guards
-    the viewer."""
+    the viewer, or approvals are allowed without a token."""
     check_token(token)
+    check_approve(token, allow_approve)
     if token is None and not is_loopback(host):
         raise ValueError(
             f"--host {host} lets other machines in: give a --token (or $STATEKEEP_TOKEN), or bind 127.0.0.1"
@@ -72,11 +73,16 @@ _QUIET = _GoneClients()
 
 
 def _server(
-    store: Store, host: str, port: int, token: str | None, on_ready: Callable[[str], None]
+    store: Store,
+    host: str,
+    port: int,
+    token: str | None,
+    on_ready: Callable[[str], None],
+    allow_approve: bool = False,
 ) -> tuple[_Server, socket.socket]:
-    check_host(host, token)
+    check_host(host, token, allow_approve)
     logging.getLogger("asyncio").addFilter(_QUIET)  # once: a filter is added only once
-    app = create_app(store, token=token, host=host)
+    app = create_app(store, token=token, host=host, allow_approve=allow_approve)
     config = uvicorn.Config(
         app,
         host=host,
@@ -98,6 +104,7 @@ def serve(
     token: str | None = None,
     open_browser: bool = False,
     on_ready: Callable[[str], None] = _announce,
+    allow_approve: bool = False,
 ) -> None:
     """Serve the viewer over ``store`` until Ctrl-C or SIGTERM, then return normally.
 
@@ -105,6 +112,8 @@ def serve(
     default it prints "statekeep: serving URL"). A non-loopback ``host`` needs a ``token``
     (ValueError otherwise, as for an empty token); a port that cannot be bound is an OSError. The store is not
     closed. To serve while the program goes on (a :class:`MemoryStore`), use :func:`start`.
+    ``allow_approve``: approve and reject buttons for tool calls waiting on a person (needs a
+    ``token``; see :func:`~statekeep.web.create_app`).
     """
 
     def ready(url: str) -> None:
@@ -118,7 +127,7 @@ def serve(
                 target=webbrowser.open, args=(target,), name="statekeep-open", daemon=True
             ).start()
 
-    server, listener = _server(store, host, port, token, ready)
+    server, listener = _server(store, host, port, token, ready, allow_approve)
     # uvicorn raises the signal again once it has stopped, to let the caller see it: we
     # have stopped cleanly, so a no-op handler swallows it (the old ones come back after).
     quiet: Callable[[int, FrameType | None], None] = lambda signum, frame: None  # noqa: E731

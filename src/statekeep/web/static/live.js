@@ -94,6 +94,11 @@
       end: function (data, source) {
         source.close();
         body.setAttribute("data-live", "off");
+        if (data.reason === "approval") {
+          // Stopped for a person's approval: the page again, with the calls that wait.
+          window.location.reload();
+          return;
+        }
         if (data.reason === "deleted") {
           // Gone from the store while open: say so, rather than look as it was.
           var status = document.getElementById("status");
