@@ -62,7 +62,12 @@ def test_the_fault_points_are_every_boundary_of_a_run(tmp_path: Path) -> None:
         store.close()
     assert dict(ledger.hook.seen) == {"save": SAVES, "effect": EFFECTS}
     verdict = check(state, ledger)
-    assert (verdict.reconciled, verdict.unknown, verdict.reruns, sum(verdict.resumed.values())) == (0, 0, 0, 0)
+    assert (verdict.reconciled, verdict.unknown, verdict.reruns, sum(verdict.resumed.values())) == (
+        0,
+        0,
+        0,
+        0,
+    )
     assert len(all_faults()) == 32
 
 
@@ -75,7 +80,9 @@ def test_a_kill_at_every_boundary_then_a_resume_runs_every_call_once(kind: str, 
         for i, fault in enumerate(all_faults()):
             sid, ledger_path = f"run-{i}", tmp_path / f"ledger-{i}.db"
             got = server.run(spec, sid, ledger_path, fault)
-            assert got["signal"] == signal.SIGKILL, f"{fault}: the child was not killed: {got}\n{server.errors()}"
+            assert got["signal"] == signal.SIGKILL, (
+                f"{fault}: the child was not killed: {got}\n{server.errors()}"
+            )
             kind_, k, side = fault
             if kind_ == "effect":
                 check_intent_was_saved(store, sid, EFFECT_CALLS[k][0])
@@ -99,7 +106,9 @@ def check_intent_was_saved(store: Any, sid: str, call_id: str) -> None:
     assert call_id not in [e["call_id"] for e in record.entries if e["kind"] == "tool_result"]
 
 
-def check_resolution(state: Any, verdict: Any, ledger: Ledger, call: tuple[str, str], *, landed: bool) -> None:
+def check_resolution(
+    state: Any, verdict: Any, ledger: Ledger, call: tuple[str, str], *, landed: bool
+) -> None:
     """What the resumed run did with the call killed at its effect (``landed``: after it)."""
     call_id, name = call
     result = next(e for e in state.history if e["kind"] == "tool_result" and e["call_id"] == call_id)
