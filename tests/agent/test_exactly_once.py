@@ -294,3 +294,26 @@ def test_a_reconciled_result_json_cannot_hold_is_an_error_result_saying_so(store
     result = result_of(state, "c1")
     assert (result["outcome"], result["is_error"], result["reconciled"]) == ("done", True, True)
     assert "reconcile found it" in result["output"] and "cannot be saved" in result["output"]
+
+
+def test_calls_in_doubt_are_resolved_under_trio_too(store: Store) -> None:
+    """A sync reconcile runs in a worker thread of trio's loop; an async idempotent tool in it."""
+    import anyio
+
+    @tool(reconcile=lambda ctx: NotRun)
+    def pay(ctx: ToolContext) -> str:
+        """Pay."""
+        return f"paid on attempt {ctx.attempt}"
+
+    @tool(idempotent=True)
+    async def ship(ctx: ToolContext) -> str:
+        """Ship."""
+        await anyio.sleep(0)
+        return f"shipped on attempt {ctx.attempt}"
+
+    agent = agent_of(store, pay, ship)
+    state = crashed(store, agent, call("c1", "pay"), call("c2", "ship"))
+    assert anyio.run(agent.arun, state, backend="trio") == "Done."
+    assert result_of(state, "c1")["output"] == "paid on attempt 2"
+    assert result_of(state, "c2")["output"] == "shipped on attempt 2"
+    assert store.load("crashed") == state

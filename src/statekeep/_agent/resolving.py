@@ -62,7 +62,8 @@ class Resolving:
             return
         state._take_back(set(repairs))
         resumed = []
-        for call in state.pending_calls:  # now exactly the calls taken back, in their order
+        # The calls taken back, in their order (others may wait too: for an approval, say).
+        for call in [c for c in state.pending_calls if c["id"] in repairs]:
             tool = self.tools[call["name"]]
             if tool.reconcile is None:
                 state._resume_call(call["id"], "idempotent")
