@@ -8,7 +8,9 @@ in this process, and the ledger and the history are checked against each other:
   its recorded result is the ledger's; pay never runs twice;
 - ``notify`` (neither): never runs twice; a call in doubt is reported "may or may not have
   run";
-- intent before effect: when a kill lands at an effect, the store already holds the call.
+- intent before effect: when a kill lands at an effect, the store already holds the call; a
+  kill between the save of the reply and the first call, and one between a resumed run's
+  saved ``tool_resume`` and the call it runs again, leave the call in doubt, one attempt on.
 
 The random kills (at least 300 across the four stores) are the soak:
 tests/agent/test_exactly_once_soak.py, under ``./dev test --soak``.
@@ -158,3 +160,39 @@ def test_a_kill_between_the_save_of_the_call_and_the_call(tmp_path: Path) -> Non
         ("run_start", None, None),
     ]
     assert ledger.runs() == {"c1": [2], "c2": [2], "c3": [1], "c4": [1]}
+
+
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize(
+    ("first", "call_id", "runs"),
+    [
+        (("effect", 0, "before"), "c1", [3]),  # pay not run: found not run twice, run on attempt 3
+        (("effect", 1, "after"), "c2", [1, 3]),  # ship ran: run again twice, the second time lands
+    ],
+)
+def test_a_kill_after_the_resume_is_saved_and_before_the_call_runs_again(
+    kind: str, first: Any, call_id: str, runs: list[int], tmp_path: Path
+) -> None:
+    """Intent before effect on resume: the tool_resume is durable before the call runs again,
+    so a kill right after it leaves the call in doubt once more, one attempt further on."""
+    spec = store_spec(kind, tmp_path)
+    ledger_path = tmp_path / "ledger.db"
+    server = ForkServer(tmp_path / "children.stderr")
+    try:
+        for fault in (first, ("save", 0, "after")):  # the resumed run's first save: its tool_resume
+            got = server.run(spec, "twice", ledger_path, fault)
+            assert got["signal"] == signal.SIGKILL, f"{fault}: {got}\n{server.errors()}"
+    finally:
+        server.close()
+    store = spec.open()
+    try:
+        record = store.read("twice")
+        assert record is not None and record.entries[-1]["kind"] == "tool_resume"
+        assert call_id in [e["call_id"] for e in record.entries if e["kind"] == "tool_resume"]
+        ledger = Ledger(ledger_path)
+        state = run_once(store, "twice", ledger)
+    finally:
+        store.close()
+    check(state, ledger)
+    assert ledger.runs()[call_id] == runs
+    assert len([e for e in state.history if e["kind"] == "tool_resume" and e["call_id"] == call_id]) == 2
