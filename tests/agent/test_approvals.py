@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from statekeep import Agent, FileStore, Reply, ScriptedModel, State, tool
+from statekeep import Agent, FileStore, Reply, ScriptedModel, State, ToolContext, idempotency_key, tool
 from statekeep._agent.approving import REJECTED
 from tests.support.agents import call, kinds
 
@@ -158,3 +158,47 @@ def test_arun_and_a_leased_run_stop_and_go_on_the_same_way(tmp_path: Path) -> No
         state.approve("c1")
         assert asyncio.run(agent.arun(state)) == "paid"
         assert RAN == [("pay", 9)] and store.load("job") == state
+
+
+def test_an_approved_call_gets_its_tool_context_with_the_calls_key(tmp_path: Path) -> None:
+    seen: list[ToolContext] = []
+
+    @tool(needs_approval=True)
+    def wire(amount: int, ctx: ToolContext) -> str:
+        """Wire an amount."""
+        seen.append(ctx)
+        return f"wired {amount}"
+
+    model = ScriptedModel([Reply("", [call("w1", "wire", amount=9)]), "done"])
+    with FileStore(tmp_path / "s") as store:
+        state = State("wire")
+        assert Agent(model, tools=[wire], store=store).run(state) is None
+        loaded = store.load(state.id)
+        loaded.approve("w1")
+        assert Agent(model, tools=[wire], store=store).run(loaded) == "done"
+    assert [(c.call_id, c.args, c.attempt) for c in seen] == [("w1", {"amount": 9}, 1)]
+    assert seen[0].idempotency_key == idempotency_key(state.id, state.incarnation, "w1")
+
+
+def test_a_run_cut_off_before_it_recorded_the_wait_waits_and_does_not_call_it_in_doubt(
+    tmp_path: Path,
+) -> None:
+    # The reply is saved, the call that needs no approval ran, and the process died before the
+    # approval_wait was saved: load closes both calls as in doubt, and the next run knows that
+    # the one wanting approval never ran (the loop never runs it unapproved).
+    with FileStore(tmp_path / "s") as store:
+        agent = Agent(ScriptedModel(["done"]), tools=[pay, look], store=store)
+        state = State("pay")
+        state.begin_run(agent.info())
+        state.request("scripted")
+        state.add_reply("", [call("c1", "look", city="Oslo"), call("c2", "pay", amount=5)])
+        state.add_tool_result("c1", "Oslo: sunny")
+        store.save(state)
+        loaded = store.load(state.id)
+        assert [e["outcome"] for e in loaded.history if e["kind"] == "tool_result"] == ["done", "unknown"]
+        assert agent.run(loaded) is None and loaded.stopped_by == "approval"
+        assert [p["id"] for p in loaded.pending_approvals] == ["c2"] and RAN == []
+        assert results(store.load(state.id)) == [("c1", "Oslo: sunny", False, "done")]
+        again = store.load(state.id)
+        again.approve("c2")
+        assert agent.run(again) == "done" and RAN == [("pay", 5)]

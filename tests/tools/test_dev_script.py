@@ -98,10 +98,10 @@ def test_dev_test_runs_the_whole_suite_on_python3_and_the_core_suites_on_the_oth
     log = tmp_path / "ran.log"
     base = {"PATH": str(bin), "PYTHON": str(python), "PYENV_ROOT": str(pyenv), "DEV_LOG": str(log)}
 
-    def dev_test(**env: str) -> subprocess.CompletedProcess[str]:
+    def dev_test(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         log.write_text("")
         return subprocess.run(
-            [str(project / "dev"), "test"],
+            [str(project / "dev"), "test", *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -126,3 +126,15 @@ def test_dev_test_runs_the_whole_suite_on_python3_and_the_core_suites_on_the_oth
 
     in_ci = dev_test(CI="true")  # CI must not pass without every Python
     assert in_ci.returncode != 0 and "3.13" in in_ci.stderr, in_ci.stderr
+
+    soak = dev_test("--soak")  # the lint, then the soak alone, in one process
+    assert soak.returncode == 0, soak.stderr
+    ran = [line for line in log.read_text().splitlines() if " -m pip " not in line]
+    assert ran[:3] == [
+        ".venv/bin/ruff check .",
+        ".venv/bin/ruff format --check .",
+        ".venv/bin/mypy src/statekeep",
+    ]
+    assert [line for line in ran if " -m pytest " in line] == [
+        ".venv/bin/python -m pytest -n 0 -s -p no:randomly tests/agent/test_exactly_once_soak.py"
+    ]

@@ -39,7 +39,8 @@ class ToolContext:
     ``idempotency_key``: stable for this call across crashes and processes (see
     :func:`statekeep.idempotency_key`): pass it to the services the tool changes, so a call
     run again is recognised there. ``attempt``: 1, plus one for each time the call was found
-    in doubt after a crash and run again (recorded with the run's next save, no extra write).
+    in doubt after a crash and run again (counted from the history's ``tool_resume`` entries,
+    each saved before the call ran again: no extra write).
     """
 
     state_id: str

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from .._core.errors import LeaseHeldError, StaleLeaseError
+from .._core.keys import idempotency_key
 from .._core.leases import Lease, check_owner, check_ttl
 from .._leases.keepalive import LeaseKeeper, default_owner
 from .._run.state import State, agent_info
@@ -23,6 +24,8 @@ from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
 from . import approving
 from .compaction import Compactor
+from .context import ToolContext
+from .resolving import Resolving, record_result
 from .tools import Tool
 
 
@@ -55,7 +58,7 @@ class ScriptedModel:
         return self.replies[len(self.calls) - 1]
 
 
-class Agent:
+class Agent(Resolving):
     """Runs a State: asks the model, runs the tools it calls, until it answers.
 
     With a ``store``, the State is saved as the run goes. ``limit`` caps the model turns
@@ -74,6 +77,14 @@ class Agent:
     ``compact``: a :class:`Compactor`; before each model request the run compacts the State
     (:meth:`State.compact`, saved before the request) once the estimated context passes its
     ``max_tokens``.
+
+    Tools (see :func:`statekeep.tool`): intent before effect — with a store, a call is
+    durable (the model reply holding it is saved) before its tool starts, and its result is
+    saved before the next call starts. A tool that declares a :class:`ToolContext` parameter
+    gets the call's stable ``idempotency_key``. After a crash, the first run of the loaded
+    State resolves the calls left in doubt by their tools' ``reconcile`` or ``idempotent``
+    before anything else; other tools' calls stay reported as "may or may not have run"
+    (the docs' "Tools that must not run twice").
     """
 
     def __init__(
@@ -138,12 +149,13 @@ class Agent:
         return await keeper.run(lambda: self._run(state, keeper))
 
     async def _run(self, state: State, keeper: LeaseKeeper | None) -> Any:
+        await self._resolve_in_doubt(state, keeper)  # a loaded State's in-doubt calls, first
         state.begin_run(self.info())
         await self._save(state, keeper)
         schemas = [t.schema for t in self.tools.values()]
         save = lambda: self._save(state, keeper)  # noqa: E731  (approvals save through it)
         try:
-            if await approving.settle(self, state, keeper, save, _record_result):
+            if await approving.settle(self, state, keeper, save, record_result):
                 return None  # calls still wait for a person's decision
             for _ in range(self.limit):
                 if self.compact is not None and await self.compact.compact(state, self.system):
@@ -164,8 +176,8 @@ class Agent:
                         continue  # run after a person approves it (below: the run stops)
                     if keeper is not None:
                         await keeper.keep()  # a tool's effects must not start on a lost lease
-                    output, is_error = await self._call_tool(call)
-                    _record_result(state, call, output, is_error)
+                    output, is_error = await self._call_tool(state, call)
+                    record_result(state, call, output, is_error)
                     await self._save(state, keeper)
                 if await approving.stop_for_approval(self, state, reply.tool_calls, save):
                     return None
@@ -197,12 +209,24 @@ class Agent:
             return Reply(**got)
         return cast(Reply, got)  # a Reply, or any object with its attributes
 
-    async def _call_tool(self, call: Mapping[str, Any]) -> tuple[Any, bool]:
+    def _context(self, state: State, call: Mapping[str, Any]) -> ToolContext:
+        """The ToolContext of pending call ``call`` of ``state`` (every tool and reconcile
+        gets its context here): its stable key and the attempt it is on."""
+        return ToolContext(
+            state_id=state.id,
+            call_id=call["id"],
+            idempotency_key=idempotency_key(state.id, state.incarnation, call["id"]),
+            attempt=state._attempt(call["id"]),
+            name=call["name"],
+            args=dict(call.get("args") or {}),
+        )
+
+    async def _call_tool(self, state: State, call: Mapping[str, Any]) -> tuple[Any, bool]:
         tool = self.tools.get(call["name"])
         if tool is None:
             return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
         try:
-            return await tool.call(dict(call.get("args") or {})), False
+            return await tool.call(dict(call.get("args") or {}), self._context(state, call)), False
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -215,19 +239,6 @@ class Agent:
             await self.store.asave(state)
         else:
             await self.store.asave(state, lease=await keeper.keep())
-
-
-def _record_result(state: State, call: Mapping[str, Any], output: Any, is_error: bool) -> None:
-    try:
-        state.add_tool_result(call["id"], output, is_error=is_error)
-    except TypeError as exc:
-        # The tool ran (its effects happened: outcome done), but its output cannot be saved.
-        state.add_tool_result(
-            call["id"],
-            f"tool {call['name']!r} ran, but its result cannot be saved: {exc}",
-            is_error=True,
-            outcome="done",
-        )
 
 
 def _is_async(fn: Any) -> bool:

@@ -36,10 +36,13 @@ class Tool:
     the schema (the model never sees it) and gets the call's context: its stable
     ``idempotency_key``, ids and attempt number.
 
-    ``reconcile``: ``fn(ctx)`` that says, after a crash left the call in doubt, whether it ran:
-    its result (the call ran: that result is recorded) or :data:`~statekeep.NotRun` (it did
-    not: the call runs now, with the same key); an exception leaves the call in doubt.
-    ``idempotent``: the tool may simply run again with the same key when in doubt.
+    ``reconcile``: ``fn(ctx)`` (a plain or async function) that says, after a crash left the
+    call in doubt, whether it ran: its result (the call ran: that result is recorded, with
+    ``reconciled: true``) or :data:`~statekeep.NotRun` (it did not: the call runs now, with the
+    same key); an exception leaves the call in doubt. The Agent asks it in the first run after
+    the load, before anything else. ``idempotent``: the tool may simply run again with the same
+    key when in doubt. A tool with neither is reported to the model as "may or may not have
+    run" and never run again by the Agent.
     ``needs_approval``: the run stops for a person to approve or reject the call first
     (True, or a predicate over the call's arguments).
     """
