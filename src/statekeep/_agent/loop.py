@@ -16,12 +16,15 @@ from datetime import timedelta
 from typing import Any, cast
 
 from .._core.errors import LeaseHeldError, StaleLeaseError
+from .._core.keys import idempotency_key
 from .._core.leases import Lease, check_owner, check_ttl
 from .._leases.keepalive import LeaseKeeper, default_owner
 from .._run.state import State, agent_info
 from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
+from .._store.steps import run_step
 from .compaction import Compactor
+from .context import ToolContext
 from .tools import Tool
 
 
@@ -154,7 +157,7 @@ class Agent:
                 for call in reply.tool_calls:
                     if keeper is not None:
                         await keeper.keep()  # a tool's effects must not start on a lost lease
-                    output, is_error = await self._call_tool(call)
+                    output, is_error = await self._call_tool(call, self._context(state, call, keeper))
                     _record_result(state, call, output, is_error)
                     await self._save(state, keeper)
             state.stop("limit")
@@ -185,12 +188,36 @@ class Agent:
             return Reply(**got)
         return cast(Reply, got)  # a Reply, or any object with its attributes
 
-    async def _call_tool(self, call: Mapping[str, Any]) -> tuple[Any, bool]:
+    def _context(
+        self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
+    ) -> ToolContext:
+        """The ToolContext of ``call``: its key, attempt, and (with a store) a stepper that
+        runs ``ctx.step`` as a durable step of the call, saved as the run saves."""
+        stepper = None
+        if self.store is not None:
+
+            async def save(held: State) -> None:
+                await self._save(held, keeper)
+
+            async def stepper(name: str, fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
+                return await run_step(state, name, fn, args, save=save, scope=call["id"], **options)
+
+        return ToolContext(
+            state_id=state.id,
+            call_id=call["id"],
+            idempotency_key=idempotency_key(state.id, state.incarnation, call["id"]),
+            attempt=state._attempt(call["id"]),
+            name=call["name"],
+            args=dict(call.get("args") or {}),
+            _stepper=stepper,
+        )
+
+    async def _call_tool(self, call: Mapping[str, Any], ctx: ToolContext | None = None) -> tuple[Any, bool]:
         tool = self.tools.get(call["name"])
         if tool is None:
             return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
         try:
-            return await tool.call(dict(call.get("args") or {})), False
+            return await tool.call(dict(call.get("args") or {}), ctx), False
         except asyncio.CancelledError:
             raise
         except Exception as exc:

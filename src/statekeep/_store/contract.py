@@ -18,6 +18,7 @@ from .._runtime.inthread import in_thread, to_thread
 from . import saving
 from .expect import runs_the_other_side
 from .shims import adelete_tree, expected, fill_in, leased, no_leases
+from .steps import Stepping
 
 if TYPE_CHECKING:
     from .._core.leases import Lease
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 ITER_PAGE = 200
 
 
-# B024: abstract through __new__, which needs write() or awrite(), and read() or aread():
+# Abstract through __new__, which needs write() or awrite(), and read() or aread():
 # either side may be the implemented one, which @abstractmethod cannot say.
-class Store(ABC):  # noqa: B024
+class Store(Stepping, ABC):
     """Where States are saved: per id, an append-only history plus one snapshot dict.
 
     The native methods are coroutines (``awrite``, ``aread``, ``alist``, ``adelete``).
@@ -374,7 +375,7 @@ class Store(ABC):  # noqa: B024
         """
         self.close()
 
-    def close(self) -> None:  # noqa: B027  # a store that holds nothing needs no close
+    def close(self) -> None:  # a store that holds nothing needs no close
         """Sync :meth:`aclose`."""
 
     def __enter__(self) -> Store:
