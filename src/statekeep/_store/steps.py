@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import sys
 import typing
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -247,9 +248,24 @@ class Stepping:
         of its own (never statekeep's private one), on a thread of its own when called inside
         a running event loop (which it blocks meanwhile)."""
         work = self.astep(state, name, fn, *args, reconcile=reconcile, idempotent=idempotent, lease=lease)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not _in_a_loop():
             return asyncio.run(work)
         with ThreadPoolExecutor(1, thread_name_prefix="statekeep-step") as pool:
             return pool.submit(asyncio.run, work).result()
+
+
+def _in_a_loop() -> bool:
+    """Whether this thread runs an event loop (asyncio's, or trio's)."""
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        pass
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return False
+    try:
+        trio.lowlevel.current_trio_token()
+        return True
+    except RuntimeError:
+        return False
