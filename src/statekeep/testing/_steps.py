@@ -151,7 +151,10 @@ class StepContract:
         assert await self._step(api, loaded, "pay", pay, 5, reconcile=lambda ctx: NotRun) == 5
         assert keys == [(started_key(loaded, "pay"), 2)]
         history = (await api.load("s1")).history
-        assert [(e["kind"], e.get("attempt")) for e in history[-2:]] == [("step_start", 2), ("step_end", None)]
+        assert [(e["kind"], e.get("attempt")) for e in history[-2:]] == [
+            ("step_start", 2),
+            ("step_end", None),
+        ]
 
     @asyncio_test
     async def test_an_idempotent_step_in_doubt_runs_again(self, api: Api) -> None:
@@ -181,10 +184,10 @@ class StepContract:
         state = State("steps", id="s1")
         for name in ("a", "b"):
             await self._step(api, state, name, fn)
-        with pytest.raises(ValueError, match="'a' was recorded already.*unique"):
+        with pytest.raises(ValueError, match=r"'a' was recorded already.*unique"):
             await self._step(api, state, "a", fn)
         loaded = await api.load("s1")
-        with pytest.raises(ValueError, match="step 'b' is called as the 1st step.*recorded step 'a'"):
+        with pytest.raises(ValueError, match=r"step 'b' is called as the 1st step.*recorded step 'a'"):
             await self._step(api, loaded, "b", fn)
         assert await api.load("s1") == loaded and fn.count == 2  # nothing recorded, nothing run
 
