@@ -40,7 +40,7 @@ async def crashing() -> None:
 
 def started_key(state: State, name: str) -> str:
     """The key step ``name``'s first start recorded (the key it keeps, in every process)."""
-    return next(e["key"] for e in state.history if e["kind"] == "step_start" and e["name"] == name)
+    return str(next(e["key"] for e in state.history if e["kind"] == "step_start" and e["name"] == name))
 
 
 class StepContract:
@@ -48,7 +48,7 @@ class StepContract:
 
     supports_steps: ClassVar[bool] = True  # store.step / astep (every Store has them)
 
-    async def _step(self, api: Api, state: State, name: str, fn: Any, *args: Any, **options: Any) -> Any:
+    async def _step(self, api: Api, state: State, name: Any, fn: Any, *args: Any, **options: Any) -> Any:
         if not self.supports_steps:
             pytest.skip(f"{type(self).__name__}.supports_steps is False")
         if api.mode == "async":
