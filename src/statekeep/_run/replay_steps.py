@@ -71,7 +71,7 @@ class StepReplay:
             raise ValueError(f"seq {seq}: outcome {e['outcome']!r} is not one of {', '.join(_OUTCOMES)}")
         if "output" not in e:
             raise ValueError(f"seq {seq}: step_end entry needs 'output'")
-        record.update({key: e.get(key) for key in END_KEYS})
+        record.update({key: e.get(key) for key in END_KEYS if key == "output" or e.get(key) is not None})
 
     def _base_steps(self, steps: list[Any] | None) -> None:
         """Take up the steps a base record carries (its ``steps``, as :meth:`step_records` gave)."""
@@ -85,11 +85,11 @@ class StepReplay:
             ):
                 raise ValueError("a base entry's steps each need a str 'name' and 'key' and an int 'attempt'")
             scope = item.get("call_id")
-            record = {key: value for key, value in item.items() if value is not None}
+            record = {key: value for key, value in item.items() if key == "output" or value is not None}
             if "outcome" not in record:  # open: no end recorded
                 record = {key: value for key, value in record.items() if key not in END_KEYS}
-            elif "output" not in record:
-                record["output"] = None  # null is an output
+            else:
+                record.setdefault("output", None)  # null is an output
             self.steps[(scope, item["name"])] = record
             self.step_order.setdefault(scope, []).append(item["name"])
         if steps:
