@@ -13,6 +13,7 @@ from statekeep import (
     Agent,
     CorruptStateError,
     FileStore,
+    LeaseHeldError,
     MemoryStore,
     Reply,
     ScriptedModel,
@@ -172,3 +173,20 @@ def test_the_errors_say_which_step() -> None:
         store.step(state, "a", lambda: 1 / 0)
     assert issubclass(StepInDoubtError, RuntimeError) and issubclass(StepFailedError, RuntimeError)
     store.close()
+
+
+def test_a_step_whose_start_was_not_saved_is_not_in_doubt(tmp_path: Path) -> None:
+    """A refused save of the start (nothing written) leaves the step to start again, in
+    this State object, and ``fn`` never ran; with ``lease=`` the step saves under it."""
+    ran: list[int] = []
+    with FileStore(tmp_path / "s") as store:
+        state = State("t", id="s1")
+        store.save(state)
+        lease = store.acquire("s1", "another-worker", 60)
+        with pytest.raises(LeaseHeldError):
+            store.step(state, "a", lambda: ran.append(1) or 1)
+        assert ran == []
+        assert store.step(state, "a", lambda: ran.append(2) or 2, lease=lease) == 2  # not in doubt
+        assert ran == [2]
+        store.release(lease)
+        assert store.step(store.load("s1"), "a", lambda: 3) == 2

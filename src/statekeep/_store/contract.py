@@ -45,7 +45,8 @@ class Store(Stepping, ABC):
     ``write`` or of ``read`` is a TypeError when created. What subclassing gives: the
     missing side (async defaults run a sync implementation in a worker thread; sync
     defaults run an async implementation on the private loop), ``save``/``load`` with
-    their bookkeeping, repair and errors, ``with``/``async with``, and a no-op ``close``.
+    their bookkeeping, repair and errors, durable steps (``step``/``astep``, built on
+    them), ``with``/``async with``, and a no-op ``close``.
     What it does not give, which the built-in stores get from their base class (a backend
     of your own can too: ``statekeep.stores.engine``): it does
     not validate ids (use :func:`validate_id`), entries, seqs or snapshots, nor encode

@@ -202,8 +202,10 @@ class Stepping:
     ) -> Any:
         """Run ``fn(*args)`` once as the durable step ``name`` of ``state`` and return its
         result: a sync ``fn`` runs in a worker thread, an async one is awaited. A parameter
-        of ``fn`` annotated :class:`~statekeep.ToolContext` gets the step's context (its
-        stable ``idempotency_key``, to pass to the services ``fn`` changes, and ``attempt``).
+        of ``fn`` annotated :class:`~statekeep.ToolContext` gets the step's context: its
+        stable ``idempotency_key`` (recorded with the step's start: the same in every
+        process), to pass to the services ``fn`` changes, ``attempt``, ``name`` (the step's),
+        and ``call_id`` (``"step:" + name``; for ``ctx.step``, the tool call's id).
 
         The step's start is saved before ``fn`` runs (with everything else ``state`` holds
         unsaved), and its result as soon as ``fn`` returns. Called again (on the State loaded
