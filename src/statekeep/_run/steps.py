@@ -82,8 +82,10 @@ class StepRecords:
                 f"{_nth(order.index(name) + 1)} step of State {self.id!r}: step names are unique "
                 "per State (per tool call for ctx.step); give this step another name"
             )
+        if record is None:
+            return None  # its place is taken once its start is recorded (_start_step)
         self._steps_here[scope] = k + 1
-        return None if record is None else dict(record)
+        return dict(record)
 
     def _step_record(self, name: str, scope: Scope) -> dict[str, Any]:
         """A copy of the record of step ``name`` (which must have been started)."""
@@ -96,7 +98,10 @@ class StepRecords:
             fields["attempt"] = attempt
         if scope is not None:
             fields["call_id"] = scope
+        new = (scope, name) not in self._replay.steps
         self._append("step_start", f"step({name!r})", **fields)
+        if new:
+            self._steps_here[scope] = self._steps_here.get(scope, 0) + 1
 
     def _end_step(
         self, name: str, scope: Scope, output: Any, outcome: str, *, reconciled: bool = False
