@@ -119,13 +119,24 @@ def test_sqlite_store_steps_killed_and_resumed(tmp_path: Path, kill_at: str) -> 
         crash_and_resume("sqlite", str(path), tmp_path, store, kill_at)
 
 
-@pytest.mark.parametrize("kill_at", ["charge:effect", "ship:effect", "ship:after-start", "notify:effect"])
+#: The points where the servers' stores are killed: each way a step is left in doubt.
+SERVER_KILLS = ["charge:effect", "ship:after-start", "ship:effect", "notify:effect"]
+
+
+@pytest.mark.parametrize("kill_at", SERVER_KILLS)
 def test_postgres_store_steps_killed_and_resumed(tmp_path: Path, kill_at: str) -> None:
     schema = servers.unique_name("steps")
+    url = servers.shared_postgres().dsn
     with servers.postgres_store(schema=schema) as store:
-        crash_and_resume(
-            "postgres", schema, tmp_path, store, kill_at, STEPS_DSN=servers.shared_postgres().dsn
-        )
+        crash_and_resume("postgres", schema, tmp_path, store, kill_at, STEPS_URL=url)
+
+
+@pytest.mark.parametrize("kill_at", SERVER_KILLS)
+def test_redis_store_steps_killed_and_resumed(tmp_path: Path, kill_at: str) -> None:
+    prefix = servers.unique_name("steps") + ":"
+    url = servers.shared_redis().url
+    with servers.redis_store(prefix=prefix) as store:
+        crash_and_resume("redis", prefix, tmp_path, store, kill_at, STEPS_URL=url)
 
 
 def test_the_first_run_alone_runs_every_step_once(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 at one point and then runs again, from the top, in a new process.
 
 Run as ``python steps_child.py STORE TARGET LEDGER STATE_ID [KILL_AT]``: STORE is ``file``,
-``sqlite`` or ``postgres`` (TARGET: the folder, the database file, or the schema), LEDGER
+``sqlite``, ``postgres`` or ``redis`` (TARGET: the folder, the database file, the schema
+or the key prefix; STEPS_URL in the environment: the server's), LEDGER
 the side file each step's body appends one line to (``name key``, fsynced) when it runs.
 KILL_AT (``step:point``) kills the process at that point of that step:
 
@@ -68,9 +69,13 @@ def open_store() -> Store:
         return killing(FileStore)(target)
     if kind == "sqlite":
         return killing(SQLiteStore)(target)
+    if kind == "redis":
+        from statekeep.stores import RedisStore
+
+        return killing(RedisStore)(os.environ["STEPS_URL"], prefix=target)
     from statekeep.stores import PostgresStore
 
-    return killing(PostgresStore)(os.environ["STEPS_DSN"], schema=target)
+    return killing(PostgresStore)(os.environ["STEPS_URL"], schema=target)
 
 
 def body(name: str, ctx: ToolContext) -> dict[str, str]:
