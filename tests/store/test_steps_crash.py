@@ -4,7 +4,8 @@ turn (before its start's save, after it, after its body's effect, after its end'
 runs again from the top in a new process. Each step body's effect (a line in a side file,
 the ledger) happens once per recorded success; a step in doubt is resolved by its reconcile
 or run again with the same key when idempotent, and one with neither raises
-StepInDoubtError and never runs again; the State replays the recorded results."""
+StepInDoubtError and never runs again; the State replays the recorded results. FileStore and
+SQLite at every point; Postgres and Redis at each way a step is left in doubt."""
 
 from __future__ import annotations
 
