@@ -22,6 +22,8 @@ from ._core.errors import (
     StateExistsError,
     StatekeepError,
     StateNotFoundError,
+    StepFailedError,
+    StepInDoubtError,
     UnsafeStoreError,
     UnsupportedFormatError,
 )
@@ -84,6 +86,8 @@ __all__ = [
     "StateExistsError",
     "StateNotFoundError",
     "StatekeepError",
+    "StepFailedError",
+    "StepInDoubtError",
     "Store",
     "Tool",
     "ToolContext",

@@ -24,7 +24,9 @@ class Agent(Protocol):
 
     tools: dict[str, Tool]
 
-    async def _call_tool(self, state: State, call: Mapping[str, Any]) -> tuple[Any, bool]: ...
+    async def _call_tool(
+        self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
+    ) -> tuple[Any, bool]: ...
 
 
 def wants_approval(agent: Agent, call: Mapping[str, Any]) -> bool:
@@ -74,7 +76,9 @@ async def settle(agent: Agent, state: State, keeper: LeaseKeeper | None, save: S
             await save()
             if keeper is not None:
                 await keeper.keep()  # a tool's effects must not start on a lost lease
-            output, is_error = await agent._call_tool(state, call)  # with its ToolContext: the same key
+            output, is_error = await agent._call_tool(
+                state, call, keeper
+            )  # with its ToolContext: the same key
             record(state, call, output, is_error)
             await save()
     if not undecided:

@@ -22,6 +22,7 @@ from .._leases.keepalive import LeaseKeeper, default_owner
 from .._run.state import State, agent_info
 from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
+from .._store.steps import run_step
 from . import approving
 from .compaction import Compactor
 from .context import ToolContext
@@ -176,7 +177,7 @@ class Agent(Resolving):
                         continue  # run after a person approves it (below: the run stops)
                     if keeper is not None:
                         await keeper.keep()  # a tool's effects must not start on a lost lease
-                    output, is_error = await self._call_tool(state, call)
+                    output, is_error = await self._call_tool(state, call, keeper)
                     record_result(state, call, output, is_error)
                     await self._save(state, keeper)
                 if await approving.stop_for_approval(self, state, reply.tool_calls, save):
@@ -209,9 +210,21 @@ class Agent(Resolving):
             return Reply(**got)
         return cast(Reply, got)  # a Reply, or any object with its attributes
 
-    def _context(self, state: State, call: Mapping[str, Any]) -> ToolContext:
+    def _context(
+        self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
+    ) -> ToolContext:
         """The ToolContext of pending call ``call`` of ``state`` (every tool and reconcile
-        gets its context here): its stable key and the attempt it is on."""
+        gets its context here): its stable key, the attempt it is on, and (with a store) a
+        stepper that runs ``ctx.step`` as a durable step of the call, saved as the run saves."""
+        stepper = None
+        if self.store is not None:
+
+            async def save(held: State) -> None:
+                await self._save(held, keeper)
+
+            async def stepper(name: str, fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
+                return await run_step(state, name, fn, args, save=save, scope=call["id"], **options)
+
         return ToolContext(
             state_id=state.id,
             call_id=call["id"],
@@ -219,14 +232,17 @@ class Agent(Resolving):
             attempt=state._attempt(call["id"]),
             name=call["name"],
             args=dict(call.get("args") or {}),
+            _stepper=stepper,
         )
 
-    async def _call_tool(self, state: State, call: Mapping[str, Any]) -> tuple[Any, bool]:
+    async def _call_tool(
+        self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
+    ) -> tuple[Any, bool]:
         tool = self.tools.get(call["name"])
         if tool is None:
             return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
         try:
-            return await tool.call(dict(call.get("args") or {}), self._context(state, call)), False
+            return await tool.call(dict(call.get("args") or {}), self._context(state, call, keeper)), False
         except asyncio.CancelledError:
             raise
         except Exception as exc:

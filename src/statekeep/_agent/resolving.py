@@ -36,10 +36,14 @@ class Resolving:
 
     tools: dict[str, Tool]
 
-    def _context(self, state: State, call: Mapping[str, Any]) -> ToolContext:
+    def _context(
+        self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
+    ) -> ToolContext:
         raise NotImplementedError
 
-    async def _call_tool(self, state: State, call: Mapping[str, Any]) -> tuple[Any, bool]:
+    async def _call_tool(
+        self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
+    ) -> tuple[Any, bool]:
         raise NotImplementedError
 
     async def _save(self, state: State, keeper: LeaseKeeper | None) -> None:
@@ -92,7 +96,7 @@ class Resolving:
                 resumed.append(call)
                 continue
             try:
-                found = await _reconcile(tool, self._context(state, call))
+                found = await _reconcile(tool, self._context(state, call, keeper))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -108,7 +112,7 @@ class Resolving:
         for call in resumed:
             if keeper is not None:
                 await keeper.keep()  # a tool's effects must not start on a lost lease
-            output, is_error = await self._call_tool(state, call)
+            output, is_error = await self._call_tool(state, call, keeper)
             record_result(state, call, output, is_error)
             await self._save(state, keeper)
         if waiting:  # cut off before the wait was recorded: these never ran, and wait now

@@ -113,3 +113,36 @@ class DecryptionError(StatekeepError, ValueError):
 
     The message names the State, the record and the key id. Nothing is returned in part.
     """
+
+
+class StepInDoubtError(StatekeepError, RuntimeError):
+    """A durable step (``store.step``, ``ctx.step``) was started and its end never recorded
+    (the process stopped while it ran), and it has neither ``reconcile`` nor
+    ``idempotent=True``: its function may or may not have run, so it is not run again.
+
+    The step is then recorded as ``unknown`` (saved before this is raised), so every later
+    call of it raises this too. ``state_id``, ``name``, ``key`` (the step's idempotency key,
+    to look its effect up by) and ``attempt`` say which.
+    """
+
+    def __init__(self, message: str, state_id: str, name: str, key: str, attempt: int) -> None:
+        super().__init__(message)
+        self.state_id = state_id
+        self.name = name
+        self.key = key
+        self.attempt = attempt
+
+
+class StepFailedError(StatekeepError, RuntimeError):
+    """A durable step's function raised: its error is recorded (outcome ``error``, saved
+    before this is raised) and raised again as this on every later call of the step,
+    without running the function again. ``output`` is the recorded error text
+    (``"TypeName: message"``); the first time, ``__cause__`` is the exception itself.
+    ``state_id`` and ``name`` say which step.
+    """
+
+    def __init__(self, message: str, state_id: str, name: str, output: object) -> None:
+        super().__init__(message)
+        self.state_id = state_id
+        self.name = name
+        self.output = output

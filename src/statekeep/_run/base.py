@@ -9,7 +9,11 @@
      "trimmed": 42,                                      # the entries it stands for
      "turn": 17, "data": {key: value}, "last_agent": {...} | null,
      "stopped_by": ... | null, "answer": ..., "answered": [call ids],
-     "open_calls": [{"id", "name", "args"}], "waiting": model name | null}
+     "open_calls": [{"id", "name", "args"}], "waiting": model name | null,
+     "steps": [{"name", "key", "attempt", [call_id], [output, is_error, outcome, reconciled]}]}
+
+``steps`` (only when the removed entries recorded durable steps) keeps each step's latest
+start and its end, so that a step called again after the trim still replays.
 
 :class:`~statekeep._run.history.Replay` takes a base as the first entry of a history instead
 of the task, and picks up from it as if it had replayed the entries it stands for. The
@@ -39,6 +43,7 @@ def build_base(removed: list[dict[str, Any]]) -> dict[str, Any]:
     last = removed[-1]
     task = {key: replay.task_entry[key] for key in TASK_KEYS if replay.task_entry.get(key) is not None}
     request = replay.pending_request
+    steps = {"steps": replay.step_records()} if replay.steps else {}
     return {
         "seq": last["seq"],
         "kind": "base",
@@ -53,4 +58,5 @@ def build_base(removed: list[dict[str, Any]]) -> dict[str, Any]:
         "answered": sorted(replay.answered),
         "open_calls": list(replay.pending_calls.values()),
         "waiting": None if request is None else request["model"],
+        **steps,
     }

@@ -11,7 +11,7 @@ task            ``text``, [``parent``], [``call_id``] — always seq 0: what the
                 a subagent's names the State that spawned it and the tool call that did
 base            ``task``: {``text``, ``at``, [``parent``], [``call_id``]}, ``trimmed``, ``turn``,
                 ``data``, ``answered``, ``open_calls``, [``last_agent``], [``stopped_by``],
-                [``answer``], [``waiting``] — in place of the task, the first entry of a
+                [``answer``], [``waiting``], [``steps``] — in place of the task, the first entry of a
                 trimmed history (``store.trim``), at any seq: what the entries up to its seq,
                 removed, had made (:mod:`statekeep._run.base`)
 user            ``text`` — a message from the user
@@ -33,6 +33,11 @@ tool_resume     ``call_id``, ``name``, ``by``: reconcile | idempotent | approved
 approval_wait   ``call_ids`` — pending calls that wait for a person's approval before they run;
                 the run stops (``stopped_by`` "approval"): :mod:`statekeep._run.replay_approvals`
 approval        ``call_id``, ``approved``, [``note``] — a person's decision on a waiting call
+step_start      ``name``, ``key``, [``attempt`` = 1], [``call_id``] — a durable step starts (saved
+                before its function runs); ``call_id``: the pending tool call it runs in
+step_end        ``name``, ``output``, ``is_error``, ``outcome``: done | error | unknown,
+                [``reconciled``], [``call_id``] — a started step's end (a base's ``steps``
+                carries each step's record: :mod:`statekeep._run.replay_steps`)
 =============== ==========================================================================
 
 Every other key is required and must not be ``null``, except the JSON values a writer
@@ -62,6 +67,7 @@ from typing import Any
 from .._core.frozen import FrozenDict, freeze
 from .replay_approvals import ApprovalWaits
 from .replay_calls import ResumedCalls
+from .replay_steps import StepReplay
 
 #: Version 2 (statekeep 0.2) added the task entry's ``parent`` and ``call_id`` and the
 #: snapshot's ``agent``, ``parent``, ``labels``, ``expires_at`` and ``forked_from``; version 1
@@ -78,7 +84,15 @@ FORMAT_VERSION = 4
 #: The kinds a history needs each version for: a State holding none of them is stamped with
 #: the lowest version that reads it (2), so a statekeep that knows only version 2 still loads
 #: it; one with a compaction or a base is stamped 3 and refused there.
-_KIND_VERSION = {"compaction": 3, "base": 3, "tool_resume": 4, "approval_wait": 4, "approval": 4}
+_KIND_VERSION = {
+    "compaction": 3,
+    "base": 3,
+    "tool_resume": 4,
+    "approval_wait": 4,
+    "approval": 4,
+    "step_start": 4,
+    "step_end": 4,
+}
 #: The version a history of the other kinds is stamped with.
 BASE_FORMAT_VERSION = 2
 KINDS = (
@@ -97,6 +111,8 @@ KINDS = (
     "tool_resume",
     "approval_wait",
     "approval",
+    "step_start",
+    "step_end",
 )
 OUTCOMES = ("done", "error", "unknown")
 AGENT_KEYS = ("name", "model", "system_sha256", "tools")
@@ -118,6 +134,8 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "tool_resume": {"call_id": _STR, "name": _STR, "by": _STR},
     "approval_wait": {"call_ids": _LIST},
     "approval": {"call_id": _STR, "approved": _BOOL},
+    "step_start": {"name": _STR, "key": _STR},
+    "step_end": {"name": _STR, "is_error": _BOOL, "outcome": _STR},
     "base": {
         "task": _DICT,
         "trimmed": (int,),
@@ -130,10 +148,12 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
 # Keys a kind may have, with the types they hold when present: absent and null are the same.
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "task": {"parent": _STR, "call_id": _STR},
-    "base": {"last_agent": _DICT, "stopped_by": _STR, "waiting": _STR},
+    "base": {"last_agent": _DICT, "stopped_by": _STR, "waiting": _STR, "steps": _LIST},
     "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
     "tool_result": {"reconciled": _BOOL},
     "approval": {"note": _STR},
+    "step_start": {"attempt": (int,), "call_id": _STR},
+    "step_end": {"reconciled": _BOOL, "call_id": _STR},
 }
 
 
@@ -167,7 +187,7 @@ def summary_message(summary: str) -> dict[str, Any]:
     return {"role": "user", "content": SUMMARY_INTRO + summary}
 
 
-class Replay(ApprovalWaits, ResumedCalls):
+class Replay(ApprovalWaits, ResumedCalls, StepReplay):
     """What a history says so far, updated entry by entry. The kinds of format 4 replay in
     mixins of their own (:mod:`statekeep._run.replay_calls`, ...)."""
 
@@ -183,6 +203,7 @@ class Replay(ApprovalWaits, ResumedCalls):
         self.pending_calls: dict[str, dict[str, Any]] = {}  # call id -> call, in order
         ResumedCalls.__init__(self)
         ApprovalWaits.__init__(self)
+        StepReplay.__init__(self)
         self.answered: set[str] = set()
         self.finished = False
         self.answer: Any = None
@@ -309,6 +330,7 @@ class Replay(ApprovalWaits, ResumedCalls):
         self.finished = self.stopped_by == "finish"
         self._values = {key: freeze(value) for key, value in e["data"].items()}
         self._data_view = None
+        self._base_steps(e.get("steps"))
 
     def _user(self, e: dict[str, Any]) -> None:
         self._idle(e, "a user message")

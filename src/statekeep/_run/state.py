@@ -18,6 +18,7 @@ from .bookkeeping import Saving
 from .calls import CallResumption
 from .history import AGENT_KEYS, Replay, now
 from .resumecheck import warn_if_agent_changed
+from .steps import StepRecords
 
 
 def agent_info(
@@ -32,7 +33,7 @@ def agent_info(
     }
 
 
-class State(Saving, CallResumption, Approvals):
+class State(Saving, CallResumption, Approvals, StepRecords):
     """An agent run: an append-only history plus everything derived from it.
 
     Create one with ``State(task)``, append with the write-side methods (each adds one

@@ -18,6 +18,7 @@ from .._runtime.inthread import in_thread, to_thread
 from . import saving
 from .expect import runs_the_other_side
 from .shims import adelete_tree, expected, fill_in, leased, no_leases
+from .steps import Stepping
 
 if TYPE_CHECKING:
     from .._core.leases import Lease
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 ITER_PAGE = 200
 
 
-# B024: abstract through __new__, which needs write() or awrite(), and read() or aread():
+# Abstract through __new__, which needs write() or awrite(), and read() or aread():
 # either side may be the implemented one, which @abstractmethod cannot say.
-class Store(ABC):  # noqa: B024
+class Store(Stepping, ABC):
     """Where States are saved: per id, an append-only history plus one snapshot dict.
 
     The native methods are coroutines (``awrite``, ``aread``, ``alist``, ``adelete``).
@@ -44,7 +45,8 @@ class Store(ABC):  # noqa: B024
     ``write`` or of ``read`` is a TypeError when created. What subclassing gives: the
     missing side (async defaults run a sync implementation in a worker thread; sync
     defaults run an async implementation on the private loop), ``save``/``load`` with
-    their bookkeeping, repair and errors, ``with``/``async with``, and a no-op ``close``.
+    their bookkeeping, repair and errors, durable steps (``step``/``astep``, built on
+    them), ``with``/``async with``, and a no-op ``close``.
     What it does not give, which the built-in stores get from their base class (a backend
     of your own can too: ``statekeep.stores.engine``): it does
     not validate ids (use :func:`validate_id`), entries, seqs or snapshots, nor encode
@@ -374,7 +376,7 @@ class Store(ABC):  # noqa: B024
         """
         self.close()
 
-    def close(self) -> None:  # noqa: B027  # a store that holds nothing needs no close
+    def close(self) -> None:  # a store that holds nothing needs no close
         """Sync :meth:`aclose`."""
 
     def __enter__(self) -> Store:

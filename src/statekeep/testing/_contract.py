@@ -26,6 +26,7 @@ from ._preconditions import PreconditionContract
 from ._protect import ProtectionContract
 from ._ranges import RangeContract
 from ._runs import RunsContract
+from ._steps import StepContract
 from ._trim import TrimContract
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class StoreContract(
     BlobContract,
     BlobTrimContract,
     TrimContract,
+    StepContract,
 ):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 
