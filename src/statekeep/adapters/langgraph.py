@@ -37,6 +37,7 @@ from ._flow import Emit, Flow, adrive, adrive_each, drive, drive_each
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import LABELS, Thread
+from ._langgraph_keys import tool_call_key
 from ._langgraph_tuples import (
     config_of,
     delta_history,
@@ -50,7 +51,7 @@ from ._langgraph_tuples import (
 from ._langgraph_values import Lists
 from ._langgraph_where import other_id
 
-__all__ = ["StatekeepSaver"]
+__all__ = ["StatekeepSaver", "tool_call_key"]
 
 
 class StatekeepSaver(BaseCheckpointSaver[int]):
