@@ -30,6 +30,7 @@ try:
 except ImportError as exc:
     raise framework_missing("langgraph", "LangGraph", "langgraph", exc) from exc
 
+from .._core.publish import publish
 from .._store.contract import Store
 from . import _langgraph_flows as flows
 from . import _langgraph_moves as moves
@@ -52,6 +53,7 @@ from ._langgraph_values import Lists
 from ._langgraph_where import other_id
 
 __all__ = ["StatekeepSaver", "tool_call_key"]
+publish(__name__, globals(), ["tool_call_key"])  # reported as statekeep.adapters.langgraph's
 
 
 class StatekeepSaver(BaseCheckpointSaver[int]):
