@@ -4,6 +4,7 @@ and runs on; and tool_call_key gives a tool call the same idempotency key everyw
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ from agents import Agent, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext as AgentsToolContext
 
-from statekeep import MemoryStore, Store, idempotency_key
+from statekeep import CorruptStateError, MemoryStore, Store, idempotency_key
 from statekeep._run.shown_openai import shown
 from statekeep.adapters.openai_agents import StatekeepSession, tool_call_key
 from tests.support.children.openai_approval_child import CALL_ID
@@ -223,3 +224,44 @@ def test_tool_call_key_refuses_what_carries_no_call_id() -> None:
         tool_call_key("user-42", 42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="call_id must be a non-empty str"):
         tool_call_key("user-42", "")
+
+
+async def test_run_states_and_items_written_at_once_lose_nothing(store: Store) -> None:
+    one, two = StatekeepSession("busy", store), StatekeepSession("busy", store)
+    await one.add_items([{"role": "user", "content": "start"}])
+    states = [
+        (await paused(StatekeepSession(f"scratch-{i}", store), i, f"c{i}", [])).to_state() for i in range(4)
+    ]
+
+    async def add(i: int) -> None:
+        await (one if i % 2 else two).add_items([{"role": "user", "content": f"m{i}"}])
+
+    await asyncio.gather(
+        *(add(i) for i in range(8)),
+        *((two if i % 2 else one).save_run_state(s) for i, s in enumerate(states)),
+    )
+    items = await StatekeepSession("busy", store).get_items()
+    assert sorted(item["content"] for item in items) == sorted(["start", *(f"m{i}" for i in range(8))])
+    record = await store.aread(one.state_id)
+    assert record is not None
+    saved = [e for e in record.entries if e["kind"] == "run_state"]
+    assert len(saved) == 4  # each save landed once
+    newest = saved[-1]["run_state"]["current_step"]["data"]["interruptions"][0]["raw_item"]["call_id"]
+    state = await StatekeepSession("busy", store).load_run_state(clerk([], []))
+    assert state is not None and [item.call_id for item in state.get_interruptions()] == [
+        newest
+    ]  # the last one
+
+
+async def test_a_snapshot_pointing_at_no_run_state_is_a_clear_error(store: Store) -> None:
+    session = StatekeepSession("s", store)
+    await session.add_items([{"role": "user", "content": "hi"}])
+    record = await store.aread(session.state_id)
+    assert record is not None and record.snapshot is not None
+    meta = record.snapshot["openai_session"]
+    for wrong, message in ((1, "the entry there is not one"), (7, "outside its history"), ("1", "outside")):
+        await store.awrite(
+            session.state_id, [], {**record.snapshot, "openai_session": {**meta, "run_state": wrong}}
+        )
+        with pytest.raises(CorruptStateError, match=message):
+            await StatekeepSession("s", store).load_run_state(clerk([], []))
