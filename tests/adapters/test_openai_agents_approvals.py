@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool
+from agents.exceptions import UserError
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext as AgentsToolContext
 
@@ -265,3 +266,36 @@ async def test_a_snapshot_pointing_at_no_run_state_is_a_clear_error(store: Store
         )
         with pytest.raises(CorruptStateError, match=message):
             await StatekeepSession("s", store).load_run_state(clerk([], []))
+
+
+async def test_of_several_takers_at_once_exactly_one_gets_the_run_state(store: Store) -> None:
+    session = StatekeepSession("s", store)
+    await session.save_run_state((await paused(session, 5, "c1", [])).to_state())
+    takers = [StatekeepSession("s", store) for _ in range(5)]
+    got = await asyncio.gather(*(taker.take_run_state(clerk([], [])) for taker in takers))
+    (state,) = [found for found in got if found is not None]
+    assert [item.call_id for item in state.get_interruptions()] == ["c1"]
+    assert await session.take_run_state(clerk([], [])) is None
+    assert await session.load_run_state(clerk([], [])) is None
+
+    record = await store.aread(session.state_id)
+    assert record is not None
+    marks = [e for e in record.entries if e["kind"] == "run_state"]
+    assert [m.get("taken") for m in marks] == [None, marks[0]["seq"]]  # saved, taken once
+    assert (
+        shown(marks[1]).line == f"take_run_state: the run state at seq {marks[0]['seq']} was taken to go on"
+    )
+
+
+async def test_a_take_for_the_wrong_agent_raises_and_clears_nothing(store: Store) -> None:
+    session = StatekeepSession("s", store)
+    await session.save_run_state((await paused(session, 5, "c1", [])).to_state())
+    stranger = Agent(name="stranger", model=ScriptedModel([]))
+    with pytest.raises(UserError, match="agent not found"):  # the SDK's own error
+        await session.take_run_state(stranger)
+    ran: list[int] = []
+    agent = clerk([[assistant_message("paid")]], ran)
+    state = await session.take_run_state(agent)  # still there
+    assert state is not None
+    state.approve(state.get_interruptions()[0])
+    assert (await Runner.run(agent, state, session=session)).final_output == "paid" and ran == [5]

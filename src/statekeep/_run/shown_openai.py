@@ -40,6 +40,8 @@ def _item(entry: dict[str, Any], item: Mapping[str, Any]) -> Shown:
 
 def _run_state(entry: dict[str, Any], state: object) -> Shown:
     """A run state saved for approvals (the SDK's ``RunState.to_json()``), or its clearing."""
+    if not isinstance(state, Mapping) and "taken" in entry:
+        return Shown(entry, f"take_run_state: the run state at seq {entry.get('taken')} was taken to go on")
     if not isinstance(state, Mapping):
         return Shown(entry, "clear_run_state: the run paused for approvals went on")
     step = state.get("current_step")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 # imported by openai_agents.py only, after it has said what to install if the SDK is missing
 from agents import Agent, RunState
@@ -24,6 +25,8 @@ from ._openai_history import MAX_TRIES, RUN_STATE, Tail, header, now
 
 if TYPE_CHECKING:
     import asyncio
+
+T = TypeVar("T")
 
 
 class RunStates:
@@ -78,16 +81,46 @@ class RunStates:
         Only the session's own store is trusted with it: the SDK warns against loading a
         run state a client could have changed."""
         self._check_open()
-        value = await self._run_state_value()
-        if value is None:
+        found = await self._run_state_entry()
+        if found is None:
             return None
         return await RunState.from_json(
             agent,
-            value,
+            found[2],
             context_override=context_override,
             context_deserializer=context_deserializer,
             strict_context=strict_context,
         )
+
+    async def take_run_state(
+        self,
+        agent: Agent[Any],
+        *,
+        context_override: ContextOverride | None = None,
+        context_deserializer: ContextDeserializer | None = None,
+        strict_context: bool = False,
+    ) -> RunState[Any, Agent[Any]] | None:
+        """:meth:`load_run_state` and :meth:`clear_run_state` in one write, so that one
+        caller only resumes the paused run: of several processes or tasks taking it at once,
+        exactly one gets it, the others None (as every caller after it).
+
+        The state is rebuilt before it is cleared: an error of ``RunState.from_json`` (an
+        ``agent`` that is not the run's) clears nothing. At most once: if the taking process
+        dies before the run goes on, the calls it waited on stay unanswered in the session
+        (the history still holds the state: ``statekeep show``). Durable on return as the
+        store's ``awrite`` is."""
+        self._check_open()
+
+        async def build(value: dict[str, Any]) -> RunState[Any, Agent[Any]]:
+            return await RunState.from_json(
+                agent,
+                value,
+                context_override=context_override,
+                context_deserializer=context_deserializer,
+                strict_context=strict_context,
+            )
+
+        return await finish_despite_cancel(lambda stop: self._take(build, stop))
 
     async def clear_run_state(self) -> None:
         """Forget the saved run state (after the run it paused went on): :meth:`load_run_state`
@@ -96,7 +129,8 @@ class RunStates:
         self._check_open()
         await finish_despite_cancel(lambda stop: self._put_run_state(None, stop))
 
-    async def _run_state_value(self) -> dict[str, Any] | None:
+    async def _run_state_entry(self) -> tuple[Tail, int, dict[str, Any]] | None:
+        """The session's tail (with its last entry), and the seq and value of its run state."""
         seen = self._seen
         since = seen.paused if seen is not None and seen.paused is not None else SNAPSHOT_ONLY
         while True:
@@ -114,8 +148,26 @@ class RunStates:
                         f"State {self.state_id!r}: its snapshot says the session's run state is "
                         f"at seq {since}, but the entry there is not one"
                     )
-                return value
+                return tail, since, value
             since = tail.paused  # saved again meanwhile, or not read yet
+
+    async def _take(self, build: Callable[[dict[str, Any]], Awaitable[T]], stop: asyncio.Event) -> T | None:
+        token = uuid.uuid4().hex
+        built: tuple[int, T] | None = None
+        for attempt in range(MAX_TRIES):
+            await stop_if_cancelled(stop, attempt)
+            found = await self._run_state_entry()
+            if found is None:
+                return None  # none kept, or another caller took it first
+            tail, seq, value = found
+            if built is None or built[0] != seq:
+                built = (seq, await build(value))
+            assert tail.last is not None  # read from the run state to the end
+            entry = {"seq": tail.end, "kind": RUN_STATE, RUN_STATE: None, "taken": seq, "w": token}
+            after = dataclasses.replace(tail, end=tail.end + 1, paused=None, last=None)
+            if await self._wrote(tail, [tail.last, entry], after):
+                return built[1]
+        raise self._gave_up()
 
     async def _put_run_state(self, value: dict[str, Any] | None, stop: asyncio.Event) -> None:
         token = uuid.uuid4().hex

@@ -5,8 +5,8 @@ test_openai_agents_approvals.py in a process of its own:
 
 ``start`` runs until the SDK stops for approval, saves the run state in the session, prints
 what it saw as one JSON line and SIGKILLs itself (nothing is flushed or closed after the save
-returns). ``approve`` / ``reject`` load the run state in this new process, decide, run on
-with a scripted model and clear the run state. The tool appends its idempotency key to
+returns). ``approve`` / ``reject`` load (approve) or take (reject) the run state in this new
+process, decide, run on with a scripted model and clear the run state. The tool appends its idempotency key to
 the file LEDGER each time it runs: how many times it ran, seen from outside.
 """
 
@@ -58,7 +58,8 @@ async def start(store: Store, session_id: str, ledger: Path) -> dict[str, Any]:
 async def decide(store: Store, session_id: str, ledger: Path, approve: bool) -> dict[str, Any]:
     session = StatekeepSession(session_id, store)
     clerk = agent(session_id, ledger, [[assistant_message("paid" if approve else "not paid")]])
-    state = await session.load_run_state(clerk)
+    # approve: load, run, then clear (at least once); reject: take (load and clear in one write)
+    state = await (session.load_run_state(clerk) if approve else session.take_run_state(clerk))
     assert state is not None, "no run state saved"
     waiting = state.get_interruptions()
     for item in waiting:
