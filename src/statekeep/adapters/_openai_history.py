@@ -7,8 +7,9 @@ The history is append-only. Its entries:
 - ``{"kind": "pop", "of": seq}``: ``pop_item`` removed the item at ``seq`` (a tombstone);
 - ``{"kind": "clear"}``: ``clear_session``; the next generation starts after it;
 - ``{"kind": "run_state", "run_state": {...} | null}``: ``save_run_state`` kept the SDK's
-  ``RunState.to_json()`` of a run paused for approvals (null: ``clear_run_state``). Items
-  ignore these entries, and ``clear`` leaves them alone.
+  ``RunState.to_json()`` of a run paused for approvals (null: ``clear_run_state``, or
+  ``take_run_state`` with ``"taken": seq``, the seq of the state it took). Items ignore these
+  entries, and ``clear`` leaves them alone.
 
 Every entry carries ``"w"``, a token of the call that wrote it: two writers adding the same
 item at the same seq write *different* entries, so the store refuses the second
