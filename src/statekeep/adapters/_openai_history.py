@@ -5,7 +5,11 @@ The history is append-only. Its entries:
 - seq 0, ``{"kind": "session", "session_id": ...}``: the framework's own id;
 - ``{"kind": "item", "item": {...}}``: one item ``add_items`` added;
 - ``{"kind": "pop", "of": seq}``: ``pop_item`` removed the item at ``seq`` (a tombstone);
-- ``{"kind": "clear"}``: ``clear_session``; the next generation starts after it.
+- ``{"kind": "clear"}``: ``clear_session``; the next generation starts after it;
+- ``{"kind": "run_state", "run_state": {...} | null}``: ``save_run_state`` kept the SDK's
+  ``RunState.to_json()`` of a run paused for approvals (null: ``clear_run_state``, or
+  ``take_run_state`` with ``"taken": seq``, the seq of the state it took). Items ignore these
+  entries, and ``clear`` leaves them alone.
 
 Every entry carries ``"w"``, a token of the call that wrote it: two writers adding the same
 item at the same seq write *different* entries, so the store refuses the second
@@ -21,8 +25,9 @@ current generation ends at a ``clear`` (or the ``session`` entry).
 
 The snapshot carries the listing keys (``task`` is the session id, ``turn`` the number of
 items) and, under :data:`META`, ``next`` (the seq after the last entry it covers),
-``start`` (the first seq of the current generation) and ``items`` (live items), so the
-end of a long history can be read without replaying it.
+``start`` (the first seq of the current generation), ``items`` (live items) and ``run_state``
+(the seq of the saved run state, None when there is none), so the end of a long history,
+and the run state, can be read without replaying it.
 """
 
 from __future__ import annotations
@@ -32,11 +37,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._core.codec import check
+from .._core.errors import CorruptStateError
 
 META = "openai_session"
+#: Writes one call makes before it gives up (each lost one to another writer), as LangGraph's.
+MAX_TRIES = 100
 #: The label every session's State carries.
 LABELS = {"framework": "openai-agents"}
-SESSION, ITEM, POP, CLEAR = "session", "item", "pop", "clear"
+SESSION, ITEM, POP, CLEAR, RUN_STATE = "session", "item", "pop", "clear", "run_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,7 @@ class Tail:
     items: int  # live items in the current generation
     created_at: str
     last: dict[str, Any] | None = None  # the entry at seq end - 1, when it was read
+    paused: int | None = None  # the seq of the saved run state (None: none saved)
 
 
 def now() -> str:
@@ -67,12 +76,18 @@ def tail_of(state_id: str, snapshot: dict[str, Any] | None) -> Tail:
             f"State {state_id!r} is not an OpenAI Agents session (its snapshot has no valid "
             f"{META!r}): it was written by something else; use another session id"
         )
-    return Tail(meta["next"], meta["start"], meta["items"], snapshot["created_at"])
+    paused = meta.get("run_state")
+    if paused is not None and not (type(paused) is int and 0 < paused < meta["next"]):
+        raise CorruptStateError(
+            f"State {state_id!r}: its snapshot says the session's run state is at seq {paused!r}, "
+            f"outside its history (seq 1 to {meta['next'] - 1})"
+        )
+    return Tail(meta["next"], meta["start"], meta["items"], snapshot["created_at"], paused=paused)
 
 
 def fold(tail: Tail, entries: list[dict[str, Any]]) -> Tail:
     """``tail`` moved past the entries from its ``end`` on (earlier ones are ignored)."""
-    end, start, items = tail.end, tail.start, tail.items
+    end, start, items, paused = tail.end, tail.start, tail.items, tail.paused
     for entry in entries:
         seq = entry["seq"]
         if seq < end:
@@ -84,8 +99,10 @@ def fold(tail: Tail, entries: list[dict[str, Any]]) -> Tail:
             items = max(items - 1, 0)
         elif kind == CLEAR:
             start, items = seq + 1, 0
+        elif kind == RUN_STATE:
+            paused = None if entry.get(RUN_STATE) is None else seq
         end = seq + 1
-    return Tail(end, start, items, tail.created_at, tail.last)
+    return Tail(end, start, items, tail.created_at, tail.last, paused)
 
 
 def window(tail: Tail, want: int | None, since: int | None) -> int:
@@ -152,5 +169,5 @@ def snapshot_for(session_id: str, tail: Tail) -> dict[str, Any]:
         "stopped_by": None,
         "finished": False,
         "labels": dict(LABELS),  # as every adapter marks its States
-        META: {"next": tail.end, "start": tail.start, "items": tail.items},
+        META: {"next": tail.end, "start": tail.start, "items": tail.items, "run_state": tail.paused},
     }

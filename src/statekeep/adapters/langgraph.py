@@ -30,6 +30,7 @@ try:
 except ImportError as exc:
     raise framework_missing("langgraph", "LangGraph", "langgraph", exc) from exc
 
+from .._core.publish import publish
 from .._store.contract import Store
 from . import _langgraph_flows as flows
 from . import _langgraph_moves as moves
@@ -37,6 +38,7 @@ from ._flow import Emit, Flow, adrive, adrive_each, drive, drive_each
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import LABELS, Thread
+from ._langgraph_keys import tool_call_key
 from ._langgraph_tuples import (
     config_of,
     delta_history,
@@ -50,7 +52,8 @@ from ._langgraph_tuples import (
 from ._langgraph_values import Lists
 from ._langgraph_where import other_id
 
-__all__ = ["StatekeepSaver"]
+__all__ = ["StatekeepSaver", "tool_call_key"]
+publish(__name__, globals(), ["tool_call_key"])  # reported as statekeep.adapters.langgraph's
 
 
 class StatekeepSaver(BaseCheckpointSaver[int]):

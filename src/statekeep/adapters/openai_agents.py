@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import orjson
 
@@ -24,14 +23,17 @@ try:
         coerce_session_settings,
         resolve_session_limit,
     )
+    from agents.tool_context import ToolContext as AgentsToolContext
 except ImportError as exc:
     raise framework_missing("openai_agents", "the OpenAI Agents SDK", "openai-agents", exc) from exc
 
 from .._core.codec import check
 from .._core.errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
+from .._core.keys import idempotency_key
 from .._core.ranges import SNAPSHOT_ONLY
 from .._store.contract import Store
 from .._store.expect import expecting
+from ._cancel import finish_despite_cancel, stop_if_cancelled
 from ._flow import adrive
 from ._home import Home
 from ._ids import state_id_for
@@ -39,6 +41,7 @@ from ._openai_history import (
     CLEAR,
     ITEM,
     LABELS,
+    MAX_TRIES,
     POP,
     Tail,
     checked_items,
@@ -51,16 +54,31 @@ from ._openai_history import (
     tail_of,
     window,
 )
+from ._openai_run_state import RunStates
 
-__all__ = ["StatekeepSession"]
-
-T = TypeVar("T")
-
-#: Writes one call makes before it gives up (each lost one to another writer), as LangGraph's.
-MAX_TRIES = 100
+__all__ = ["StatekeepSession", "tool_call_key"]
 
 
-class StatekeepSession:
+def tool_call_key(session_id: str, tool_call: AgentsToolContext[Any] | str) -> str:
+    """The idempotency key of one tool call of the session ``session_id``: the same in every
+    process and after any crash, different for every other call id or session.
+
+    ``tool_call`` is the SDK's ``agents.ToolContext`` a function tool receives as its first
+    parameter (its ``tool_call_id`` is used), or that call id itself. The key is
+    ``statekeep.idempotency_key(session_id, None, tool_call_id)``: a tool sees no store, so
+    the session's incarnation is not part of it (it is as unique as the model's call ids).
+    Pass it to the service the tool calls (an ``Idempotency-Key`` header, a unique column),
+    so that a call run again after a crash or a second resume is recognised there."""
+    call_id = tool_call if isinstance(tool_call, str) else getattr(tool_call, "tool_call_id", None)
+    if not isinstance(call_id, str):
+        raise TypeError(
+            "tool_call_key(): tool_call must be the agents.ToolContext a function tool receives "
+            f"(with a tool_call_id) or a tool call id, got {type(tool_call).__name__}"
+        )
+    return idempotency_key(session_id, None, call_id)
+
+
+class StatekeepSession(RunStates):
     """An OpenAI Agents ``Session`` whose history is one statekeep State.
 
     ``session_id`` is any non-empty string (valid Unicode: no lone surrogates); the State id is
@@ -143,20 +161,20 @@ class StatekeepSession:
         self._check_open()
         values = checked_items(items)
         if values:
-            await _finish_despite_cancel(lambda stop: self._add(values, stop))
+            await finish_despite_cancel(lambda stop: self._add(values, stop))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it (None if the session has none), by
         appending a tombstone that hides it. Durable on return as the store's ``awrite``."""
         self._check_open()
-        return await _finish_despite_cancel(self._pop)
+        return await finish_despite_cancel(self._pop)
 
     async def clear_session(self) -> None:
         """Remove every item: appends a marker after which a new, empty generation
         starts (the earlier items stay in the history). Durable on return as the store's
         ``awrite``; nothing is written if the session has no items."""
         self._check_open()
-        await _finish_despite_cancel(self._clear)
+        await finish_despite_cancel(self._clear)
 
     async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
         """Replace every item by ``items`` in one write: the hook through which the SDK's
@@ -168,7 +186,7 @@ class StatekeepSession:
         TypeError, writing nothing, for an item the codec refuses (as :meth:`add_items`)."""
         self._check_open()
         values = checked_items(items)
-        await _finish_despite_cancel(lambda stop: self._replace(values, stop))
+        await finish_despite_cancel(lambda stop: self._replace(values, stop))
         return True
 
     def close(self) -> None:
@@ -251,7 +269,7 @@ class StatekeepSession:
         # the last entry is re-sent by the next write: a copy, safe from changes to the items
         # (a JSON round trip: checked JSON already, and several times faster than deepcopy)
         last = orjson.loads(orjson.dumps(entries[-1]))
-        self._seen = Tail(after.end, after.start, after.items, after.created_at, last)
+        self._seen = dataclasses.replace(after, last=last)
         return True
 
     async def _add(self, items: list[dict[str, Any]], stop: asyncio.Event) -> None:
@@ -259,7 +277,7 @@ class StatekeepSession:
         seen = self._seen
         tail = seen if seen is not None and seen.last is not None else await self._current(seen)
         for attempt in range(MAX_TRIES):
-            await _stop_if_cancelled(stop, attempt)
+            await stop_if_cancelled(stop, attempt)
             if tail is None:
                 base = Tail(1, 1, 0, now())
                 entries = [header(self.session_id, token), *item_entries(items, 1, token)]
@@ -267,7 +285,9 @@ class StatekeepSession:
                 assert tail.last is not None  # _current and _wrote keep it
                 base = tail
                 entries = [tail.last, *item_entries(items, tail.end, token)]
-            after = Tail(base.end + len(items), base.start, base.items + len(items), base.created_at)
+            after = dataclasses.replace(
+                base, end=base.end + len(items), items=base.items + len(items), last=None
+            )
             if await self._wrote(tail, entries, after):
                 return
             tail = await self._current(tail)
@@ -276,7 +296,7 @@ class StatekeepSession:
     async def _pop(self, stop: asyncio.Event) -> TResponseInputItem | None:
         token = uuid.uuid4().hex
         for attempt in range(MAX_TRIES):
-            await _stop_if_cancelled(stop, attempt)
+            await stop_if_cancelled(stop, attempt)
             got = await self._newest(1)
             if got is None or not got[1]:
                 return None
@@ -284,7 +304,7 @@ class StatekeepSession:
             if tail.last is None:
                 continue  # the read did not reach the end: read again
             tombstone = {"seq": tail.end, "kind": POP, "of": entry["seq"], "w": token}
-            after = Tail(tail.end + 1, tail.start, max(tail.items - 1, 0), tail.created_at)
+            after = dataclasses.replace(tail, end=tail.end + 1, items=max(tail.items - 1, 0), last=None)
             if await self._wrote(tail, [tail.last, tombstone], after):
                 return cast(TResponseInputItem, entry[ITEM])
         raise self._gave_up()
@@ -293,12 +313,12 @@ class StatekeepSession:
         token = uuid.uuid4().hex
         tail = await self._current(self._seen)
         for attempt in range(MAX_TRIES):
-            await _stop_if_cancelled(stop, attempt)
+            await stop_if_cancelled(stop, attempt)
             if tail is None or not tail.items:
                 return
             assert tail.last is not None  # _current and _wrote keep it
             marker = {"seq": tail.end, "kind": CLEAR, "w": token}
-            after = Tail(tail.end + 1, tail.end + 1, 0, tail.created_at)
+            after = dataclasses.replace(tail, end=tail.end + 1, start=tail.end + 1, items=0, last=None)
             if await self._wrote(tail, [tail.last, marker], after):
                 return
             tail = await self._current(tail)
@@ -308,7 +328,7 @@ class StatekeepSession:
         token = uuid.uuid4().hex
         tail = await self._current(self._seen)
         for attempt in range(MAX_TRIES):
-            await _stop_if_cancelled(stop, attempt)
+            await stop_if_cancelled(stop, attempt)
             if tail is None:
                 if not items:
                     return
@@ -321,7 +341,8 @@ class StatekeepSession:
                 marker = [{"seq": tail.end, "kind": CLEAR, "w": token}] if tail.items else []
                 start = tail.end + len(marker) if marker else tail.start
                 entries = [tail.last, *marker, *item_entries(items, tail.end + len(marker), token)]
-                after = Tail(tail.end + len(marker) + len(items), start, len(items), tail.created_at)
+                end = tail.end + len(marker) + len(items)
+                after = dataclasses.replace(tail, end=end, start=start, items=len(items), last=None)
             if await self._wrote(tail, entries, after):
                 return
             tail = await self._current(tail)
@@ -337,32 +358,3 @@ class StatekeepSession:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
-
-
-async def _stop_if_cancelled(stop: asyncio.Event, attempt: int) -> None:
-    """Before a retry: raise CancelledError if the caller was cancelled meanwhile (the
-    attempt that lost wrote nothing, so the outcome is known: nothing)."""
-    if attempt:
-        await asyncio.sleep(0)  # let a cancellation of the caller, if one is pending, reach it
-    if stop.is_set():
-        raise asyncio.CancelledError
-
-
-async def _finish_despite_cancel(operation: Callable[[asyncio.Event], Awaitable[T]]) -> T:
-    """Run ``operation`` to its end even if the caller is cancelled meanwhile, then raise
-    the cancellation: the caller never leaves a write whose outcome it cannot know. The
-    operation is told of the cancellation (its event is set) so it stops between attempts."""
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(operation(stop))
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-            stop.set()
-    if cancelled is not None:
-        if not task.cancelled():
-            task.exception()  # retrieved: the loop must not report it as never retrieved
-        raise cancelled
-    return task.result()
