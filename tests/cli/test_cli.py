@@ -553,3 +553,20 @@ def test_show_json_is_one_document_of_the_record(folder: Path) -> None:
     assert record is not None
     assert shown == {"id": "booked", "snapshot": record.snapshot, "entries": record.entries}
     assert shown["entries"][-1]["kind"] == "stop" and shown["snapshot"]["finished"] is True
+
+
+def test_show_describes_steps_and_resumed_calls_in_words(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "s") as store:
+        state = State("bill", id="billing")
+        store.step(state, "invoice", lambda: "INV-1")
+        state.begin_run(agent_info("agent", "scripted"))
+        state.request("scripted")
+        state.add_reply("", [{"id": "c1", "name": "pay", "args": {}}])
+        state._resume_call("c1", "idempotent")
+        state.add_tool_result("c1", "paid")
+        store.save(state)
+    result = cli("show", "billing", "--store", str(tmp_path / "s"))
+    assert result.exit_code == 0, result.output
+    body = result.stdout.splitlines()[3:]
+    assert "step 'invoice' starts" in body[1] and "step 'invoice' done: INV-1" in body[2]
+    assert "pay [c1] runs again: idempotent" in body[6]

@@ -168,6 +168,16 @@ def _describe_kind(e: dict[str, Any]) -> str:
         how = "approved" if e.get("approved") is True else "rejected"
         note = f": {_text(e.get('note'))}" if e.get("note") else ""
         return short(f"{how} [{_text(e.get('call_id'))}]{note}")
+    if kind == "tool_resume":  # a pending call runs now, after a pause
+        return short(f"{_text(e.get('name'))} [{_text(e.get('call_id'))}] runs again: {_text(e.get('by'))}")
+    if kind == "step_start":
+        attempt = e.get("attempt")
+        again = f" (attempt {_text(attempt)})" if type(attempt) is int and attempt > 1 else ""
+        return short(f"step {_text(e.get('name'))!r} starts{again}")
+    if kind == "step_end":
+        how = _text(e.get("outcome")) + (", reconciled" if e.get("reconciled") is True else "")
+        head = f"step {_text(e.get('name'))!r} {how}"
+        return f"{short(head, 60)}: {short(_text(e.get('output')), 70)}"
     if kind == "data":
         key = short(_text(e.get("key")), 40)
         return f"{key} deleted" if e.get("deleted") else f"{key} = {short(repr(e.get('value')), 60)}"
