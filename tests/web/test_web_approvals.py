@@ -180,3 +180,24 @@ def test_serve_allow_approve_without_a_token_is_refused(store: FileStore) -> Non
         "statekeep: --allow-approve lets the viewer's users approve tool calls: give it a --token "
         "(or $STATEKEEP_TOKEN) too, so that only they can\n"
     )
+
+
+def test_a_run_page_shows_steps_and_resumed_calls_in_words(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "s") as store:
+        state = State("bill", id="billing")
+        store.step(state, "invoice", lambda: "INV-1")
+        state.begin_run(agent_info("agent", "m", tools=["pay"]))
+        state.request("m")
+        state.add_reply("", [{"id": "c1", "name": "pay", "args": {}}])
+        state._resume_call("c1", "reconcile")
+        store.save(state)
+        with TestClient(create_app(store), base_url=LOCAL) as client:
+            doc = page(client, "/runs/billing")
+    end = doc.one("li", cls="kind-step_end")
+    assert end.one("code", cls="key").text == "invoice" and end.one("span", cls="outcome").text == "done"
+    assert "INV-1" in end.one("pre").text and doc.all("pre", cls="raw") == []
+    resumed = doc.one("li", cls="kind-tool_resume")
+    assert (
+        resumed.one("span", cls="call-id").text == "c1"
+        and resumed.one("strong", cls="by").text == "reconcile"
+    )
