@@ -180,25 +180,36 @@ def test_an_approved_call_gets_its_tool_context_with_the_calls_key(tmp_path: Pat
     assert seen[0].idempotency_key == idempotency_key(state.id, state.incarnation, "w1")
 
 
-def test_a_run_cut_off_before_it_recorded_the_wait_waits_and_does_not_call_it_in_doubt(
-    tmp_path: Path,
-) -> None:
-    # The reply is saved, the call that needs no approval ran, and the process died before the
-    # approval_wait was saved: load closes both calls as in doubt, and the next run knows that
-    # the one wanting approval never ran (the loop never runs it unapproved).
+@pytest.mark.parametrize("settles", ["idempotent", "reconcile"])
+def test_an_approved_call_cut_off_while_it_ran_is_settled_by_its_tool(tmp_path: Path, settles: str) -> None:
+    attempts: list[int] = []
+
+    def charge(amount: int, ctx: ToolContext) -> str:
+        """Charge an amount."""
+        attempts.append(ctx.attempt)
+        return f"charged {amount}"
+
+    found = lambda ctx: "charged 7 (found)"  # noqa: E731  (its reconcile: the charge went through)
+    options: dict[str, Any] = {"idempotent": True} if settles == "idempotent" else {"reconcile": found}
+    gated = tool(needs_approval=True, **options)(charge)
     with FileStore(tmp_path / "s") as store:
-        agent = Agent(ScriptedModel(["done"]), tools=[pay, look], store=store)
-        state = State("pay")
-        state.begin_run(agent.info())
-        state.request("scripted")
-        state.add_reply("", [call("c1", "look", city="Oslo"), call("c2", "pay", amount=5)])
-        state.add_tool_result("c1", "Oslo: sunny")
-        store.save(state)
-        loaded = store.load(state.id)
-        assert [e["outcome"] for e in loaded.history if e["kind"] == "tool_result"] == ["done", "unknown"]
-        assert agent.run(loaded) is None and loaded.stopped_by == "approval"
-        assert [p["id"] for p in loaded.pending_approvals] == ["c2"] and RAN == []
-        assert results(store.load(state.id)) == [("c1", "Oslo: sunny", False, "done")]
+        agent = Agent(
+            ScriptedModel([Reply("", [call("c1", "charge", amount=7)]), "done"]), tools=[gated], store=store
+        )
+        state = State("charge")
+        assert agent.run(state) is None
+        cut = store.load(state.id)
+        cut.approve("c1")
+        cut.begin_run(agent.info())
+        cut._resume_call("c1", "approved")  # the run's process died in the tool, after this save
+        store.save(cut)
         again = store.load(state.id)
-        again.approve("c2")
-        assert agent.run(again) == "done" and RAN == [("pay", 5)]
+        agent.model = ScriptedModel(["done"])
+        assert agent.run(again) == "done"
+        result = [e for e in store.load(state.id).history if e["kind"] == "tool_result"]
+    if settles == "idempotent":
+        assert attempts == [2] and result[0]["output"] == "charged 7" and result[0]["outcome"] == "done"
+    else:
+        assert (
+            attempts == [] and result[0]["output"] == "charged 7 (found)" and result[0]["reconciled"] is True
+        )

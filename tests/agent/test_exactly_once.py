@@ -317,3 +317,30 @@ def test_calls_in_doubt_are_resolved_under_trio_too(store: Store) -> None:
     assert result_of(state, "c1")["output"] == "paid on attempt 2"
     assert result_of(state, "c2")["output"] == "shipped on attempt 2"
     assert store.load("crashed") == state
+
+
+def test_on_a_store_that_keeps_no_incarnation_the_key_is_the_same_after_a_crash() -> None:
+    # A store of one's own written as the docs show (no incarnation=): the key of a call the
+    # first process ran is the one the process that loads it again uses.
+    from tests.store.test_store_contract import SyncDictStore
+
+    keys: list[tuple[str, int]] = []
+
+    class Cut(BaseException):
+        pass
+
+    @tool(idempotent=True)
+    def send(ctx: ToolContext) -> str:
+        """Send."""
+        keys.append((ctx.idempotency_key, ctx.attempt))
+        if len(keys) == 1:
+            raise Cut  # the process dies in the tool
+        return "sent"
+
+    store = SyncDictStore()
+    state = State("Do the books")
+    with pytest.raises(Cut):
+        Agent(ScriptedModel([Reply("", [call("c1", "send")])]), tools=[send], store=store).run(state)
+    assert state.incarnation is None
+    Agent(ScriptedModel(["Done."]), tools=[send], store=store).run(store.load(state.id))
+    assert [k for k, _ in keys] == [keys[0][0]] * 2 and [a for _, a in keys] == [1, 2]

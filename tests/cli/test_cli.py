@@ -570,3 +570,25 @@ def test_show_describes_steps_and_resumed_calls_in_words(tmp_path: Path) -> None
     body = result.stdout.splitlines()[3:]
     assert "step 'invoice' starts" in body[1] and "step 'invoice' done: INV-1" in body[2]
     assert "pay [c1] runs again: idempotent" in body[6]
+
+
+def test_approve_while_another_call_of_the_run_has_started_is_refused_and_saves_nothing(
+    tmp_path: Path,
+) -> None:
+    with FileStore(tmp_path / "s") as store:
+        state = State("pay", id="bill")
+        state.begin_run(agent_info("payer", "m", tools=["pay"]))
+        state.request("m")
+        state.add_reply(
+            "", [{"id": "c1", "name": "pay", "args": {}}, {"id": "c2", "name": "pay", "args": {}}]
+        )
+        state._wait_for_approval(["c1", "c2"])
+        state.approve("c1")
+        state.begin_run(agent_info("payer", "m", tools=["pay"]))
+        state._resume_call("c1", "approved")  # c1 runs now (or its run was cut off there)
+        store.save(state)
+        before = store.read("bill")
+    result = cli("approve", "bill", "c2", "--store", str(tmp_path / "s"))
+    assert result.exit_code == 2 and "started and have no saved result (c1)" in result.stderr
+    with FileStore(tmp_path / "s") as store:
+        assert store.read("bill") == before

@@ -201,3 +201,44 @@ def test_a_run_page_shows_steps_and_resumed_calls_in_words(tmp_path: Path) -> No
         resumed.one("span", cls="call-id").text == "c1"
         and resumed.one("strong", cls="by").text == "reconcile"
     )
+
+
+def started(store: FileStore) -> None:
+    """``bill`` as a run leaves it while its approved call c1 runs (or after it was cut off
+    there): c1 resumed with no result saved, c2 still waiting."""
+    state = store.load("bill")
+    state.approve("c1")
+    state.begin_run(agent_info("payer", "m", tools=["pay", "refund"]))
+    state._resume_call("c1", "approved")
+    store.save(state)
+
+
+def test_a_decision_while_another_call_runs_is_refused_and_changes_nothing(store: FileStore) -> None:
+    started(store)
+    before = store.read("bill")
+    app = create_app(store, token=TOKEN, allow_approve=True)
+    with TestClient(app, base_url=LOCAL, follow_redirects=False) as client:
+        csrf = app.state.csrf  # from a tab opened before the run went on: its page had the buttons
+        refused = client.post(
+            "/runs/bill/approvals/c2", data={"csrf": csrf, "decision": "approve"}, headers=AUTH
+        )
+    assert refused.status_code == 409 and "started and have no saved result (c1)" in refused.text
+    assert store.read("bill") == before  # no decision, and no "may or may not have run" for c1
+
+
+def test_a_call_id_with_a_slash_is_decided_from_its_page(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "s") as store:
+        state = State("pay", id="slashed")
+        state.begin_run(agent_info("payer", "m", tools=["pay"]))
+        state.request("m")
+        state.add_reply("", [{"id": "call/1", "name": "pay", "args": {}}])
+        state._wait_for_approval(["call/1"])
+        store.save(state)
+        app = create_app(store, token=TOKEN, allow_approve=True)
+        with TestClient(app, base_url=LOCAL, follow_redirects=False) as client:
+            doc = page(client, "/runs/slashed", **AUTH)
+            action = doc.one("form", cls="decide").attrs["action"]
+            done = client.post(action, data={"csrf": csrf_of(doc), "decision": "approve"}, headers=AUTH)
+        assert done.status_code == 303, done.text
+        decision = store.load("slashed")._decision("call/1")
+        assert decision is not None and decision["approved"] is True

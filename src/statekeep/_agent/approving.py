@@ -41,12 +41,15 @@ def wants_approval(agent: Agent, call: Mapping[str, Any]) -> bool:
         return True
 
 
-async def stop_for_approval(
-    agent: Agent, state: State, calls: Sequence[Mapping[str, Any]], save: Save
-) -> bool:
-    """After the other calls of a reply ran: record (and save) that the calls that want
-    approval wait for it, which stops the run. False if none does."""
-    waiting = [call["id"] for call in calls if wants_approval(agent, call)]
+def asked(agent: Agent, calls: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ids of a reply's calls that wait for a person's approval, in call order: asked once
+    per reply, so the calls the run skips are exactly the ones it then records as waiting."""
+    return [call["id"] for call in calls if wants_approval(agent, call)]
+
+
+async def stop_for_approval(state: State, waiting: list[str], save: Save) -> bool:
+    """After the other calls of a reply ran: record (and save) that ``waiting`` (see
+    :func:`asked`) wait for approval, which stops the run. False if there are none."""
     if not waiting:
         return False
     state._wait_for_approval(waiting)

@@ -144,6 +144,7 @@ class Agent(Resolving):
         A call whose tool ``wants_approval`` stops the run (None, ``stopped_by`` "approval")
         once the reply's other calls ran; after ``state.approve``/``reject`` the next run
         runs the approved calls and answers the rejected ones first (docs: "Approvals")."""
+        state._check_run(self.info())  # (a ResumeWarning under -W error stops it before any tool runs)
         keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
         if keeper is None:
             return await self._run(state, None)
@@ -172,15 +173,16 @@ class Agent(Resolving):
                     state.finish(reply.text)
                     await self._save(state, keeper)
                     return reply.text
+                asked = approving.asked(self, reply.tool_calls)  # once a reply: the same answer below
                 for call in reply.tool_calls:
-                    if approving.wants_approval(self, call):
+                    if call["id"] in asked:
                         continue  # run after a person approves it (below: the run stops)
                     if keeper is not None:
                         await keeper.keep()  # a tool's effects must not start on a lost lease
                     output, is_error = await self._call_tool(state, call, keeper)
                     record_result(state, call, output, is_error)
                     await self._save(state, keeper)
-                if await approving.stop_for_approval(self, state, reply.tool_calls, save):
+                if await approving.stop_for_approval(state, asked, save):
                     return None
             state.stop("limit")
             await self._save(state, keeper)

@@ -26,7 +26,6 @@ from .._leases.keepalive import LeaseKeeper
 from .._run.resume import INTERRUPTED_TOOL
 from .._run.state import State
 from .._runtime.callerloop import worker_thread
-from . import approving
 from .context import NotRun, ToolContext
 from .tools import Tool
 
@@ -58,35 +57,14 @@ class Resolving:
             and (tool.reconcile is not None or tool.idempotent)
         )
 
-    def _unasked(self, state: State, in_doubt: list[dict[str, Any]]) -> set[str]:
-        """The calls of a load's in-doubt results that never ran because they want a person's
-        approval: the run stops for those before running them, and was cut off before it
-        recorded the wait (no ``tool_resume`` of theirs is recorded, so none was approved)."""
-        ids = {e["call_id"] for e in in_doubt if e["output"] == INTERRUPTED_TOOL}
-        if not ids:
-            return set()
-        calls: dict[str, Mapping[str, Any]] = {}
-        resumed: set[str] = set()
-        for entry in reversed(state.history):  # back to the reply that made them, no further
-            if entry["kind"] == "tool_resume":
-                resumed.add(entry["call_id"])
-            elif entry["kind"] == "model_reply":
-                calls.update((c["id"], c) for c in entry.get("tool_calls") or () if c["id"] in ids)
-                if len(calls) == len(ids):
-                    break
-        return {i for i, c in calls.items() if i not in resumed and approving.wants_approval(self, c)}
-
     async def _resolve_in_doubt(self, state: State, keeper: LeaseKeeper | None) -> None:
         """Resolve the calls a load left in doubt whose tools can say what became of them
         (see the module); saves before each call runs again and after each result. Does
         nothing for a State with no such call."""
-        in_doubt = state._unsaved_in_doubt()
-        unasked = self._unasked(state, in_doubt)
-        repairs = {e["call_id"]: e for e in in_doubt if self._resolvable(e) and e["call_id"] not in unasked}
-        if not repairs and not unasked:
+        repairs = {e["call_id"]: e for e in state._unsaved_in_doubt() if self._resolvable(e)}
+        if not repairs:
             return
-        state._take_back(set(repairs) | unasked)
-        waiting = [c["id"] for c in state.pending_calls if c["id"] in unasked]
+        state._take_back(set(repairs))
         resumed = []
         # The calls taken back, in their order (others may wait too: for an approval, say).
         for call in [c for c in state.pending_calls if c["id"] in repairs]:
@@ -115,8 +93,6 @@ class Resolving:
             output, is_error = await self._call_tool(state, call, keeper)
             record_result(state, call, output, is_error)
             await self._save(state, keeper)
-        if waiting:  # cut off before the wait was recorded: these never ran, and wait now
-            state._wait_for_approval(waiting)
 
 
 async def _reconcile(tool: Tool, ctx: ToolContext) -> Any:

@@ -17,6 +17,9 @@ class Approvals:
     def _append(self, kind: str, call: str, **fields: Any) -> None:
         raise NotImplementedError
 
+    def _unsaved_in_doubt(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
     @property
     def pending_approvals(self) -> list[dict[str, Any]]:
         """The tool calls waiting for a person's decision, in call order: each
@@ -34,7 +37,9 @@ class Approvals:
         ``agent.run(state)`` runs it. ``note``: why, kept in the history.
 
         ValueError (adding nothing) if the State has no such call, the call does not wait
-        for approval, or it was decided already (a decision is final). Nothing is saved:
+        for approval, it was decided already (a decision is final), or the State was loaded
+        while other calls had started and had no saved result (a run is going on, or was cut
+        off: decide once it stops for approval again). Nothing is saved:
         the decision is durable once ``store.save(state)`` returns."""
         self._decide(call_id, True, note, "approve")
 
@@ -56,6 +61,16 @@ class Approvals:
         problem = self._replay.approval_problem(call_id)
         if problem is not None:
             raise ValueError(f"{call}: State {self.id!r}: {problem} (see state.pending_approvals)")
+        started = [e["call_id"] for e in self._unsaved_in_doubt()]
+        if started:
+            # Saving the decision would save load's "may or may not have run" for these too,
+            # over the result a running agent is about to save, or before reconcile can look.
+            raise ValueError(
+                f"{call}: State {self.id!r} has tool calls that started and have no saved result "
+                f"({', '.join(started)}): a run is going on, or was cut off before it saved them. "
+                "Decide once the run stops for approval again (running the agent on it settles "
+                "them first); nothing was added"
+            )
         self._append("approval", call, call_id=call_id, approved=approved, note=note)
 
     def _wait_for_approval(self, call_ids: list[str]) -> None:

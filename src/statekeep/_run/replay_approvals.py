@@ -10,8 +10,9 @@ decision on one of them. The rules replay checks:
   pending call must be waiting on approval too (a stop cannot leave a call owing a result).
 - ``approval`` {``call_id``, ``approved``, [``note``]}: the call waits on approval and has no
   decision yet.
-- ``tool_resume`` by approved: only of a call approved (and still pending); a call that waits
-  on approval is resumed by nothing else.
+- ``tool_resume`` by approved: only of a call approved (and still pending), once; a call that
+  waits on approval is resumed by nothing else. Once resumed, it is in doubt after a crash like
+  any call, and its tool's reconcile or idempotent may resume it again.
 - A ``run_start`` may follow while calls are pending if every one of them waits on approval
   (decided or not): the run then settles the decided ones first.
 - A result closes the call's wait; a call that waits, or was approved and is not yet
@@ -54,6 +55,8 @@ class ApprovalWaits:
                 )
             if self._decided(call_id):
                 raise ValueError(f"seq {seq}: approval_wait names call {call_id!r}, which is decided already")
+            if call_id in self.resumed:
+                raise ValueError(f"seq {seq}: approval_wait names call {call_id!r}, which runs already")
         owing = [c for c in self.pending_calls if c not in ids and not self.is_awaiting(c)]
         if owing:
             raise ValueError(
@@ -66,9 +69,12 @@ class ApprovalWaits:
     def _tool_resume(self, e: dict[str, Any]) -> None:
         seq, call_id, by = e["seq"], e["call_id"], e["by"]
         decision = self.decisions.get(call_id)
-        if by == "approved" and not (decision and decision["approved"] and call_id in self.awaiting):
-            raise ValueError(f"seq {seq}: tool_resume by approved of call {call_id!r}, which is not approved")
-        if by != "approved" and call_id in self.awaiting:
+        if by == "approved" and not (decision and decision["approved"] and self.is_awaiting(call_id)):
+            why = "is resumed already" if decision and decision["approved"] else "is not approved"
+            raise ValueError(f"seq {seq}: tool_resume by approved of call {call_id!r}, which {why}")
+        # Once resumed (approved), a call is in doubt like any other after a crash: its tool's
+        # reconcile or idempotent settles it (by those); until then it waits for approval.
+        if by != "approved" and self.is_awaiting(call_id):
             raise ValueError(f"seq {seq}: tool_resume by {by} of call {call_id!r}, which waits for approval")
         super()._tool_resume(e)  # type: ignore[misc]  # the next mixin's (ResumedCalls)
 

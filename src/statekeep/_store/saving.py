@@ -30,6 +30,10 @@ async def save(store: Any, state: State, lease: Lease | None) -> None:
     :meth:`~statekeep.Store.asave`)."""
     entries, snapshot, create, unsure = state._unsaved(store)
     sent = state._next_seq()
+    if state._incarnation is not None and not takes_incarnation(type(store)):
+        # Such a store keeps none, so a load gives None: the same from the first save on, so
+        # the keys of tool calls and steps (made from it) stay the same across a crash.
+        state._incarnation = None
     options = save_options(store, lease, state)
     try:
         if unsure:

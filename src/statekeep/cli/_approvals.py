@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .._core.errors import StateConflictError
+from .._core.errors import LeaseHeldError, StateConflictError
 from .._core.writes import missing_error
 from .._run.state import State
 from .._store.contract import Store
@@ -111,9 +111,18 @@ def _decide(
                 f"State {state_id}: {problem}; nothing was saved (see 'statekeep approvals')",
                 USAGE if known else NOT_FOUND,
             )
-        (state.approve if approved else state.reject)(call_id, note=note)
+        try:
+            (state.approve if approved else state.reject)(call_id, note=note)
+        except ValueError as exc:  # a run is going on (or was cut off): it must stop first
+            fail(str(exc), USAGE)
         try:
             store.save(state)
+        except LeaseHeldError:
+            fail(
+                f"State {state_id} is leased by a running agent; nothing was saved. Decide once it stops "
+                "for approval again (see 'statekeep approvals')",
+                USAGE,
+            )
         except StateConflictError:
             fail(
                 f"State {state_id} changed while deciding (a run or another decision saved meanwhile); "

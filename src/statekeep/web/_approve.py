@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .._core.errors import StateConflictError
+from .._core.errors import LeaseHeldError, StateConflictError
 from .._core.ids import validate_id
 from .._core.records import Record
 from .._run.state import State
@@ -29,14 +29,20 @@ from . import _fmt as fmt
 from ._render import message
 
 #: The path of a decision: POST here with ``decision`` (approve | reject), ``note``, ``csrf``.
-DECIDE = "/runs/{state_id:str}/approvals/{call_id:str}"
+DECIDE = "/runs/{state_id:str}/approvals/{call_id:path}"  # (a call id may hold a "/")
 MAX_FORM = 64 * 1024  # bytes of a decision's form at most
 
 
 def is_decision(path: str) -> bool:
     """Whether ``path`` is a decision's (``/runs/ID/approvals/CALL``): the only POST there is."""
-    parts = path.split("/")
-    return len(parts) == 5 and parts[0] == "" and parts[1] == "runs" and parts[3] == "approvals"
+    parts = path.split("/", 4)
+    return (
+        len(parts) == 5
+        and parts[0] == ""
+        and parts[1] == "runs"
+        and parts[3] == "approvals"
+        and parts[4] != ""
+    )
 
 
 def pending_views(state_id: str, record: Record) -> list[dict[str, Any]]:
@@ -106,9 +112,19 @@ async def decide(request: Request) -> Response:
     problem = state._replay.approval_problem(call_id)
     if problem is not None:
         return message("Cannot decide", f"State {state_id}: {problem}. Nothing was changed.", 409)
-    (state.approve if decision == "approve" else state.reject)(call_id, note=note)
+    try:
+        (state.approve if decision == "approve" else state.reject)(call_id, note=note)
+    except ValueError as exc:  # a run is going on (or was cut off): it must stop first
+        return message("Cannot decide now", f"{exc}. Open its page again once it waits.", 409)
     try:
         await store.asave(state)
+    except LeaseHeldError:
+        return message(
+            "Cannot decide now",
+            f"State {state_id} is leased by a running agent; nothing was changed. Decide once it stops for "
+            "approval again.",
+            409,
+        )
     except StateConflictError:
         return message(
             "Changed meanwhile",
