@@ -25,15 +25,20 @@ if TYPE_CHECKING:
     from .._run.state import State
 
 
+def match_incarnation(store: Any, state: State) -> None:
+    """Drop ``state``'s incarnation if ``store`` keeps none: a load from it gives None, so
+    from the first save (or step) on the State has what a load gives, and the keys of its tool
+    calls and steps (made from it) stay the same across a crash."""
+    if state._incarnation is not None and not takes_incarnation(type(store)):
+        state._incarnation = None
+
+
 async def save(store: Any, state: State, lease: Lease | None) -> None:
     """Write what ``store`` does not have of ``state`` yet, plus its snapshot (see
     :meth:`~statekeep.Store.asave`)."""
     entries, snapshot, create, unsure = state._unsaved(store)
     sent = state._next_seq()
-    if state._incarnation is not None and not takes_incarnation(type(store)):
-        # Such a store keeps none, so a load gives None: the same from the first save on, so
-        # the keys of tool calls and steps (made from it) stay the same across a crash.
-        state._incarnation = None
+    match_incarnation(store, state)
     options = save_options(store, lease, state)
     try:
         if unsure:

@@ -28,6 +28,7 @@ from .._core.errors import StepFailedError, StepInDoubtError
 from .._run.replay_steps import Scope
 from .._run.state import State
 from .._runtime.callerloop import worker_thread
+from .saving import match_incarnation
 
 if TYPE_CHECKING:
     from .._core.leases import Lease
@@ -234,6 +235,7 @@ class Stepping:
         async def save(held: State) -> None:
             await self.asave(held, lease=lease)
 
+        match_incarnation(self, state)  # before the step's key is made from it
         return await run_step(state, name, fn, args, save=save, reconcile=reconcile, idempotent=idempotent)
 
     def step(
