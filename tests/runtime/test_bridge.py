@@ -814,7 +814,21 @@ def test_exit_with_writes_in_flight_does_not_hang(tmp_path: Path, daemon: str, m
 
 # -- signal handlers and Ctrl-C -------------------------------------------------------------
 
-SIGNAL_AT_EVERY_LINE = """
+#: For the child scripts: wait until the owner loop has finished and handed over all it was given.
+OWNER_LOOP_IDLE = """
+def owner_loop_idle():
+    own, idle = bridge.owner(), threading.Event()
+    async def check():
+        me = asyncio.current_task()
+        while others := [t for t in own.tasks if t is not me]:
+            await asyncio.wait(others)
+        idle.set()
+    own.loop.call_soon_threadsafe(lambda: own.loop.create_task(check()))
+    idle.wait()
+"""
+
+SIGNAL_AT_EVERY_LINE = (
+    """
 import asyncio, signal, sys, threading
 from statekeep import FileStore, State
 from statekeep._runtime import bridge
@@ -836,17 +850,9 @@ def on_sigterm(signum, frame):
 
 signal.signal(signal.SIGTERM, on_sigterm)
 
-def owner_loop_idle():
-    # Wait until the owner loop has finished and handed over everything it was given.
-    own, idle = bridge.owner(), threading.Event()
-    async def check():
-        me = asyncio.current_task()
-        while others := [t for t in own.tasks if t is not me]:
-            await asyncio.wait(others)
-        idle.set()
-    own.loop.call_soon_threadsafe(lambda: own.loop.create_task(check()))
-    idle.wait()
-
+"""
+    + OWNER_LOOP_IDLE
+    + """
 def save_interrupted_at_line(k):
     # Save `main`; at the k-th line the main thread runs inside that call, let the owner
     # loop finish what it has, then take SIGTERM right there. False once k is past the end.
@@ -876,6 +882,7 @@ assert fresh.load("main").history == main.history
 for sid in saved_by_handler:
     assert fresh.load(sid).task == "from the handler"
 """
+)
 
 
 def test_a_signal_handler_that_saves_can_interrupt_a_sync_call_anywhere(tmp_path: Path) -> None:
@@ -927,7 +934,8 @@ def test_ctrl_c_during_a_sync_call_leaves_the_operation_running_to_its_end(tmp_p
     assert "Traceback" not in result.stderr and "Exception in callback" not in result.stderr, result.stderr
 
 
-CTRL_C_AT_EVERY_LINE = """
+CTRL_C_AT_EVERY_LINE = (
+    """
 import asyncio, signal, sys, threading
 from statekeep import FileStore, State
 from statekeep._runtime import bridge
@@ -937,16 +945,9 @@ store = FileStore(sys.argv[1])
 main = State("main", id="main")
 store.save(main)  # the owner loop exists from here on
 
-def owner_loop_idle():
-    own, idle = bridge.owner(), threading.Event()
-    async def check():
-        me = asyncio.current_task()
-        while others := [t for t in own.tasks if t is not me]:
-            await asyncio.wait(others)
-        idle.set()
-    own.loop.call_soon_threadsafe(lambda: own.loop.create_task(check()))
-    idle.wait()
-
+"""
+    + OWNER_LOOP_IDLE
+    + """
 def save_interrupted_at_line(k):
     # Save `main` with a new message; Ctrl-C at the k-th line the main thread runs inside
     # that call. Returns (whether line k was reached, the note carried or None, whether the
@@ -987,6 +988,7 @@ while True:
 print(k - 1, interrupted, wrong, flush=True)
 assert FileStore(sys.argv[1]).load("main").history == main.history
 """
+)
 
 
 def test_ctrl_c_at_any_line_of_a_save_says_what_became_of_it(tmp_path: Path) -> None:

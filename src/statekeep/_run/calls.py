@@ -39,18 +39,19 @@ class CallResumption:
     def _add_reconciled(self, call_id: str, output: Any, *, is_error: bool = False) -> None:
         """Record what a tool's ``reconcile`` found: the pending call ran, with ``output``
         (outcome done, ``reconciled: true``). TypeError if JSON cannot hold ``output``."""
+        where = f"reconcile of {call_id!r}"
+        self._tool_result(where, call_id, output, is_error, "done", reconciled=True)
+
+    def _tool_result(
+        self, where: str, call_id: str, output: Any, is_error: bool, outcome: str, **extra: Any
+    ) -> None:
+        """Append the ``tool_result`` of pending call ``call_id`` (errors name ``where``)."""
         call = self._replay.pending_calls.get(call_id)
         name = call["name"] if call else ""
         self._append(
-            "tool_result",
-            f"reconcile of {call_id!r}",
-            call_id=call_id,
-            name=name,
-            output=output,
-            is_error=is_error,
-            outcome="done",
-            reconciled=True,
-        )
+            "tool_result", where, call_id=call_id, name=name, output=output, is_error=is_error,
+            outcome=outcome, **extra,
+        )  # fmt: skip
 
     def _unsaved_in_doubt(self) -> list[dict[str, Any]]:
         """The in-doubt results (outcome ``unknown``) that the store lacks, when they are all

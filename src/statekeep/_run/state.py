@@ -332,17 +332,8 @@ class State(Saving, CallResumption, Approvals, StepRecords):
     ) -> None:
         """Record the result of a pending tool call (outcome ``done``, or ``error`` if
         ``is_error``, unless given). ``output`` must be a JSON value (TypeError otherwise)."""
-        call = self._replay.pending_calls.get(call_id)
-        name = call["name"] if call else ""
-        self._append(
-            "tool_result",
-            f"State.add_tool_result({call_id!r})",
-            call_id=call_id,
-            name=name,
-            output=output,
-            is_error=is_error,
-            outcome=outcome or ("error" if is_error else "done"),
-        )
+        where = f"State.add_tool_result({call_id!r})"
+        self._tool_result(where, call_id, output, is_error, outcome or ("error" if is_error else "done"))
 
     def stop(self, by: str, answer: Any = None) -> None:
         """End the current run; ``by`` says why (``limit``, a condition's name, ...)."""
