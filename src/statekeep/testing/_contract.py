@@ -27,6 +27,7 @@ from ._protect import ProtectionContract
 from ._ranges import RangeContract
 from ._runs import RunsContract
 from ._trim import TrimContract
+from ._trimrace import TrimRaceContract
 
 if TYPE_CHECKING:
     from ._model import StoreMachine
@@ -54,6 +55,7 @@ class StoreContract(
     BlobContract,
     BlobTrimContract,
     TrimContract,
+    TrimRaceContract,
 ):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 
