@@ -27,7 +27,6 @@ from ._protect import ProtectionContract
 from ._ranges import RangeContract
 from ._runs import RunsContract
 from ._trim import TrimContract
-from ._trimrace import TrimRaceContract
 
 if TYPE_CHECKING:
     from ._model import StoreMachine
@@ -55,7 +54,6 @@ class StoreContract(
     BlobContract,
     BlobTrimContract,
     TrimContract,
-    TrimRaceContract,
 ):
     """Subclass in a ``test_*.py`` file, as ``Test...``, and define :meth:`make_store`.
 

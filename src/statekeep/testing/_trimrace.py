@@ -83,7 +83,7 @@ async def trim(api: Api, sid: str, before: int) -> None:
 
 
 class TrimRaceContract:
-    """Mixed into :class:`~statekeep.testing.StoreContract`."""
+    """Mixed into :class:`~statekeep.testing.StoreContract` (through ``TrimContract``)."""
 
     if TYPE_CHECKING:
 
