@@ -84,11 +84,11 @@ class _TrimFailsOnce(SQLiteStore):
         sibling.__class__ = _TrimFailsOnce
         return sibling
 
-    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+    async def _trim(self, state_id: str, before: int, base: bytes, first: int) -> None:
         if not _TrimFailsOnce.failed:
             _TrimFailsOnce.failed = True
             raise sqlite3.OperationalError("database is locked")
-        await super()._trim(state_id, before, base)
+        await super()._trim(state_id, before, base, first)
 
 
 def test_a_failed_bounding_leaves_the_put_standing_and_the_next_round_bounds_the_key(

@@ -14,9 +14,10 @@ from statekeep._runtime.bridge import run_sync
 from tests.support.blobs import blob, blob_write, gc_blobs, get_blobs, ref, write
 
 
-def trim(store: Any, sid: str, before: int, base: dict[str, Any]) -> None:
-    """The store's ``_trim`` on its owner loop, with ``base`` encoded as a stored line."""
-    run_sync(store._trim(sid, before, orjson.dumps(base) + b"\n"), "atrim")
+def trim(store: Any, sid: str, before: int, base: dict[str, Any], first: int = 0) -> None:
+    """The store's ``_trim`` on its owner loop, with ``base`` encoded as a stored line (the
+    State starting at seq ``first``)."""
+    run_sync(store._trim(sid, before, orjson.dumps(base) + b"\n", first), "atrim")
 
 
 def check_trim_releases_blobs(store: Any) -> None:
@@ -36,7 +37,7 @@ def check_trim_releases_blobs(store: Any) -> None:
     assert get_blobs(store, [gone, kept, based]) == {kept: kept_data, based: based_data}
     # A trim that keeps every reference removes none; the State's delete then frees them.
     write(store, blob_write("a", 4, [kept], None))
-    trim(store, "a", 3, {"seq": 2, "kind": "base", "data": {"x": ref(based)}, "out": [ref(kept)]})
+    trim(store, "a", 3, {"seq": 2, "kind": "base", "data": {"x": ref(based)}, "out": [ref(kept)]}, first=1)
     assert gc_blobs(store) == (0, 0)
     store.delete("a")
     assert gc_blobs(store) == (2, 50_000)

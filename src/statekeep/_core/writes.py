@@ -204,3 +204,13 @@ def missing_error(state_id: str, where: str = "this store") -> StateNotFoundErro
         f"no State {state_id!r} in {where}: it was never created, or it was deleted",
         "A State is created by its first save, or by a write with create=True",
     )
+
+
+def trimmed_meanwhile(state_id: str, first: int, actual: int | None) -> StateConflictError:
+    """The error of a backend's ``_trim`` refused because State ``state_id`` no longer starts
+    at seq ``first`` (the trim read it there; another process trimmed it since): nothing was
+    trimmed, and ``trim`` reads the State again and retries."""
+    return StateConflictError(
+        f"State {state_id!r} starts at seq {actual}, not at seq {first} where this trim read it: "
+        "another process trimmed it meanwhile; nothing was trimmed. Read it again and retry"
+    )

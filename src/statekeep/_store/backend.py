@@ -284,8 +284,11 @@ class Backend(Engine, Leasing, Incarnated, Store):
 
         Durable on return as the store's ``write``: the base and the kept entries are the
         State, and a crash or power cut during the trim leaves it as before or as after,
-        never between. A State deleted and created again by another process between the
-        trim's read and its rewrite is a race this does not guard against.
+        never between. Another process that trims the same State between this trim's read
+        and its rewrite makes this one read it again and retry (StateConflictError, nothing
+        changed by this trim, after a few such rounds). A State deleted and created again by
+        another process between the trim's read and its rewrite is a race this does not
+        guard against.
         """
         await run_async(self._trim_call(state_id, before, lease))
 

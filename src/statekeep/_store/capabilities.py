@@ -92,13 +92,20 @@ class ChangeStamps(Protocol):
 class Trims(Protocol):
     """Removing a State's first entries for a base record (``trim``, agent memory's keys)."""
 
-    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+    async def _trim(self, state_id: str, before: int, base: bytes, first: int) -> None:
         """Replace the entries of ``state_id`` before seq ``before`` with the encoded line
         ``base`` (ending in a newline) at seq ``before - 1``, keeping every later entry and the
         snapshot as they are, and reclaim the removed entries' space (the State's lock held).
         On return it is as durable as a write; a crash before leaves the State as it was or
         as trimmed, never between. LookupError if the State is gone, ValueError if it holds
-        no seq ``before - 1``."""
+        no seq ``before - 1``.
+
+        ``first`` is the seq the State started at when the trim read it (0, or its base's
+        seq): the State's lock is per process, so another process may have trimmed it since,
+        and ``base`` (built from what was read) may refer to blobs that trim released.
+        StateConflictError (:func:`~statekeep._core.writes.trimmed_meanwhile`), nothing
+        changed, unless the State still starts at ``first``, checked atomically with the trim
+        (in its transaction, script, or under its file lock)."""
         ...
 
 

@@ -4,20 +4,31 @@
 (``store``: the :class:`~.backend.Backend`) it reads the State, checks ``before`` against its base and its latest compaction, builds the
 base record (:mod:`statekeep._run.base`) from the entries it removes, encodes it as the store
 encodes entries (:func:`base_line`: its large values as references to blobs, sealed on an
-encrypted store) and hands it to the backend's ``_trim(state_id, before, base)``, which writes
-it at seq ``before - 1`` and removes the entries before it, reclaiming their space.
+encrypted store) and hands it to the backend's ``_trim(state_id, before, base, first)``, which
+writes it at seq ``before - 1`` and removes the entries before it, reclaiming their space.
+
+The State's lock is per process: another process may trim the same State between this read
+and the ``_trim`` (its base built from other entries, referring to other blobs, so its trim
+may drop the State's reference to a blob this base refers to). So the trim is optimistic on
+the State's first seq: ``_trim`` refuses (StateConflictError, nothing changed) when the State
+no longer starts at the ``first`` this trim read, and the trim reads it again and retries, a
+few times (:func:`_retried`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
+from .._core.errors import StaleLeaseError, StateConflictError
 from .._core.leases import Lease, check_fence
 from .._core.writes import missing_error
 from .._run.base import build_base
 from .._run.resume import first_seq
 from .capabilities import IdWalk, Trims
+
+#: How many times a trim reads the State again after another process trimmed it meanwhile.
+TRIES = 5
 
 
 def check_before(before: object) -> int:
@@ -96,15 +107,38 @@ async def trim(store: Any, state_id: str, before: int, lease: Lease | None) -> N
         await store._server_now(),
         "nothing was trimmed",
     )
-    read = await store._read_with_blobs(state_id, 0)
-    record = store._opened(state_id, read, 0)
-    if record is None:
-        raise missing_error(state_id)
-    removed = removed_entries(state_id, record.entries, before)
-    if removed is None:
-        return
-    line = base_line(store, state_id, build_base(removed), record.incarnation, read[1] or ())
-    await store._trim(state_id, before, line)
+
+    async def attempt() -> None:
+        read = await store._read_with_blobs(state_id, 0)
+        record = store._opened(state_id, read, 0)
+        if record is None:
+            raise missing_error(state_id)
+        removed = removed_entries(state_id, record.entries, before)
+        if removed is None:
+            return
+        line = base_line(store, state_id, build_base(removed), record.incarnation, read[1] or ())
+        await store._trim(state_id, before, line, first_seq(record.entries))
+
+    await _retried(state_id, attempt)
+
+
+async def _retried(state_id: str, attempt: Callable[[], Awaitable[None]]) -> None:
+    """Run ``attempt`` (a read of the State, then its ``_trim``) again while its ``_trim`` is
+    refused because another process trimmed the State after the read; StateConflictError
+    after :data:`TRIES` such refusals (nothing changed by this trim)."""
+    for tries in range(1, TRIES + 1):
+        try:
+            await attempt()
+            return
+        except StaleLeaseError:
+            raise
+        except StateConflictError as error:
+            if tries == TRIES:
+                raise StateConflictError(
+                    f"State {state_id!r} was trimmed by another process each of the {TRIES} times "
+                    "this trim read it; nothing was changed by this trim. Try again once the other "
+                    "trims are done"
+                ) from error
 
 
 async def keep_from(store: Any, state_id: str, seq: int) -> None:
@@ -115,6 +149,10 @@ async def keep_from(store: Any, state_id: str, seq: int) -> None:
 
     The key's history then starts with its base at ``seq``, as a trimmed State's does, so
     copy, export and import carry it as they carry any trimmed State."""
+    await _retried(state_id, lambda: _keep_from(store, state_id, seq))
+
+
+async def _keep_from(store: Any, state_id: str, seq: int) -> None:
     record = store._opened(state_id, await store._read_with_blobs(state_id, 0), 0)
     entries = [] if record is None else record.entries
     if len(entries) < 2 or entries[0].get("seq") == seq:
@@ -136,7 +174,7 @@ async def keep_from(store: Any, state_id: str, seq: int) -> None:
         "open_calls": [],
     }
     write = store._protection.write(store.namespace, state_id, [base], None, False, record.incarnation)
-    await store._trim(state_id, seq + 1, write.lines[0])
+    await store._trim(state_id, seq + 1, write.lines[0], first_seq(entries))
 
 
 async def gc_and_trim(store: Any, limit: int | None) -> int:
@@ -160,6 +198,15 @@ async def _trim_compacted(store: Any, sid: str) -> None:
     if await store._current_lease(sid) is not None:
         return
     try:
+        await _retried(sid, lambda: _trim_latest(store, sid))
+    except StaleLeaseError:
+        raise
+    except StateConflictError:
+        return  # other processes keep trimming it (their gc): left to them
+
+
+async def _trim_latest(store: Any, sid: str) -> None:
+    try:
         read = await store._read_with_blobs(sid, 0)
         record = store._opened(sid, read, 0)
     except (ValueError, LookupError):
@@ -170,4 +217,4 @@ async def _trim_compacted(store: Any, sid: str) -> None:
     removed = removed_entries(sid, record.entries, compaction["through"] + 1)
     if removed is not None:
         line = base_line(store, sid, build_base(removed), record.incarnation, read[1] or ())
-        await store._trim(sid, compaction["through"] + 1, line)
+        await store._trim(sid, compaction["through"] + 1, line, first_seq(record.entries))

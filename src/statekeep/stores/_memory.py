@@ -20,6 +20,7 @@ from .._core.writes import (
     missing_error,
     plan_append,
     same_json,
+    trimmed_meanwhile,
 )
 from .._protect.sealing import Keyring
 from .._store.backend import Backend
@@ -273,13 +274,15 @@ class MemoryStore(Backend):
             done += 1
         return done
 
-    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
-        # On the owner loop under the State's lock: no write interleaves.
+    async def _trim(self, state_id: str, before: int, base: bytes, first: int) -> None:
+        # On the owner loop, and no await here: no other view of the space interleaves.
         space = self._space
         lines = space.lines.get(state_id)
         if lines is None or self._gone(state_id):
             raise missing_error(state_id)
         start = space.starts.get(state_id, 0)
+        if start != first:
+            raise trimmed_meanwhile(state_id, first, start)
         if not start < before <= start + len(lines):
             raise ValueError(f"State {state_id!r} holds seqs {start} to {start + len(lines) - 1}")
         space.lines[state_id] = [base, *lines[before - start :]]

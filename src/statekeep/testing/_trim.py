@@ -13,6 +13,7 @@ from .._core.errors import LeaseHeldError, StateConflictError, StateNotFoundErro
 from .._run.state import State, agent_info
 from .._store.capabilities import capabilities
 from ._helpers import Api
+from ._trimrace import TrimRaceContract
 
 asyncio_test = pytest.mark.asyncio
 
@@ -50,7 +51,7 @@ def result_seq(state: State, call_id: str) -> int:
     return int(seqs[0])
 
 
-class TrimContract:
+class TrimContract(TrimRaceContract):
     """Mixed into :class:`~statekeep.testing.StoreContract`."""
 
     supports_trim: ClassVar[bool | None] = None  # None: as capabilities(store) says ("trim")
@@ -217,7 +218,7 @@ class TrimContract:
         if not self.durable:
             pytest.skip("the store is not durable")
         _, before, through = await self._trimmed(api)
-        other = self.make_store(tmp_path)  # type: ignore[attr-defined]
+        other = self.make_store(tmp_path)
         try:
             record = other.read("t1")
             assert record is not None and record.entries[0]["seq"] == through

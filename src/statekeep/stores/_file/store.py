@@ -362,11 +362,11 @@ class FileStore(FileLeasing, Backend):
         fence = partial(self._fence, state_id, lease, "nothing was deleted")
         await self._run(state_id, delete, self._folder, self._tails, state_id, None, fence)
 
-    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+    async def _trim(self, state_id: str, before: int, base: bytes, first: int) -> None:
         # A new log renamed over the old one, under the State's flock (see .trimlog).
         self._handles.drop(state_id)
         self._copies.forget(state_id)
-        await self._run(state_id, trim_log, self._folder, self._tails, state_id, before, base)
+        await self._run(state_id, trim_log, self._folder, self._tails, state_id, before, base, first)
 
     async def _gc(self, limit: int | None) -> int:
         rows, _ = await self._list()

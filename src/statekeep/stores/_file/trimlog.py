@@ -6,7 +6,10 @@ closing record with the current snapshot and the State's incarnation. A SIGKILL 
 at any point leaves the old log or the new one, each whole: the State reads as before the
 trim or as after it. The removed entries' bytes leave the file system with the old log.
 
-All of it under the State's flock, as appends take it. Writers of other processes that
+All of it under the State's flock, as appends take it; the log must still start at the seq
+the trim read (``first``), else another process trimmed it meanwhile (its trim may have
+released a blob this base refers to: gc reads the logs under no lock of ours) and nothing is
+written (StateConflictError). Writers of other processes that
 kept the old log open see it is no longer named ``log.jsonl`` once they hold the lock
 (:mod:`.append`), and readers that read the copy of the old log and the new log retry.
 """
@@ -17,7 +20,7 @@ import os
 
 import orjson
 
-from ..._core.writes import missing_error
+from ..._core.writes import missing_error, trimmed_meanwhile
 from .folder import StoreFolder, still_named
 from .locking import lock, unlock
 from .logformat import frame
@@ -25,7 +28,9 @@ from .recovery import Tail
 from .rewrite import read_whole, replace_log
 
 
-def trim_log(store: StoreFolder, tails: dict[str, Tail], sid: str, before: int, base: bytes) -> None:
+def trim_log(
+    store: StoreFolder, tails: dict[str, Tail], sid: str, before: int, base: bytes, first: int
+) -> None:
     """Rewrite the log of ``sid`` to start with ``base`` at seq ``before - 1`` (see the module)."""
     root = store.open_root(create=False, writing=True)
     if root is None:
@@ -38,7 +43,7 @@ def trim_log(store: StoreFolder, tails: dict[str, Tail], sid: str, before: int, 
         try:
             if not still_named(root, sid, folder):
                 raise missing_error(sid)  # deleted meanwhile
-            _trim(store, tails, folder, sid, before, base)
+            _trim(store, tails, folder, sid, before, base, first)
         finally:
             unlock(folder)  # (and closes it)
     finally:
@@ -46,10 +51,18 @@ def trim_log(store: StoreFolder, tails: dict[str, Tail], sid: str, before: int, 
 
 
 def _trim(
-    store: StoreFolder, tails: dict[str, Tail], folder: int, sid: str, before: int, base: bytes
+    store: StoreFolder,
+    tails: dict[str, Tail],
+    folder: int,
+    sid: str,
+    before: int,
+    base: bytes,
+    read_first: int,
 ) -> None:
     scan, current = read_whole(store, folder, sid)
     first = scan.entries[0]["seq"] if scan.entries else 0
+    if first != read_first:
+        raise trimmed_meanwhile(sid, read_first, first)
     if not first < before <= scan.next_seq:
         raise ValueError(f"State {sid!r} holds seqs {first} to {scan.next_seq - 1}; nothing was trimmed")
     kept = scan.entries[before - first :]

@@ -204,3 +204,19 @@ async def run(asyncpg: ModuleType, pool: Pool, method: str, query: str, *args: A
         finally:
             await _give_back(pool, conn)
     raise AssertionError("unreachable")
+
+
+async def run_in_transaction(pool: Pool, statements: list[tuple[str, str, tuple[Any, ...]]]) -> Any:
+    """Run ``statements`` (each ``(method, query, args)``, as :func:`run` sends one) in one
+    transaction on one connection of ``pool``; the last one's result. Each statement reads
+    what had committed when it began (READ COMMITTED): one after a ``SELECT ... FOR UPDATE``
+    sees what the transaction that held the row committed."""
+    conn = await pool.acquire()
+    try:
+        async with conn.transaction():
+            result = None
+            for method, query, args in statements:
+                result = await getattr(conn, method)(query, *args)
+            return result
+    finally:
+        await _give_back(pool, conn)

@@ -34,7 +34,7 @@ from ._schema import BUSY, FENCED
 from ._schema_v4 import precondition_args
 from ._schema_v5 import blob_args
 from ._sql import LONGEST_SUFFIX, MAX_IDENTIFIER, Sql, check_name
-from ._trim import check_trimmed, trim_sql
+from ._trim import check_trimmed, lock_sql, trim_sql
 
 if TYPE_CHECKING:
     from asyncpg import Pool
@@ -248,13 +248,14 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             incarnation,
         )
 
-    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
-        # One statement under the State's row lock (see _trim).
+    async def _trim(self, state_id: str, before: int, base: bytes, first: int) -> None:
+        # The State's row locked, then one statement, in one transaction (see _trim).
         text = base[:-1].decode() if base.endswith(b"\n") else base.decode()
-        row = await self._query(
-            "write", "fetchrow", trim_sql(self._sql), self.namespace, state_id, before, text
-        )
-        check_trimmed(state_id, before, row[0], row[1])
+        lock = ("execute", lock_sql(self._sql), (self.namespace, state_id))
+        trim = ("fetchrow", trim_sql(self._sql), (self.namespace, state_id, before, text, first))
+        async with self._using("write") as used:
+            row = await _pool.run_in_transaction(used.pool, [lock, trim])
+        check_trimmed(state_id, before, row[0], row[1], first)
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
         row = await self._query(

@@ -18,7 +18,14 @@ from ..._core.leases import Lease
 from ..._core.query import ListQuery, Page
 from ..._core.records import Record, SavedState, Snapshot
 from ..._core.redactor import Redactor
-from ..._core.writes import PreparedWrite, check_overlap, exists_error, missing_error, prepare_write
+from ..._core.writes import (
+    PreparedWrite,
+    check_overlap,
+    exists_error,
+    missing_error,
+    prepare_write,
+    trimmed_meanwhile,
+)
 from ..._protect.sealing import Keyring
 from ..._runtime.bridge import owner, run_async
 from ..._store.saving import write_fork
@@ -330,15 +337,18 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         async with self._using("rekey") as local:
             return await _leases.reseal(local, self._keys_of, state_id, entries, snapshot)
 
-    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+    async def _trim(self, state_id: str, before: int, base: bytes, first: int) -> None:
         # One script: LTRIM, LSET of the base, the State's 'first' field (see _trim_lua).
         keys = list(self._keys_of.state_keys(state_id))
         base_line = base[:-1] if base.endswith(b"\n") else base
         async with self._using("write") as local:
-            reply = await local.client.eval(TRIM, len(keys), *keys, str(before), base_line, self._prefix)
+            args = (str(before), base_line, self._prefix, str(first))
+            reply = await local.client.eval(TRIM, len(keys), *keys, *args)
         status = int(reply[0])
         if status == servercommon.MISSING:
             raise missing_error(state_id)
+        if status == servercommon.COMPARE:
+            raise trimmed_meanwhile(state_id, first, int(reply[1]))
         if status != servercommon.OK:
             first, nxt = int(reply[1]), int(reply[2])
             raise ValueError(f"State {state_id!r} holds seqs {first} to {nxt - 1}; nothing was trimmed")

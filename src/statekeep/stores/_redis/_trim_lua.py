@@ -1,7 +1,10 @@
 """RedisStore's trim script (``store.trim``, agent memory's keys): a State's list cut to
 start at its base record (``LTRIM``, then ``LSET`` of the base in its first place), and the
 hash field ``first`` set to the base's seq, in one script: atomic, and serialised with every
-write to the State. Redis frees the removed entries at once.
+write to the State. Redis frees the removed entries at once. The script trims only while the
+State's ``first`` is still the seq the trim read (ARGV[4]): another process's trim since may
+have released a blob the base refers to, so it returns ``COMPARE`` then, changing nothing,
+and the trim reads the State again.
 
 The same script releases the blobs that only the removed entries referred to: for a State
 that refers to blobs (its hash has a blob generation ``bg``, see :mod:`._blob_lua`), each
@@ -16,7 +19,7 @@ Redis Cluster (see the report of issue 24 / issue 27).
 
 from __future__ import annotations
 
-from .._server import GAP, MISSING, OK
+from .._server import COMPARE, GAP, MISSING, OK
 from ._blob_lua import LINE_NAMES
 from ._lua import COMMON
 
@@ -40,7 +43,8 @@ local function release_trimmed(p, state, entries, bg, removed, base)
 end
 """
 
-#: KEYS: state hash, entries list. ARGV: before, the base's encoded line, the blob key prefix.
+#: KEYS: state hash, entries list. ARGV: before, the base's encoded line, the blob key prefix,
+#: the first seq the trim read.
 TRIM = (
     COMMON
     + LINE_NAMES
@@ -51,6 +55,7 @@ local h = redis.call('HMGET', KEYS[1], 'next', 'first', 'bg')
 local nxt = tonumber(h[1])
 local off = tonumber(h[2] or '0')
 local before = tonumber(ARGV[1])
+if off ~= tonumber(ARGV[4]) then return {{{COMPARE}, off, nxt}} end
 if not (off < before and before <= nxt) then return {{{GAP}, off, nxt}} end
 local removed = nil
 if h[3] then removed = redis.call('LRANGE', KEYS[2], 0, before - 1 - off) end

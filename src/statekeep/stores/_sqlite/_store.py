@@ -305,10 +305,10 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         conns = self._slot.get()
         return await owner().io.run(self._retry_busy, self._read_snapshot_once, conns, state_id)
 
-    async def _trim(self, state_id: str, before: int, base: bytes) -> None:
+    async def _trim(self, state_id: str, before: int, base: bytes, first: int) -> None:
         # One transaction on a connection of its own (see _leases.LeaseRows._in_transaction).
         conns = self._slot.get()
-        args = (self.path, self.namespace, state_id, before, base)
+        args = (self.path, self.namespace, state_id, before, base, first)
         await owner().io.run(self._in_transaction, conns, trim_state, *args)
 
     async def _afork_write(

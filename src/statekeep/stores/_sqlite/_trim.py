@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ..._core.writes import missing_error
+from ..._core.writes import missing_error, trimmed_meanwhile
 from .._blob_names import LIST_MARK, MARK, referred
 from . import _sql as sql
 from ._connections import rolled_back_on_error
@@ -35,9 +35,13 @@ DROP_REF = "DELETE FROM blob_refs WHERE namespace = ? AND state_id = ? AND name 
 MOVE_REF = "UPDATE blob_refs SET seq = ? WHERE namespace = ? AND state_id = ? AND name = ?"
 
 
-def trim_state(path: Path, conn: sqlite3.Connection, ns: str, sid: str, before: int, base: bytes) -> None:
+def trim_state(
+    path: Path, conn: sqlite3.Connection, ns: str, sid: str, before: int, base: bytes, read_first: int
+) -> None:
     """Delete the entries of ``sid`` before seq ``before - 1`` and replace the one there with
-    ``base`` (an encoded line), in one transaction. SQLITE_BUSY escapes with nothing changed."""
+    ``base`` (an encoded line), in one transaction. SQLITE_BUSY escapes with nothing changed;
+    StateConflictError, nothing changed, if the State no longer starts at ``read_first`` (the
+    seq the trim read it at: another process trimmed it since)."""
     conn.execute(sql.BEGIN_IMMEDIATE)
     with rolled_back_on_error(conn):
         check_version(path, conn)
@@ -45,6 +49,8 @@ def trim_state(path: Path, conn: sqlite3.Connection, ns: str, sid: str, before: 
         if row is None:
             raise missing_error(sid)
         (first,) = conn.execute(FIRST_SEQ, (ns, sid)).fetchone()
+        if first is not None and first != read_first:
+            raise trimmed_meanwhile(sid, read_first, first)
         if first is None or not first < before <= row[0]:
             raise ValueError(f"State {sid!r} holds seqs {first} to {row[0] - 1}; nothing was trimmed")
         conn.execute(DELETE_BEFORE, (ns, sid, before - 1))
