@@ -980,10 +980,16 @@ while True:
     reached, note, saved = save_interrupted_at_line(k)
     if not reached:
         break
-    interrupted += note is not None
-    goes_on = note is not None and "goes on to its end" in note
-    if saved != goes_on or (not saved and note != "-" and "before it began" not in note):
-        wrong.append((k, saved, note[:60]))  # the note does not tell what became of the save
+    if note is None:
+        # Python itself swallowed the KeyboardInterrupt (the line ran in a weakref or gc
+        # callback, whose exceptions it ignores): no one was told anything, the save went on.
+        if not saved:
+            wrong.append((k, saved, "swallowed, and not saved"))
+    else:
+        interrupted += 1
+        goes_on = "goes on to its end" in note
+        if saved != goes_on or (not saved and note != "-" and "before it began" not in note):
+            wrong.append((k, saved, note[:60]))  # the note does not tell what became of the save
     k += 1
 print(k - 1, interrupted, wrong, flush=True)
 assert FileStore(sys.argv[1]).load("main").history == main.history
@@ -1000,7 +1006,7 @@ def test_ctrl_c_at_any_line_of_a_save_says_what_became_of_it(tmp_path: Path) -> 
     result = run_script(CTRL_C_AT_EVERY_LINE, str(tmp_path / "store"), timeout=60)
     assert result.returncode == 0, result.stderr
     lines, interrupted, wrong = result.stdout.split(maxsplit=2)
-    assert int(lines) > 5 and int(interrupted) == int(lines)
+    assert int(lines) > 5 and int(interrupted) > int(lines) // 2
     assert wrong.strip() == "[]", f"the note was wrong at (line, saved, note): {wrong}"
     assert result.stderr.count("never awaited") <= 1, result.stderr
 
