@@ -84,13 +84,7 @@ class RunStates:
         found = await self._run_state_entry()
         if found is None:
             return None
-        return await RunState.from_json(
-            agent,
-            found[2],
-            context_override=context_override,
-            context_deserializer=context_deserializer,
-            strict_context=strict_context,
-        )
+        return await _rebuilt(agent, found[2], context_override, context_deserializer, strict_context)
 
     async def take_run_state(
         self,
@@ -112,13 +106,7 @@ class RunStates:
         self._check_open()
 
         async def build(value: dict[str, Any]) -> RunState[Any, Agent[Any]]:
-            return await RunState.from_json(
-                agent,
-                value,
-                context_override=context_override,
-                context_deserializer=context_deserializer,
-                strict_context=strict_context,
-            )
+            return await _rebuilt(agent, value, context_override, context_deserializer, strict_context)
 
         return await finish_despite_cancel(lambda stop: self._take(build, stop))
 
@@ -190,3 +178,20 @@ class RunStates:
                 return
             tail = await self._current(tail)
         raise self._gave_up()
+
+
+async def _rebuilt(
+    agent: Agent[Any],
+    value: dict[str, Any],
+    context_override: ContextOverride | None,
+    context_deserializer: ContextDeserializer | None,
+    strict_context: bool,
+) -> RunState[Any, Agent[Any]]:
+    """The SDK's ``RunState.from_json`` of a kept run state, with the caller's options."""
+    return await RunState.from_json(
+        agent,
+        value,
+        context_override=context_override,
+        context_deserializer=context_deserializer,
+        strict_context=strict_context,
+    )
