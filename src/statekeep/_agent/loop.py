@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any, cast
 
 from .._core.errors import LeaseHeldError, StaleLeaseError
-from .._core.keys import idempotency_key
 from .._core.leases import Lease, check_owner, check_ttl
 from .._leases.keepalive import LeaseKeeper, default_owner
 from .._run.state import State, agent_info
@@ -230,7 +229,7 @@ class Agent(Resolving):
         return ToolContext(
             state_id=state.id,
             call_id=call["id"],
-            idempotency_key=idempotency_key(state.id, state.incarnation, call["id"]),
+            idempotency_key=state._call_key(call["id"]),
             attempt=state._attempt(call["id"]),
             name=call["name"],
             args=dict(call.get("args") or {}),

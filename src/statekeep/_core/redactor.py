@@ -56,6 +56,9 @@ INDEX_KEYS = frozenset(
         "forked_from",
     }
 )
+#: Snapshot keys never rewritten: the listing's, and the idempotency-key origins of the
+#: calls a fork inherited (ids and incarnations; masked, the fork's keys would change).
+KEPT_KEYS = INDEX_KEYS | {"key_origins"}
 #: An entry's own keys, never rewritten: its place and kind in the history.
 ENTRY_KEYS = frozenset({"seq", "kind", "at"})
 
@@ -206,14 +209,14 @@ class Redactor:
         return masked
 
     def snapshot(self, snapshot: dict[str, Any], *, memory: bool = False) -> dict[str, Any]:
-        """A snapshot masked, its listing fields (:data:`INDEX_KEYS`) kept as they are.
+        """A snapshot masked, its listing fields and key origins (:data:`KEPT_KEYS`) kept as they are.
 
         ``memory``: the snapshot of an agent memory key (``store.memory(scope)``), whose
         ``task`` is the key and ``value`` its value: a key with a masked name has its
         ``value`` masked whole, as a ``data`` entry's is."""
         keys = self._keys
         masked = {
-            k: v if k in INDEX_KEYS else self.mask if _norm(k) in keys else self.value(v)
+            k: v if k in KEPT_KEYS else self.mask if _norm(k) in keys else self.value(v)
             for k, v in snapshot.items()
         }
         name = snapshot.get("task")

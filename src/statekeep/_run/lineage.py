@@ -49,6 +49,7 @@ def fork_state(
         state.labels = check_labels(labels)
     state._expires_at = None  # a fork starts its own life: the source's expiry is not copied
     state._forked_from = {"id": source_id, "seq": at_seq}
+    state._inherit_origins(source_id, record.incarnation)  # before it gets its own incarnation
     state._incarnation = new_incarnation()  # a new State: its own life in the store
     return state, entries, state.snapshot()
 

@@ -15,7 +15,7 @@ from .._core.ids import new_incarnation, validate_id
 from .._core.labels import aware_time, check_labels, check_period, iso
 from .approvals import Approvals
 from .bookkeeping import Saving
-from .calls import CallResumption
+from .calls import KEY_ORIGINS, CallResumption
 from .history import AGENT_KEYS, Replay, now
 from .resumecheck import warn_if_agent_changed
 from .steps import StepRecords
@@ -77,6 +77,7 @@ class State(Saving, CallResumption, Approvals, StepRecords):
         self._expires_at: datetime | None = None
         self._forked_from: dict[str, Any] | None = None
         self._incarnation = None  # see ``incarnation``: __init__, fork_state or a load sets it
+        self._key_origins: dict[str, tuple[str, str | None]] = {}  # see CallResumption._origin
         self._unbound()
 
     @classmethod
@@ -246,11 +247,13 @@ class State(Saving, CallResumption, Approvals, StepRecords):
             "labels": labels,
             "expires_at": None if self._expires_at is None else iso(self._expires_at),
             "forked_from": self.forked_from,
+            **self._saved_origins(),
         }
 
     def _restore(self, snapshot: Mapping[str, Any] | None) -> None:
         """Take back what a saved snapshot holds beyond the history: labels, an explicit
-        expiry, the fork source. Unreadable values are dropped (the history is the truth)."""
+        expiry, the fork source and the key origins of the calls a fork inherited. Unreadable
+        values are dropped (the history is the truth)."""
         if not snapshot:
             return
         labels = snapshot.get("labels")
@@ -269,6 +272,7 @@ class State(Saving, CallResumption, Approvals, StepRecords):
         forked = snapshot.get("forked_from")
         if isinstance(forked, dict) and isinstance(forked.get("id"), str) and type(forked.get("seq")) is int:
             self._forked_from = {"id": forked["id"], "seq": forked["seq"]}
+        self._restore_origins(snapshot.get(KEY_ORIGINS))
 
     # -- write side ---------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ that a process calls a loaded State's steps in the order they were recorded. A m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -28,6 +29,7 @@ class StepRecords:
 
     id: str
     _replay: Replay
+    _origin: Callable[[str | None], tuple[str, str | None]]  # CallResumption's
 
     @property
     def incarnation(self) -> str | None:
@@ -58,7 +60,7 @@ class StepRecords:
         """A new step's idempotency key: ``"step:" + name`` as the call id, or, for a step
         of a tool call, ``["step", call id, name]`` as JSON text (the two never meet)."""
         part = "step:" + name if scope is None else orjson.dumps(["step", scope, name]).decode()
-        return idempotency_key(self.id, self.incarnation, part)
+        return idempotency_key(*self._origin(scope), part)
 
     def _step_called(self, name: str, scope: Scope) -> dict[str, Any] | None:
         """The record of step ``name`` being called now (None: a new step), once the call is

@@ -221,7 +221,8 @@ class Store(Stepping, ABC):
         It is saved whole or not at all (one create), with ``forked_from`` = ``{"id", "seq"}``
         and ``labels`` (default: the source's). The source is never changed. The new State is
         repaired as :meth:`aload` repairs (tool calls cut off at ``at_seq`` get an
-        ``unknown`` result, written by its next save). :class:`StateNotFoundError` for an
+        ``unknown`` result, written by its next save); those calls keep the source's
+        idempotency keys (``ToolContext.idempotency_key``): they are the source's calls. :class:`StateNotFoundError` for an
         unknown (or expired) source, ValueError for an ``at_seq`` it does not hold,
         :class:`StateExistsError` if ``new_id`` is taken. Durable as the store's ``awrite``.
         :class:`StateConflictError` if the source was deleted and written again between

@@ -246,6 +246,9 @@ class LineageContract:
         assert fork.pending_calls == [] and not fork.finished
         record = await api.read(fork.id)
         assert record is not None and record.entries == source.history[:4]  # the repair waits for a save
+        # call-1 was the source's: resolved in the fork, it keeps the source's idempotency key
+        assert before is not None and record.snapshot is not None
+        assert record.snapshot["key_origins"] == {"call-1": ["src", before.incarnation]}
         assert await api.load(fork.id) == fork
         fork.request("some-model")
         await api.save(fork)
