@@ -170,3 +170,23 @@ def test_only_an_approved_call_is_resumed_by_approved() -> None:
     state.approve("c1")
     state._resume_call("c1", "approved")
     assert state._attempt("c1") == 1  # an approval is no attempt after a crash
+
+
+def test_a_step_of_a_call_that_waits_for_approval_is_refused_in_replay() -> None:
+    # A waiting call has not run, so no step of it can have started; once approved and
+    # resumed, it runs and its steps may follow.
+    state = waiting(call("c1", "pay", amount=5))
+    step = {"seq": len(state.history), "kind": "step_start", "at": state.history[-1]["at"]}
+    step.update(name="charge", key="sk1_x", call_id="c1")
+    replay = Replay()
+    for e in state.history:
+        replay.apply(e)
+    with pytest.raises(ValueError, match="step 'charge' of tool call 'c1', which waits for approval"):
+        replay.apply(step)
+    state.approve("c1")
+    state._resume_call("c1", "approved")
+    replay = Replay()
+    for e in state.history:
+        replay.apply(e)
+    replay.apply({**step, "seq": len(state.history)})
+    assert replay.steps[("c1", "charge")]["key"] == "sk1_x"

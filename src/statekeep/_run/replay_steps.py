@@ -10,6 +10,7 @@ A base record (``store.trim``) carries them as its ``steps``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: A step's scope: None for the State's own steps, else the tool call's id.
@@ -24,6 +25,7 @@ class StepReplay:
 
     pending_calls: dict[str, dict[str, Any]]
     version: int
+    is_awaiting: Callable[[str], bool]  # ApprovalWaits'
 
     def __init__(self) -> None:
         #: (scope, name) -> {name, key, attempt, [call_id], and once ended: output, is_error,
@@ -36,6 +38,8 @@ class StepReplay:
         call_id = e.get("call_id")
         if call_id is not None and call_id not in self.pending_calls:
             raise ValueError(f"seq {e['seq']}: {what} of tool call {call_id!r}, which is not a pending call")
+        if call_id is not None and self.is_awaiting(call_id):  # it has not run: no step of it started
+            raise ValueError(f"seq {e['seq']}: {what} of tool call {call_id!r}, which waits for approval")
         return call_id
 
     def _step_start(self, e: dict[str, Any]) -> None:
