@@ -213,3 +213,33 @@ def test_an_approved_call_cut_off_while_it_ran_is_settled_by_its_tool(tmp_path: 
         assert (
             attempts == [] and result[0]["output"] == "charged 7 (found)" and result[0]["reconciled"] is True
         )
+
+
+def test_a_crash_before_the_run_stops_for_approval_leaves_the_call_waiting_not_in_doubt(
+    tmp_path: Path,
+) -> None:
+    # The reply records which of its calls wait for approval, so a kill while the reply's
+    # other calls run (before the approval_wait) cannot make the waiting call look as if it
+    # may have run: it has not, and it still waits for a person.
+    class Killed(BaseException):
+        pass
+
+    def explode(city: str) -> str:
+        """Look something up (the process dies here)."""
+        raise Killed
+
+    model = ScriptedModel([Reply("", [call("c1", "pay", amount=5), call("c2", "look", city="Oslo")]), "done"])
+    with FileStore(tmp_path / "s") as store:
+        state = State("pay", id="crash")
+        with pytest.raises(Killed):
+            Agent(model, tools=[pay, tool(explode, name="look")], store=store).run(state)
+        reply = next(e for e in store.load("crash").history if e["kind"] == "model_reply")
+        assert reply["approval"] == ["c1"]
+        loaded = store.load("crash")
+        assert [p["id"] for p in loaded.pending_approvals] == ["c1"]
+        assert [(r[0], r[3]) for r in results(loaded)] == [("c2", "unknown")]  # only c2 is in doubt
+        agent = Agent(ScriptedModel(["done"]), tools=[pay, look], store=store)
+        assert agent.run(loaded) is None and loaded.stopped_by == "approval"
+        loaded.approve("c1")
+        assert agent.run(loaded) == "done" and RAN == [("pay", 5)]
+        assert ("c1", "paid 5", False, "done") in results(loaded)

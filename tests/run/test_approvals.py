@@ -190,3 +190,16 @@ def test_a_step_of_a_call_that_waits_for_approval_is_refused_in_replay() -> None
         replay.apply(e)
     replay.apply({**step, "seq": len(state.history)})
     assert replay.steps[("c1", "charge")]["key"] == "sk1_x"
+
+
+@pytest.mark.parametrize("bad", [["c9"], ["c1", "c1"], "c1", [1]])
+def test_a_reply_whose_approval_list_is_bad_is_refused_and_adds_nothing(bad: Any) -> None:
+    state = State("t")
+    state.begin_run(AGENT)
+    state.request("m")
+    before = list(state.history)
+    with pytest.raises(ValueError, match="'approval' must list distinct call ids of the reply"):
+        state.add_reply("", [call("c1", "pay", amount=5)], awaiting_approval=bad)
+    assert state.history == before and state.waiting_on_model
+    state.add_reply("", [call("c1", "pay", amount=5)], awaiting_approval=["c1"])
+    assert [p["id"] for p in state.pending_approvals] == ["c1"] and state.snapshot()["v"] == 4

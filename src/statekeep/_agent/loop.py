@@ -164,15 +164,21 @@ class Agent(Resolving):
                 state.request(self.model_name)
                 await self._save(state, keeper)
                 reply = await self._ask(state, schemas)
+                # Asked once a reply, and saved with it: a crash before the run stops for
+                # them leaves those calls waiting, not in doubt (they never run unapproved).
+                asked = approving.asked(self, reply.tool_calls)
                 state.add_reply(
-                    reply.text, reply.tool_calls, usage=reply.usage, stop_reason=reply.stop_reason
+                    reply.text,
+                    reply.tool_calls,
+                    usage=reply.usage,
+                    stop_reason=reply.stop_reason,
+                    awaiting_approval=asked,
                 )
                 await self._save(state, keeper)
                 if not reply.tool_calls:
                     state.finish(reply.text)
                     await self._save(state, keeper)
                     return reply.text
-                asked = approving.asked(self, reply.tool_calls)  # once a reply: the same answer below
                 for call in reply.tool_calls:
                     if call["id"] in asked:
                         continue  # run after a person approves it (below: the run stops)

@@ -369,8 +369,10 @@ class Replay(ApprovalWaits, ResumedCalls, StepReplay):
             if call["id"] in calls or call["id"] in self.answered:
                 raise ValueError(f"seq {e['seq']}: tool call id {call['id']!r} is used twice")
             calls[call["id"]] = {"id": call["id"], "name": call["name"], "args": call["args"]}
+        waiting = self._reply_approval(e, calls)
         self.pending_request = None
         self.pending_calls = calls
+        self._wait_from_reply(e, waiting)
         self.turn += 1
         message: dict[str, Any] = {"role": "assistant", "content": e.get("text") or ""}
         if calls:

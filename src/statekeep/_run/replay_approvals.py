@@ -32,12 +32,34 @@ class ApprovalWaits:
     answered: set[str]
     resumed: set[str]
     stopped_by: str | None
+    version: int
 
     def __init__(self) -> None:
         #: Pending call id -> when it began to wait on approval (the first approval_wait's ``at``).
         self.awaiting: dict[str, str] = {}
         #: Call id -> its decision: {"approved", "note", "at"}; kept after the call's result.
         self.decisions: dict[str, dict[str, Any]] = {}
+
+    def _reply_approval(self, e: dict[str, Any], calls: dict[str, Any]) -> list[str]:
+        """A model reply's ``approval``: the ids of its calls that wait for a person's approval
+        (the loop records them with the reply, so a crash before its ``approval_wait`` leaves
+        them waiting, not in doubt: they never ran). Checked before the reply is applied."""
+        ids = e.get("approval")
+        if ids is None:
+            return []
+        if not (isinstance(ids, list) and ids and all(isinstance(i, str) and i in calls for i in ids)) or len(
+            set(ids)
+        ) != len(ids):
+            raise ValueError(
+                f"seq {e['seq']}: a model reply's 'approval' must list distinct call ids of the reply"
+            )
+        return ids
+
+    def _wait_from_reply(self, e: dict[str, Any], ids: list[str]) -> None:
+        for call_id in ids:
+            self.awaiting[call_id] = e["at"]
+        if ids:
+            self.version = max(self.version, 4)
 
     def _call_closed(self, call_id: str) -> None:
         """A pending call got its result: it waits no more."""

@@ -315,9 +315,13 @@ class State(Saving, CallResumption, Approvals, StepRecords):
         *,
         usage: Mapping[str, Any] | None = None,
         stop_reason: str | None = None,
+        awaiting_approval: Iterable[str] = (),
     ) -> None:
-        """Record the model's reply to the waiting request."""
+        """Record the model's reply to the waiting request. ``awaiting_approval``: the ids of
+        its calls that wait for a person's approval (in :attr:`pending_approvals` from here on;
+        never repaired as in doubt by a load: they have not run)."""
         calls = [{"id": c["id"], "name": c["name"], "args": c.get("args", {})} for c in tool_calls]
+        waiting = list(awaiting_approval)
         self._append(
             "model_reply",
             "State.add_reply()",
@@ -325,6 +329,7 @@ class State(Saving, CallResumption, Approvals, StepRecords):
             tool_calls=calls,
             usage=dict(usage or {}),
             stop_reason=stop_reason,
+            **({"approval": waiting} if waiting else {}),
         )
 
     def add_model_error(self, message: str) -> None:
