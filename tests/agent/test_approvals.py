@@ -232,7 +232,7 @@ def test_a_crash_before_the_run_stops_for_approval_leaves_the_call_waiting_not_i
     with FileStore(tmp_path / "s") as store:
         state = State("pay", id="crash")
         with pytest.raises(Killed):
-            Agent(model, tools=[pay, tool(explode, name="look")], store=store).run(state)
+            Agent(model, tools=[pay, tool(name="look")(explode)], store=store).run(state)
         reply = next(e for e in store.load("crash").history if e["kind"] == "model_reply")
         assert reply["approval"] == ["c1"]
         loaded = store.load("crash")
