@@ -159,7 +159,9 @@ async def test_a_session_with_nothing_saved_has_no_keys_and_bad_calls_are_clear_
     store: Store,
 ) -> None:
     session = StatekeepSession(SESSION, store)
-    with pytest.raises(StateNotFoundError, match="has nothing saved in .* yet, so tool call 'c1' has no key"):
+    with pytest.raises(
+        StateNotFoundError, match=r"has nothing saved in .* yet, so tool call 'c1' has no key"
+    ):
         session.tool_call_key("c1")
     with pytest.raises(StateNotFoundError, match="saves its input before any tool runs"):
         await session.atool_call_key("c1")
