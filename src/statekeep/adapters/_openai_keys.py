@@ -17,11 +17,9 @@ from .._core.errors import StateNotFoundError
 from .._core.keys import idempotency_key
 from .._core.ranges import SNAPSHOT_ONLY
 from .._core.records import Record
+from .._store.contract import Store
 from ._flow import adrive, drive
-
-if TYPE_CHECKING:
-    from .._store.contract import Store
-    from ._home import Home
+from ._home import Home
 
 
 class ToolCallKeys:
