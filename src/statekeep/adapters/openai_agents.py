@@ -84,6 +84,10 @@ class StatekeepSession(RunStates, ToolCallKeys):
     the old ones in one write (a ``clear`` marker and the items together), so a reader never
     finds the session empty halfway through.
 
+    A function tool keys the calls it makes to a service with :meth:`tool_call_key` (or
+    :meth:`atool_call_key`): the session id, the incarnation of the session's State (which
+    this object keeps from its reads and writes) and the tool call id.
+
     Namespace: given a built-in store in its ``default`` namespace, the session is kept in
     its namespace ``openai-agents`` (:attr:`store`), apart from other frameworks and
     statekeep's own runs; a session saved in ``default`` before adapters had namespaces is
