@@ -109,7 +109,7 @@ async def test_a_writer_that_finds_the_session_created_again_learns_its_new_inca
     old_key = mine.tool_call_key("c1")
     await store.adelete(mine.state_id)
     await StatekeepSession(SESSION, store).add_items([msg("new1"), msg("new2")])  # the same length
-    await mine.add_items([msg("y")])  # bound to the old incarnation: refused, read again, written
+    await mine.add_items([msg("y")])  # its old view is refused: it reads again, and writes
     new_key = mine.tool_call_key("c1")
     assert new_key != old_key and new_key == idempotency_key(SESSION, await incarnation_of(mine), "c1")
     assert [item["content"] for item in await mine.get_items()] == ["new1", "new2", "y"]
@@ -122,6 +122,20 @@ async def test_a_session_in_the_adapters_own_namespace_keys_with_its_state_there
     assert session.store.namespace == "openai-agents" and shared.read(session.state_id) is None
     key = idempotency_key(SESSION, await incarnation_of(session), "c1")
     assert session.tool_call_key("c1") == StatekeepSession(SESSION, shared).tool_call_key("c1") == key
+
+
+async def test_a_session_saved_in_default_before_namespaces_keys_with_its_state_there() -> None:
+    shared = MemoryStore()
+    older = StatekeepSession(SESSION, shared, namespace="default")  # as saved before namespaces
+    await older.add_items([msg("old")])
+    record = shared.read(older.state_id)
+    assert record is not None and record.incarnation is not None
+    key = idempotency_key(SESSION, record.incarnation, "c1")
+    session = StatekeepSession(SESSION, shared)  # found in default, and continued there
+    assert session.tool_call_key("c1") == key
+    await session.add_items([msg("new")])  # bound to that incarnation: written
+    assert session.tool_call_key("c1") == key == older.tool_call_key("c1")
+    assert [item["content"] for item in await older.get_items()] == ["old", "new"]
 
 
 class ForgetfulStore(Store):
