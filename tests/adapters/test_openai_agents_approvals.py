@@ -1,6 +1,6 @@
 """A run of the OpenAI Agents SDK paused for approvals is kept in its StatekeepSession
 (save_run_state / load_run_state / clear_run_state), so another process approves or rejects
-and runs on; and tool_call_key gives a tool call the same idempotency key everywhere."""
+and runs on, its tool keyed by session.tool_call_key the same in every process."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ import pytest
 from agents import Agent, Runner, function_tool
 from agents.exceptions import UserError
 from agents.testing import ScriptedModel, assistant_message, function_call
-from agents.tool_context import ToolContext as AgentsToolContext
 
-from statekeep import CorruptStateError, MemoryStore, Store, idempotency_key
+from statekeep import CorruptStateError, MemoryStore, Store, idempotency_key, open_store
 from statekeep._run.shown_openai import shown
-from statekeep.adapters.openai_agents import StatekeepSession, tool_call_key
+from statekeep.adapters.openai_agents import StatekeepSession
 from tests.support.children.openai_approval_child import CALL_ID
 from tests.support.frameworks import BACKENDS, REPO, backend_url, require_installed
 
@@ -67,7 +66,11 @@ def test_a_new_process_approves_and_the_tool_runs_once(backend: str, tmp_path: P
     code, done = in_child(url, ledger, "approve")
     assert code == 0
     assert done["waiting"] == started["waiting"] and done["final"] == "paid"
-    assert ledger_lines(ledger) == [tool_call_key(SESSION, CALL_ID)]  # once, with the stable key
+    with open_store(url) as store:  # once, with the key of this session's State
+        session = StatekeepSession(SESSION, store)
+        record = session.store.read(session.state_id)
+    assert record is not None and record.incarnation is not None
+    assert ledger_lines(ledger) == [idempotency_key(SESSION, record.incarnation, CALL_ID)]
     assert done["left"] is False  # cleared once the run went on
     outputs = [item for item in done["items"] if item.get("type") == "function_call_output"]
     assert outputs == [{"call_id": CALL_ID, "output": "paid 5", "type": "function_call_output"}]
@@ -186,45 +189,6 @@ async def test_a_closed_session_refuses_run_state_calls() -> None:
         await session.load_run_state(clerk([], []))
     with pytest.raises(RuntimeError, match="closed"):
         await session.clear_run_state()
-
-
-# -- tool_call_key ---------------------------------------------------------------------------
-
-
-def test_tool_call_key_is_idempotency_key_of_the_session_and_call_ids() -> None:
-    key = tool_call_key("user-42", "call_abc")
-    assert key == idempotency_key("user-42", None, "call_abc")
-    assert key.startswith("sk1_") and len(key) == 36
-    assert tool_call_key("user-42", "call_abd") != key  # another call
-    assert tool_call_key("user-43", "call_abc") != key  # another session
-
-
-async def test_a_tool_gets_its_key_from_the_sdk_tool_context() -> None:
-    keys: list[str] = []
-
-    @function_tool
-    def lookup(ctx: AgentsToolContext[Any], order: str) -> str:
-        """Look an order up."""
-        keys.append(tool_call_key("user-42", ctx))
-        return "shipped"
-
-    steps = [
-        [
-            function_call("lookup", {"order": "A"}, call_id="c1"),
-            function_call("lookup", {"order": "B"}, call_id="c2"),
-        ],
-        [assistant_message("both shipped")],
-    ]
-    agent = Agent(name="clerk", model=ScriptedModel(steps), tools=[lookup])
-    await Runner.run(agent, "where are A and B?")
-    assert sorted(keys) == sorted([tool_call_key("user-42", "c1"), tool_call_key("user-42", "c2")])
-
-
-def test_tool_call_key_refuses_what_carries_no_call_id() -> None:
-    with pytest.raises(TypeError, match="tool_call_key\\(\\): tool_call must be"):
-        tool_call_key("user-42", 42)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="call_id must be a non-empty str"):
-        tool_call_key("user-42", "")
 
 
 async def test_run_states_and_items_written_at_once_lose_nothing(store: Store) -> None:

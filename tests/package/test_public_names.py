@@ -37,7 +37,7 @@ PUBLIC = {
     "statekeep.testing": ["Api", "FakeClock", "StoreContract", "StoreMachine", "entries", "snapshot"],
     "statekeep.web": ["Viewer", "create_app", "serve", "start"],
     "statekeep.adapters.langgraph": ["StatekeepSaver", "tool_call_key"],
-    "statekeep.adapters.openai_agents": ["StatekeepSession", "tool_call_key"],
+    "statekeep.adapters.openai_agents": ["StatekeepSession"],
     "statekeep.adapters.alpineagents": ["StatekeepStore"],
 }
 #: Names a second public path exports too (it reports the first).

@@ -23,16 +23,16 @@ try:
         coerce_session_settings,
         resolve_session_limit,
     )
-    from agents.tool_context import ToolContext as AgentsToolContext
 except ImportError as exc:
     raise framework_missing("openai_agents", "the OpenAI Agents SDK", "openai-agents", exc) from exc
 
 from .._core.codec import check
 from .._core.errors import CorruptStateError, StateConflictError, StateExistsError, StateNotFoundError
-from .._core.keys import idempotency_key
+from .._core.ids import new_incarnation
 from .._core.ranges import SNAPSHOT_ONLY
 from .._store.contract import Store
 from .._store.expect import expecting
+from .._store.incarnations import incarnated
 from ._cancel import finish_despite_cancel, stop_if_cancelled
 from ._flow import adrive
 from ._home import Home
@@ -54,31 +54,13 @@ from ._openai_history import (
     tail_of,
     window,
 )
+from ._openai_keys import ToolCallKeys
 from ._openai_run_state import RunStates
 
-__all__ = ["StatekeepSession", "tool_call_key"]
+__all__ = ["StatekeepSession"]
 
 
-def tool_call_key(session_id: str, tool_call: AgentsToolContext[Any] | str) -> str:
-    """The idempotency key of one tool call of the session ``session_id``: the same in every
-    process and after any crash, different for every other call id or session.
-
-    ``tool_call`` is the SDK's ``agents.ToolContext`` a function tool receives as its first
-    parameter (its ``tool_call_id`` is used), or that call id itself. The key is
-    ``statekeep.idempotency_key(session_id, None, tool_call_id)``: a tool sees no store, so
-    the session's incarnation is not part of it (it is as unique as the model's call ids).
-    Pass it to the service the tool calls (an ``Idempotency-Key`` header, a unique column),
-    so that a call run again after a crash or a second resume is recognised there."""
-    call_id = tool_call if isinstance(tool_call, str) else getattr(tool_call, "tool_call_id", None)
-    if not isinstance(call_id, str):
-        raise TypeError(
-            "tool_call_key(): tool_call must be the agents.ToolContext a function tool receives "
-            f"(with a tool_call_id) or a tool call id, got {type(tool_call).__name__}"
-        )
-    return idempotency_key(session_id, None, call_id)
-
-
-class StatekeepSession(RunStates):
+class StatekeepSession(RunStates, ToolCallKeys):
     """An OpenAI Agents ``Session`` whose history is one statekeep State.
 
     ``session_id`` is any non-empty string (valid Unicode: no lone surrogates); the State id is
@@ -101,6 +83,10 @@ class StatekeepSession(RunStates):
     Wrapped by the SDK's ``OpenAIResponsesCompactionSession``, a compaction's items replace
     the old ones in one write (a ``clear`` marker and the items together), so a reader never
     finds the session empty halfway through.
+
+    A function tool keys the calls it makes to a service with :meth:`tool_call_key` (or
+    :meth:`atool_call_key`): the session id, the incarnation of the session's State (which
+    this object keeps from its reads and writes) and the tool call id.
 
     Namespace: given a built-in store in its ``default`` namespace, the session is kept in
     its namespace ``openai-agents`` (:attr:`store`), apart from other frameworks and
@@ -130,6 +116,9 @@ class StatekeepSession(RunStates):
             SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
         )
         self._seen: Tail | None = None  # where this object last saw the history end: a hint
+        # (the State's incarnation,) as this object last read or wrote it (None inside when
+        # the store keeps none); None: not known (nothing read yet, or a write lost)
+        self._incarnation: tuple[str | None] | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -202,8 +191,9 @@ class StatekeepSession(RunStates):
         ``since`` is past the snapshot's end, no entries are read: the tail is the snapshot's."""
         record = await adrive(self._home.reading(self.state_id, since))
         if record is None:
-            self._seen = None
+            self._seen = self._incarnation = None
             return None
+        self._incarnation = (record.incarnation,)
         tail = tail_of(self.state_id, record.snapshot)
         if since > tail.end:
             return tail, [], since
@@ -247,7 +237,16 @@ class StatekeepSession(RunStates):
 
     async def _wrote(self, tail: Tail | None, entries: list[dict[str, Any]], after: Tail) -> bool:
         """Write ``entries`` (``tail`` None: create the session), leaving the history at
-        ``after``; False if the write lost to another writer (nothing was written)."""
+        ``after``; False if the write lost to another writer (nothing was written).
+
+        A create gives the State an incarnation chosen here, and an append is bound to the
+        one this object knows (the store refuses it if the State was created again since),
+        so that :attr:`_incarnation` is the State's after every write that went through; a
+        store that takes no ``incarnation=`` gets none, and is read for it when asked."""
+        if tail is None:
+            binding = incarnated(self.store, new_incarnation())
+        else:
+            binding = incarnated(self.store, self._incarnation[0] if self._incarnation else None)
         try:
             await adrive(
                 self._home.writing(
@@ -256,10 +255,11 @@ class StatekeepSession(RunStates):
                     snapshot_for(self.session_id, after),
                     create=tail is None,
                     **expecting(self.store, None if tail is None else tail.end),
+                    **binding,
                 )
             )
         except (StateConflictError, StateExistsError, StateNotFoundError):
-            self._seen = None
+            self._seen = self._incarnation = None
             return False
         except ValueError:
             current = await self._current(None)
@@ -270,6 +270,8 @@ class StatekeepSession(RunStates):
         # (a JSON round trip: checked JSON already, and several times faster than deepcopy)
         last = orjson.loads(orjson.dumps(entries[-1]))
         self._seen = dataclasses.replace(after, last=last)
+        if tail is None:  # a store of one's own may keep an incarnation it chose itself
+            self._incarnation = (binding["incarnation"],) if binding else None
         return True
 
     async def _add(self, items: list[dict[str, Any]], stop: asyncio.Event) -> None:

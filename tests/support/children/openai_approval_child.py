@@ -25,16 +25,16 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
 from statekeep import Store, open_store
-from statekeep.adapters.openai_agents import StatekeepSession, tool_call_key
+from statekeep.adapters.openai_agents import StatekeepSession
 
 CALL_ID = "call-pay-1"
 
 
-def pay_tool(session_id: str, ledger: Path) -> FunctionTool:
+def pay_tool(session: StatekeepSession, ledger: Path) -> FunctionTool:
     @function_tool(needs_approval=True)
     def pay(ctx: ToolContext[Any], amount: int) -> str:
         """Pay an amount."""
-        key = tool_call_key(session_id, ctx)
+        key = session.tool_call_key(ctx)
         with ledger.open("a") as out:
             out.write(key + "\n")
         return f"paid {amount}"
@@ -42,13 +42,13 @@ def pay_tool(session_id: str, ledger: Path) -> FunctionTool:
     return pay
 
 
-def agent(session_id: str, ledger: Path, steps: list[Any]) -> Agent[Any]:
-    return Agent(name="clerk", model=ScriptedModel(steps), tools=[pay_tool(session_id, ledger)])
+def agent(session: StatekeepSession, ledger: Path, steps: list[Any]) -> Agent[Any]:
+    return Agent(name="clerk", model=ScriptedModel(steps), tools=[pay_tool(session, ledger)])
 
 
 async def start(store: Store, session_id: str, ledger: Path) -> dict[str, Any]:
     session = StatekeepSession(session_id, store)
-    clerk = agent(session_id, ledger, [[function_call("pay", {"amount": 5}, call_id=CALL_ID)]])
+    clerk = agent(session, ledger, [[function_call("pay", {"amount": 5}, call_id=CALL_ID)]])
     result = await Runner.run(clerk, "pay the invoice", session=session)
     await session.save_run_state(result.to_state())
     waiting = [{"tool": item.name, "call_id": item.call_id} for item in result.interruptions]
@@ -57,7 +57,7 @@ async def start(store: Store, session_id: str, ledger: Path) -> dict[str, Any]:
 
 async def decide(store: Store, session_id: str, ledger: Path, approve: bool) -> dict[str, Any]:
     session = StatekeepSession(session_id, store)
-    clerk = agent(session_id, ledger, [[assistant_message("paid" if approve else "not paid")]])
+    clerk = agent(session, ledger, [[assistant_message("paid" if approve else "not paid")]])
     # approve: load, run, then clear (at least once); reject: take (load and clear in one write)
     state = await (session.load_run_state(clerk) if approve else session.take_run_state(clerk))
     assert state is not None, "no run state saved"
