@@ -36,7 +36,7 @@ def keys_of(thread_id: str, life: str | None) -> dict[str, str]:
 
 def life_of(store: Store, thread_id: str) -> str | None:
     """The thread's life token, as a new saver (a new process) reads it."""
-    return StatekeepSaver(store)._thread_life(thread_id)
+    return StatekeepSaver(store).thread_life(thread_id)
 
 
 def ran(store: Store, thread_id: str) -> dict[str, str]:
@@ -183,6 +183,7 @@ def test_the_async_graph_resumed_gives_the_same_keys() -> None:
         assert asyncio.run(child.arun(store, THREAD, "start")) == {}
         keys = asyncio.run(child.arun(store, THREAD, "resume"))
         assert keys == keys_of(THREAD, life_of(store, THREAD)) == child.run(store, THREAD, "resume")
+        assert asyncio.run(StatekeepSaver(store).athread_life(THREAD)) == life_of(store, THREAD)
 
 
 def test_another_checkpointer_or_none_gives_the_key_without_a_life() -> None:
@@ -215,7 +216,7 @@ def test_the_parts_of_a_key() -> None:
         saver = StatekeepSaver(store)
         ran(store, "42")
         with_saver: Any = {"configurable": {"thread_id": 42, "__pregel_checkpointer": saver}}
-        assert tool_call_key(with_saver, "c") == idempotency_key("42", saver._thread_life("42"), "c")
+        assert tool_call_key(with_saver, "c") == idempotency_key("42", saver.thread_life("42"), "c")
 
 
 def test_a_missing_thread_or_call_id_is_a_clear_error() -> None:

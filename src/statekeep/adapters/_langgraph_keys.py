@@ -23,17 +23,18 @@ def tool_call_key(config: Any, tool_call_id: str | None = None) -> str:
     parameter annotated ``Annotated[str, InjectedToolCallId]``). The key is
     ``statekeep.idempotency_key(str(thread_id), life, tool_call_id)``: the thread id taken
     from ``config["configurable"]["thread_id"]`` as ``StatekeepSaver`` takes it, and
-    ``life`` the thread's life token, which the graph's checkpointer keeps in the thread's
-    snapshot: made when the thread is first stored, kept by every write, ``prune`` and
-    ``delete_for_runs``, new after ``delete_thread`` (and for the target of
-    ``copy_thread``), so calls of a thread started again, whose model repeats call ids,
-    get new keys. It is read once per thread and saver (a snapshot-only read; then
-    remembered), with a blocking call, in an async tool too.
+    ``life`` the thread's life token (:meth:`StatekeepSaver.thread_life`), asked of the
+    graph's checkpointer, which LangGraph puts in the tool's config: made when the thread
+    is first stored, kept through every write, ``prune`` and ``delete_for_runs``, new after
+    ``delete_thread`` (and for a thread ``copy_thread`` creates), so the calls of a thread
+    started again under its id, whose model repeats call ids, get new keys. The saver reads
+    it once per thread (the snapshot alone, a blocking call, in an async tool too), then
+    remembers it.
 
-    ``life`` is None (the key made from the thread and call ids alone,
-    as unique as the model's call ids) when the graph's checkpointer is not a
-    ``StatekeepSaver`` (or there is none, or the config is not a graph run's), and for a
-    thread first stored by a statekeep that kept no life token: its keys never change.
+    ``life`` is None (the key made from the thread and call ids alone, as unique as the
+    model's call ids) when the graph's checkpointer is not a ``StatekeepSaver`` (or there
+    is none, or the config is not a graph run's), and for a thread first stored by a
+    statekeep that kept no life token: its keys never change.
 
     Pass the key to the service the tool calls (an ``Idempotency-Key`` header, a unique
     column), so that a call run again after a crash is recognised there.
@@ -64,4 +65,4 @@ def tool_call_key(config: Any, tool_call_id: str | None = None) -> str:
 def _life(checkpointer: Any, thread_id: str) -> str | None:
     from .langgraph import StatekeepSaver  # here: that module imports this one
 
-    return checkpointer._thread_life(thread_id) if isinstance(checkpointer, StatekeepSaver) else None
+    return checkpointer.thread_life(thread_id) if isinstance(checkpointer, StatekeepSaver) else None

@@ -264,17 +264,25 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         """Async :meth:`copy_thread` (one write: all or nothing)."""
         await adrive(flows.copy(self._home, self._heads, str(source_thread_id), str(target_thread_id)))
 
-    def _thread_life(self, thread_id: str) -> str | None:
-        """The thread's life token, the incarnation part of its :func:`tool_call_key`: the
-        one this saver last saw the thread with, else read from the thread's snapshot (one
-        snapshot-only read). A thread not stored yet (a tool runs before the graph's first
-        checkpoint of it is put, as with ``durability="exit"``) is promised a new token,
-        which the write that creates it stores. None for a thread created by a statekeep
-        that made no token (its keys stay as they were)."""
+    def thread_life(self, thread_id: str) -> str | None:
+        """The thread's life token: the incarnation part of its tools' :func:`tool_call_key`
+        (``idempotency_key(str(thread_id), life, tool_call_id)``), for a program that needs a
+        call's key outside the tool (a job reconciling calls in doubt with a service).
+
+        A random id made when the thread is first stored and kept in its snapshot: the same
+        for every saver and process, through ``prune`` and ``delete_for_runs``; a thread
+        deleted (``delete_thread``) and written again gets a new one, as does the target of
+        ``copy_thread`` that it creates. Read once (the snapshot alone), then remembered
+        with what the saver last saw of the thread. None for a thread first stored by a
+        statekeep that made none: its keys stay the thread and call ids' alone.
+
+        A thread not stored yet (a tool runs before the graph's first checkpoint of it is
+        put, as with ``durability="exit"``) is promised a new token, which this saver's write
+        that creates the thread stores (nothing is written by this call)."""
         return drive(self._life(str(thread_id)))
 
-    async def _athread_life(self, thread_id: str) -> str | None:
-        """Async :meth:`_thread_life`."""
+    async def athread_life(self, thread_id: str) -> str | None:
+        """Async :meth:`thread_life`."""
         return await adrive(self._life(str(thread_id)))
 
     def _life(self, thread_id: str) -> Flow[str | None]:
