@@ -62,7 +62,13 @@ def tool_call_key(config: Any, tool_call_id: str | None = None) -> str:
     )
 
 
-def _life(checkpointer: Any, thread_id: str) -> str | None:
-    from .langgraph import StatekeepSaver  # here: that module imports this one
+class KeepsLives:
+    """A checkpointer that keeps each thread's life token (``StatekeepSaver``): what
+    :func:`tool_call_key` asks for it."""
 
-    return checkpointer.thread_life(thread_id) if isinstance(checkpointer, StatekeepSaver) else None
+    def thread_life(self, thread_id: str) -> str | None:
+        raise NotImplementedError
+
+
+def _life(checkpointer: Any, thread_id: str) -> str | None:
+    return checkpointer.thread_life(thread_id) if isinstance(checkpointer, KeepsLives) else None

@@ -39,7 +39,7 @@ from ._flow import Emit, Flow, adrive, adrive_each, drive, drive_each
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import LABELS, LIFE, MARK, Thread
-from ._langgraph_keys import tool_call_key
+from ._langgraph_keys import KeepsLives, tool_call_key
 from ._langgraph_tuples import (
     config_of,
     delta_history,
@@ -57,7 +57,7 @@ __all__ = ["StatekeepSaver", "tool_call_key"]
 publish(__name__, globals(), ["tool_call_key"])  # reported as statekeep.adapters.langgraph's
 
 
-class StatekeepSaver(BaseCheckpointSaver[int]):
+class StatekeepSaver(BaseCheckpointSaver[int], KeepsLives):
     """A LangGraph checkpointer on a statekeep ``store`` (any of them: File, SQLite,
     Postgres, Redis, Memory, or your own).
 
