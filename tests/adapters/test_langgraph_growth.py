@@ -330,6 +330,8 @@ def test_a_prune_killed_before_any_of_its_store_calls_leaves_the_thread_as_befor
     store = open_store(kind, source / "s.db" if kind == "sqlite" else source)
     talk(chat(StatekeepSaver(store)), range(6))
     before = view(StatekeepSaver(store))
+    life = StatekeepSaver(store).thread_life("t")  # its tools' keys' part: kept by both moves
+    assert life is not None
     store.close()
     done = tmp_path / "done"
     shutil.copytree(source, done)
@@ -362,6 +364,7 @@ def test_a_prune_killed_before_any_of_its_store_calls_leaves_the_thread_as_befor
             saver = StatekeepSaver(store)
             seen = view(saver)
             assert seen in (before, after), f"killed before store call {kill_at}"
+            assert StatekeepSaver(store).thread_life("t") == life, f"killed before store call {kill_at}"
             if attempt == "again":  # a prune after the crash finishes the job, and writes go on
                 assert seen == after
                 talk(chat(saver), range(6, 7))

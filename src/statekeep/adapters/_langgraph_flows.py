@@ -14,6 +14,7 @@ from .._core.errors import (
     StateExistsError,
     StateNotFoundError,
 )
+from .._core.ids import new_incarnation
 from .._core.ranges import SNAPSHOT_ONLY
 from .._store.expect import expecting
 from ._flow import Flow
@@ -21,6 +22,7 @@ from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import (
     LABELS,
+    LIFE,
     MARK,
     Stored,
     Thread,
@@ -60,12 +62,18 @@ class Heads:
     """Per thread (its own State id), the State that held it last and that State's last
     snapshot seen (a hint: a stale one costs a retry, never a wrong write, since each write
     sends the snapshot's tip again first, which conflicts, or leaves a gap, unless the
-    history still ends with it). Bounded; safe to share between threads."""
+    history still ends with it). Bounded; safe to share between threads.
+
+    Also the life token (:data:`~._langgraph_history.LIFE`) promised to a thread not created
+    yet: a tool may ask for its key before the graph's first checkpoint of the thread is
+    stored (``durability="exit"``, or a put still under way); the write that creates the
+    thread stores the same token (:meth:`born`)."""
 
     SIZE = 1024
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._born: dict[str, str] = {}  # state id -> life token of a thread not created yet
         self._lock = threading.Lock()  # LangGraph's sync API writes from worker threads
 
     def get(self, state_id: str) -> tuple[str, dict[str, Any]] | None:
@@ -80,10 +88,27 @@ class Heads:
             if len(self._seen) >= self.SIZE and state_id not in self._seen:
                 del self._seen[next(iter(self._seen))]
             self._seen[state_id] = (holder, snapshot)
+            self._born.pop(state_id, None)  # the thread exists: its snapshot has its token
 
-    def forget(self, state_id: str) -> None:
+    def forget(self, state_id: str, *, deleted: bool = False) -> None:
+        """Forget the snapshot seen; ``deleted`` (the thread is being deleted): the token
+        promised to it too, so that the thread written again gets a new one."""
         with self._lock:
             self._seen.pop(state_id, None)
+            if deleted:
+                self._born.pop(state_id, None)
+
+    def born(self, state_id: str) -> str | None:
+        """The life token of a thread found absent: the one of a snapshot seen since (the
+        thread was created meanwhile), else the one promised to it, made now if need be."""
+        with self._lock:
+            seen = self._seen.get(state_id)
+            if seen is not None:
+                life: str | None = seen[1][MARK].get(LIFE)
+                return life
+            if state_id not in self._born and len(self._born) >= self.SIZE:
+                del self._born[next(iter(self._born))]
+            return self._born.setdefault(state_id, new_incarnation())
 
 
 def fixed(bodies: list[dict[str, Any]]) -> Build:
@@ -118,6 +143,8 @@ def append(home: Home, heads: Heads, thread_id: str, build: Build, lists: Lists 
         )
         tip = tip_entry(first + len(bodies))
         more = {"gen": gen, "known": known, "bytes": at + sum(body_size(body) for body in bodies)}
+        if old is None:  # a new thread: the token a tool may have been given already
+            more[LIFE] = heads.born(own)
         snapshot = snapshot_for(thread_id, old, tip, moved, early, added, more)
         try:  # the old tip first: a stale ``old`` (another history at its seq) conflicts
             yield from _write(

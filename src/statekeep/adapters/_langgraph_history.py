@@ -33,6 +33,13 @@ they belong to (its writes and checkpoints are saved in the background, concurre
 one start. Format 2 adds ``gen`` (a token that changes when the history is rewritten),
 ``known`` and ``bytes`` (see :mod:`._langgraph_values`). A statekeep that knows only
 format 1 refuses a format 2 thread (its reads would start too late to find the values).
+
+``life`` (:data:`LIFE`) is the thread's life token: a random id made by the write that
+creates the thread's State, carried by every later write and by both moves of a rewrite
+(so, unlike the State's incarnation, it survives ``prune`` and ``delete_for_runs``), new
+again once the thread is deleted and written again. It is the incarnation part of the
+thread's tool call keys (:mod:`._langgraph_keys`). A thread created by a statekeep that
+wrote none has none, and never gets one (its keys must not change under a call in doubt).
 """
 
 from __future__ import annotations
@@ -54,6 +61,8 @@ from ._langgraph_values import channels, needs, remap, value_of
 #: The snapshot key that marks a State as a LangGraph thread, and its format.
 MARK = "langgraph"
 FORMAT = 2
+#: The snapshot key (under :data:`MARK`) of the thread's life token (see the module).
+LIFE = "life"
 #: The label every thread's State carries, so that listings can find the threads.
 LABELS = {"framework": "langgraph"}
 
@@ -370,10 +379,16 @@ def snapshot_for(
     more: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The snapshot after a write that ends with ``tip``: the listing keys (``task`` is the
-    thread id, ``turn`` counts the checkpoints written), the heads and the tip."""
+    thread id, ``turn`` counts the checkpoints written), the heads and the tip. The life
+    token is ``old``'s (none if it has none), or, for a new thread, ``more``'s."""
     now = now_iso()
     labels = dict(old.get("labels") or {}) if old else {}
     labels.update(LABELS)
+    mark: dict[str, Any] = {"format": FORMAT, "heads": heads, "early": early, "tip": tip, **more}
+    mark.pop(LIFE, None)
+    life = old[MARK].get(LIFE) if old else more.get(LIFE)
+    if life is not None:
+        mark[LIFE] = life
     return {
         "task": thread_id,
         "created_at": old["created_at"] if old else now,
@@ -383,7 +398,7 @@ def snapshot_for(
         "finished": False,
         "seq": tip["seq"],
         "labels": labels,
-        MARK: {"format": FORMAT, "heads": heads, "early": early, "tip": tip, **more},
+        MARK: mark,
     }
 
 

@@ -30,6 +30,7 @@ try:
 except ImportError as exc:
     raise framework_missing("langgraph", "LangGraph", "langgraph", exc) from exc
 
+from .._core.errors import CorruptStateError
 from .._core.publish import publish
 from .._store.contract import Store
 from . import _langgraph_flows as flows
@@ -37,8 +38,8 @@ from . import _langgraph_moves as moves
 from ._flow import Emit, Flow, adrive, adrive_each, drive, drive_each
 from ._home import Home
 from ._ids import state_id_for
-from ._langgraph_history import LABELS, Thread
-from ._langgraph_keys import tool_call_key
+from ._langgraph_history import LABELS, LIFE, MARK, Thread
+from ._langgraph_keys import KeepsLives, tool_call_key
 from ._langgraph_tuples import (
     config_of,
     delta_history,
@@ -50,13 +51,13 @@ from ._langgraph_tuples import (
     within,
 )
 from ._langgraph_values import Lists
-from ._langgraph_where import other_id
+from ._langgraph_where import other_id, snapshot_only
 
 __all__ = ["StatekeepSaver", "tool_call_key"]
 publish(__name__, globals(), ["tool_call_key"])  # reported as statekeep.adapters.langgraph's
 
 
-class StatekeepSaver(BaseCheckpointSaver[int]):
+class StatekeepSaver(BaseCheckpointSaver[int], KeepsLives):
     """A LangGraph checkpointer on a statekeep ``store`` (any of them: File, SQLite,
     Postgres, Redis, Memory, or your own).
 
@@ -244,7 +245,7 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
 
     def _delete_thread(self, thread_id: str) -> Flow[None]:
         own = state_id_for(str(thread_id))
-        self._heads.forget(own)
+        self._heads.forget(own, deleted=True)  # written again, it is a new life (a new token)
         self._lists.forget(own)
         # its other State first (see prune): cut between the two, the thread reads as gone
         yield from self._home.deleting(other_id(own))
@@ -254,12 +255,49 @@ class StatekeepSaver(BaseCheckpointSaver[int]):
         """Copy the source thread's checkpoints and pending writes (what it holds now: not
         what was dropped) to the target thread, in one write: all or nothing. The target is
         created if absent, else the copies are appended to it. Nothing happens for an
-        unknown source."""
+        unknown source. The target keeps its own life (a new one if created here), so a
+        call copied from the source gets another :func:`tool_call_key` there. Durable on
+        return as the store's ``write``."""
         drive(flows.copy(self._home, self._heads, str(source_thread_id), str(target_thread_id)))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async :meth:`copy_thread` (one write: all or nothing)."""
         await adrive(flows.copy(self._home, self._heads, str(source_thread_id), str(target_thread_id)))
+
+    def thread_life(self, thread_id: str) -> str | None:
+        """The thread's life token: the incarnation part of its tools' :func:`tool_call_key`
+        (``idempotency_key(str(thread_id), life, tool_call_id)``), for a program that needs a
+        call's key outside the tool (a job reconciling calls in doubt with a service).
+
+        A random id made when the thread is first stored and kept in its snapshot: the same
+        for every saver and process, through ``prune`` and ``delete_for_runs``; a thread
+        deleted (``delete_thread``) and written again gets a new one, as does the target of
+        ``copy_thread`` that it creates. Read once (the snapshot alone), then remembered
+        with what the saver last saw of the thread. None for a thread first stored by a
+        statekeep that made none: its keys stay the thread and call ids' alone.
+
+        A thread not stored yet (a tool runs before the graph's first checkpoint of it is
+        put, as with ``durability="exit"``) is promised a new token, which this saver's write
+        that creates the thread stores (nothing is written by this call)."""
+        return drive(self._life(str(thread_id)))
+
+    async def athread_life(self, thread_id: str) -> str | None:
+        """Async :meth:`thread_life`."""
+        return await adrive(self._life(str(thread_id)))
+
+    def _life(self, thread_id: str) -> Flow[str | None]:
+        own = state_id_for(thread_id)
+        seen = self._heads.snapshot(own)
+        if seen is None:
+            sid, record = yield from snapshot_only(self._home, thread_id)
+            if record is None or record.snapshot is None:
+                return self._heads.born(own)
+            self._heads.remember(own, sid, record.snapshot)
+            seen = record.snapshot
+        life = seen[MARK].get(LIFE)
+        if life is not None and (not isinstance(life, str) or not life):
+            raise CorruptStateError(f"thread {thread_id!r}: its snapshot's life token is damaged: {life!r}")
+        return life
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Drop every checkpoint whose metadata ``run_id`` is one of ``run_ids``, and its

@@ -7,6 +7,8 @@ The graph's "model" node asks for two tool calls (fixed ids), and the graph stop
 tools (``interrupt_before``); ``resume`` runs them. One tool reads its key from a
 ``ToolRuntime``, the other from its config and an ``InjectedToolCallId`` parameter; each
 returns the key it got. Each phase prints the keys in the thread's tool messages (JSON).
+In the test's process, :func:`run` and :func:`arun` also run the graph without stopping
+(``phase="through"``), on another checkpointer, and with async tools.
 """
 
 from __future__ import annotations
@@ -39,27 +41,68 @@ def refund(amount: int, config: RunnableConfig, call_id: Annotated[str, Injected
     return tool_call_key(config, call_id)
 
 
+@tool("charge")
+async def acharge(amount: int, runtime: ToolRuntime) -> str:
+    """Charge an amount."""
+    return tool_call_key(runtime)
+
+
+@tool("refund")
+async def arefund(amount: int, config: RunnableConfig, call_id: Annotated[str, InjectedToolCallId]) -> str:
+    """Refund an amount."""
+    return tool_call_key(config, call_id)
+
+
 def model(state: MessagesState) -> dict[str, Any]:
     calls = [{"name": name, "args": {"amount": 5}, "id": call_id} for name, call_id in CALLS]
     return {"messages": [AIMessage(content="", tool_calls=calls)]}
 
 
-def graph(store: Store) -> Any:
+def graph(store: Store | None, *, stop: bool = True, checkpointer: Any = None, tools: Any = None) -> Any:
+    """The graph on a StatekeepSaver of ``store`` (or on ``checkpointer``); ``stop``: before
+    its tools; ``tools``: the tools node's tools (the sync ones by default)."""
     builder = StateGraph(MessagesState)
     builder.add_node("model", model)
-    builder.add_node("tools", ToolNode([charge, refund]))
+    builder.add_node("tools", ToolNode(tools or [charge, refund]))
     builder.add_edge(START, "model")
     builder.add_edge("model", "tools")
     builder.add_edge("tools", END)
-    return builder.compile(checkpointer=StatekeepSaver(store), interrupt_before=["tools"])
+    saver = checkpointer if store is None else StatekeepSaver(store)
+    return builder.compile(checkpointer=saver, interrupt_before=["tools"] if stop else None)
 
 
-def run(store: Store, thread_id: str, phase: str) -> dict[str, str]:
-    """Run one phase; the key each tool returned, by tool call id."""
+def _given(phase: str) -> Any:
+    return None if phase == "resume" else {"messages": [("user", "charge 5, refund 5")]}
+
+
+def _config(thread_id: str, run_id: str | None) -> RunnableConfig:
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    given = {"messages": [("user", "charge 5, refund 5")]} if phase == "start" else None
-    result = graph(store).invoke(given, config)
+    if run_id is not None:
+        config["metadata"] = {"run_id": run_id}
+    return config
+
+
+def _keys(result: Any) -> dict[str, str]:
     return {m.tool_call_id: str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)}
+
+
+def run(store: Store | None, thread_id: str, phase: str, **options: Any) -> dict[str, str]:
+    """Run one phase (``start``, ``resume``, or ``through``: start without stopping); the
+    key each tool returned, by tool call id. ``durability`` goes to ``invoke``, ``run_id``
+    to the checkpoints' metadata, the other ``options`` to :func:`graph`."""
+    config = _config(thread_id, options.pop("run_id", None))
+    durability = options.pop("durability", None)
+    built = graph(store, stop=phase != "through", **options)
+    return _keys(built.invoke(_given(phase), config, durability=durability))
+
+
+async def arun(store: Store | None, thread_id: str, phase: str, **options: Any) -> dict[str, str]:
+    """:func:`run` with ``ainvoke``, the async tools unless ``tools`` says otherwise."""
+    config = _config(thread_id, options.pop("run_id", None))
+    durability = options.pop("durability", None)
+    options.setdefault("tools", [acharge, arefund])
+    built = graph(store, stop=phase != "through", **options)
+    return _keys(await built.ainvoke(_given(phase), config, durability=durability))
 
 
 def main() -> None:
