@@ -124,8 +124,7 @@ def test_the_calls_a_fork_makes_itself_get_its_own_keys(store: Store) -> None:
     assert [ctx.call_id for ctx in seen] == ["c1", "c2"]
     assert seen[1].idempotency_key == idempotency_key("fork", fork.incarnation, "c2")
     assert seen[0].idempotency_key != seen[1].idempotency_key
-    # Resolved, the inherited call no longer needs its origin: the snapshot drops it.
-    assert "key_origins" not in snapshot_of(store, "fork")
+    assert set(snapshot_of(store, "fork")["key_origins"]) == {"c1"}  # only the inherited call has one
 
 
 def test_a_reconcile_in_the_fork_looks_for_the_sources_call(store: Store) -> None:
@@ -174,9 +173,29 @@ def test_a_state_of_its_own_has_no_key_origins_in_its_snapshot(store: Store) -> 
     assert "key_origins" not in state.snapshot()
     store.fork("src", new_id="fork")
     assert snapshot_of(store, "fork")["key_origins"] == {"c1": ["src", state.incarnation]}
-    # Saved with load's repair ("may or may not have run"), the call is closed: no origin kept.
+    # Settled (here by load's repair, saved), the call keeps its origin: a fork of this fork
+    # at a seq where the call is pending inherits it from here.
     store.save(store.load("fork"))
-    assert "key_origins" not in snapshot_of(store, "fork")
+    assert snapshot_of(store, "fork")["key_origins"] == {"c1": ["src", state.incarnation]}
+
+
+@pytest.mark.parametrize("settle", ["idempotent", "repair"])
+def test_a_fork_of_a_fork_that_settled_the_call_keeps_the_first_sources_key(
+    store: Store, settle: str
+) -> None:
+    source = with_pending_call(store)
+    source_key = idempotency_key("src", source.incarnation, "c1")
+    store.fork("src", new_id="mid")
+    bank = Bank()
+    if settle == "idempotent":
+        payer(store, bank)[0].run(store.load("mid"))  # mid runs c1 again, under src's key
+    else:
+        store.save(store.load("mid"))  # mid keeps load's repair: c1 "may or may not have run"
+    store.fork("mid", at_seq=3, new_id="leaf")  # at the reply: c1 pending in leaf
+    agent, seen = payer(store, bank)
+    agent.run(store.load("leaf"))
+    assert [ctx.idempotency_key for ctx in seen] == [source_key]
+    assert list(bank.charges) == [source_key]  # one charge, whoever ran it
 
 
 def test_a_redacting_store_keeps_the_origins_as_they_are(tmp_path: Path) -> None:

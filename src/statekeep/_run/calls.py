@@ -63,9 +63,10 @@ class CallResumption:
         }
 
     def _saved_origins(self) -> dict[str, Any]:
-        """What the snapshot keeps of the key origins: those of calls still pending (none: no key)."""
-        pending = self._replay.pending_calls
-        kept = {c: list(origin) for c, origin in self._key_origins.items() if c in pending}
+        """What the snapshot keeps of the key origins: all of them (none: no key), also once
+        their calls are settled: a fork of this State at a seq where one is still pending
+        inherits its origin from here. Only the calls pending at a fork point have one."""
+        kept = {c: list(origin) for c, origin in self._key_origins.items()}
         return {KEY_ORIGINS: kept} if kept else {}
 
     def _restore_origins(self, saved: Any) -> None:
