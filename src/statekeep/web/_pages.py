@@ -14,6 +14,7 @@ from .._core.errors import DecryptionError
 from .._core.ids import validate_id
 from .._core.records import SavedState
 from .._store.contract import Store
+from . import _charts, _timeline
 from . import _fmt as fmt
 from ._approve import pending_views
 from ._children import children_counts
@@ -123,6 +124,7 @@ async def runs_page(request: Request) -> Response:
     )
     statuses: Statuses = request.app.state.statuses
     views = await rows_html_views(store, list(rows), statuses)
+    stats = await request.app.state.stats.get(store)
     return page(
         "runs.html",
         rows=views,
@@ -134,6 +136,8 @@ async def runs_page(request: Request) -> Response:
         filtered=bool(filters),
         awaiting=filters.get("status") == "approval",
         approving=request.app.state.allow_approve,
+        stats=stats,
+        s=_charts,
     )
 
 
@@ -173,6 +177,11 @@ async def run_page(request: Request) -> Response:
     # Rendering thousands of entries takes a while: not on the event loop, which serves
     # every other page and live stream meanwhile.
     rendered = await run_in_threadpool(entries_html, shown, previous_at, record.snapshot)
+    # The chart covers the whole window (not only the entries shown), drawn on the server.
+    now = datetime.now(UTC) if status == "running" and before is None else None
+    chart = await run_in_threadpool(
+        _timeline.timeline, window, record.snapshot, running=status == "running", now=now
+    )
     return page(
         "run.html",
         id=state_id,
@@ -190,6 +199,8 @@ async def run_page(request: Request) -> Response:
         created=moment(snap.get("created_at")),
         updated=moment(snap.get("updated_at")),
         entries=[html for _, html in rendered],
+        chart=chart,
+        g=_timeline,
         hidden=hidden,
         earlier=_seq(shown[0]) if hidden else None,
         before=before,
