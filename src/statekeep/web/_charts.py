@@ -138,19 +138,21 @@ class StatsCache:
         self.computed = 0  # how many times it listed (the tests' seam)
         self.hits = 0  # how many times a page got the cached summary
 
-    async def get(self, store: Store) -> RunStats:
+    async def get(self, store: Store) -> tuple[RunStats, list[SavedState] | None]:
         """The summary of ``store``: the cached one while the store's change stamp has not
-        moved (see the module's docstring), else a new listing's."""
+        moved (see the module's docstring), else a new listing's; and that listing when it
+        holds every State of the store (the runs page counts children in it: no second scan)."""
         stamp = await change_stamp(store)
         age = time.monotonic() - self.at
         if self.stats is not None and (
             (stamp is not None and stamp == self.stamp and age < RESYNC) or (stamp is None and age < NO_STAMP)
         ):
             self.hits += 1
-            return self.stats
+            return self.stats, None
         at = time.monotonic()  # before the listing: a change made during it moves the next one
-        rows = await store.alist(limit=MOST)
+        listed = await store.alist(limit=MOST)
+        rows, more = list(listed), getattr(listed, "next", None) is not None
         self.computed += 1
-        self.stats = run_stats(list(rows), datetime.now(UTC), more=getattr(rows, "next", None) is not None)
+        self.stats = run_stats(rows, datetime.now(UTC), more=more)
         self.stamp, self.at = stamp, at
-        return self.stats
+        return self.stats, None if more else rows

@@ -50,10 +50,13 @@ def filters_of(request: Request) -> dict[str, Any]:
 
 
 async def rows_html_views(
-    store: Store, rows: list[SavedState], statuses: Statuses | None = None
+    store: Store,
+    rows: list[SavedState],
+    statuses: Statuses | None = None,
+    every: list[SavedState] | None = None,
 ) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    counts = await children_counts(store, rows, None if statuses is None else statuses.note)
+    counts = await children_counts(store, rows, None if statuses is None else statuses.note, every)
     return [row_view(row, counts[row.id], now) for row in rows]
 
 
@@ -123,8 +126,10 @@ async def runs_page(request: Request) -> Response:
         [*((k, v) for k, v in params.multi_items() if k not in ("after", "since")), ("since", newest)]
     )
     statuses: Statuses = request.app.state.statuses
-    views = await rows_html_views(store, list(rows), statuses)
-    stats = await request.app.state.stats.get(store)
+    # The summary (cached until the store changes); a new one's listing of every State
+    # counts the rows' children too.
+    stats, every = await request.app.state.stats.get(store)
+    views = await rows_html_views(store, list(rows), statuses, every)
     return page(
         "runs.html",
         rows=views,

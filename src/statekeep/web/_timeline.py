@@ -316,7 +316,7 @@ def timeline(
     hidden = max(0, len(rows) - MAX_ROWS)
     rows = rows[hidden:]
     lo = rows[0].start
-    hi = max((last - origin).total_seconds(), *(r.end for r in rows if r.end is not None))
+    hi = max([(last - origin).total_seconds(), *(r.end for r in rows if r.end is not None)])
     scale = PLOT / (hi - lo) if hi > lo else 0.0
     for i, row in enumerate(rows):
         row.x = LABEL + (row.start - lo) * scale
