@@ -35,7 +35,11 @@ def result(call_id: str, name: str = "search", **keys: Any) -> dict[str, Any]:
 
 TURN = history(
     (1, "model_request", {"model": "m1"}),
-    (3, "model_reply", {"tool_calls": [call("a"), call("b", "fetch")], "usage": {"input_tokens": 300, "output_tokens": 100}}),
+    (
+        3,
+        "model_reply",
+        {"tool_calls": [call("a"), call("b", "fetch")], "usage": {"input_tokens": 300, "output_tokens": 100}},
+    ),
     (4, "tool_result", result("a")),
     (7, "tool_result", result("b", "fetch")),
     (7, "model_request", {"model": "m1"}),
@@ -85,7 +89,9 @@ def test_no_usage_draws_no_token_bars_and_a_total_alone_draws_one_segment() -> N
     plain = history((0, "model_request", {"model": "m"}), (1, "model_reply", {"text": "hi"}))
     chart = tl.timeline(plain)
     assert chart is not None and chart.tokens == [] and chart.rows[0].usage is None
-    totals = history((0, "model_request", {"model": "m"}), (1, "model_reply", {"usage": {"total_tokens": 50}}))
+    totals = history(
+        (0, "model_request", {"model": "m"}), (1, "model_reply", {"usage": {"total_tokens": 50}})
+    )
     chart = tl.timeline(totals)
     assert chart is not None
     assert [s.part for s in chart.tokens[0].segments] == ["total"]
@@ -136,7 +142,9 @@ def test_a_request_with_no_reply_is_open() -> None:
     assert running is not None and (running.rows[0].state, running.rows[0].end) == ("waiting", None)
     assert running.rows[0].width == pytest.approx(tl.PLOT)
     stopped = tl.timeline(entries)
-    assert stopped is not None and stopped.rows[0].state == "noreply" and stopped.rows[0].duration == "in doubt"
+    assert (
+        stopped is not None and stopped.rows[0].state == "noreply" and stopped.rows[0].duration == "in doubt"
+    )
 
 
 def test_approvals_waiting_approved_and_rejected() -> None:

@@ -4,9 +4,10 @@ over time, recomputed only when the store's change signal moves and cached in be
 :func:`run_stats` is pure (listing rows in, counts and bar geometry out; ``_runs_chart.html``
 draws it). :class:`StatsCache` holds the last one: each runs page asks the store's change
 stamp (:mod:`statekeep._store.changes`, one ``stat`` on a FileStore) and lists again only when
-it moved, or when the last listing is :data:`RESYNC` seconds old (as the runs feed does, for a
-change the stamp missed). A store without a stamp (the server stores) is listed again at most
-every :data:`NO_STAMP` seconds.
+it moved, when the store cannot say now (a FileStore's stamp, for two seconds after a change),
+or when the last listing is :data:`RESYNC` seconds old (as the runs feed does, for a change the
+stamp missed). A store with no stamp at all (the server stores, whose listing is an index read)
+is listed again once the summary is :data:`NO_STAMP` seconds old.
 
 The summary covers the :data:`MOST` most recently updated runs of the store (every run of a
 smaller store), whatever the page's filters: it says so when there are more.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from .._core.records import SavedState
+from .._store.capabilities import ChangeStamps
 from .._store.changes import change_stamp
 from .._store.contract import Store
 from ._feed import RESYNC
@@ -144,8 +146,9 @@ class StatsCache:
         holds every State of the store (the runs page counts children in it: no second scan)."""
         stamp = await change_stamp(store)
         age = time.monotonic() - self.at
+        stamped = isinstance(store, ChangeStamps)
         if self.stats is not None and (
-            (stamp is not None and stamp == self.stamp and age < RESYNC) or (stamp is None and age < NO_STAMP)
+            (stamp is not None and stamp == self.stamp and age < RESYNC) or (not stamped and age < NO_STAMP)
         ):
             self.hits += 1
             return self.stats, None
