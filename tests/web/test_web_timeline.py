@@ -60,10 +60,10 @@ def test_a_row_per_call_in_order_of_start_with_widths_proportional_to_durations(
     ]
     assert [(r.start, r.end) for r in rows] == [(1, 3), (3, 4), (4, 7), (7, 8)]  # calls run one after another
     assert [r.state for r in rows] == ["done"] * 4 and not any(r.open for r in rows)
-    scale = tl.PLOT / 7  # the axis: from the first call's start (+1 s) to the last entry (+8 s)
+    scale = tl.AXIS / 7  # the axis: from the first call's start (+1 s) to the last entry (+8 s)
     assert [r.width for r in rows] == pytest.approx([2 * scale, 1 * scale, 3 * scale, 1 * scale])
     assert [r.x for r in rows] == pytest.approx([tl.LABEL + s * scale for s in (0, 2, 3, 6)])
-    assert rows[-1].x + rows[-1].width == pytest.approx(tl.LABEL + tl.PLOT)  # the axis ends at the last bar
+    assert rows[-1].x + rows[-1].width == pytest.approx(tl.LABEL + tl.AXIS)  # the axis ends at the last bar
     assert [r.y for r in rows] == sorted(r.y for r in rows) and len({r.y for r in rows}) == 4  # a row each
     assert [t.label for t in chart.ticks] == ["+1.0 s", "+2.8 s", "+4.5 s", "+6.2 s", "+8.0 s"]
     assert rows[2].duration == "3.0 s"
@@ -113,34 +113,40 @@ def test_a_call_in_doubt_is_open_ended_and_marked() -> None:
     assert chart.summary.endswith("1 open-ended (no end known).")
 
 
-def test_a_call_with_no_result_reaches_the_end_of_the_chart() -> None:
+def test_a_call_with_no_result_goes_past_the_end_of_the_axis() -> None:
     entries = history(
         (0, "model_request", {"model": "m"}),
         (2, "model_reply", {"tool_calls": [call("x"), call("y")]}),
         (5, "tool_result", result("x")),
+        (10, "data", {"key": "k", "value": 1}),
     )
-    chart = tl.timeline(entries, running=True, now=T0 + timedelta(seconds=10))
+    chart = tl.timeline(entries, running=True)
     assert chart is not None
     assert [(r.call_id, r.start, r.end, r.state) for r in chart.rows] == [
         ("", 0, 2, "done"),
         ("x", 2, 5, "done"),
-        ("y", 5, None, "waiting"),  # the next call runs: open, to now
+        ("y", 5, None, "waiting"),  # the next call runs: open (the one after it has not started)
     ]
     waiting = chart.rows[2]
-    assert waiting.open and waiting.x + waiting.width == pytest.approx(tl.LABEL + tl.PLOT)
-    assert waiting.width == pytest.approx(tl.PLOT / 2)  # from +5 s to now, +10 s
+    assert waiting.open and waiting.x == pytest.approx(tl.LABEL + tl.AXIS / 2)  # from +5 s of 10
+    assert waiting.x + waiting.width == pytest.approx(tl.LABEL + tl.AXIS + tl.STUB)  # past the last entry
     assert waiting.duration == "no end yet"
-    stopped = tl.timeline(entries)  # a run not running: the call is in doubt, to the last entry
+    assert "still running, or in doubt if its worker stopped" in waiting.title
+    stopped = tl.timeline(entries)  # a run that is not running: the call is in doubt
     assert stopped is not None
-    assert (stopped.rows[2].state, stopped.rows[2].end) == ("unknown", None)
-    assert stopped.rows[2].width == pytest.approx(tl.MIN_BAR)  # it starts at the last entry
+    assert (stopped.rows[2].state, stopped.rows[2].end, stopped.rows[2].duration) == (
+        "unknown",
+        None,
+        "in doubt",
+    )
+    assert stopped.rows[2].width == pytest.approx(waiting.width)
 
 
 def test_a_request_with_no_reply_is_open() -> None:
     entries = history((0, "model_request", {"model": "m"}), (4, "data", {"key": "k", "value": 1}))
     running = tl.timeline(entries, running=True)
     assert running is not None and (running.rows[0].state, running.rows[0].end) == ("waiting", None)
-    assert running.rows[0].width == pytest.approx(tl.PLOT)
+    assert running.rows[0].width == pytest.approx(tl.AXIS + tl.STUB)
     stopped = tl.timeline(entries)
     assert (
         stopped is not None and stopped.rows[0].state == "noreply" and stopped.rows[0].duration == "in doubt"

@@ -183,10 +183,7 @@ async def run_page(request: Request) -> Response:
     # every other page and live stream meanwhile.
     rendered = await run_in_threadpool(entries_html, shown, previous_at, record.snapshot)
     # The chart covers the whole window (not only the entries shown), drawn on the server.
-    now = datetime.now(UTC) if status == "running" and before is None else None
-    chart = await run_in_threadpool(
-        _timeline.timeline, window, record.snapshot, running=status == "running", now=now
-    )
+    chart = await run_in_threadpool(_timeline.timeline, window, record.snapshot, running=status == "running")
     return page(
         "run.html",
         id=state_id,

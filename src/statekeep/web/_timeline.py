@@ -12,8 +12,10 @@ entries' ``at``; an entry without a readable ``at`` draws nothing.
   before it, and its own ``tool_resume`` (a call run again after a restart or an approval);
   a call a person rejected spans nothing. Open-ended, drawn without a right edge and marked:
   a call whose result says its outcome is ``unknown`` (in doubt: it may or may not have run;
-  drawn up to that result), and a call or request with no end yet (drawn to the chart's end:
-  still running, waiting for a person's approval, or in doubt once the run has stopped).
+  drawn up to that result), and a call or request with no end yet (drawn past the last entry's
+  time, :data:`STUB` further: still running, waiting for a person's approval, or in doubt once
+  the run has stopped). The axis ends at the last entry: a run whose worker died an hour ago
+  (still "running" in the store) keeps a readable chart.
 - At most :data:`MAX_ROWS` rows: a longer run shows its last ones, and says how many are not
   shown; the axis then starts at the first shown row (its ticks still count from the run's
   start).
@@ -39,6 +41,8 @@ TOP = 26  # the axis labels' band, above the rows
 MIN_BAR = 2.0  # a bar is at least this wide, so that an instant call still shows
 TICKS = 5
 PLOT = WIDTH - LABEL - RIGHT
+STUB = 24  # how far past the axis's end a bar with no end goes
+AXIS = PLOT - STUB  # the time axis's length
 
 #: What each row's ``state`` says, for its tooltip and the legend.
 STATES = {
@@ -301,30 +305,29 @@ def timeline(
     snapshot: object = None,
     *,
     running: bool = False,
-    now: datetime | None = None,
 ) -> Timeline | None:
     """The waterfall of a history (see the module's docstring), or None when it holds no
-    call. ``now``: for a running run, open bars reach it rather than the last entry."""
+    call. ``running``: the run is under way (only the words of an open call change)."""
     entries = list(entries)
     rows = rows_of(entries, snapshot, running=running)
     if not rows:
         return None
     times = [t for t in (fmt.parse_time(e.get("at")) for e in entries) if t is not None]
     origin, last = times[0], max(times)
-    if now is not None and now > last:
-        last = now
     hidden = max(0, len(rows) - MAX_ROWS)
     rows = rows[hidden:]
     lo = rows[0].start
     hi = max([(last - origin).total_seconds(), *(r.end for r in rows if r.end is not None)])
-    scale = PLOT / (hi - lo) if hi > lo else 0.0
+    scale = AXIS / (hi - lo) if hi > lo else 0.0
     for i, row in enumerate(rows):
         row.x = LABEL + (row.start - lo) * scale
-        end = hi if row.end is None else row.end
-        row.width = max(MIN_BAR, (end - row.start) * scale)
+        if row.end is None:
+            row.width = (hi - row.start) * scale + STUB
+        else:
+            row.width = max(MIN_BAR, (row.end - row.start) * scale)
         row.y = TOP + i * ROW + (ROW - BAR) / 2
     ticks = [
-        Tick(LABEL + PLOT * i / (TICKS - 1), "+" + span(lo + (hi - lo) * i / (TICKS - 1)))
+        Tick(LABEL + AXIS * i / (TICKS - 1), "+" + span(lo + (hi - lo) * i / (TICKS - 1)))
         for i in range(TICKS)
     ]
     if hi <= lo:
