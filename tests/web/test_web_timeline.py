@@ -212,3 +212,34 @@ def test_entries_without_a_time_and_histories_without_calls() -> None:
 )
 def test_span(seconds: float, text: str) -> None:
     assert tl.span(seconds) == text
+
+
+def test_a_state_alpineagents_wrote_is_read_as_its_adapter_shows_it() -> None:
+    snapshot = {"labels": {"framework": "alpineagents"}, "alpineagents": {}}
+    at = [(T0 + timedelta(seconds=s)).isoformat() for s in range(4)]
+    reply = {
+        "message": {"content": [{"type": "tool_call", "id": "t1", "name": "lookup", "args": {}}]},
+        "usage": {"input_tokens": 70, "output_tokens": 7},
+    }
+    entries = [
+        {"seq": 0, "kind": "user", "at": at[0], "content": "hi"},
+        {"seq": 1, "kind": "model_request", "at": at[0], "content": "alpine-model"},
+        {"seq": 2, "kind": "model_reply", "at": at[1], "content": reply},
+        {
+            "seq": 3,
+            "kind": "tool_result",
+            "at": at[3],
+            "content": "found",
+            "outcome": "done",
+            "call": {"id": "t1", "name": "lookup"},
+        },
+    ]
+    chart = tl.timeline(entries, snapshot)
+    assert chart is not None
+    assert [(r.kind, r.name, r.start, r.end, r.state) for r in chart.rows] == [
+        ("model", "alpine-model", 0, 1, "done"),
+        ("tool", "lookup", 1, 3, "done"),
+    ]
+    assert chart.tokens[0].row.usage == tl.Usage(70, 7, 77)
+    plain = tl.timeline(entries)  # without the snapshot that says who wrote it: its usage is not found
+    assert plain is not None and plain.tokens == []
