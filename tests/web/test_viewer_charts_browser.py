@@ -143,3 +143,26 @@ def test_the_charts_need_no_script(serve: Any, page: Any, store: FileStore) -> N
         page.get(server.url)
         wait_for(page, shown("svg#runs-chart g.bucket"), "the runs chart")
         assert len(by_css(page, "#run-counts li")) == 3
+
+
+def test_user_data_in_the_charts_stays_text(serve: Any, page: Any, store: FileStore) -> None:
+    from statekeep import State, agent_info
+    from tests.web.test_viewer_browser import IMG, SCRIPT
+
+    name = f"{SCRIPT}\"'{IMG}"
+    state = State("evil names", id="evil-names")
+    state.begin_run(agent_info("bot", f"model {IMG}", tools=[name]))
+    state.request(f"model {IMG}")
+    state.add_reply("", [{"id": f"call {SCRIPT}", "name": name, "args": {}}], usage={"input_tokens": 3})
+    state.add_tool_result(f"call {SCRIPT}", "ok")
+    store.save(state)
+    server: Server = serve(str(store.path))
+    page.get(server.url + "runs/evil-names")
+    wait_for(page, shown("svg#run-timeline g.bar.tool"), "the waterfall")
+    bar = one(page, "svg#run-timeline g.bar.tool")
+    assert bar.get_attribute("data-call") == f"call {SCRIPT}"
+    assert title_of(page, bar).startswith(f"tool {name} (call call {SCRIPT}); from +")
+    assert one(bar, "text.label").text == name[:29] + "…"
+    assert f"model {IMG}" in title_of(page, one(page, "svg#run-tokens g.usage"))
+    assert by_css(page, "svg script, svg img, #charts script, #charts img") == []
+    assert page.execute_script("return window.__pwned === undefined;")

@@ -243,3 +243,27 @@ def test_a_state_alpineagents_wrote_is_read_as_its_adapter_shows_it() -> None:
     assert chart.tokens[0].row.usage == tl.Usage(70, 7, 77)
     plain = tl.timeline(entries)  # without the snapshot that says who wrote it: its usage is not found
     assert plain is not None and plain.tokens == []
+
+
+def test_a_restart_leaves_the_request_it_cut_off_open_and_a_reconciled_call_open() -> None:
+    entries = history(
+        (0, "model_request", {"model": "m"}),
+        (9, "run_start", {"agent": {"name": "a"}}),  # the worker died waiting for the model
+        (10, "model_request", {"model": "m"}),
+        (11, "model_reply", {"tool_calls": [call("s", "send")]}),
+        (20, "run_start", {"agent": {"name": "a"}}),  # ... and again during the call
+        (21, "tool_result", result("s", "send", reconciled=True)),
+    )
+    chart = tl.timeline(entries)
+    assert chart is not None
+    cut, answered, sent = chart.rows
+    assert (cut.start, cut.end, cut.state, cut.open, cut.duration) == (0, 9, "noreply", True, "in doubt")
+    assert (answered.start, answered.end, answered.state, answered.open) == (10, 11, "done", False)
+    assert (sent.start, sent.end, sent.state, sent.open, sent.duration) == (
+        11,
+        21,
+        "reconciled",
+        True,
+        "reconciled",
+    )
+    assert "found after a restart" in sent.title

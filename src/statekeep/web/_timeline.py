@@ -6,13 +6,16 @@ geometry, in the SVG's user units), which ``_timeline.html`` draws. Times come f
 entries' ``at``; an entry without a readable ``at`` draws nothing.
 
 - A model row runs from its ``model_request`` to the ``model_reply`` (or ``model_error``)
-  that closes it; one with no reply yet is open.
+  that closes it; one with no reply yet is open, and one a new request or run began after
+  without a reply (its worker died) is open up to there.
 - A tool row runs from when its call could start to its ``tool_result``. The agent runs a
   reply's calls one after the other, so a call starts at the latest of its reply, the result
   before it, and its own ``tool_resume`` (a call run again after a restart or an approval);
-  a call a person rejected spans nothing. Open-ended, drawn without a right edge and marked:
-  a call whose result says its outcome is ``unknown`` (in doubt: it may or may not have run;
-  drawn up to that result), and a call or request with no end yet (drawn past the last entry's
+  a call a person rejected runs from the decision to its error result. Open-ended, drawn
+  without a right edge and marked: a call whose result says its outcome is ``unknown`` (in
+  doubt: it may or may not have run) or that its tool's ``reconcile`` found done after a
+  restart (when it ended is not known), both drawn up to that result; and a call or request
+  with no end yet (drawn past the last entry's
   time, :data:`STUB` further: still running, waiting for a person's approval, or in doubt once
   the run has stopped). The axis ends at the last entry: a run whose worker died an hour ago
   (still "running" in the store) keeps a readable chart.
@@ -53,6 +56,7 @@ STATES = {
     "waiting": "no reply or result yet: still running, or in doubt if its worker stopped",
     "approval": "waiting for a person's approval",
     "noreply": "no reply was saved: the request is in doubt",
+    "reconciled": "done, as the tool's reconcile found after a restart (when it ended is not known)",
 }
 
 
@@ -91,7 +95,7 @@ class Row:
 
     @property
     def open(self) -> bool:
-        return self.end is None or self.state == "unknown"
+        return self.end is None or self.state in ("unknown", "noreply", "reconciled")
 
     @property
     def duration(self) -> str:
@@ -100,6 +104,8 @@ class Row:
             return "awaiting approval"
         if self.state in ("unknown", "noreply"):
             return "in doubt"
+        if self.state == "reconciled":
+            return "reconciled"
         return "no end yet" if self.end is None else span(self.end - self.start)
 
     @property
@@ -246,6 +252,8 @@ def rows_of(
         origin = origin or at
         kind, seq = entry.get("kind"), entry.get("seq")
         seq = seq if type(seq) is int else -1
+        if kind in ("model_request", "run_start") and model is not None:  # it never got its reply
+            model[0].end, model[0].state, model = secs(at), "noreply", None
         if kind == "model_request":
             model = (Row("model", fmt.text(entry.get("model")), seq, secs(at), None, "waiting"), at)
             rows.append(model[0])
@@ -281,8 +289,8 @@ def rows_of(
                 state = "error"
             if p.asked is not None and p.started is None:  # asked a person, never run: rejected
                 start, state = p.decided or at, "rejected"
-            if entry.get("reconciled") is True:
-                p.notes.append("its result was found by the tool's reconcile")
+            if entry.get("reconciled") is True and state == "done":
+                state = "reconciled"
             rows.append(Row("tool", p.name, p.seq, secs(start), secs(at), state, call_id, notes=p.notes))
             cursor = at
     running_one = False  # a reply's calls run one at a time: only the first pending one runs
