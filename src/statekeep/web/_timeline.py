@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from .._run.readers import reader
+from .._run.shown import framework_of
 from . import _fmt as fmt
 
 MAX_ROWS = 60  # rows drawn at most (the last ones)
@@ -74,7 +75,7 @@ class Usage:
         return " · ".join(f"{n:,} {word}" for n, word in counts if n is not None)
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     """One call: ``kind`` "model" or "tool", its ``name`` (the model, or the tool), where it
     starts and ends in seconds from the run's start (``end`` None: open-ended)."""
@@ -233,8 +234,15 @@ def rows_of(
     """The calls of a history, in order of start (see the module's docstring): times in
     seconds from the first entry's ``at``. ``running``: the run is under way (a call without
     a result is still running rather than in doubt); it only changes the words."""
-    show = reader(snapshot)
+    return _calls(entries, snapshot, running)[0]
+
+
+def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -> tuple[list[Row], float]:
+    """:func:`rows_of`, and the latest entry's time (seconds from the first)."""
+    # An adapter's State is read as its adapter shows it; statekeep's own entries as they are.
+    show = None if framework_of(snapshot) is None else reader(snapshot)
     origin: datetime | None = None
+    latest = 0.0
     rows: list[Row] = []
     model: tuple[Row, datetime] | None = None
     pending: dict[str, _Pending] = {}
@@ -245,11 +253,12 @@ def rows_of(
         return (when - origin).total_seconds()
 
     for raw in entries:
-        entry = show(raw).entry
+        entry = raw if show is None else show(raw).entry
         at = fmt.parse_time(entry.get("at"))
         if at is None:
             continue
         origin = origin or at
+        latest = max(latest, secs(at))
         kind, seq = entry.get("kind"), entry.get("seq")
         seq = seq if type(seq) is int else -1
         if kind in ("model_request", "run_start") and model is not None:  # it never got its reply
@@ -305,7 +314,7 @@ def rows_of(
     if model is not None and not running:
         model[0].state = "noreply"
     rows.sort(key=lambda r: (r.start, r.seq, r.kind != "model"))
-    return rows
+    return rows, latest
 
 
 def timeline(
@@ -316,16 +325,13 @@ def timeline(
 ) -> Timeline | None:
     """The waterfall of a history (see the module's docstring), or None when it holds no
     call. ``running``: the run is under way (only the words of an open call change)."""
-    entries = list(entries)
-    rows = rows_of(entries, snapshot, running=running)
+    rows, latest = _calls(entries, snapshot, running)
     if not rows:
         return None
-    times = [t for t in (fmt.parse_time(e.get("at")) for e in entries) if t is not None]
-    origin, last = times[0], max(times)
     hidden = max(0, len(rows) - MAX_ROWS)
     rows = rows[hidden:]
     lo = rows[0].start
-    hi = max([(last - origin).total_seconds(), *(r.end for r in rows if r.end is not None)])
+    hi = max([latest, *(r.end for r in rows if r.end is not None)])
     scale = AXIS / (hi - lo) if hi > lo else 0.0
     for i, row in enumerate(rows):
         row.x = LABEL + (row.start - lo) * scale
