@@ -267,3 +267,17 @@ def test_a_restart_leaves_the_request_it_cut_off_open_and_a_reconciled_call_open
         "reconciled",
     )
     assert "found after a restart" in sent.title
+
+
+def test_a_trimmed_history_counts_from_its_tasks_time() -> None:
+    start = (T0 - timedelta(hours=1)).isoformat()
+    base = {"seq": 40, "kind": "base", "at": T0.isoformat(), "task": {"text": "t", "at": start}}
+    entries = [
+        base,
+        {"seq": 41, "kind": "model_request", "at": (T0 + timedelta(seconds=1)).isoformat(), "model": "m"},
+        {"seq": 42, "kind": "model_reply", "at": (T0 + timedelta(seconds=3)).isoformat()},
+    ]
+    chart = tl.timeline(entries)
+    assert chart is not None
+    assert (chart.rows[0].start, chart.rows[0].end) == (3601, 3603)
+    assert chart.ticks[0].label == "+1 h 0 min"

@@ -244,7 +244,7 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
     origin: datetime | None = None
     latest = 0.0
     rows: list[Row] = []
-    model: tuple[Row, datetime] | None = None
+    model: Row | None = None  # the request waiting for its reply
     pending: dict[str, _Pending] = {}
     cursor: datetime | None = None
 
@@ -257,20 +257,22 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
         at = fmt.parse_time(entry.get("at"))
         if at is None:
             continue
-        origin = origin or at
+        if origin is None:  # the run's start: a trimmed history's base keeps its task's time
+            task = entry.get("task") if entry.get("kind") == "base" else None
+            origin = (fmt.parse_time(task.get("at")) if isinstance(task, Mapping) else None) or at
         latest = max(latest, secs(at))
         kind, seq = entry.get("kind"), entry.get("seq")
         seq = seq if type(seq) is int else -1
         if kind in ("model_request", "run_start") and model is not None:  # it never got its reply
-            model[0].end, model[0].state, model = secs(at), "noreply", None
+            model.end, model.state, model = secs(at), "noreply", None
         if kind == "model_request":
-            model = (Row("model", fmt.text(entry.get("model")), seq, secs(at), None, "waiting"), at)
-            rows.append(model[0])
+            model = Row("model", fmt.text(entry.get("model")), seq, secs(at), None, "waiting")
+            rows.append(model)
         elif kind in ("model_reply", "model_error") and model is not None:
-            row = model[0]
-            row.end, row.state, model = secs(at), ("done" if kind == "model_reply" else "error"), None
+            model.end, model.state = secs(at), ("done" if kind == "model_reply" else "error")
             if kind == "model_reply":
-                row.usage = usage_of(entry.get("usage"))
+                model.usage = usage_of(entry.get("usage"))
+            model = None
         if kind == "model_reply":
             calls = entry.get("tool_calls")
             for call in calls if isinstance(calls, list) else []:
@@ -312,7 +314,7 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
             state = "waiting" if running else "unknown"
             rows.append(Row("tool", p.name, p.seq, secs(start), None, state, call_id, notes=p.notes))
     if model is not None and not running:
-        model[0].state = "noreply"
+        model.state = "noreply"
     rows.sort(key=lambda r: (r.start, r.seq, r.kind != "model"))
     return rows, latest
 
