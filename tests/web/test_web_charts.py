@@ -271,3 +271,22 @@ def test_run_stats_picks_the_smallest_bucket_that_covers_the_runs() -> None:
     assert "1 older runs are not drawn" in weeks.summary
     empty = _charts.run_stats([], now)
     assert empty.buckets == [] and [c.count for c in empty.counts] == [0, 0]
+
+
+def test_a_store_without_a_change_stamp_keeps_the_summary_a_few_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.stores import STORE_FACTORIES
+
+    store = STORE_FACTORIES["redis"](tmp_path)  # a throwaway Redis: no change stamp
+    with store, TestClient(create_app(store), base_url=LOCAL) as c:
+        stats = c.app.state.stats  # type: ignore[attr-defined]
+        save_all(store, finished("one", id="one"))
+        monkeypatch.setattr(_charts, "NO_STAMP", 3600.0)  # the summary is young for an hour
+        page(c, "/")
+        store.save(finished("two", id="two"))  # no stamp to tell: kept until it is NO_STAMP old
+        assert page(c, "/").one("li", data_status="finished").text == "1 finished"
+        assert (stats.computed, stats.hits) == (1, 1)
+        monkeypatch.setattr(_charts, "NO_STAMP", 0.0)  # ... and listed again once it is
+        assert page(c, "/").one("li", data_status="finished").text == "2 finished"
+        assert (stats.computed, stats.hits) == (2, 1)
