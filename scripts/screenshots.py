@@ -5,7 +5,8 @@
 Builds a demo FileStore in a temporary folder (a finished run with tool calls, its subagent,
 a run whose refund call has an unknown outcome, a fork, a run stopped by its limit), serves it
 with ``statekeep serve`` in a process of its own, and writes ``runs.png`` (the runs page) and
-``run.png`` (the refund run's timeline, its unknown outcome marked), 1280 pixels wide. Needs Debian's ``chromium`` and
+``run.png`` (the refund run's page: its waterfall and token chart, its timeline, the call in
+doubt marked), 1280 pixels wide. Needs Debian's ``chromium`` and
 ``chromium-driver`` (``./dev test`` installs them as root) and selenium (the ``test`` extra).
 """
 
@@ -106,12 +107,19 @@ def build_demo(path: Path) -> FileStore:
         refund.begin_run(SUPPORT)
         refund.request("gpt-large")
         clock.step(1.8)
-        refund.add_reply("", [{"id": "call_7", "name": "lookup_order", "args": {"order": 4821}}])
+        refund.add_reply(
+            "",
+            [{"id": "call_7", "name": "lookup_order", "args": {"order": 4821}}],
+            usage={"input_tokens": 1320, "output_tokens": 41},
+        )
+        clock.step(0.8)
         refund.add_tool_result("call_7", {"order": 4821, "total_eur": 129.0, "status": "delivered"})
         refund.request("gpt-large")
         clock.step(1.5)
         refund.add_reply(
-            "", [{"id": "call_8", "name": "refund", "args": {"order": 4821, "amount_eur": 129.0}}]
+            "",
+            [{"id": "call_8", "name": "refund", "args": {"order": 4821, "amount_eur": 129.0}}],
+            usage={"input_tokens": 1610, "output_tokens": 58},
         )
         clock.step(30)
         # The worker was killed during the refund call: nobody knows whether it went through.

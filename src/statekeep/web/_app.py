@@ -15,6 +15,7 @@ from starlette.staticfiles import StaticFiles
 
 from .._store.contract import Store
 from ._approve import DECIDE, decide
+from ._charts import StatsCache
 from ._feed import Changes
 from ._guard import Guard
 from ._live import run_events, runs_events
@@ -93,5 +94,6 @@ def create_app(
     # Set when the server stops: the live streams, which never end by themselves, end then.
     app.state.stopping = threading.Event()
     app.state.statuses = Statuses()  # the status filter's choices, gathered as rows are shown
+    app.state.stats = StatsCache()  # the runs page's summary, listed again when the store changes
     app.state.changes = Changes(store, app.state.stopping, app.state.statuses)  # the feeds' one poller
     return app

@@ -24,15 +24,23 @@ MAX_SCAN = 10_000
 
 
 async def children_counts(
-    store: Store, rows: Sequence[SavedState], seen: Callable[[Iterable[SavedState]], object] | None = None
+    store: Store,
+    rows: Sequence[SavedState],
+    seen: Callable[[Iterable[SavedState]], object] | None = None,
+    every: Sequence[SavedState] | None = None,
 ) -> dict[str, int]:
     """The number of States whose parent is each of ``rows`` (by id). ``seen`` is shown the
-    rows the one listing found (the runs page gathers its status choices from them)."""
+    rows the one listing found (the runs page gathers its status choices from them).
+    ``every``: a listing of every State of the store, just made (the runs page's summary):
+    counted in place of the one listing."""
     if not rows:
         return {}
     ids = {row.id for row in rows}
-    since = min(row.created_at for row in rows) - SKEW
-    recent = await store.alist(updated_after=since, limit=MAX_SCAN)
+    if every is not None:
+        recent: Sequence[SavedState] = every
+    else:
+        since = min(row.created_at for row in rows) - SKEW
+        recent = await store.alist(updated_after=since, limit=MAX_SCAN)
     if seen is not None:
         seen(recent)
     if getattr(recent, "next", None) is None:

@@ -14,6 +14,7 @@ from .._core.errors import DecryptionError
 from .._core.ids import validate_id
 from .._core.records import SavedState
 from .._store.contract import Store
+from . import _charts, _timeline
 from . import _fmt as fmt
 from ._approve import pending_views
 from ._children import children_counts
@@ -49,10 +50,13 @@ def filters_of(request: Request) -> dict[str, Any]:
 
 
 async def rows_html_views(
-    store: Store, rows: list[SavedState], statuses: Statuses | None = None
+    store: Store,
+    rows: list[SavedState],
+    statuses: Statuses | None = None,
+    every: list[SavedState] | None = None,
 ) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    counts = await children_counts(store, rows, None if statuses is None else statuses.note)
+    counts = await children_counts(store, rows, None if statuses is None else statuses.note, every)
     return [row_view(row, counts[row.id], now) for row in rows]
 
 
@@ -122,7 +126,10 @@ async def runs_page(request: Request) -> Response:
         [*((k, v) for k, v in params.multi_items() if k not in ("after", "since")), ("since", newest)]
     )
     statuses: Statuses = request.app.state.statuses
-    views = await rows_html_views(store, list(rows), statuses)
+    # The summary (cached until the store changes); a new one's listing of every State
+    # counts the rows' children too.
+    stats, every = await request.app.state.stats.get(store)
+    views = await rows_html_views(store, list(rows), statuses, every)
     return page(
         "runs.html",
         rows=views,
@@ -134,6 +141,8 @@ async def runs_page(request: Request) -> Response:
         filtered=bool(filters),
         awaiting=filters.get("status") == "approval",
         approving=request.app.state.allow_approve,
+        stats=stats,
+        s=_charts,
     )
 
 
@@ -173,6 +182,8 @@ async def run_page(request: Request) -> Response:
     # Rendering thousands of entries takes a while: not on the event loop, which serves
     # every other page and live stream meanwhile.
     rendered = await run_in_threadpool(entries_html, shown, previous_at, record.snapshot)
+    # The chart covers the whole window (not only the entries shown), drawn on the server.
+    chart = await run_in_threadpool(_timeline.timeline, window, record.snapshot, running=status == "running")
     return page(
         "run.html",
         id=state_id,
@@ -190,6 +201,8 @@ async def run_page(request: Request) -> Response:
         created=moment(snap.get("created_at")),
         updated=moment(snap.get("updated_at")),
         entries=[html for _, html in rendered],
+        chart=chart,
+        g=_timeline,
         hidden=hidden,
         earlier=_seq(shown[0]) if hidden else None,
         before=before,

@@ -22,7 +22,7 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_ENV.filters.update(pretty=fmt.pretty, text=fmt.text, css_word=fmt.css_word)
+_ENV.filters.update(pretty=fmt.pretty, text=fmt.text, css_word=fmt.css_word, num=lambda v: f"{v:.1f}")
 _ENV.tests.update(state_id=fmt.is_id)
 
 
