@@ -291,7 +291,12 @@ class StatekeepSaver(BaseCheckpointSaver[int], KeepsLives):
         if seen is None:
             sid, record = yield from snapshot_only(self._home, thread_id)
             if record is None or record.snapshot is None:
-                return self._heads.born(own)
+                promised = self._heads.born(own)
+                # Read again: a put that created the thread meanwhile, its snapshot then
+                # forgotten by a read that found nothing before it, has a token of its own.
+                sid, record = yield from snapshot_only(self._home, thread_id)
+                if record is None or record.snapshot is None:
+                    return promised
             self._heads.remember(own, sid, record.snapshot)
             seen = record.snapshot
         life = seen[MARK].get(LIFE)
