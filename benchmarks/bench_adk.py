@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -65,7 +64,9 @@ async def fill(service: BaseSessionService, session_id: str, events: int, size: 
         start = (i * 7919) % (len(POOL) - size)
         text = POOL[start : start + size]
         event = Event(
-            author="user", invocation_id=f"inv-{i // 4}", content=types.Content(role="user", parts=[types.Part(text=text)])
+            author="user",
+            invocation_id=f"inv-{i // 4}",
+            content=types.Content(role="user", parts=[types.Part(text=text)]),
         )
         await service.append_event(session, event)
 
@@ -106,7 +107,10 @@ async def run_all(scratch: Scratch, cfg: Config) -> dict[str, list[float]]:
             long_t, short_t, filled = await measure(StatekeepSessionService(store), cfg)
         finally:
             await store.aclose()
-        samples[f"{name}-long"], samples[f"{name}-short"] = [t * 1e6 for t in long_t], [t * 1e6 for t in short_t]
+        samples[f"{name}-long"], samples[f"{name}-short"] = (
+            [t * 1e6 for t in long_t],
+            [t * 1e6 for t in short_t],
+        )
         print(f"  {name}: filled in {filled:.1f} s", flush=True)
     adk = DatabaseSessionService(f"sqlite+aiosqlite:///{scratch.new('adk')}/sessions.db")
     try:
@@ -140,10 +144,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(med.row(f"({number}) {name}: last 20 of {m} events", f"{key}-short", "µs"))
         target = "" if key == "adk" else "<= 1.5"
         rows.append(
-            med.ratio_row(f"({number}) {name}: last 20 of {n} vs {m}", f"{key}-long", "µs", f"{key}-short",
-                          f"{m} events", target)  # fmt: skip
+            med.ratio_row(
+                f"({number}) {name}: last 20 of {n} vs {m}",
+                f"{key}-long",
+                "µs",
+                f"{key}-short",
+                f"{m} events",
+                target,
+            )
         )
-    rows.append(med.ratio_row(f"(4) SQLiteStore adapter vs ADK, last 20 of {n}", "sqlite-long", "µs", "adk-long", "ADK"))
+    rows.append(
+        med.ratio_row(
+            f"(4) SQLiteStore adapter vs ADK, last 20 of {n}", "sqlite-long", "µs", "adk-long", "ADK"
+        )
+    )
     common.print_table(rows)
     elapsed = time.perf_counter() - began
     print(

@@ -37,7 +37,9 @@ BASE = 2_000_000_000.0
 
 APPS, USERS, SIDS = ["app1", "app2"], ["u1", "u2", "user 3"], ["s1", "s2"]
 KEYS = ["k1", "k2", "app:a1", "app:a2", "user:u1", "user:u2", "temp:t1", "temp:t2"]
-values = st.one_of(st.integers(-3, 3), st.sampled_from(["x", "y", ""]), st.none(), st.lists(st.integers(0, 2), max_size=2))
+values = st.one_of(
+    st.integers(-3, 3), st.sampled_from(["x", "y", ""]), st.none(), st.lists(st.integers(0, 2), max_size=2)
+)
 deltas = st.dictionaries(st.sampled_from(KEYS), values, max_size=4)
 sid_refs = st.one_of(st.sampled_from(SIDS), st.tuples(st.just("made"), st.integers(0, 2)))
 #: Which session a get or delete names: most often one the sequence holds (a handle), else any.

@@ -57,7 +57,9 @@ async def conversation(url: str) -> tuple[list[str], dict[str, Any]]:
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
 def test_a_runner_killed_mid_turn_resumes_in_a_new_process(kind: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/s.db" if kind == "sqlite" else f"file://{tmp_path}/store"
-    child = subprocess.Popen([*CHILD, url, "1", "2", "3", "--hang-at", "3"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [*CHILD, url, "1", "2", "3", "--hang-at", "3"], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "HANG"  # turn 3's tool is running

@@ -95,7 +95,7 @@ def split(delta: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any],
 
 def merged(app: dict[str, Any], user: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
     """The state a Session shows: its own keys, then ``app:`` and ``user:`` ones."""
-    out = json.loads(json.dumps(session))
+    out: dict[str, Any] = json.loads(json.dumps(session))
     out.update({APP + key: value for key, value in app.items()})
     out.update({USER + key: value for key, value in user.items()})
     return out

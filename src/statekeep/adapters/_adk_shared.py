@@ -15,7 +15,7 @@ from .._core.errors import StateConflictError, StateExistsError, StateNotFoundEr
 from .._core.ranges import SNAPSHOT_ONLY
 from .._store.contract import Store
 from .._store.expect import expecting
-from ._adk_layout import META, MAX_TRIES, iso, labels_for, now
+from ._adk_layout import MAX_TRIES, META, iso, labels_for, now
 
 
 def state_of(snapshot: dict[str, Any] | None) -> dict[str, Any]:

@@ -36,8 +36,8 @@ from .._core.ranges import SNAPSHOT_ONLY
 from .._store.contract import Store
 from .._store.expect import expecting
 from ._adk_layout import (
-    META,
     MAX_TRIES,
+    META,
     after_event,
     app_id_of,
     iso,
@@ -109,7 +109,12 @@ class StatekeepSessionService(BaseSessionService):
         state_id = session_id_of(app_name, user_id, sid)
         meta = new_session_meta(app_name, user_id, sid, own, uuid.uuid4().hex)
         head = {"seq": 0, "kind": "adk_session", "app": app_name, "user": user_id, "id": sid}
-        snapshot = snapshot_of(meta, _task(app_name, user_id, sid), labels_for("session", app_name, user_id), iso(meta["updated"]))
+        snapshot = snapshot_of(
+            meta,
+            _task(app_name, user_id, sid),
+            labels_for("session", app_name, user_id),
+            iso(meta["updated"]),
+        )
         try:
             await self.store.awrite(state_id, [head], snapshot, create=True)
         except StateExistsError:
@@ -156,7 +161,9 @@ class StatekeepSessionService(BaseSessionService):
         by_user = dict(zip(users, user_states, strict=True))
         metas.sort(key=lambda meta: (meta["updated"], meta["user"], meta["id"]))
         return ListSessionsResponse(
-            sessions=[_session(meta, merged(app_state, by_user[meta["user"]], meta["state"]), []) for meta in metas]
+            sessions=[
+                _session(meta, merged(app_state, by_user[meta["user"]], meta["state"]), []) for meta in metas
+            ]
         )
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
@@ -201,7 +208,9 @@ class StatekeepSessionService(BaseSessionService):
                     record.snapshot.get("created_at", iso(after["updated"])),
                 )  # fmt: skip
                 try:
-                    await self.store.awrite(state_id, [entry], snapshot, **expecting(self.store, meta["next"]))
+                    await self.store.awrite(
+                        state_id, [entry], snapshot, **expecting(self.store, meta["next"])
+                    )
                 except StateConflictError:
                     continue  # another writer appended: the next check says whether this one is stale
                 except StateNotFoundError:
@@ -228,7 +237,9 @@ class StatekeepSessionService(BaseSessionService):
             if meta["next"] > 1:
                 record = await self.store.aread(state_id, since=meta["next"] - 1)
                 entries = [] if record is None else record.entries
-                last = entries[-1]["event"].get("id") if entries and entries[-1].get("kind") == "event" else None
+                last = (
+                    entries[-1]["event"].get("id") if entries and entries[-1].get("kind") == "event" else None
+                )
             if last != (session.events[-1].id if session.events else None):
                 raise StaleSessionError(_STALE)
         session.last_update_time = meta["updated"]
@@ -246,7 +257,9 @@ class StatekeepSessionService(BaseSessionService):
         """The app and user states, after adding the deltas given (read only if ``read``)."""
         app_id, user_id = app_id_of(app), user_id_of(app, user)
 
-        async def one(state_id: str, delta: dict[str, Any] | None, task: str, owner: str | None) -> dict[str, Any]:
+        async def one(
+            state_id: str, delta: dict[str, Any] | None, task: str, owner: str | None
+        ) -> dict[str, Any]:
             if delta:
                 return await update_shared(self.store, state_id, delta, task, app, owner)
             return await read_shared(self.store, state_id) if read else {}
@@ -288,4 +301,3 @@ def _session(meta: dict[str, Any], state: dict[str, Any], events: list[dict[str,
     )
     session._storage_update_marker = marker(meta)
     return session
-
