@@ -53,6 +53,7 @@ from ._adk_layout import (
 )
 from ._adk_read import read_events
 from ._adk_shared import read_shared, update_shared
+from ._cancel import finish_despite_cancel, stop_if_cancelled
 from ._home import placed
 
 __all__ = ["StatekeepSessionService"]
@@ -185,16 +186,24 @@ class StatekeepSessionService(BaseSessionService):
         :class:`StaleSessionError` if another writer appended to it since ``session`` was
         read (reload it with :meth:`get_session`). Nothing is written then. The event and the
         session state are durable on return as the store's ``awrite``, then the app and
-        user state deltas (a crash between them loses only those, which the event keeps)."""
+        user state deltas (a crash between them loses only those, which the event keeps).
+        Cancelled, it finishes the writes under way first, as the store's ``awrite`` does."""
         if event.partial:
             return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
+        await finish_despite_cancel(lambda stop: self._append(session, event, stop))
+        return self._commit_event_to_session(session, event)
+
+    async def _append(self, session: Session, event: Event, stop: asyncio.Event) -> None:
+        """Write the event (retrying a write that lost to another writer: the retry's check
+        says whether this one is stale now), then the app and user deltas."""
         app_delta, user_delta, own = split(event.actions.state_delta if event.actions else None)
         state_id = session_id_of(session.app_name, session.user_id, session.id)
         stored = event.model_dump(exclude_none=True, mode="json")
         async with self._lock(state_id):
-            for _ in range(MAX_TRIES):
+            for attempt in range(MAX_TRIES):
+                await stop_if_cancelled(stop, attempt)
                 record = await self.store.aread(state_id, since=SNAPSHOT_ONLY)
                 if record is None:
                     raise SessionNotFoundError(f"Session {session.id} not found.")
@@ -203,16 +212,15 @@ class StatekeepSessionService(BaseSessionService):
                 await self._check_fresh(session, meta, state_id)
                 after = after_event(meta, event.timestamp, own)
                 entry = {"seq": meta["next"], "kind": "event", "event": stored, "w": uuid.uuid4().hex}
-                snapshot = snapshot_of(
-                    after, record.snapshot.get("task", ""), labels_for("session", session.app_name, session.user_id),
-                    record.snapshot.get("created_at", iso(after["updated"])),
-                )  # fmt: skip
+                labels = labels_for("session", session.app_name, session.user_id)
+                created = record.snapshot.get("created_at", iso(after["updated"]))
+                snapshot = snapshot_of(after, record.snapshot.get("task", ""), labels, created)
                 try:
                     await self.store.awrite(
                         state_id, [entry], snapshot, **expecting(self.store, meta["next"])
                     )
                 except StateConflictError:
-                    continue  # another writer appended: the next check says whether this one is stale
+                    continue
                 except StateNotFoundError:
                     raise SessionNotFoundError(f"Session {session.id} not found.") from None
                 break
@@ -224,7 +232,6 @@ class StatekeepSessionService(BaseSessionService):
             session.last_update_time = after["updated"]
             session._storage_update_marker = marker(after)
         await self._shared(session.app_name, session.user_id, app_delta, user_delta, read=False)
-        return self._commit_event_to_session(session, event)
 
     async def _check_fresh(self, session: Session, meta: dict[str, Any], state_id: str) -> None:
         """StaleSessionError unless ``session`` is the stored revision (ADK's rule: by marker,

@@ -1,0 +1,122 @@
+"""StatekeepSessionService (statekeep.adapters.adk) on every store: what it keeps where, and
+that a GetSessionConfig is served by range reads (what ADK's own services do is compared in
+test_adk_differential.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
+
+from statekeep import MemoryStore, Store
+from statekeep._core.records import Record
+from statekeep.adapters._adk_layout import session_id_of
+from statekeep.adapters.adk import StatekeepSessionService
+
+BASE = 2_000_000_000.0
+
+
+def event(i: int, **delta: Any) -> Event:
+    return Event(
+        id=f"e{i}",
+        author="user",
+        invocation_id="inv",
+        timestamp=BASE + i,
+        actions=EventActions(state_delta=delta),
+    )
+
+
+async def test_it_is_an_adk_session_service_keeping_one_state_per_session(store: Store) -> None:
+    service = StatekeepSessionService(store)
+    assert isinstance(service, BaseSessionService)
+    session = await service.create_session(
+        app_name="shop", user_id="ann", session_id="s:1", state={"temp:x": 1, "k": 2}
+    )
+    await service.append_event(session, event(1, k=3, **{"temp:y": 4, "app:a": 5, "user:u": 6}))
+    assert session.state == {"k": 3, "temp:y": 4, "app:a": 5, "user:u": 6}  # in memory (create drops temp:)
+
+    record = await store.aread(session_id_of("shop", "ann", "s:1"))
+    assert record is not None and record.snapshot is not None
+    assert [entry["kind"] for entry in record.entries] == ["adk_session", "event"]
+    assert record.entries[1]["event"]["actions"]["state_delta"] == {"k": 3, "app:a": 5, "user:u": 6}
+    assert "temp:" not in str(record.entries) + str(record.snapshot)  # never saved
+    (row,) = [r for r in await store.alist() if r.labels.get("adk.kind") == "session"]
+    assert row.task == "shop/ann/s:1"
+    assert row.labels == {"framework": "adk", "adk.kind": "session", "adk.app": "shop", "adk.user": "ann"}
+    kinds = sorted(r.labels["adk.kind"] for r in await store.alist())
+    assert kinds == ["app", "session", "user"]  # app: and user: state in States of their own
+
+
+async def test_a_store_in_its_default_namespace_keeps_sessions_in_adk() -> None:
+    with MemoryStore() as store:
+        service = StatekeepSessionService(store)
+        assert service.store.namespace == "adk"  # type: ignore[attr-defined]
+        await service.create_session(app_name="a", user_id="u", session_id="s")
+        assert await store.alist() == []
+        assert len(await service.store.alist()) == 1
+        assert StatekeepSessionService(store, namespace="mine").store.namespace == "mine"  # type: ignore[attr-defined]
+
+
+async def test_a_state_written_by_something_else_is_refused(store: Store) -> None:
+    await store.awrite(session_id_of("a", "u", "s"), [{"seq": 0}], {"task": "mine"}, create=True)
+    service = StatekeepSessionService(store)
+    with pytest.raises(ValueError, match="not an ADK session"):
+        await service.get_session(app_name="a", user_id="u", session_id="s")
+    record = await store.aread(session_id_of("a", "u", "s"))
+    assert record is not None and record.snapshot == {"task": "mine"}  # nothing changed
+
+
+class Counting(MemoryStore):
+    """A MemoryStore that counts the history entries its reads return."""
+
+    read_entries = 0
+
+    async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
+        record = await super().aread(state_id, since=since)
+        if record is not None:
+            self.read_entries += len(record.entries)
+        return record
+
+
+@pytest.mark.parametrize("length", [100, 1200])
+async def test_a_config_reads_only_the_range_it_needs(length: int) -> None:
+    with Counting(namespace="adk") as store:
+        service = StatekeepSessionService(store)
+        session = await service.create_session(app_name="a", user_id="u", session_id="s")
+        for i in range(length):
+            await service.append_event(session, event(i, n=i))
+
+        async def entries_read(config: GetSessionConfig) -> tuple[int, list[str]]:
+            store.read_entries = 0
+            got = await service.get_session(app_name="a", user_id="u", session_id="s", config=config)
+            assert got is not None
+            return store.read_entries, [e.id for e in got.events]
+
+        read, ids = await entries_read(GetSessionConfig(num_recent_events=20))
+        assert ids == [f"e{i}" for i in range(length - 20, length)] and read == 20
+        read, ids = await entries_read(GetSessionConfig(after_timestamp=BASE + length - 10))
+        assert ids == [f"e{i}" for i in range(length - 10, length)]
+        assert read <= 10 + 2 * 64  # from the index point before it: at most two strides more
+        read, ids = await entries_read(GetSessionConfig(num_recent_events=0))
+        assert (read, ids) == (0, [])
+
+
+async def test_a_session_object_made_by_hand_is_checked_by_its_last_event(store: Store) -> None:
+    """A session object without a revision marker (built by hand, as ADK's fallback allows):
+    stale when the stored session has an event it lacks."""
+    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.sessions.session import Session
+
+    service = StatekeepSessionService(store)
+    session = await service.create_session(app_name="a", user_id="u", session_id="s")
+    await service.append_event(session, event(1))
+    by_hand = Session(id="s", app_name="a", user_id="u", events=[event(1)], last_update_time=0.0)
+    await service.append_event(by_hand, event(2))  # it holds the stored last event: fresh
+    behind = Session(id="s", app_name="a", user_id="u", events=[event(1)], last_update_time=0.0)
+    with pytest.raises(StaleSessionError):
+        await service.append_event(behind, event(3))
+    got = await service.get_session(app_name="a", user_id="u", session_id="s")
+    assert got is not None and [e.id for e in got.events] == ["e1", "e2"]
