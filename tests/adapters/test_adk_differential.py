@@ -61,11 +61,14 @@ BY_KIND = {
     "get with config": st.tuples(st.just("get"), targets, configs),
     "list": st.tuples(st.just("list"), st.sampled_from(APPS), st.one_of(st.none(), st.sampled_from(USERS))),
     "append": appends,
+    "together": st.tuples(st.just("together"), st.integers(-2, 5), st.integers(-2, 5), deltas, deltas),
     "delete": st.tuples(st.just("delete"), targets),
     "user_state": st.tuples(st.just("user_state"), st.sampled_from(APPS), st.sampled_from(USERS)),
 }
 #: Kinds by weight (a sampled_from is drawn evenly): appends and reads most.
-KINDS = ["append"] * 5 + ["get with config"] * 3 + ["get", "create", "list", "delete", "user_state"]
+KINDS = (
+    ["append"] * 5 + ["get with config"] * 3 + ["get", "create", "list", "delete", "user_state", "together"]
+)
 ops = st.sampled_from(KINDS).flatmap(BY_KIND.__getitem__)
 #: A sequence: a few sessions made first, then any operations.
 sequences = st.builds(lambda first, rest: first + rest, st.lists(creates, min_size=1, max_size=3),
@@ -145,12 +148,49 @@ class Side:
             )  # fmt: skip
             returned = await service.append_event(session, event)
             return returned.model_dump(mode="json", exclude_none=True), self.session(session)
+        if kind == "together":
+            return await self.together(op, clock)
         if kind == "delete":
             app, user, sid = self.key(op[1])
             await service.delete_session(app_name=app, user_id=user, session_id=sid)
             return None
         assert kind == "user_state"
         return await service.get_user_state(app_name=op[1], user_id=op[2])
+
+    async def together(self, op: tuple[Any, ...], clock: int) -> Any:
+        """Two appends at once (``asyncio.gather``) through two session objects: the same one
+        (both go in, in order), or two of one session (the second is stale); two of different
+        sessions run one after the other (two SQLite transactions at once may meet a lock)."""
+        _, one, two, first, second = op
+        if not self.handles:
+            return "no session"
+        pair = [self.handles[which % len(self.handles)] for which in (one, two)]
+        events = [
+            Event(id=f"e{clock}{tag}", invocation_id="inv", author="user", timestamp=BASE + clock + half,
+                  actions=EventActions(state_delta=dict(delta)))
+            for tag, half, delta in (("a", 0.0, first), ("b", 0.5, second))
+        ]  # fmt: skip
+        calls = [
+            self.service.append_event(session, event) for session, event in zip(pair, events, strict=True)
+        ]
+        if (pair[0].app_name, pair[0].user_id, pair[0].id) == (pair[1].app_name, pair[1].user_id, pair[1].id):
+            results = await asyncio.gather(*calls, return_exceptions=True)
+        else:
+            results = [await settled(call) for call in calls]
+        shown = [
+            type(result).__name__
+            if isinstance(result, Exception)
+            else result.model_dump(mode="json", exclude_none=True)
+            for result in results
+        ]
+        return shown, [self.session(session) for session in pair]
+
+
+async def settled(call: Any) -> Any:
+    try:
+        return await call
+    except Exception as exc:
+        return exc
 
 
 async def outcome(side: Side, op: tuple[Any, ...], clock: int) -> Any:

@@ -193,11 +193,12 @@ class StatekeepSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         await finish_despite_cancel(lambda stop: self._append(session, event, stop))
-        return self._commit_event_to_session(session, event)
+        return event
 
     async def _append(self, session: Session, event: Event, stop: asyncio.Event) -> None:
         """Write the event (retrying a write that lost to another writer: the retry's check
-        says whether this one is stale now), then the app and user deltas."""
+        says whether this one is stale now), add it to ``session``, then write the app and
+        user deltas, all under the session's lock, so appends through one object keep their order."""
         app_delta, user_delta, own = split(event.actions.state_delta if event.actions else None)
         state_id = session_id_of(session.app_name, session.user_id, session.id)
         stored = event.model_dump(exclude_none=True, mode="json")
@@ -231,7 +232,8 @@ class StatekeepSessionService(BaseSessionService):
                 )
             session.last_update_time = after["updated"]
             session._storage_update_marker = marker(after)
-        await self._shared(session.app_name, session.user_id, app_delta, user_delta, read=False)
+            self._commit_event_to_session(session, event)  # in order, before the next append's
+            await self._shared(session.app_name, session.user_id, app_delta, user_delta, read=False)
 
     async def _check_fresh(self, session: Session, meta: dict[str, Any], state_id: str) -> None:
         """StaleSessionError unless ``session`` is the stored revision (ADK's rule: by marker,
