@@ -48,13 +48,14 @@ targets = st.one_of(
     st.tuples(st.just("handle"), st.integers(0, 5)),
     st.tuples(st.sampled_from(APPS), st.sampled_from(USERS), sid_refs),
 )
-times = st.one_of(st.none(), st.just(0.0), st.integers(-1, 30))
+#: after_timestamp: none, 0 (none too, as ADK reads it), or k seconds before the op (k events back at most)
+times = st.sampled_from([None, 0.0, *range(-1, 12)])
 
 creates = st.tuples(st.just("create"), st.sampled_from(APPS), st.sampled_from(USERS),
                     st.one_of(st.none(), st.sampled_from(SIDS)), deltas)  # fmt: skip
 appends = st.tuples(st.just("append"), st.integers(-2, 5), deltas,
                     st.sampled_from([False, False, False, True]), st.booleans())  # fmt: skip
-configs = st.tuples(st.one_of(st.none(), st.integers(0, 4)), times)
+configs = st.tuples(st.sampled_from([None, 0, 1, 2, 3, 20]), times)
 BY_KIND = {
     "create": creates,
     "get": st.tuples(st.just("get"), targets, st.one_of(st.none(), configs)),
@@ -127,7 +128,7 @@ class Side:
             app, user, sid = self.key(target)
             cfg = None
             if config is not None:
-                after = config[1] if config[1] in (None, 0.0) else BASE + config[1]
+                after = config[1] if config[1] in (None, 0.0) else BASE + clock - config[1]
                 cfg = GetSessionConfig(num_recent_events=config[0], after_timestamp=after)
             got = await service.get_session(app_name=app, user_id=user, session_id=sid, config=cfg)
             if got is not None:
@@ -243,9 +244,9 @@ def test_a_long_sequence_on_sqlite(tmp_path: Path) -> None:
     sequence.append(("get", ("app1", "u1", "s1"), None))
     for i in range(150):
         sequence.append(("append", 1, {"k1": i, "user:u1": i, "temp:t1": i}, i % 7 == 3, True))
-    for after in (None, 0.0, 5, 40, 64, 97, 130, 149, 200):
+    for back in (None, 0.0, -5, 1, 20, 63, 64, 65, 100, 130, 200):  # the k in BASE + clock - k
         for recent in (None, 0, 1, 20, 200):
-            sequence.append(("get", ("app1", "u1", "s1"), (recent, after)))
+            sequence.append(("get", ("app1", "u1", "s1"), (recent, back)))
     asyncio.run(compare("sqlite", sequence))
 
 
