@@ -120,3 +120,32 @@ async def test_a_session_object_made_by_hand_is_checked_by_its_last_event(store:
         await service.append_event(behind, event(3))
     got = await service.get_session(app_name="a", user_id="u", session_id="s")
     assert got is not None and [e.id for e in got.events] == ["e1", "e2"]
+
+
+async def test_the_newest_events_are_right_whatever_another_service_did_meanwhile(store: Store) -> None:
+    """A service remembers where a session ended to read its newest events at once: another
+    writer appending, or deleting the session and making it again shorter, changes nothing."""
+    ours, theirs = StatekeepSessionService(store), StatekeepSessionService(store)
+    recent = GetSessionConfig(num_recent_events=3)
+
+    async def newest() -> list[str]:
+        got = await ours.get_session(app_name="a", user_id="u", session_id="s", config=recent)
+        assert got is not None
+        return [e.id for e in got.events]
+
+    session = await ours.create_session(app_name="a", user_id="u", session_id="s")
+    for i in range(10):
+        await ours.append_event(session, event(i))
+    assert await newest() == ["e7", "e8", "e9"]
+    other = await theirs.get_session(app_name="a", user_id="u", session_id="s")
+    assert other is not None
+    for i in range(10, 40):
+        await theirs.append_event(other, event(i))
+    assert await newest() == ["e37", "e38", "e39"]
+    await theirs.delete_session(app_name="a", user_id="u", session_id="s")
+    again = await theirs.create_session(app_name="a", user_id="u", session_id="s")
+    for i in range(100, 104):
+        await theirs.append_event(again, event(i))
+    assert await newest() == ["e101", "e102", "e103"]
+    await theirs.delete_session(app_name="a", user_id="u", session_id="s")
+    assert await ours.get_session(app_name="a", user_id="u", session_id="s", config=recent) is None

@@ -19,7 +19,7 @@ def _event_entries(record: Record, since: int) -> list[dict[str, Any]]:
 
 
 async def read_events(
-    store: Store, state_id: str, recent: int | None, after: float | None
+    store: Store, state_id: str, recent: int | None, after: float | None, hint: int | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """The session's snapshot and its events (as stored dicts, in the order appended) that
     ``recent`` (the newest so many; None: all) and ``after`` (at or after that time; None or
@@ -27,7 +27,9 @@ async def read_events(
 
     Reads the snapshot, then the events from where the wanted ones can start: the newest
     ``recent`` ones, or the first index point before ``after``; further back only if
-    events older than ``after`` hide some of the newest ``recent``."""
+    events older than ``after`` hide some of the newest ``recent``. ``hint``: where the
+    history ended when last seen (it only grows): the newest ``recent`` are then read at once,
+    without the snapshot first."""
     if recent is None and not after:
         record = await store.aread(state_id, since=1)
         if record is None:
@@ -35,6 +37,16 @@ async def read_events(
         session_meta(record.snapshot, state_id)
         assert record.snapshot is not None
         return record.snapshot, _event_entries(record, 1)
+    if recent and not after and hint is not None:
+        start = max(1, hint - recent)
+        record = await store.aread(state_id, since=start)
+        if record is None:
+            return None
+        session_meta(record.snapshot, state_id)
+        assert record.snapshot is not None
+        events = _event_entries(record, start)
+        if len(events) >= recent or start <= 1:  # else: made again, shorter than the hint
+            return record.snapshot, events[-recent:]
     head = await store.aread(state_id, since=SNAPSHOT_ONLY)
     if head is None:
         return None

@@ -83,10 +83,14 @@ class StatekeepSessionService(BaseSessionService):
     its namespace ``adk`` (:attr:`store`); ``namespace=`` picks another one.
     """
 
+    #: Sessions whose history's end this service remembers, to read their newest events at once.
+    REMEMBERED = 1024
+
     def __init__(self, store: Store, *, namespace: str | None = None) -> None:
         #: Where the sessions are kept (``store`` in its namespace ``adk``, see above).
         self.store = placed(store, namespace, "adk")[0]
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._ends: dict[str, int] = {}  # where sessions' histories ended when last seen: hints
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store!r})"
@@ -135,12 +139,16 @@ class StatekeepSessionService(BaseSessionService):
         default), oldest first; None if there is none."""
         recent = None if config is None else config.num_recent_events
         after = None if config is None else config.after_timestamp
-        got = await read_events(self.store, session_id_of(app_name, user_id, session_id), recent, after)
+        state_id = session_id_of(app_name, user_id, session_id)
+        got, (app_state, user_state) = await asyncio.gather(
+            read_events(self.store, state_id, recent, after, self._ends.get(state_id)),
+            self._shared(app_name, user_id),
+        )
         if got is None:
             return None
         snapshot, events = got
         meta = snapshot[META]
-        app_state, user_state = await self._shared(app_name, user_id)
+        self._saw(state_id, meta["next"])
         return _session(meta, merged(app_state, user_state, meta["state"]), events)
 
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
@@ -232,6 +240,7 @@ class StatekeepSessionService(BaseSessionService):
                 )
             session.last_update_time = after["updated"]
             session._storage_update_marker = marker(after)
+            self._saw(state_id, after["next"])
             self._commit_event_to_session(session, event)  # in order, before the next append's
             await self._shared(session.app_name, session.user_id, app_delta, user_delta, read=False)
 
@@ -278,6 +287,13 @@ class StatekeepSessionService(BaseSessionService):
             one(user_id, user_delta, json.dumps(["user", app, user]), user),
         )
         return app_state, user_state
+
+    def _saw(self, state_id: str, end: int) -> None:
+        """Remember where a session's history ended (the newest ``REMEMBERED`` sessions)."""
+        self._ends.pop(state_id, None)
+        if len(self._ends) >= self.REMEMBERED:
+            del self._ends[next(iter(self._ends))]
+        self._ends[state_id] = end
 
     @asynccontextmanager
     async def _lock(self, state_id: str) -> AsyncIterator[None]:
