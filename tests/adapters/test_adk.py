@@ -149,3 +149,15 @@ async def test_the_newest_events_are_right_whatever_another_service_did_meanwhil
     assert await newest() == ["e101", "e102", "e103"]
     await theirs.delete_session(app_name="a", user_id="u", session_id="s")
     assert await ours.get_session(app_name="a", user_id="u", session_id="s", config=recent) is None
+
+
+async def test_ids_of_any_string_and_a_clear_error_for_others(store: Store) -> None:
+    service = StatekeepSessionService(store)
+    odd = await service.create_session(app_name="", user_id="a/b:c", session_id="x" * 300, state={"user:k": 1})
+    listed = await service.list_sessions(app_name="", user_id="a/b:c")
+    assert [s.id for s in listed.sessions] == [odd.id] and listed.sessions[0].state == {"user:k": 1}
+    for bad in ({"app_name": 3, "user_id": "u"}, {"app_name": "a", "user_id": None}):
+        with pytest.raises(TypeError, match="must be a str"):
+            await service.create_session(**bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="session_id must be a str"):
+        await service.get_session(app_name="a", user_id="u", session_id=7)  # type: ignore[arg-type]

@@ -40,6 +40,9 @@ FIRST_STRIDE = 32
 
 
 def session_id_of(app: str, user: str, session: str) -> str:
+    for value, what in ((app, "app_name"), (user, "user_id"), (session, "session_id")):
+        if type(value) is not str:
+            raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
     return state_id_for(json.dumps(["s", app, user, session]))
 
 
@@ -52,10 +55,17 @@ def app_id_of(app: str) -> str:
 
 
 def labels_for(kind: str, app: str, user: str | None = None) -> dict[str, str]:
-    labels = {"framework": "adk", "adk.kind": kind, "adk.app": state_id_for(app)}
+    labels = {"framework": "adk", "adk.kind": kind, "adk.app": _label(app, "app_name")}
     if user is not None:
-        labels["adk.user"] = state_id_for(user)
+        labels["adk.user"] = _label(user, "user_id")
     return labels
+
+
+def _label(name: str, what: str) -> str:
+    """An app or user id as a label value: escaped (at most 128 characters), "" for ""."""
+    if type(name) is not str:
+        raise TypeError(f"{what} must be a str, got {type(name).__name__}: {name!r}")
+    return state_id_for(name) if name else ""
 
 
 def now() -> float:
