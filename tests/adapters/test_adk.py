@@ -153,7 +153,9 @@ async def test_the_newest_events_are_right_whatever_another_service_did_meanwhil
 
 async def test_ids_of_any_string_and_a_clear_error_for_others(store: Store) -> None:
     service = StatekeepSessionService(store)
-    odd = await service.create_session(app_name="", user_id="a/b:c", session_id="x" * 300, state={"user:k": 1})
+    odd = await service.create_session(
+        app_name="", user_id="a/b:c", session_id="x" * 300, state={"user:k": 1}
+    )
     listed = await service.list_sessions(app_name="", user_id="a/b:c")
     assert [s.id for s in listed.sessions] == [odd.id] and listed.sessions[0].state == {"user:k": 1}
     for bad in ({"app_name": 3, "user_id": "u"}, {"app_name": "a", "user_id": None}):
