@@ -4,6 +4,8 @@ test_adk_differential.py)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,3 +165,43 @@ async def test_ids_of_any_string_and_a_clear_error_for_others(store: Store) -> N
             await service.create_session(**bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="session_id must be a str"):
         await service.get_session(app_name="a", user_id="u", session_id=7)  # type: ignore[arg-type]
+
+
+def test_statekeep_show_and_load_know_an_adk_session(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from google.genai import types
+
+    from statekeep import FileStore, UnsupportedFormatError
+    from statekeep.cli import main
+
+    async def save() -> str:
+        async with FileStore(tmp_path / "runs") as store:
+            service = StatekeepSessionService(store)
+            session = await service.create_session(app_name="shop", user_id="ann", session_id="s1")
+            call = types.FunctionCall(name="record", args={"turn": 1}, id="c1")
+            result = types.FunctionResponse(name="record", response={"ok": True}, id="c1")
+            for author, part, delta in (
+                ("user", types.Part(text="hello"), {}),
+                ("clerk", types.Part(function_call=call), {}),
+                ("clerk", types.Part(function_response=result), {"last": 1}),
+            ):
+                content = types.Content(role="user", parts=[part])
+                await service.append_event(
+                    session,
+                    Event(
+                        author=author,
+                        invocation_id="i",
+                        content=content,
+                        actions=EventActions(state_delta=delta),
+                    ),
+                )
+            with pytest.raises(UnsupportedFormatError, match=r"Google ADK state .*StatekeepSessionService"):
+                await service.store.aload(session_id_of("shop", "ann", "s1"))
+            return session_id_of("shop", "ann", "s1")
+
+    state_id = asyncio.run(save())
+    shown = CliRunner().invoke(main, ["show", state_id, "--store", f"{tmp_path / 'runs'}?namespace=adk"])
+    assert shown.exit_code == 0, shown.output
+    assert "session 's1' of user 'ann' in app 'shop'" in shown.output
+    assert "user: hello" in shown.output and "clerk: calls record({'turn': 1}) [c1]" in shown.output
+    assert "clerk: result of [c1]: {'ok': True} (state {'last': 1})" in shown.output
