@@ -167,7 +167,7 @@ async def test_ids_of_any_string_and_a_clear_error_for_others(store: Store) -> N
         await service.get_session(app_name="a", user_id="u", session_id=7)  # type: ignore[arg-type]
 
 
-def test_statekeep_show_and_load_know_an_adk_session(tmp_path: Path) -> None:
+def test_statekeep_show_the_viewer_and_load_know_an_adk_session(tmp_path: Path) -> None:
     from click.testing import CliRunner
     from google.genai import types
 
@@ -205,3 +205,14 @@ def test_statekeep_show_and_load_know_an_adk_session(tmp_path: Path) -> None:
     assert "session 's1' of user 'ann' in app 'shop'" in shown.output
     assert "user: hello" in shown.output and "clerk: calls record({'turn': 1}) [c1]" in shown.output
     assert "clerk: result of [c1]: {'ok': True} (state {'last': 1})" in shown.output
+    from starlette.testclient import TestClient
+
+    from statekeep.web import create_app
+
+    with (
+        FileStore(tmp_path / "runs", namespace="adk") as store,
+        TestClient(create_app(store), base_url="http://127.0.0.1") as client,
+    ):
+        page = client.get(f"/runs/{state_id}")
+        assert page.status_code == 200, page.text
+        assert "user: hello" in page.text and "calls record(" in page.text  # the viewer too
