@@ -30,6 +30,7 @@ FRAMEWORKS = {
     "langgraph": ("langgraph", ("langgraph", "langchain_core"), "_langgraph"),
     "openai_agents": ("openai-agents", ("agents",), "_openai"),
     "alpineagents": ("alpineagents", ("alpineagents",), "_alpine"),
+    "adk": ("adk", ("google",), "_adk"),
 }
 
 

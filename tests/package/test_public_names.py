@@ -39,6 +39,7 @@ PUBLIC = {
     "statekeep.adapters.langgraph": ["StatekeepSaver", "tool_call_key"],
     "statekeep.adapters.openai_agents": ["StatekeepSession"],
     "statekeep.adapters.alpineagents": ["StatekeepStore"],
+    "statekeep.adapters.adk": ["StatekeepSessionService"],
 }
 #: Names a second public path exports too (it reports the first).
 ALSO = {

@@ -28,6 +28,7 @@ ADAPTERS = (
     "statekeep.adapters.langgraph",
     "statekeep.adapters.openai_agents",
     "statekeep.adapters.alpineagents",
+    "statekeep.adapters.adk",
 )
 
 #: Twins whose signatures differ on purpose: ``(owner, sync name) -> why``. None today; a

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from . import shown_adk as _shown_adk
 from . import shown_alpine as _shown_alpine
 from . import shown_langgraph as _shown_langgraph
 from . import shown_openai as _shown_openai
@@ -18,6 +19,7 @@ def reader(snapshot: object) -> Callable[[dict[str, Any]], Shown]:
         "langgraph": _shown_langgraph.shown,
         "openai-agents": _shown_openai.shown,
         "alpineagents": _shown_alpine.shown,
+        "adk": _shown_adk.shown,
     }
     framework = framework_of(snapshot)
     if framework is None:

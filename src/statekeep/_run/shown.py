@@ -3,7 +3,8 @@ an adapter wrote: which adapter it was, each entry in words, and how to read it 
 
 Pure and framework-free: the command line and the viewer use it without LangGraph, the
 OpenAI Agents SDK or alpineagents installed. Each adapter's entries are summarised by its
-own module (:mod:`._shown_langgraph`, :mod:`._shown_openai`, :mod:`._shown_alpine`).
+own module (:mod:`._shown_langgraph`, :mod:`._shown_openai`, :mod:`._shown_alpine`,
+:mod:`.shown_adk`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,16 @@ class Shown:
 
 #: The adapters, by the label value each one's States carry (``framework=...``), with the
 #: snapshot key each one keeps its own data under.
-MARKS = {"langgraph": "langgraph", "openai-agents": "openai_session", "alpineagents": "alpineagents"}
+MARKS = {
+    "langgraph": "langgraph",
+    "openai-agents": "openai_session",
+    "alpineagents": "alpineagents",
+    "adk": "adk",
+}
 
 
 def framework_of(snapshot: object) -> str | None:
-    """``langgraph``, ``openai-agents`` or ``alpineagents`` for a snapshot that adapter
+    """``langgraph``, ``openai-agents``, ``alpineagents`` or ``adk`` for a snapshot that adapter
     wrote (its label and its own key), else None."""
     if not isinstance(snapshot, Mapping):
         return None
@@ -63,6 +69,11 @@ def not_an_agent_state(state_id: str, snapshot: Mapping[str, Any], framework: st
         "alpineagents": (
             f"an alpineagents State (id {name}) saved by statekeep.adapters.alpineagents",
             f"read it with StatekeepStore(store).load({name}), or run it on with an alpineagents Agent",
+        ),
+        "adk": (
+            f"Google ADK state ({name}: app/user/session) kept by statekeep.adapters.adk",
+            "read it with await StatekeepSessionService(store).get_session(app_name=..., user_id=..., "
+            "session_id=...), or give that service to an ADK Runner",
         ),
     }
     what, how = read[framework]
