@@ -37,4 +37,6 @@ def test_a_graph_in_a_new_process_recalls_what_another_graph_stored(backend: str
     user = "user:42 ü"  # ':' and a space and a non-ASCII letter in a namespace label
     in_child(url, user, "learn", "sync")  # a put, then a compare-and-set update
     recalled = in_child(url, user, "recall", "async")["recalled"]
-    assert recalled == [{"ns": ["memories", user], "key": "food", "value": {"text": "likes lentil soup", "times": 2}}]
+    assert recalled == [
+        {"ns": ["memories", user], "key": "food", "value": {"text": "likes lentil soup", "times": 2}}
+    ]

@@ -250,7 +250,9 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
             if not op.namespace:
                 raise InvalidNamespaceError("Namespace cannot be empty.")
             if op.namespace[0] == "langgraph":
-                raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
+                raise InvalidNamespaceError(
+                    f'Root label for namespace cannot be "langgraph". Got: {op.namespace}'
+                )
             if not isinstance(op.value, Mapping):
                 raise TypeError(f"a store item's value must be a dict, got {type(op.value).__name__}")
             _check_minutes(op.ttl, "ttl")

@@ -77,7 +77,9 @@ def namespace_matches(conditions: Iterable[MatchCondition], namespace: tuple[str
         elif condition.match_type == "suffix":
             pairs = zip(reversed(namespace), reversed(path), strict=False)
         else:
-            raise ValueError(f"unsupported namespace match type {condition.match_type!r}: use prefix or suffix")
+            raise ValueError(
+                f"unsupported namespace match type {condition.match_type!r}: use prefix or suffix"
+            )
         if any(want != "*" and have != want for have, want in pairs):
             return False
     return True

@@ -168,13 +168,20 @@ class MemoryOps:
                 "retry with its revision"
             ) from exc
 
-    async def _put(self, op: PutOp, vectors: Mapping[str, Sequence[float]] | None, revision: int | None) -> None:
+    async def _put(
+        self, op: PutOp, vectors: Mapping[str, Sequence[float]] | None, revision: int | None
+    ) -> None:
         mkey = memory_key(op.namespace, op.key)
         if op.value is None:
             await self.memory._change(mkey, revision, deleted=True)
             return
         ttl = op.ttl
-        record: dict[str, Any] = {"ns": list(op.namespace), "key": op.key, "value": dict(op.value), "ttl": ttl}
+        record: dict[str, Any] = {
+            "ns": list(op.namespace),
+            "key": op.key,
+            "value": dict(op.value),
+            "ttl": ttl,
+        }
         if vectors:
             record["vec"] = {path: pack(v) for path, v in vectors.items()}
         expires = None if ttl is None else iso(self.now() + timedelta(minutes=ttl))

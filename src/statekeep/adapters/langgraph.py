@@ -55,7 +55,9 @@ from ._langgraph_values import Lists
 from ._langgraph_where import other_id
 
 __all__ = ["RevisedItem", "RevisedSearchItem", "StatekeepMemoryStore", "StatekeepSaver", "tool_call_key"]
-publish(__name__, globals(), ["RevisedItem", "RevisedSearchItem", "StatekeepMemoryStore", "tool_call_key"])  # reported as statekeep.adapters.langgraph's
+publish(
+    __name__, globals(), ["RevisedItem", "RevisedSearchItem", "StatekeepMemoryStore", "tool_call_key"]
+)  # reported as statekeep.adapters.langgraph's
 
 
 class StatekeepSaver(BaseCheckpointSaver[int]):
