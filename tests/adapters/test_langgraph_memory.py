@@ -12,16 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.store.base import InvalidNamespaceError, Item, PutOp
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, StateConflictError, Store
+from statekeep.adapters._langgraph_memory_keys import KEY_ROOM, cost, memory_key
+from statekeep.adapters.langgraph import RevisedItem, StatekeepMemoryStore
 from statekeep.testing import FakeClock
-
-pytest.importorskip("langgraph.store.base")
-from langgraph.store.base import InvalidNamespaceError, Item, PutOp  # noqa: E402
-
-from statekeep.adapters._langgraph_memory_keys import KEY_ROOM, cost, memory_key  # noqa: E402
-from statekeep.adapters.langgraph import RevisedItem, StatekeepMemoryStore  # noqa: E402
-from tests.adapters.conftest import FACTORIES  # noqa: E402
+from tests.adapters.conftest import FACTORIES
 
 CLOCKED: dict[str, Callable[[Path, FakeClock], Store]] = {
     "memory": lambda tmp_path, clock: MemoryStore(clock=clock),

@@ -25,15 +25,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+from langgraph.store.memory import InMemoryStore
 
 from statekeep import Store
+from statekeep.adapters.langgraph import StatekeepMemoryStore
 from tests.support.stores import STORE_FACTORIES
-
-pytest.importorskip("langgraph.store.memory")
-from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp  # noqa: E402
-from langgraph.store.memory import InMemoryStore  # noqa: E402
-
-from statekeep.adapters.langgraph import StatekeepMemoryStore  # noqa: E402
 
 SOAK = 10 if os.environ.get("STATEKEEP_SOAK") == "1" else 1
 EXAMPLES = {"memory": 100, "file": 60, "sqlite": 60, "postgres": 20, "redis": 20}

@@ -162,7 +162,7 @@ class StatekeepMemoryStore(BaseStore):
         value: Mapping[str, Any],
         index: Literal[False] | list[str] | None = None,
         *,
-        ttl: float | None | NotProvided = NOT_PROVIDED,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
         revision: int | None = None,
     ) -> None:
         """As LangGraph's ``put``; with ``revision``, only if the item is at that revision
@@ -183,7 +183,7 @@ class StatekeepMemoryStore(BaseStore):
         value: Mapping[str, Any],
         index: Literal[False] | list[str] | None = None,
         *,
-        ttl: float | None | NotProvided = NOT_PROVIDED,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
         revision: int | None = None,
     ) -> None:
         """The async :meth:`put`."""
@@ -211,7 +211,7 @@ class StatekeepMemoryStore(BaseStore):
         key: str,
         value: Mapping[str, Any],
         index: Literal[False] | list[str] | None,
-        ttl: float | None | NotProvided,
+        ttl: float | NotProvided | None,
     ) -> PutOp:
         if ttl is NOT_PROVIDED:
             ttl = (self.ttl_config or {}).get("default_ttl")

@@ -38,9 +38,9 @@ from ._flow import Emit, Flow, adrive, adrive_each, drive, drive_each
 from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import LABELS, Thread
+from ._langgraph_keys import tool_call_key
 from ._langgraph_memory import StatekeepMemoryStore
 from ._langgraph_memory_ops import RevisedItem, RevisedSearchItem
-from ._langgraph_keys import tool_call_key
 from ._langgraph_tuples import (
     config_of,
     delta_history,
