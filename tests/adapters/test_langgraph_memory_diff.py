@@ -109,8 +109,19 @@ listings = st.builds(
     st.integers(0, 2),
 )
 single = st.one_of(puts, puts, puts, deletes, gets, searches, searches, listings)
+
+
+def one_text_once(ops: list[Any]) -> bool:
+    """InMemoryStore fails a batch whose puts embed one text twice (its embeddings and their
+    places no longer pair up); this store embeds it once and stores it with both items."""
+    texts = [op.value["text"] for op in ops if isinstance(op, PutOp) and op.value and "text" in op.value]
+    return len(texts) == len(set(texts))
+
+
 steps = st.lists(
-    st.one_of(single.map(lambda op: [op]), st.lists(single, min_size=2, max_size=4)), min_size=4, max_size=16
+    st.one_of(single.map(lambda op: [op]), st.lists(single, min_size=2, max_size=4).filter(one_text_once)),
+    min_size=4,
+    max_size=16,
 )
 
 
@@ -121,11 +132,16 @@ class Both:
         self.oracle, self.mine, self.api = oracle, mine, api
 
     def run(self, ops: list[Any]) -> tuple[list[Any], list[Any]]:
-        if any(isinstance(op, ListNamespacesOp) for op in ops):
-            # InMemoryStore keeps a namespace once touched, even empty: not a store's listing.
-            for name in [n for n, items in self.oracle._data.items() if not items]:
-                del self.oracle._data[name]
+        # InMemoryStore keeps a namespace once touched (a get, a delete), even empty: not a
+        # store's listing. Its listings are taken without those, before the batch (whose reads
+        # all see the store as it was before the batch's puts).
+        for name in [n for n, items in self.oracle._data.items() if not items]:
+            del self.oracle._data[name]
+        listed = {
+            n: self.oracle.batch([op])[0] for n, op in enumerate(ops) if isinstance(op, ListNamespacesOp)
+        }
         expected = self.oracle.batch(ops)
+        expected = [listed.get(n, result) for n, result in enumerate(expected)]
         # InMemoryStore keeps an item's old vectors when it is put again without the indexed
         # field (or with index=False): stale ones, which this store does not keep.
         last = {(op.namespace, op.key): op for op in ops if isinstance(op, PutOp)}

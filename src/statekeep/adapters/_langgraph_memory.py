@@ -3,6 +3,7 @@ agent memory, with revisions and compare-and-set that LangGraph's own stores lac
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -30,6 +31,8 @@ from ._langgraph_memory_ops import MemoryOps
 
 #: The agent memory scope the store uses unless told (``scope=``).
 SCOPE = "langgraph"
+#: Puts of a batch written at once.
+_WRITES_AT_ONCE = 64
 _TTL_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired")
 Vectors = dict[int, dict[str, list[float]]]
 
@@ -124,8 +127,17 @@ class StatekeepMemoryStore(BaseStore):
             else:
                 puts[(tuple(op.namespace), op.key)] = (n, op)
                 results.append(None)
-        for n, op in puts.values():
-            await self._ops.put(op, vectors.get(n))
+        # Items apart are written at once (a store commits them together where it can);
+        # every put is done, or failed, before the batch returns.
+        pending = list(puts.values())
+        for at in range(0, len(pending), _WRITES_AT_ONCE):
+            part = pending[at : at + _WRITES_AT_ONCE]
+            done = await asyncio.gather(
+                *(self._ops.put(op, vectors.get(n)) for n, op in part), return_exceptions=True
+            )
+            failed = [e for e in done if isinstance(e, BaseException)]
+            if failed:
+                raise failed[0]
         return results
 
     def _texts(self, ops: list[Op]) -> tuple[list[str], list[str]]:

@@ -86,11 +86,9 @@ class MemoryOps:
 
     async def search(self, op: SearchOp, query: Sequence[float] | None) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
-        found = [
-            s
-            for s in await self.scan(prefix)
-            if tuple(s["value"]["ns"][: len(prefix)]) == prefix and matches(s["value"]["value"], op.filter)
-        ]
+        # Without a filter or a query, only the window's items are read.
+        stop = None if op.filter or query is not None else op.offset + op.limit
+        found = [s for s in await self.scan(prefix, stop) if matches(s["value"]["value"], op.filter)]
         if query is not None:
             picked = _ranked(found, query, op.offset, op.limit)
         else:
@@ -118,11 +116,24 @@ class MemoryOps:
             kept = list({n[: op.max_depth] for n in kept})
         return sorted(kept)[op.offset : op.offset + op.limit]
 
-    async def scan(self, prefix: tuple[str, ...]) -> list[Snapshot]:
-        """The live items whose keys the listing of ``prefix`` holds, most recently changed
-        first (the caller checks each item's own namespace)."""
-        rows = await self._rows(prefix)
-        return [s for s in await self._snapshots([r.id for r in rows]) if _fields(s) is not None]  # type: ignore[misc]
+    async def scan(self, prefix: tuple[str, ...], stop: int | None = None) -> list[Snapshot]:
+        """The live items whose namespace starts with ``prefix``, most recently changed first
+        (the plain keys of other namespaces under the listed key prefix skipped unread, a
+        hashed key's namespace read from its value); ``stop``: once that many are found."""
+        ids = []
+        for row in await self._rows(prefix):
+            name = plain_namespace(row.task)
+            if name is None or name[: len(prefix)] == prefix:
+                ids.append(row.id)
+        found: list[Snapshot] = []
+        for at in range(0, len(ids), _READS_AT_ONCE):
+            snapshots = await self._snapshots(ids[at : at + _READS_AT_ONCE])
+            found.extend(
+                s for s in snapshots if s is not None and _fields(s) is not None and _under(s, prefix)
+            )
+            if stop is not None and len(found) >= stop:
+                break
+        return found
 
     async def _rows(self, prefix: tuple[str, ...]) -> list[Any]:
         start = scan_prefix(prefix)
@@ -210,6 +221,10 @@ def _fields(snapshot: Snapshot | None) -> dict[str, Any] | None:
         "updated_at": utc_time(snapshot["updated_at"]),
         "revision": snapshot["turn"],
     }
+
+
+def _under(snapshot: Snapshot, prefix: tuple[str, ...]) -> bool:
+    return tuple(snapshot["value"]["ns"][: len(prefix)]) == prefix
 
 
 def _ranked(
