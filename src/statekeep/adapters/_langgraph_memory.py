@@ -44,7 +44,7 @@ class StatekeepMemoryStore(BaseStore):
         graph = builder.compile(store=StatekeepMemoryStore(SQLiteStore("agent.db")))
 
     Items live in the store's agent memory (``store.memory(scope)``, scope ``"langgraph"``
-    unless given), one key per item (see :mod:`._langgraph_memory_keys` for how a namespace
+    unless given), one key per item (see the docs page for how a namespace
     and key become one, hashed when long). ``put``/``delete``/``batch`` with a put are durable
     on return as the store's ``write`` is (FileStore, SQLite, Postgres: on disk); every
     process that opens the same storage sees the same items.
