@@ -36,7 +36,13 @@ PUBLIC = {
     "statekeep.stores.engine": ENGINE,
     "statekeep.testing": ["Api", "FakeClock", "StoreContract", "StoreMachine", "entries", "snapshot"],
     "statekeep.web": ["Viewer", "create_app", "serve", "start"],
-    "statekeep.adapters.langgraph": ["StatekeepSaver", "tool_call_key"],
+    "statekeep.adapters.langgraph": [
+        "RevisedItem",
+        "RevisedSearchItem",
+        "StatekeepMemoryStore",
+        "StatekeepSaver",
+        "tool_call_key",
+    ],
     "statekeep.adapters.openai_agents": ["StatekeepSession", "tool_call_key"],
     "statekeep.adapters.alpineagents": ["StatekeepStore"],
 }
