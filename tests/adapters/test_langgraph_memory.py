@@ -6,6 +6,7 @@ with LangGraph's InMemoryStore is test_langgraph_memory_diff.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -249,3 +250,45 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     s = FACTORIES[request.param](tmp_path)
     yield s
     s.close()
+
+
+def test_of_two_writers_at_one_revision_exactly_one_wins(store: Store) -> None:
+    first, second = StatekeepMemoryStore(store), StatekeepMemoryStore(store)
+    first.put(("u",), "k", {"v": 0})
+
+    async def race() -> list[Any]:
+        return await asyncio.gather(
+            first.aput(("u",), "k", {"v": 1}, revision=1),
+            second.aput(("u",), "k", {"v": 2}, revision=1),
+            return_exceptions=True,
+        )
+
+    outcomes = asyncio.run(race())
+    lost = [o for o in outcomes if isinstance(o, StateConflictError)]
+    assert len(lost) == 1 and outcomes.count(None) == 1
+    item = first.get(("u",), "k")
+    assert item is not None and item.revision == 2  # type: ignore[attr-defined]
+    assert item.value == {"v": 1 if outcomes[0] is None else 2}
+
+
+@pytest.mark.parametrize("kind", ["postgres", "redis"])
+def test_a_server_store_expires_items_by_its_own_clock(kind: str, tmp_path: Path) -> None:
+    from statekeep._core.records import utc_time
+    from statekeep._runtime.bridge import run_sync
+
+    store = FACTORIES[kind](tmp_path)
+    try:
+        lg = StatekeepMemoryStore(store)
+        lg.put(("u",), "brief", {"v": 1}, ttl=1 / 60)  # one second
+        lg.put(("u",), "kept", {"v": 2})
+        expires = utc_time(stored_expiry(store, ("u",), "brief"))
+        deadline = time.monotonic() + 60
+        while run_sync(store._server_now(), "aread") <= expires:  # type: ignore[attr-defined]  # polled: the server judges
+            assert time.monotonic() < deadline, "the server clock never reached the expiry"
+            time.sleep(0.05)
+        assert lg.get(("u",), "brief") is None
+        assert [i.key for i in lg.search(("u",))] == ["kept"]
+        lg.sweep_ttl()
+        assert [i.key for i in lg.search(("u",))] == ["kept"]
+    finally:
+        store.close()
