@@ -49,11 +49,13 @@ INDEX: Any = {"embed": embed, "dims": len(LETTERS), "fields": ["text"]}
 LONG, WIDE = "L" * 45, "é" * 8
 NAMESPACES = [("a",), ("a", "b"), ("b",), ("a", "user:1"), ("ü x", LONG), (WIDE, "a", "b"), (LONG, WIDE, "a")]
 LABELS = ["a", "b", "user:1", "ü x", LONG, WIDE, "zz"]
-KEYS = ["k", "k2", "", "a/b.c", "q" * 130]
+KEYS = ["k", "k2", "", "a/b.c", "q" * 130, "r" * 130]
 TEXTS = ["apple pie", "banana", "cherry tart", "apple", "zzz"]
 
 namespaces = st.sampled_from(NAMESPACES)
-prefixes = st.sampled_from([(), (), ("a",), ("a", "b"), (LONG,), ("ü x",), (WIDE, "a"), ("zz",)])
+prefixes = st.sampled_from(
+    [(), (), ("a",), ("a", "b"), (LONG,), (LONG, WIDE), ("ü x",), (WIDE, "a"), ("zz",)]
+)
 values = st.fixed_dictionaries(
     {"n": st.integers(0, 4), "tag": st.sampled_from(["x", "y"])},
     optional={
