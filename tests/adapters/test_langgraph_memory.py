@@ -292,3 +292,13 @@ def test_a_server_store_expires_items_by_its_own_clock(kind: str, tmp_path: Path
         assert [i.key for i in lg.search(("u",))] == ["kept"]
     finally:
         store.close()
+
+
+def test_a_redacting_store_masks_secret_fields_of_an_items_value() -> None:
+    from statekeep._core.redactor import Redactor
+
+    lg = StatekeepMemoryStore(MemoryStore(redact=Redactor()))
+    lg.put(("users", "u1"), "prefs", {"token": "sk-live-1", "shade": "blue"})
+    item = lg.get(("users", "u1"), "prefs")
+    assert item is not None and item.value == {"token": "[REDACTED]", "shade": "blue"}
+    assert [i.key for i in lg.search(("users",), filter={"shade": "blue"})] == ["prefs"]
