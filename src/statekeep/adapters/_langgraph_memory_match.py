@@ -121,9 +121,17 @@ def unpack(text: str) -> array[float]:
     return vector
 
 
-def cosine(query: Sequence[float], query_norm: float, vector: Sequence[float]) -> float:
-    """The cosine similarity of ``query`` (its norm given) and ``vector`` (0.0 if either is zero)."""
-    norm = math.sqrt(sum(map(operator.mul, vector, vector)))
-    if norm == 0 or query_norm == 0:
+def norm(vector: Sequence[float]) -> float:
+    return math.sqrt(sum(map(operator.mul, vector, vector)))
+
+
+def cosine(
+    query: Sequence[float], query_norm: float, vector: Sequence[float], vector_norm: float | None
+) -> float:
+    """The cosine similarity of ``query`` and ``vector``, their norms given (the vector's is
+    stored with it; None: computed), 0.0 if either is zero."""
+    if vector_norm is None:
+        vector_norm = norm(vector)
+    if vector_norm == 0 or query_norm == 0:
         return 0.0
-    return float(sum(map(operator.mul, query, vector))) / (norm * query_norm)
+    return float(sum(map(operator.mul, query, vector))) / (vector_norm * query_norm)

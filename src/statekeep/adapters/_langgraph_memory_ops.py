@@ -3,7 +3,7 @@ LangGraph store operation on one agent memory scope, async (the sync API runs th
 owner loop). Embeddings arrive computed: nothing here calls a model.
 
 Each item is one agent memory key (:mod:`._langgraph_memory_keys`) whose value is the record
-``{"ns": [...], "key": ..., "value": {...}, "ttl": minutes or None, "vec": {path: packed}}``.
+``{"ns": [...], "key": ..., "value": {...}, "ttl": minutes or None, "vec": {path: packed}, "norm": {path: its norm}}``.
 An item with a TTL has the store's own expiry (``expires_at`` on its record, judged by the
 store's clock: a Postgres or Redis server's, a local store's ``clock=``): an expired item is
 absent to every read and listing at once, and ``gc`` (``sweep_ttl``) removes it.
@@ -12,8 +12,6 @@ absent to every read and listing at once, and ``gc`` (``sweep_ttl``) removes it.
 from __future__ import annotations
 
 import asyncio
-import math
-import operator
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,7 +24,7 @@ from .._core.records import utc_time
 from .._store.agentmemory import Memory, key_id
 from .._store.contract import Store
 from ._langgraph_memory_keys import memory_key, plain_namespace, scan_prefix
-from ._langgraph_memory_match import cosine, fixed_prefix, matches, namespace_matches, pack, unpack
+from ._langgraph_memory_match import cosine, fixed_prefix, matches, namespace_matches, norm, pack, unpack
 
 #: Snapshot reads run at once while a search or listing reads its items.
 _READS_AT_ONCE = 64
@@ -195,6 +193,7 @@ class MemoryOps:
         }
         if vectors:
             record["vec"] = {path: pack(v) for path, v in vectors.items()}
+            record["norm"] = {path: norm(unpack(packed)) for path, packed in record["vec"].items()}
         expires = None if ttl is None else iso(self.now() + timedelta(minutes=ttl))
         await self.memory._change(mkey, revision, value=record, expires_at=expires)
 
@@ -233,14 +232,15 @@ def _ranked(
     """As LangGraph's ``InMemoryStore``: every vector of every item scored, an item counted
     once at its best score, the window ``[offset, offset + limit)`` of that order, then items
     without vectors (unscored) if the window is short."""
-    query_norm = math.sqrt(sum(map(operator.mul, query, query)))
+    query_norm = norm(query)
     scored: list[tuple[float, int]] = []
     scoreless: list[Snapshot] = []
     for n, snapshot in enumerate(found):
         packed = snapshot["value"].get("vec") or {}
+        norms = snapshot["value"].get("norm") or {}
         if not packed:
             scoreless.append(snapshot)
-        scored.extend((cosine(query, query_norm, unpack(v)), n) for v in packed.values())
+        scored.extend((cosine(query, query_norm, unpack(v), norms.get(p)), n) for p, v in packed.items())
     scored.sort(key=lambda pair: pair[0], reverse=True)
     seen: set[int] = set()
     kept: list[tuple[Snapshot, float | None]] = []
