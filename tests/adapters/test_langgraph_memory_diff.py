@@ -9,7 +9,10 @@ namespace listings (InMemoryStore's with the namespaces it keeps once they are e
 it lists a namespace a get touched, or whose items were all deleted, which no persistent store
 does); a search returning as many items, each one InMemoryStore finds for it, with the same
 score (float32 vectors: within 1e-5). The order of a search without a query is each store's
-own (InMemoryStore: insertion; this one: the most recently changed first).
+own (InMemoryStore: insertion; this one: the most recently changed first). Two more quirks of
+InMemoryStore are kept clear of: it keeps an item's old vectors when the item is put again without
+the indexed field (they are dropped from it after each batch), and it fails a batch whose puts
+embed one text twice (no such batch is made).
 
 CI runs a fixed number of derandomized examples; ``STATEKEEP_SOAK=1`` runs ten times more.
 """
