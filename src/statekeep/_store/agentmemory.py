@@ -31,7 +31,7 @@ from .._core.records import utc_time
 from .._run.history import now
 from .._runtime.bridge import run_sync
 from .capabilities import Records, SnapshotReads
-from .expect import expecting
+from .expect import expecting, takes_expect_next
 
 KEY_RULE = (
     "a key is a non-empty str; letters, digits and '-' count one character each, any other "
@@ -148,8 +148,17 @@ class Memory:
         return page
 
     async def _change(
-        self, key: str, revision: int | None, *, value: Any = None, deleted: bool = False
+        self,
+        key: str,
+        revision: int | None,
+        *,
+        value: Any = None,
+        deleted: bool = False,
+        expires_at: str | None = None,
     ) -> Item | None:
+        """Put or delete ``key``; ``expires_at`` (ISO 8601, for a put): the store's own expiry
+        of the key's record, judged by the store's clock as a State's is (the LangGraph
+        adapter's TTL)."""
         sid = key_id(key)
         if revision is not None and (type(revision) is not int or revision < 0):
             raise ValueError(f"revision must be an int >= 0 or None, got {revision!r}")
@@ -172,13 +181,16 @@ class Memory:
             entry = {"seq": held, "kind": "delete" if deleted else "put", "at": at, "op": op}
             new = {
                 "task": key,
-                "created_at": at if snapshot is None else snapshot.get("created_at", at),
+                # A key put again after its delete starts anew, as one never put.
+                "created_at": snapshot.get("created_at", at) if live and snapshot else at,
                 "updated_at": at,
                 "turn": held + 1,
                 "stopped_by": None,
                 "finished": deleted,
                 "value": None if deleted else value,
             }
+            if expires_at is not None and not deleted:
+                new["expires_at"] = expires_at
             create = snapshot is None and not held
             try:
                 # expect_next: a key deleted and made again since its read is a conflict,
@@ -199,6 +211,21 @@ class Memory:
                 await _bound(self._trims, key, sid, held)
             return None if deleted else Item(key, _copy(value), held + 1, utc_time(at))
         raise StateConflictError(f"memory key {key!r}: {_RETRIES} writers got ahead of this one; try again")
+
+    async def _arefresh(self, key: str, snapshot: dict[str, Any], expires_at: str) -> bool:
+        """Move the expiry of ``key``, read as ``snapshot``, to ``expires_at`` without a
+        change: its revision, value and times stay. Only if the key is still at the revision
+        read (a change since wins, and False is returned), and only on a store whose write
+        takes ``expect_next`` (else False: nothing is written)."""
+        if not takes_expect_next(self._store):
+            return False
+        held = _revision(snapshot)
+        try:
+            sid, moved = key_id(key), {**snapshot, "expires_at": expires_at}
+            await self._store.awrite(sid, [], moved, **expecting(self._store, held))
+        except (StateConflictError, StateNotFoundError):
+            return False
+        return True
 
     async def _next_seq(self, record_id: str) -> int:
         """The seq after the last change of a key's record (0 if there is none): for a

@@ -40,6 +40,8 @@ from ._home import Home
 from ._ids import state_id_for
 from ._langgraph_history import LABELS, LIFE, MARK, Thread
 from ._langgraph_keys import KeepsLives, tool_call_key
+from ._langgraph_memory import StatekeepMemoryStore
+from ._langgraph_memory_ops import RevisedItem, RevisedSearchItem
 from ._langgraph_tuples import (
     config_of,
     delta_history,
@@ -53,8 +55,10 @@ from ._langgraph_tuples import (
 from ._langgraph_values import Lists
 from ._langgraph_where import other_id, snapshot_only
 
-__all__ = ["StatekeepSaver", "tool_call_key"]
-publish(__name__, globals(), ["tool_call_key"])  # reported as statekeep.adapters.langgraph's
+__all__ = ["RevisedItem", "RevisedSearchItem", "StatekeepMemoryStore", "StatekeepSaver", "tool_call_key"]
+publish(
+    __name__, globals(), ["RevisedItem", "RevisedSearchItem", "StatekeepMemoryStore", "tool_call_key"]
+)  # reported as statekeep.adapters.langgraph's
 
 
 class StatekeepSaver(BaseCheckpointSaver[int], KeepsLives):
