@@ -20,6 +20,7 @@ from .._core.ranges import SNAPSHOT_ONLY, check_since
 from .._core.records import Entries, Record, Snapshot, built
 from .._core.writes import PreparedWrite
 from .._leases.api import Leasing
+from .._runtime import telemetry
 from .._runtime.bridge import owner, run_async, run_sync
 from . import trimming
 from .blobs import Blobs, Collected, ReadResult, missing_blobs, with_blobs
@@ -112,6 +113,7 @@ class Backend(Engine, Leasing, Incarnated, Store):
             no_leases(self, lease)
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         write = write if expect_next is None else expecting_next(write, expect_next)
+        telemetry.note(write)
         return self._check_open(write)  # type: ignore[no-any-return]
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
@@ -358,3 +360,22 @@ class Backend(Engine, Leasing, Incarnated, Store):
 
     def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         return owner().locked((self._storage_key(), state_id), work)
+
+
+#: The operations recorded by telemetry (both twins of each): how each names its State, and
+#: what its result says (see :mod:`statekeep._runtime.telemetry`).
+_RECORDED: dict[str, tuple[telemetry.IdOf, telemetry.Measure | None]] = {
+    "write": (telemetry.first_id, None),
+    "read": (telemetry.first_id, telemetry.read_entries),
+    "list": (telemetry.no_id, telemetry.states),
+    "delete": (telemetry.first_id, None),
+    "fork": (telemetry.first_id, None),
+    "trim": (telemetry.first_id, None),
+    "gc": (telemetry.no_id, telemetry.states),
+    "save": (telemetry.state_of, None),
+    "load": (telemetry.first_id, None),
+    "step": (telemetry.state_of, None),
+}
+for _name, (_id_of, _measure) in _RECORDED.items():
+    for _method in (_name, "a" + _name):
+        setattr(Backend, _method, telemetry.traced(_name, getattr(Backend, _method), _id_of, _measure))
