@@ -22,7 +22,7 @@ from .._run.state import State, agent_info
 from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
 from .._store.steps import run_step
-from . import approving
+from . import approving, tracing
 from .compaction import Compactor
 from .context import ToolContext
 from .resolving import Resolving, record_result
@@ -144,14 +144,15 @@ class Agent(Resolving):
         once the reply's other calls ran; after ``state.approve``/``reject`` the next run
         runs the approved calls and answers the rejected ones first (docs: "Approvals")."""
         state._check_run(self.info())  # (a ResumeWarning under -W error stops it before any tool runs)
-        keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
-        if keeper is None:
-            return await self._run(state, None)
-        return await keeper.run(lambda: self._run(state, keeper))
+        with tracing.run_span(self, state) as (_, trace):  # (the docs' "Telemetry")
+            keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
+            if keeper is None:
+                return await self._run(state, None, trace)
+            return await keeper.run(lambda: self._run(state, keeper, trace))
 
-    async def _run(self, state: State, keeper: LeaseKeeper | None) -> Any:
+    async def _run(self, state: State, keeper: LeaseKeeper | None, trace: dict[str, str] | None) -> Any:
         await self._resolve_in_doubt(state, keeper)  # a loaded State's in-doubt calls, first
-        state.begin_run(self.info())
+        state.begin_run(self.info(), trace=trace)
         await self._save(state, keeper)
         schemas = [t.schema for t in self.tools.values()]
         save = lambda: self._save(state, keeper)  # noqa: E731  (approvals save through it)
@@ -163,7 +164,7 @@ class Agent(Resolving):
                     await self._save(state, keeper)
                 state.request(self.model_name)
                 await self._save(state, keeper)
-                reply = await self._ask(state, schemas)
+                reply = await self._asked(state, schemas)
                 state.add_reply(
                     reply.text, reply.tool_calls, usage=reply.usage, stop_reason=reply.stop_reason
                 )
@@ -195,6 +196,16 @@ class Agent(Resolving):
                 state.add_error(f"{type(exc).__name__}: {exc}")
             await self._save(state, keeper)
             raise
+
+    async def _asked(self, state: State, schemas: list[dict[str, Any]]) -> Reply:
+        """:meth:`_ask`, in a ``chat`` span when traced."""
+        attributes = tracing.chat_attributes(self.model_name)
+        with tracing.span(
+            tracing.tools_for(self.store), f"chat {self.model_name}", attributes, client=True
+        ) as chat:
+            reply = await self._ask(state, schemas)
+            tracing.note_reply(chat, reply.usage, reply.stop_reason)
+        return reply
 
     async def _ask(self, state: State, schemas: list[dict[str, Any]]) -> Reply:
         messages = list(state.messages)
@@ -239,15 +250,23 @@ class Agent(Resolving):
     async def _call_tool(
         self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
     ) -> tuple[Any, bool]:
-        tool = self.tools.get(call["name"])
-        if tool is None:
-            return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
-        try:
-            return await tool.call(dict(call.get("args") or {}), self._context(state, call, keeper)), False
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", True
+        tools = tracing.tools_for(self.store)
+        with tracing.span(tools, f"execute_tool {call['name']}", tracing.tool_attributes(call)) as current:
+            tool = self.tools.get(call["name"])
+            if tool is None:
+                if current is not None and tools is not None:
+                    tracing.failed(tools, current, "UnknownTool")
+                return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
+            try:
+                return await tool.call(
+                    dict(call.get("args") or {}), self._context(state, call, keeper)
+                ), False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if current is not None and tools is not None:
+                    tracing.failed(tools, current, type(exc).__qualname__)
+                return f"{type(exc).__name__}: {exc}", True
 
     async def _save(self, state: State, keeper: LeaseKeeper | None) -> None:
         if self.store is None:
