@@ -52,21 +52,21 @@ class Tools:
     )
 
     def __init__(self, trace: Any, tracer_provider: Any, meter_provider: Any) -> None:
-        from statekeep import __version__
-
+        # The package's version, read where it is already imported (not imported from here: a layer below it).
+        version = getattr(sys.modules.get("statekeep"), "__version__", None)
         self.trace = trace
         self.tracer = None
         if trace is not None and tracer_provider is not None:
             from opentelemetry import context  # imported by opentelemetry.trace already
 
             self.context = context
-            self.tracer = tracer_provider.get_tracer(SCOPE, __version__)
+            self.tracer = tracer_provider.get_tracer(SCOPE, version)
             self.link = trace.Link
             self.span_kind = trace.SpanKind
             self.status = (trace.Status, trace.StatusCode.ERROR)
         self.duration = None
         if meter_provider is not None:
-            meter = meter_provider.get_meter(SCOPE, __version__)
+            meter = meter_provider.get_meter(SCOPE, version)
             self.duration = meter.create_histogram(
                 "statekeep.operation.duration", unit="s", description="How long a store operation took."
             )
