@@ -31,7 +31,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: The instrumentation scope's name (the tracer's and the meter's).
 SCOPE = "statekeep"
-_UNKNOWN = object()
 
 
 class Tools:
@@ -86,48 +85,56 @@ class Tools:
             )
 
 
+#: The API's own providers that record nothing (its proxies are never the globals: listed to be sure).
+_NO_OP_TRACERS = ("NoOpTracerProvider", "ProxyTracerProvider")
+_NO_OP_METERS = ("NoOpMeterProvider", "_ProxyMeterProvider")
+#: The providers last seen, and what :func:`active` made for them.
 _cache: tuple[object, object, Tools | None] = (None, None, None)
+#: The API's modules that hold the global providers, kept once both are imported (see :func:`_api`).
+_TRACE, _METRICS = "opentelemetry.trace", "opentelemetry.metrics._internal"
+_api_modules: tuple[Any, Any] | None = None
 
 
-def _provider(module: Any, attribute: str, getter: str, default_names: tuple[str, ...]) -> Any:
-    """The global provider ``module`` holds, None when unset or a no-op one."""
-    if module is None:
+def _api() -> tuple[Any, Any] | None:
+    """The API's two modules (either None while not imported); None while neither is."""
+    global _api_modules
+    trace, metrics = sys.modules.get(_TRACE), sys.modules.get(_METRICS)
+    if trace is None and metrics is None:
         return None
-    provider = getattr(module, attribute, _UNKNOWN)
-    if provider is _UNKNOWN:  # an OpenTelemetry that keeps it elsewhere: ask it (slower)
-        provider = getattr(module, getter)()
-    if provider is None or type(provider).__name__ in default_names:
-        return None
-    return provider
+    if trace is not None and metrics is not None:
+        _api_modules = (trace, metrics)
+    return trace, metrics
 
 
 def active() -> Tools | None:
-    """What to record an operation with now, or None: no provider, or only no-op ones."""
-    modules = sys.modules
-    trace: Any = modules.get("opentelemetry.trace")
-    metrics: Any = modules.get("opentelemetry.metrics._internal")
-    if trace is None and metrics is None:
+    """What to record an operation with now, or None: no provider set, or only no-op ones.
+
+    Reads the API's globals (``_TRACER_PROVIDER``, ``_METER_PROVIDER``: None until a provider
+    is set) from its modules, imported by someone else or not at all (then no provider can
+    be set). tests/telemetry checks that the API still keeps them there."""
+    api = _api_modules or _api()
+    if api is None:
         return None
-    tracer_provider = trace and getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
-    meter_provider = metrics and getattr(metrics, "_METER_PROVIDER", _UNKNOWN)
+    tracers = getattr(api[0], "_TRACER_PROVIDER", None)
+    meters = getattr(api[1], "_METER_PROVIDER", None)
+    if tracers is None and meters is None:
+        return None
     cached = _cache
-    if cached[0] is tracer_provider and cached[1] is meter_provider:
+    if cached[0] is tracers and cached[1] is meters:
         return cached[2]
-    return _refresh(trace, metrics, tracer_provider, meter_provider)
+    return _refresh(tracers, meters)
 
 
-def _refresh(trace: Any, metrics: Any, tracer_key: object, meter_key: object) -> Tools | None:
+def _refresh(tracers: Any, meters: Any) -> Tools | None:
     global _cache
-    tracers = _provider(trace, "_TRACER_PROVIDER", "get_tracer_provider", _NO_OP_TRACERS)
-    meters = _provider(metrics, "_METER_PROVIDER", "get_meter_provider", _NO_OP_METERS)
-    tools = None if tracers is None and meters is None else Tools(trace, tracers, meters)
-    if tracer_key is not _UNKNOWN and meter_key is not _UNKNOWN:
-        _cache = (tracer_key, meter_key, tools)
+    tracing = None if tracers is None or type(tracers).__name__ in _NO_OP_TRACERS else tracers
+    metering = None if meters is None or type(meters).__name__ in _NO_OP_METERS else meters
+    tools = (
+        None if tracing is None and metering is None else Tools(sys.modules.get(_TRACE), tracing, metering)
+    )
+    _cache = (tracers, meters, tools)
     return tools
 
-
-_NO_OP_TRACERS = ("NoOpTracerProvider", "ProxyTracerProvider")
-_NO_OP_METERS = ("NoOpMeterProvider", "_ProxyMeterProvider")
 
 #: The operation being recorded in this context (None: none, or telemetry is off).
 recording: ContextVar[Op | None] = ContextVar("statekeep_recording", default=None)
@@ -213,19 +220,24 @@ class Op:
             tools.batch.record(self.batch, attrs)
 
 
-def begin(store: Any, name: str, state_id: str | None) -> Op | None:
-    """An :class:`Op` for ``store``'s operation ``name``, or None when nothing records it."""
-    if not store._telemetry:
+def start(store: Any, name: str, state_id: str | None) -> Op | None:
+    """An :class:`Op` for ``store``'s operation ``name`` (a store with telemetry on), or None
+    when nothing records it. Every recorded operation starts here: once the API's modules
+    are imported, with no provider set, it costs two attribute reads."""
+    api = _api_modules
+    if api is not None:
+        if api[0]._TRACER_PROVIDER is None and api[1]._METER_PROVIDER is None:
+            return None
+    elif _api() is None:
         return None
     tools = active()
     return None if tools is None else Op(tools, store, name, state_id)
 
 
-def note(write: Any) -> None:
-    """Note a prepared write (``lines``, ``snapshot``) on the operation being recorded."""
-    op = recording.get()
+def end(op: Op | None, error: BaseException | None) -> None:
+    """End ``op`` (None: nothing), ``error`` the exception it raised, or None."""
     if op is not None:
-        op.wrote(write.lines, write.snapshot)
+        op.end(error)
 
 
 def note_batch(op: Op | None, size: int) -> None:
@@ -267,7 +279,7 @@ def traced(name: str, method: F, id_of: IdOf = first_id, measure: Measure | None
             if outer is not None and outer.twin and outer.store is self and outer.name == name:
                 outer.twin = False
                 return await method(self, *args, **kwargs)
-            op = begin(self, name, id_of(args, kwargs))
+            op = start(self, name, id_of(args, kwargs)) if self._telemetry else None
             if op is None:
                 return await method(self, *args, **kwargs)
             try:
@@ -284,7 +296,7 @@ def traced(name: str, method: F, id_of: IdOf = first_id, measure: Measure | None
 
     @functools.wraps(method)
     def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
-        op = begin(self, name, id_of(args, kwargs))
+        op = start(self, name, id_of(args, kwargs)) if self._telemetry else None
         if op is None:
             return method(self, *args, **kwargs)
         op.twin = getattr(type(self), twin, None) is not None

@@ -78,10 +78,17 @@ class Backend(Engine, Leasing, Incarnated, Store):
         expect_next: int | None = None,
     ) -> None:
         """As :meth:`Store.awrite`; ``incarnation``: see :meth:`Incarnated._binding`."""
-        binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
-        write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next)
-        with self._known.watching(write):
-            await run_async(self._locked_write(write), direct=True, eager=self._eager)
+        op = telemetry.start(self, "write", state_id) if self._telemetry else None  # (inline: the hot path)
+        try:
+            binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
+            write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next, op)
+            with self._known.watching(write):
+                await run_async(self._locked_write(write), direct=True, eager=self._eager)
+        except BaseException as exc:
+            telemetry.end(op, exc)
+            raise
+        if op is not None:
+            op.end(None)
 
     def write(
         self,
@@ -94,10 +101,19 @@ class Backend(Engine, Leasing, Incarnated, Store):
         incarnation: str | None = None,
         expect_next: int | None = None,
     ) -> None:
-        binding = self._binding(state_id, create, incarnation) or run_sync(self._alearn(state_id), "aread")
-        write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next)
-        with self._known.watching(write):
-            run_sync(self._locked_write(write), "awrite", direct=True, eager=self._eager)
+        op = telemetry.start(self, "write", state_id) if self._telemetry else None
+        try:
+            binding = self._binding(state_id, create, incarnation) or run_sync(
+                self._alearn(state_id), "aread"
+            )
+            write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next, op)
+            with self._known.watching(write):
+                run_sync(self._locked_write(write), "awrite", direct=True, eager=self._eager)
+        except BaseException as exc:
+            telemetry.end(op, exc)
+            raise
+        if op is not None:
+            op.end(None)
 
     def _write_call(
         self,
@@ -108,12 +124,14 @@ class Backend(Engine, Leasing, Incarnated, Store):
         lease: Lease | None,
         binding: Binding,
         expect_next: int | None,
+        op: telemetry.Op | None = None,
     ) -> PreparedWrite:
         if lease is not None:
             no_leases(self, lease)
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         write = write if expect_next is None else expecting_next(write, expect_next)
-        telemetry.note(write)
+        if op is not None:
+            op.wrote(write.lines, write.snapshot)
         return self._check_open(write)  # type: ignore[no-any-return]
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
@@ -362,10 +380,9 @@ class Backend(Engine, Leasing, Incarnated, Store):
         return owner().locked((self._storage_key(), state_id), work)
 
 
-#: The operations recorded by telemetry (both twins of each): how each names its State, and
-#: what its result says (see :mod:`statekeep._runtime.telemetry`).
+#: The operations recorded by telemetry (both twins of each; ``write``'s in its body, the hot
+#: path): how each names its State, and what its result says (:mod:`statekeep._runtime.telemetry`).
 _RECORDED: dict[str, tuple[telemetry.IdOf, telemetry.Measure | None]] = {
-    "write": (telemetry.first_id, None),
     "read": (telemetry.first_id, telemetry.read_entries),
     "list": (telemetry.no_id, telemetry.states),
     "delete": (telemetry.first_id, None),
