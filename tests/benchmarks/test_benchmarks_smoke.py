@@ -32,6 +32,7 @@ ROWS = {
     "growth": 6,
     "langgraph_growth": 7,
     "trim": 4,
+    "telemetry": 4,
 }
 
 
