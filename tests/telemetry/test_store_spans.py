@@ -265,3 +265,14 @@ def test_group_commit_batch_sizes(kind: str, tmp_path: Path, recorded: otel.Reco
     assert sum(1 / n for n in sizes) == pytest.approx(round(sum(1 / n for n in sizes)))
     histogram = recorded.points("statekeep.batch.size")
     assert sum(p.count for p in histogram) >= 8
+
+
+def test_the_api_keeps_its_providers_where_statekeep_reads_them() -> None:
+    """statekeep's per-operation check reads the API's globals directly (the cheapest check): an
+    OpenTelemetry that moved them must fail here, not record nothing unnoticed."""
+    from opentelemetry.metrics import _internal as metrics_globals
+
+    assert trace._TRACER_PROVIDER is None and metrics_globals._METER_PROVIDER is None
+    recorded = otel.install()
+    assert trace._TRACER_PROVIDER is recorded.tracer_provider
+    assert metrics_globals._METER_PROVIDER is recorded.meter_provider
