@@ -241,7 +241,7 @@ def test_the_metrics_add_up_to_the_spans(kind: str, tmp_path: Path, recorded: ot
         assert point.sum >= 0
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "redis"])
 def test_group_commit_batch_sizes(kind: str, tmp_path: Path, recorded: otel.Recorded) -> None:
     """Writes committed together each carry their batch's size; the histogram counts each."""
     store = make(kind, tmp_path)
