@@ -276,3 +276,26 @@ def test_the_api_keeps_its_providers_where_statekeep_reads_them() -> None:
     recorded = otel.install()
     assert trace._TRACER_PROVIDER is recorded.tracer_provider
     assert metrics_globals._METER_PROVIDER is recorded.meter_provider
+
+
+def test_a_sync_step_or_run_inside_a_running_loop_keeps_the_callers_span(recorded: otel.Recorded) -> None:
+    """Called inside a running event loop, ``step`` and ``Agent.run`` run on a thread of their
+    own: their spans still have the caller's span as parent, one span each."""
+    from statekeep import Agent, ScriptedModel
+
+    store = MemoryStore()
+    state = State("steps")
+
+    async def inside() -> None:
+        with trace.get_tracer("test").start_as_current_span("caller"):
+            assert store.step(state, "double", lambda: 21 * 2) == 42
+            Agent(ScriptedModel(["done"]), store=store).run(State("run"))
+
+    asyncio.run(inside())
+    store.close()
+    caller = recorded.spans("caller")[0]
+    steps = recorded.spans("statekeep.step")
+    runs = recorded.spans("invoke_agent")
+    assert len(steps) == 1 and len(runs) == 1
+    assert steps[0].parent is not None and steps[0].parent.span_id == caller.context.span_id
+    assert runs[0].parent is not None and runs[0].parent.span_id == caller.context.span_id

@@ -8,6 +8,7 @@ leaves a State that ``store.load`` can continue.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -131,7 +132,10 @@ class Agent(Resolving):
         if not in_a_loop:
             return asyncio.run(self.arun(state, lease=lease))
         with ThreadPoolExecutor(1, thread_name_prefix="statekeep-agent") as pool:
-            return pool.submit(asyncio.run, self.arun(state, lease=lease)).result()
+            # In the caller's context: its OpenTelemetry span stays the run's parent.
+            return pool.submit(
+                contextvars.copy_context().run, asyncio.run, self.arun(state, lease=lease)
+            ).result()
 
     async def arun(self, state: State, *, lease: Lease | None = None) -> Any:
         """Run until the model answers without calling tools; return the answer.
