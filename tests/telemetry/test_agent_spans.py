@@ -203,3 +203,43 @@ def test_statekeep_runs_without_opentelemetry(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_run_resumed_in_another_process_links_to_this_ones(tmp_path: Path, recorded: otel.Recorded) -> None:
+    """The link survives the process: the run stopped here is resumed by a new process with
+    its own tracer provider, whose run span links to this process's."""
+    with FileStore(tmp_path / "runs") as store:
+        state = State(SECRET)
+        Agent(ScriptedModel([calls("lookup")]), tools=[lookup], store=store, limit=1).run(state)
+    first = recorded.spans("invoke_agent")[0]
+    script = textwrap.dedent(
+        f"""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from statekeep import Agent, FileStore, ScriptedModel, tool
+
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(provider)
+
+        @tool
+        def lookup(city: str) -> str:
+            \"\"\"Look a city up.\"\"\"
+            return city
+
+        with FileStore({str(tmp_path / "runs")!r}) as store:
+            state = store.load({state.id!r})
+            Agent(ScriptedModel(["done"]), tools=[lookup], store=store).run(state)
+        run = next(s for s in spans.get_finished_spans() if s.name == "invoke_agent agent")
+        for link in run.links:
+            print(f"{{link.context.trace_id:032x}} {{link.context.span_id:016x}}")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"{first.context.trace_id:032x}", f"{first.context.span_id:016x}"]
