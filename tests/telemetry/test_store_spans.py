@@ -299,3 +299,30 @@ def test_a_sync_step_or_run_inside_a_running_loop_keeps_the_callers_span(recorde
     assert len(steps) == 1 and len(runs) == 1
     assert steps[0].parent is not None and steps[0].parent.span_id == caller.context.span_id
     assert runs[0].parent is not None and runs[0].parent.span_id == caller.context.span_id
+
+
+@pytest.mark.parametrize("telemetry", [True, False])
+def test_a_listing_warning_points_at_the_callers_line(telemetry: bool, recorded: otel.Recorded) -> None:
+    """A State left out of a listing warns at the line that called list()/alist(), through
+    the method's telemetry wrapper, whether it records or not."""
+    import warnings
+
+    from tests.support.stores import plant_snapshot
+
+    store = MemoryStore(telemetry=telemetry)
+    store.save(State("fine"))
+    store.save(State("broken", id="broken"))
+    asyncio.run(plant_snapshot(store, "broken", b'{"task": "no times"}'))
+
+    async def alist() -> Any:
+        return await store.alist()
+
+    for call in (store.list, lambda: asyncio.run(alist())):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert len(call()) == 1
+        left_out = [w for w in caught if "'broken'" in str(w.message)]
+        assert len(left_out) == 1 and left_out[0].filename == __file__, [
+            (w.filename, w.message) for w in caught
+        ]
+    store.close()

@@ -180,7 +180,8 @@ class Backend(Engine, Leasing, Incarnated, Store):
     def _listed(self, result: tuple[Page, builtins.list[str]]) -> Page:
         rows, skipped = result
         for message in skipped:
-            warnings.warn(message, RuntimeWarning, stacklevel=3)  # at the caller of list()
+            # At the caller of list() (below _listed, list and its telemetry wrapper: traced).
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
         return self._protection.rows(self.namespace, rows)
 
     async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
