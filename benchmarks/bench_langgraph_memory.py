@@ -1,4 +1,4 @@
-"""``python benchmarks/bench_langgraph_memory.py [--quick]``: semantic search in
+"""``python benchmarks/bench_langgraph_memory.py [--quick] [--json out.json]``: semantic search in
 ``StatekeepMemoryStore`` by namespace size, against LangGraph's ``InMemoryStore`` run side by
 side in the same process on the same items and queries.
 
@@ -13,19 +13,18 @@ docs' "fine up to about 10k items in a namespace" rests on.
 
 from __future__ import annotations
 
-import argparse
+import platform
 import random
-import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
+import common
 from statekeep import MemoryStore, SQLiteStore, Store
 from statekeep.adapters.langgraph import StatekeepMemoryStore
 
@@ -65,53 +64,76 @@ def fill(store: Any, items: list[str]) -> None:
         )
 
 
-def median_ms(fn: Callable[[], object], runs: int) -> float:
+def timed_ms(fn: Callable[[], object], runs: int) -> list[float]:
     fn()  # warm
     samples = []
     for _ in range(runs):
-        start = time.perf_counter()
+        began = time.perf_counter()
         fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
+        samples.append((time.perf_counter() - began) * 1000)
+    return samples
+
+
+@dataclass(frozen=True)
+class Config:
+    sizes: tuple[int, ...]  # items in the one namespace
+    runs: int  # searches timed per measure (median reported)
+
+    def describe(self) -> str:
+        sizes = " and ".join(f"{n:,}" for n in self.sizes)
+        return f"{sizes} items in one namespace, {DIMS}-dim vectors; median of {self.runs} searches"
+
+
+QUICK = Config(sizes=(200, 1000), runs=3)
+FULL = Config(sizes=(1000, 10_000), runs=5)
+SEARCHES: list[tuple[str, Callable[[Any], object]]] = [
+    ("query, limit 10", lambda s: s.search(("user",), query="lentil soup", limit=10)),
+    ("filter n=3, limit 10", lambda s: s.search(("user",), filter={"n": 3}, limit=10)),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="200 and 1,000 items, fewer runs")
-    args = parser.parse_args(argv)
-    sizes, runs = ((200, 1000), 3) if args.quick else ((1000, 10_000), 5)
+    args, cfg, scratch, began = common.start("LangGraph memory store search", __doc__, argv, QUICK, FULL)
     model = Model()
     index: Any = {"embed": model, "dims": DIMS, "fields": ["text"]}
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for size in sizes:
+    samples: dict[str, list[float]] = {}
+    measures: list[tuple[str, str, str]] = []  # (measure, key, baseline key)
+    try:
+        for size in cfg.sizes:
             items = texts(size)
             model([*items, "lentil soup", "jazz in paris"])  # made before any timing
             baseline = InMemoryStore(index=index)
             fill(baseline, items)
             backings: list[tuple[str, Store]] = [
                 ("MemoryStore", MemoryStore()),
-                ("SQLiteStore", SQLiteStore(Path(tmp) / f"s{size}.db")),
+                ("SQLiteStore", SQLiteStore(scratch.root / f"s{size}.db")),
             ]
             for name, backing in backings:
                 mine = StatekeepMemoryStore(backing, index=index)
                 fill(mine, items)
-                for what, call in (
-                    ("query, limit 10", lambda s: s.search(("user",), query="lentil soup", limit=10)),
-                    ("filter n=3, limit 10", lambda s: s.search(("user",), filter={"n": 3}, limit=10)),
-                ):
-                    base_ms = median_ms(lambda c=call, b=baseline: c(b), runs)  # type: ignore[misc]
-                    ours_ms = median_ms(lambda c=call, m=mine: c(m), runs)  # type: ignore[misc]
-                    rows.append((size, name, what, ours_ms, base_ms))
+                for what, call in SEARCHES:
+                    key, base_key = f"{size}/{name}/{what}", f"{size}/base/{name}/{what}"
+                    samples[base_key] = timed_ms(lambda c=call, b=baseline: c(b), cfg.runs)  # type: ignore[misc]
+                    samples[key] = timed_ms(lambda c=call, m=mine: c(m), cfg.runs)  # type: ignore[misc]
+                    measures.append((f"{size:,} items, {name}, {what}", key, base_key))
                 backing.close()
-    print(f"\nStatekeepMemoryStore search vs InMemoryStore (same process, {DIMS} dims, median of {runs})")
+            print(f"  {size:,} items done", flush=True)
+    finally:
+        scratch.cleanup()
+    med = common.Medians(samples)
+    rows = [med.ratio_row(m, key, "ms", base, "InMemoryStore") for m, key, base in measures]
+    common.print_table(rows)
+    elapsed = time.perf_counter() - began
     print(
-        f"{'items':>7}  {'store':<12} {'search':<22} {'statekeep ms':>13} {'InMemoryStore ms':>17} {'ratio':>7}"
+        f"\nms per search (median of {cfg.runs}), {DIMS} dims, one namespace; ratio: statekeep's time /"
+        " InMemoryStore's on the same items and query (1.0: as fast; above: slower).\n"
+        f"Took {elapsed:.1f} s."
     )
-    for size, name, what, ours, base in rows:
-        print(f"{size:>7}  {name:<12} {what:<22} {ours:>13.1f} {base:>17.1f} {ours / base:>6.1f}x")
+    import langgraph.version
+
+    versions = {"python": platform.python_version(), "langgraph": langgraph.version.__version__}
+    if args.json:
+        common.write_json(args.json, cfg, args.quick, versions, scratch, {}, elapsed, rows, samples)
     return 0
 
 

@@ -386,13 +386,18 @@ def parse_args(doc: str | None, argv: Sequence[str] | None) -> argparse.Namespac
 
 def print_banner(title: str, quick: bool, versions: str, scratch: Scratch, cfg: Any) -> None:
     """The lines a run starts with: what runs where, and the workload."""
+    workload = (
+        cfg.describe()  # a workload of its own
+        if hasattr(cfg, "describe")
+        else f"{cfg.states} States x {cfg.turns} turns, 3 entries/turn "
+        f"({'/'.join(str(s) for _, s in ENTRY_KINDS)} B text) + snapshot, 1 durable write/turn; "
+        f"median of {cfg.reps} reps (load/list: {cfg.read_reps})"
+    )
     print(
         f"statekeep {title}{' (--quick: numbers are not meaningful)' if quick else ''}\n"
         f"{versions} on {platform.platform()}, {os.cpu_count()} CPUs\n"
         f"scratch: {scratch.root} ({scratch.fs})\n"
-        f"workload: {cfg.states} States x {cfg.turns} turns, 3 entries/turn "
-        f"({'/'.join(str(s) for _, s in ENTRY_KINDS)} B text) + snapshot, 1 durable write/turn; "
-        f"median of {cfg.reps} reps (load/list: {cfg.read_reps})\n",
+        f"workload: {workload}\n",
         flush=True,
     )
 

@@ -33,6 +33,8 @@ ROWS = {
     "langgraph_growth": 7,
     "trim": 4,
     "adk": 11,
+    "telemetry": 4,
+    "langgraph_memory": 8,
 }
 
 

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,17 @@ def test_the_pages_have_examples() -> None:
     assert len(EXAMPLES) >= 20
     assert [kit.page.name for kit in KITS] == ["write-your-own-store.md"]
     assert {"docs/cli.md", "docs/viewer.md", "docs/moving-runs.md"} <= set(SHELL)
+
+
+@pytest.fixture(autouse=True)
+def no_telemetry_provider() -> Iterator[None]:
+    """Each example starts as a program does, with no OpenTelemetry provider set (docs/telemetry.md
+    sets one; the API lets a process set it once, so the globals are reset after each test)."""
+    yield
+    if "opentelemetry.trace" in sys.modules:
+        from tests.support import otel
+
+        otel.reset()
 
 
 def run(block: Block, name: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:

@@ -8,6 +8,7 @@ leaves a State that ``store.load`` can continue.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from .._run.state import State, agent_info
 from .._runtime.callerloop import worker_thread
 from .._store.contract import Store
 from .._store.steps import run_step
-from . import approving
+from . import approving, tracing
 from .compaction import Compactor
 from .context import ToolContext
 from .resolving import Resolving, record_result
@@ -131,7 +132,10 @@ class Agent(Resolving):
         if not in_a_loop:
             return asyncio.run(self.arun(state, lease=lease))
         with ThreadPoolExecutor(1, thread_name_prefix="statekeep-agent") as pool:
-            return pool.submit(asyncio.run, self.arun(state, lease=lease)).result()
+            # In the caller's context: its OpenTelemetry span stays the run's parent.
+            return pool.submit(
+                contextvars.copy_context().run, asyncio.run, self.arun(state, lease=lease)
+            ).result()
 
     async def arun(self, state: State, *, lease: Lease | None = None) -> Any:
         """Run until the model answers without calling tools; return the answer.
@@ -144,14 +148,15 @@ class Agent(Resolving):
         once the reply's other calls ran; after ``state.approve``/``reject`` the next run
         runs the approved calls and answers the rejected ones first (docs: "Approvals")."""
         state._check_run(self.info())  # (a ResumeWarning under -W error stops it before any tool runs)
-        keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
-        if keeper is None:
-            return await self._run(state, None)
-        return await keeper.run(lambda: self._run(state, keeper))
+        with tracing.run_span(self, state) as (_, trace):  # (the docs' "Telemetry")
+            keeper = await LeaseKeeper.start(self.store, state.id, lease, self.lease_ttl, self.owner)
+            if keeper is None:
+                return await self._run(state, None, trace)
+            return await keeper.run(lambda: self._run(state, keeper, trace))
 
-    async def _run(self, state: State, keeper: LeaseKeeper | None) -> Any:
+    async def _run(self, state: State, keeper: LeaseKeeper | None, trace: dict[str, str] | None) -> Any:
         await self._resolve_in_doubt(state, keeper)  # a loaded State's in-doubt calls, first
-        state.begin_run(self.info())
+        state.begin_run(self.info(), trace=trace)
         await self._save(state, keeper)
         schemas = [t.schema for t in self.tools.values()]
         save = lambda: self._save(state, keeper)  # noqa: E731  (approvals save through it)
@@ -163,7 +168,7 @@ class Agent(Resolving):
                     await self._save(state, keeper)
                 state.request(self.model_name)
                 await self._save(state, keeper)
-                reply = await self._ask(state, schemas)
+                reply = await self._asked(state, schemas)
                 # Asked once a reply, and saved with it: a crash before the run stops for
                 # them leaves those calls waiting, not in doubt (they never run unapproved).
                 asked = approving.asked(self, reply.tool_calls)
@@ -201,6 +206,16 @@ class Agent(Resolving):
                 state.add_error(f"{type(exc).__name__}: {exc}")
             await self._save(state, keeper)
             raise
+
+    async def _asked(self, state: State, schemas: list[dict[str, Any]]) -> Reply:
+        """:meth:`_ask`, in a ``chat`` span when traced."""
+        attributes = tracing.chat_attributes(self.model_name)
+        with tracing.span(
+            tracing.tools_for(self.store), f"chat {self.model_name}", attributes, client=True
+        ) as chat:
+            reply = await self._ask(state, schemas)
+            tracing.note_reply(chat, reply.usage, reply.stop_reason)
+        return reply
 
     async def _ask(self, state: State, schemas: list[dict[str, Any]]) -> Reply:
         messages = list(state.messages)
@@ -245,15 +260,23 @@ class Agent(Resolving):
     async def _call_tool(
         self, state: State, call: Mapping[str, Any], keeper: LeaseKeeper | None = None
     ) -> tuple[Any, bool]:
-        tool = self.tools.get(call["name"])
-        if tool is None:
-            return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
-        try:
-            return await tool.call(dict(call.get("args") or {}), self._context(state, call, keeper)), False
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", True
+        tools = tracing.tools_for(self.store)
+        with tracing.span(tools, f"execute_tool {call['name']}", tracing.tool_attributes(call)) as current:
+            tool = self.tools.get(call["name"])
+            if tool is None:
+                if current is not None and tools is not None:
+                    tracing.failed(tools, current, "UnknownTool")
+                return f"unknown tool {call['name']!r}; available: {', '.join(self.tools) or 'none'}", True
+            try:
+                return await tool.call(
+                    dict(call.get("args") or {}), self._context(state, call, keeper)
+                ), False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if current is not None and tools is not None:
+                    tracing.failed(tools, current, type(exc).__qualname__)
+                return f"{type(exc).__name__}: {exc}", True
 
     async def _save(self, state: State, keeper: LeaseKeeper | None) -> None:
         if self.store is None:

@@ -15,7 +15,9 @@ base            ``task``: {``text``, ``at``, [``parent``], [``call_id``]}, ``tri
                 trimmed history (``store.trim``), at any seq: what the entries up to its seq,
                 removed, had made (:mod:`statekeep._run.base`)
 user            ``text`` — a message from the user
-run_start       ``agent``: {``name``, ``model``, ``system_sha256``, ``tools``: sorted names}
+run_start       ``agent``: {``name``, ``model``, ``system_sha256``, ``tools``: sorted names},
+                [``trace``]: {``trace_id``, ``span_id``} — the run's OpenTelemetry span (hex), which
+                a later run's span links to (older statekeeps ignore it, as any unknown key)
 model_request   ``model`` — a request sent to the model, waiting for its reply
 model_reply     [``text`` = ""], [``tool_calls`` = []]: [{``id``, ``name``, ``args``}],
                 [``usage``], [``stop_reason``]
@@ -148,6 +150,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
 # Keys a kind may have, with the types they hold when present: absent and null are the same.
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "task": {"parent": _STR, "call_id": _STR},
+    "run_start": {"trace": _DICT},
     "base": {"last_agent": _DICT, "stopped_by": _STR, "waiting": _STR, "steps": _LIST},
     "model_reply": {"text": _STR, "tool_calls": _LIST, "usage": _DICT, "stop_reason": _STR},
     "tool_result": {"reconciled": _BOOL},

@@ -18,6 +18,7 @@ from .bookkeeping import Saving
 from .calls import KEY_ORIGINS, CallResumption
 from .history import AGENT_KEYS, Replay, now
 from .resumecheck import warn_if_agent_changed
+from .runtrace import check_trace
 from .steps import StepRecords
 
 
@@ -279,10 +280,17 @@ class State(Saving, CallResumption, Approvals, StepRecords):
     def add_user(self, text: str) -> None:
         self._append("user", "State.add_user()", text=text)
 
-    def begin_run(self, agent: Mapping[str, Any]) -> None:
+    def begin_run(self, agent: Mapping[str, Any], *, trace: Mapping[str, str] | None = None) -> None:
         """Start a run by ``agent`` (see :func:`agent_info`). The first run after a load
-        warns with :class:`ResumeWarning` if the agent differs from the last one."""
-        self._append("run_start", "State.begin_run()", agent=self._check_run(agent))
+        warns with :class:`ResumeWarning` if the agent differs from the last one.
+        ``trace``: the run's OpenTelemetry span, ``{"trace_id", "span_id"}`` in lowercase hex
+        (32 and 16 digits), kept in the ``run_start`` entry so that a later run of the State
+        links its span to this one (:class:`Agent` gives it when a tracer provider is set)."""
+        info = self._check_run(agent)
+        if trace is None:
+            self._append("run_start", "State.begin_run()", agent=info)
+        else:
+            self._append("run_start", "State.begin_run()", agent=info, trace=check_trace(trace))
 
     def _check_run(self, agent: Mapping[str, Any]) -> dict[str, Any]:
         """The ``run_start`` agent for ``agent``, once a run can start; adds nothing. The

@@ -47,6 +47,7 @@ from .bridge import owner
 from .eager import Wakeup
 from .handoff import Direct, direct_caller
 from .slot import ProcessSlot
+from .telemetry import Op, note_batch, recording
 
 T = TypeVar("T")
 Errors = list[BaseException | None]
@@ -63,7 +64,8 @@ class _Queue(Generic[T]):
     __slots__ = ("alone", "flusher", "items")
 
     def __init__(self) -> None:
-        self.items: list[tuple[T, asyncio.Future[None], Direct | None]] = []
+        # Each with the telemetry operation it is part of (None: not recorded).
+        self.items: list[tuple[T, asyncio.Future[None], Direct | None, Op | None]] = []
         self.flusher: asyncio.Task[None] | None = None
         self.alone: asyncio.Future[Errors] | None = None
 
@@ -128,7 +130,7 @@ class GroupCommit(Generic[T]):
     def queue(self) -> list[tuple[T, asyncio.Future[None]]]:
         """The operations waiting in this process (not yet taken into a batch)."""
         queue = self._queues.current()
-        return [] if queue is None else [(item, fut) for item, fut, _ in queue.items]
+        return [] if queue is None else [(item, fut) for item, fut, _, _ in queue.items]
 
     async def submit(self, item: T) -> None:
         """Queue ``item`` (on the owner loop) and return once its batch is committed.
@@ -139,9 +141,11 @@ class GroupCommit(Generic[T]):
         """
         queue = self._queues.get()
         caller = direct_caller.get()
+        op = recording.get()
         if caller is not None:
             direct_caller.set(None)  # its outcome is this item's; nothing else may claim it
         if queue.idle() and not owner().posted:
+            note_batch(op, 1)
             now = self._now
             on_loop = now is not None and caller is not None and not caller.runs_batches
             if now is not None and on_loop and asyncio.current_task() is None:
@@ -161,7 +165,7 @@ class GroupCommit(Generic[T]):
             return
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        queue.items.append((item, fut, caller))
+        queue.items.append((item, fut, caller, op))
         if queue.idle():
             self._start_flusher(queue, loop)
         await fut
@@ -219,8 +223,10 @@ class GroupCommit(Generic[T]):
                 cap = self._max() if callable(self._max) else self._max
                 cut = len(queue.items) if cap is None else max(1, cap)
                 batch, queue.items = queue.items[:cut], queue.items[cut:]
-                callers = [caller for _, _, caller in batch]
-                job = _Job(self._commit, [item for item, _, _ in batch], callers)
+                callers = [caller for _, _, caller, _ in batch]
+                for *_, op in batch:
+                    note_batch(op, len(batch))
+                job = _Job(self._commit, [item for item, _, _, _ in batch], callers)
                 runner = next((c for c in callers if c is not None and c.runs_batches), None)
                 try:
                     errors = None
@@ -247,7 +253,7 @@ class GroupCommit(Generic[T]):
                         errors = await reported
                 except BaseException as exc:  # never for a job (run catches all), but be sure
                     errors = [exc] * len(batch)
-                for (_, fut, caller), error in zip(batch, errors, strict=True):
+                for (_, fut, caller, _), error in zip(batch, errors, strict=True):
                     if fut.done():
                         continue
                     if error is None or caller is not None:

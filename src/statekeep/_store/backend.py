@@ -20,6 +20,7 @@ from .._core.ranges import SNAPSHOT_ONLY, check_since
 from .._core.records import Entries, Record, Snapshot, built
 from .._core.writes import PreparedWrite
 from .._leases.api import Leasing
+from .._runtime import telemetry
 from .._runtime.bridge import owner, run_async, run_sync
 from . import trimming
 from .blobs import Blobs, Collected, ReadResult, missing_blobs, with_blobs
@@ -77,10 +78,17 @@ class Backend(Engine, Leasing, Incarnated, Store):
         expect_next: int | None = None,
     ) -> None:
         """As :meth:`Store.awrite`; ``incarnation``: see :meth:`Incarnated._binding`."""
-        binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
-        write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next)
-        with self._known.watching(write):
-            await run_async(self._locked_write(write), direct=True, eager=self._eager)
+        op = telemetry.start(self, "write", state_id) if self._telemetry else None  # (inline: the hot path)
+        try:
+            binding = self._binding(state_id, create, incarnation) or (await self._alearn(state_id))
+            write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next, op)
+            with self._known.watching(write):
+                await run_async(self._locked_write(write), direct=True, eager=self._eager)
+        except BaseException as exc:
+            telemetry.end(op, exc)
+            raise
+        if op is not None:
+            op.end(None)
 
     def write(
         self,
@@ -93,10 +101,19 @@ class Backend(Engine, Leasing, Incarnated, Store):
         incarnation: str | None = None,
         expect_next: int | None = None,
     ) -> None:
-        binding = self._binding(state_id, create, incarnation) or run_sync(self._alearn(state_id), "aread")
-        write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next)
-        with self._known.watching(write):
-            run_sync(self._locked_write(write), "awrite", direct=True, eager=self._eager)
+        op = telemetry.start(self, "write", state_id) if self._telemetry else None
+        try:
+            binding = self._binding(state_id, create, incarnation) or run_sync(
+                self._alearn(state_id), "aread"
+            )
+            write = self._write_call(state_id, entries, snapshot, create, lease, binding, expect_next, op)
+            with self._known.watching(write):
+                run_sync(self._locked_write(write), "awrite", direct=True, eager=self._eager)
+        except BaseException as exc:
+            telemetry.end(op, exc)
+            raise
+        if op is not None:
+            op.end(None)
 
     def _write_call(
         self,
@@ -107,11 +124,14 @@ class Backend(Engine, Leasing, Incarnated, Store):
         lease: Lease | None,
         binding: Binding,
         expect_next: int | None,
+        op: telemetry.Op | None = None,
     ) -> PreparedWrite:
         if lease is not None:
             no_leases(self, lease)
         write = self._prepared(state_id, entries, snapshot, create, lease, binding)
         write = write if expect_next is None else expecting_next(write, expect_next)
+        if op is not None:
+            op.wrote(write.lines, write.snapshot)
         return self._check_open(write)  # type: ignore[no-any-return]
 
     async def aread(self, state_id: str, *, since: int = 0) -> Record | None:
@@ -160,7 +180,8 @@ class Backend(Engine, Leasing, Incarnated, Store):
     def _listed(self, result: tuple[Page, builtins.list[str]]) -> Page:
         rows, skipped = result
         for message in skipped:
-            warnings.warn(message, RuntimeWarning, stacklevel=3)  # at the caller of list()
+            # At the caller of list() (below _listed, list and its telemetry wrapper: traced).
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
         return self._protection.rows(self.namespace, rows)
 
     async def adelete(self, state_id: str, *, children: bool = False, lease: Lease | None = None) -> None:
@@ -358,3 +379,21 @@ class Backend(Engine, Leasing, Incarnated, Store):
 
     def _locked(self, state_id: str, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         return owner().locked((self._storage_key(), state_id), work)
+
+
+#: The operations recorded by telemetry (both twins of each; ``write``'s in its body, the hot
+#: path): how each names its State, and what its result says (:mod:`statekeep._runtime.telemetry`).
+_RECORDED: dict[str, tuple[telemetry.IdOf, telemetry.Measure | None]] = {
+    "read": (telemetry.first_id, telemetry.read_entries),
+    "list": (telemetry.no_id, telemetry.states),
+    "delete": (telemetry.first_id, None),
+    "fork": (telemetry.first_id, None),
+    "trim": (telemetry.first_id, None),
+    "gc": (telemetry.no_id, telemetry.states),
+    "save": (telemetry.state_of, None),
+    "load": (telemetry.first_id, None),
+    "step": (telemetry.state_of, None),
+}
+for _name, (_id_of, _measure) in _RECORDED.items():
+    for _method in (_name, "a" + _name):
+        setattr(Backend, _method, telemetry.traced(_name, getattr(Backend, _method), _id_of, _measure))

@@ -67,6 +67,10 @@ class Engine(ABC):
     _protection = Protection()
     #: The offload bound (bytes), None: values stay inline (see :meth:`_take_offload`).
     _offload: int | None = None
+    #: Whether operations are recorded with OpenTelemetry when a provider is set, and whether
+    #: their spans carry the State id (see :meth:`_observe`).
+    _telemetry = True
+    _trace_ids = False
     _eager = True  # operations start eagerly (statekeep._runtime.eager); not if the client needs its own Task
 
     def _lifecycle(
@@ -94,6 +98,16 @@ class Engine(ABC):
         """Take the constructor's ``redact``, ``encrypt`` and ``allow_plaintext`` (checked)."""
         self._protection = Protection(redact, encrypt, allow_plaintext)
 
+    def _observe(self, telemetry: object, trace_ids: object) -> None:
+        """Take the constructor's ``telemetry`` and ``trace_ids`` (checked): whether the
+        store's operations are recorded with OpenTelemetry (when a provider is set), and
+        whether their spans name the State."""
+        for name, value in (("telemetry", telemetry), ("trace_ids", trace_ids)):
+            if type(value) is not bool:
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        self._telemetry = bool(telemetry)
+        self._trace_ids = bool(trace_ids)
+
     def _take_offload(self, offload: object) -> None:
         """Take the constructor's ``offload`` (checked): values whose encoding exceeds it are
         stored once as blobs. Only a backend offering blobs may take a bound."""
@@ -112,6 +126,7 @@ class Engine(ABC):
         self._lifecycle(namespace, None, store._clock, internal=True)
         self._protection = store._protection
         self._offload = store._offload
+        self._telemetry, self._trace_ids = store._telemetry, store._trace_ids
 
     @property
     def _keyring(self) -> object:

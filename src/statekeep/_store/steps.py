@@ -15,6 +15,7 @@ and on every later call.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import inspect
 import sys
@@ -255,7 +256,8 @@ class Stepping:
         if not _in_a_loop():
             return asyncio.run(work)
         with ThreadPoolExecutor(1, thread_name_prefix="statekeep-step") as pool:
-            return pool.submit(asyncio.run, work).result()
+            # In the caller's context: its OpenTelemetry span stays the step's parent.
+            return pool.submit(contextvars.copy_context().run, asyncio.run, work).result()
 
 
 def _in_a_loop() -> bool:

@@ -74,6 +74,10 @@ class MemoryStore(Backend):
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
 
+    ``telemetry`` (default True): each operation is recorded with OpenTelemetry (a span and
+    metrics) when a tracer or meter provider is set; False records nothing. ``trace_ids=True``:
+    the spans carry the State id. See the docs' "Telemetry" page.
+
     ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
     bytes is kept once as a blob, shared by every State and namespace of this store (per
     namespace when encrypted); None keeps every value inline. See the docs' "Large values"
@@ -91,6 +95,8 @@ class MemoryStore(Backend):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        telemetry: bool = True,
+        trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         if ttl is not None:
@@ -99,6 +105,7 @@ class MemoryStore(Backend):
             retention = check_period(ttl, "ttl")
         self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._observe(telemetry, trace_ids)
         self._take_offload(offload)
         self._sliding = ttl is not None
         self._spaces: dict[str, _Space] = {}  # shared with the siblings (agent memory)

@@ -159,6 +159,10 @@ class FileStore(FileLeasing, Backend):
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`). What stays in
     clear in the files: ids (folder names), seqs, times and the listing fields.
 
+    ``telemetry`` (default True): each operation is recorded with OpenTelemetry (a span and
+    metrics) when a tracer or meter provider is set; False records nothing. ``trace_ids=True``:
+    the spans carry the State id. See the docs' "Telemetry" page.
+
     ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
     bytes is stored once, as a file in ``.blobs/`` named by its SHA-256 (by an HMAC under
     the keyring, per namespace, and sealed, when encrypted), and the entry refers to it;
@@ -184,6 +188,8 @@ class FileStore(FileLeasing, Backend):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        telemetry: bool = True,
+        trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         if not os.fspath(path):
@@ -192,6 +198,7 @@ class FileStore(FileLeasing, Backend):
             )
         self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._observe(telemetry, trace_ids)
         self._take_offload(offload)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._key = os.path.realpath(self.path)

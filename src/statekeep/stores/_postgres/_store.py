@@ -119,6 +119,10 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
 
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+
+    ``telemetry`` (default True): each operation is recorded with OpenTelemetry (a span and
+    metrics) when a tracer or meter provider is set; False records nothing. ``trace_ids=True``:
+    the spans carry the State id. See the docs' "Telemetry" page.
     """
 
     _local_type = PoolLocal
@@ -139,6 +143,8 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        telemetry: bool = True,
+        trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
         **pool_kwargs: Any,
     ) -> None:
@@ -155,6 +161,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             "default" if namespace is None else namespace, retention, trim_compacted=trim_compacted
         )
         self._protect(redact, encrypt, allow_plaintext)
+        self._observe(telemetry, trace_ids)
         self._take_offload(offload)
         self.schema = check_name(schema, "schema", MAX_IDENTIFIER)
         if not schema:

@@ -124,6 +124,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+
+    ``telemetry`` (default True): each operation is recorded with OpenTelemetry (a span and
+    metrics) when a tracer or meter provider is set; False records nothing. ``trace_ids=True``:
+    the spans carry the State id. See the docs' "Telemetry" page.
     """
 
     _local_type = ClientLocal
@@ -142,6 +146,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        telemetry: bool = True,
+        trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
@@ -162,6 +168,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             retention = our_values({"retention": in_url["retention"]})["retention"]
         self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._observe(telemetry, trace_ids)
         self._take_offload(offload)
         if type(prefix) is not str:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")

@@ -17,6 +17,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
+from ..._runtime.telemetry import Op, note_batch, recording
+
 A = TypeVar("A")  # what a write sends
 R = TypeVar("R")  # what the server answers
 
@@ -31,11 +33,13 @@ Queued = tuple[A, asyncio.Future[R]]
 class WriteQueue(Generic[A, R]):
     """The writes of one store waiting in one process, and how many callers send them."""
 
-    __slots__ = ("flushers", "items")
+    __slots__ = ("flushers", "items", "noted")
 
     def __init__(self) -> None:
         self.items: list[Queued[A, R]] = []
         self.flushers = 0
+        # The telemetry operation of each queued write that is recorded, told its batch's size.
+        self.noted: dict[asyncio.Future[Any], Op] = {}
 
     @property
     def idle(self) -> bool:
@@ -53,6 +57,9 @@ class WriteQueue(Generic[A, R]):
         future) until its own write is done; ``spawn`` starts the task that sends the rest."""
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self.items.append((args, future))
+        op = recording.get()
+        if op is not None:
+            self.noted[future] = op
         if self.flushers < FLUSHERS:
             self.flushers += 1
             await self._flush(send, spawn, until=future)
@@ -69,6 +76,9 @@ class WriteQueue(Generic[A, R]):
         try:
             while self.items and not (until is not None and until.done()):
                 batch, self.items = self.items[:MAX_BATCH], self.items[MAX_BATCH:]
+                if self.noted:
+                    for _, future in batch:
+                        note_batch(self.noted.pop(future, None), len(batch))
                 await send(batch)
         finally:
             self.flushers -= 1

@@ -125,6 +125,10 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
 
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+
+    ``telemetry`` (default True): each operation is recorded with OpenTelemetry (a span and
+    metrics) when a tracer or meter provider is set; False records nothing. ``trace_ids=True``:
+    the spans carry the State id. See the docs' "Telemetry" page.
     """
 
     def __init__(
@@ -139,10 +143,13 @@ class SQLiteStore(ChangeStamp, LeaseRows, Backend):
         redact: Redactor | None = None,
         encrypt: Keyring | None = None,
         allow_plaintext: bool = False,
+        telemetry: bool = True,
+        trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
     ) -> None:
         self._lifecycle(namespace, retention, clock, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
+        self._observe(telemetry, trace_ids)
         self._take_offload(offload)
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.create = create
