@@ -243,3 +243,34 @@ def test_a_run_resumed_in_another_process_links_to_this_ones(tmp_path: Path, rec
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [f"{first.context.trace_id:032x}", f"{first.context.span_id:016x}"]
+
+
+def test_a_reply_without_usage_runs_as_it_does_untraced(recorded: otel.Recorded) -> None:
+    """A model function may give ``usage: None`` (State.add_reply takes it): traced, the run
+    is the same, its chat span simply has no token counts."""
+
+    def model(messages: list[dict], tools: list[dict]) -> dict:
+        return {"text": "hi", "usage": None}
+
+    state = State("no usage")
+    with MemoryStore() as store:
+        assert Agent(model, store=store).run(state) == "hi"
+    assert not [e for e in state.history if e["kind"] == "model_error"]
+    (chat,) = recorded.spans("chat")
+    assert chat.status.status_code is not StatusCode.ERROR
+    assert "gen_ai.usage.input_tokens" not in chat.attributes
+
+
+def test_a_run_not_sampled_keeps_no_trace_to_link_to(tmp_path: Path) -> None:
+    """A run whose span the sampler dropped keeps no ``trace`` in its run_start: the next run
+    would link to a span no backend has."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    trace.set_tracer_provider(TracerProvider(sampler=ALWAYS_OFF))
+    state = State("unsampled")
+    with MemoryStore() as store:
+        assert Agent(ScriptedModel(["done"]), store=store).run(state) == "done"
+    (start,) = [e for e in state.history if e["kind"] == "run_start"]
+    assert "trace" not in start

@@ -15,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 from statekeep import FileStore, MemoryStore, SQLiteStore, State, StateExistsError, Store
+from statekeep.testing import entries, snapshot
 from tests.support import otel
 from tests.support.stores import servers
 
@@ -326,3 +327,66 @@ def test_a_listing_warning_points_at_the_callers_line(telemetry: bool, recorded:
             (w.filename, w.message) for w in caught
         ]
     store.close()
+
+
+def test_durations_and_batches_fall_in_buckets_that_tell_them_apart(recorded: otel.Recorded) -> None:
+    """The SDK's default buckets (0, 5, 10, ... in milliseconds' scale) would put every
+    duration in seconds in one bucket: statekeep advises buckets from 100 µs to 10 s."""
+    with MemoryStore() as store:
+        store.write("s", entries(0, 1), snapshot(), create=True)
+    (point, *_) = recorded.points("statekeep.operation.duration")
+    assert point.explicit_bounds[0] == 0.0001 and point.explicit_bounds[-1] == 10.0
+    assert sum(point.bucket_counts[:-1]) == point.count  # none beyond 10 s, none lumped at the top
+
+
+def test_a_provider_named_in_the_environment_is_used_from_the_first_operation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``OTEL_PYTHON_TRACER_PROVIDER`` names a provider the API loads on its getter's first
+    call, which no one may have made: statekeep's first operation is recorded by it."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from statekeep._runtime import telemetry
+
+    monkeypatch.setenv("OTEL_PYTHON_TRACER_PROVIDER", "sdk_tracer_provider")
+    monkeypatch.setattr(telemetry, "_api_modules", None)
+    with MemoryStore() as store:
+        store.write("s", entries(0, 1), snapshot(), create=True)
+    assert isinstance(trace._TRACER_PROVIDER, TracerProvider)  # loaded by statekeep's first operation
+
+
+def test_an_api_that_moved_its_globals_is_read_through_its_getters() -> None:
+    """Should a future OpenTelemetry API keep its providers elsewhere, statekeep asks its public
+    getters (the API's unset proxy reads as no provider) rather than fail every operation."""
+    from types import SimpleNamespace
+
+    from statekeep._runtime import otel_api
+
+    tracer_api = SimpleNamespace(get_tracer_provider=lambda: "tracers")
+    meter_api = SimpleNamespace(get_meter_provider=lambda: "meters")
+    found = otel_api.globals_of(tracer_api, meter_api)
+    assert (found[0]._TRACER_PROVIDER, found[1]._METER_PROVIDER) == ("tracers", "meters")
+    real = otel_api.globals_of(trace, __import__("opentelemetry.metrics._internal").metrics._internal)
+    assert real[0] is trace  # the pinned API keeps them where statekeep reads them directly
+
+
+def test_a_failing_exporter_never_fails_the_store(recorded: otel.Recorded) -> None:
+    """Telemetry is best effort: an SDK or exporter that raises is warned about once; the
+    operation's result stands."""
+
+    class Broken:
+        def on_start(self, span: object, parent_context: object = None) -> None:
+            raise RuntimeError("exporter down")
+
+        def on_end(self, span: object) -> None:
+            raise RuntimeError("exporter down")
+
+        def shutdown(self) -> None: ...
+
+        def force_flush(self, timeout_millis: int = 0) -> bool:
+            return True
+
+    recorded.tracer_provider.add_span_processor(Broken())  # type: ignore[arg-type]
+    with MemoryStore() as store, pytest.warns(RuntimeWarning, match="exporter down"):
+        store.write("s", entries(0, 1), snapshot(), create=True)
+        assert store.read("s") is not None

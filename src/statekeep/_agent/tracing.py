@@ -99,7 +99,7 @@ def run_span(agent: Any, state: State) -> Iterator[tuple[Tools | None, dict[str,
     ) as current:
         got = current.get_span_context()
         kept = None
-        if got.is_valid:
+        if got.is_valid and got.trace_flags.sampled:  # a link to a span never exported leads nowhere
             kept = {"trace_id": f"{got.trace_id:032x}", "span_id": f"{got.span_id:016x}"}
         try:
             yield tools, kept
@@ -112,10 +112,13 @@ def chat_attributes(model: str) -> dict[str, Any]:
     return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
 
 
-def note_reply(current: Any, usage: Mapping[str, Any], stop_reason: str | None) -> None:
-    """Put a reply's token usage and finish reason on its ``chat`` span (None: not traced)."""
+def note_reply(current: Any, usage: Mapping[str, Any] | None, stop_reason: str | None) -> None:
+    """Put a reply's token usage (a mapping, or None as a model may give) and finish reason
+    on its ``chat`` span (None: not traced)."""
     if current is None:
         return
+    if not isinstance(usage, Mapping):
+        usage = {}
     for attribute, keys in (
         ("gen_ai.usage.input_tokens", INPUT_KEYS),
         ("gen_ai.usage.output_tokens", OUTPUT_KEYS),

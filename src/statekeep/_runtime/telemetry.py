@@ -23,14 +23,26 @@ import functools
 import inspect
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
+
+from . import otel_api
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: The instrumentation scope's name (the tracer's and the meter's).
 SCOPE = "statekeep"
+#: Histogram buckets (an advice the SDK takes unless a View says otherwise): the SDK's default
+#: ones (0, 5, 10, 25, ... 10000) suit milliseconds; durations are in seconds, from a MemoryStore's
+#: tens of µs to a server's seconds, and batches count writes, one to hundreds.
+DURATION_BUCKETS = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
+]  # fmt: skip
+BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+#: Set when recording failed once (an SDK or exporter raising): warned once, never raised.
+_failed = False
 
 
 class Tools:
@@ -67,7 +79,10 @@ class Tools:
         if meter_provider is not None:
             meter = meter_provider.get_meter(SCOPE, version)
             self.duration = meter.create_histogram(
-                "statekeep.operation.duration", unit="s", description="How long a store operation took."
+                "statekeep.operation.duration",
+                unit="s",
+                description="How long a store operation took.",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
             )
             self.bytes = meter.create_counter(
                 "statekeep.bytes", unit="By", description="Encoded bytes of entries and snapshots written."
@@ -79,6 +94,7 @@ class Tools:
                 "statekeep.batch.size",
                 unit="{write}",
                 description="Writes committed together (group commit) with each write.",
+                explicit_bucket_boundaries_advisory=BATCH_BUCKETS,
             )
             self.errors = meter.create_counter(
                 "statekeep.errors", unit="{error}", description="Store operations that raised, by error type."
@@ -96,13 +112,17 @@ _api_modules: tuple[Any, Any] | None = None
 
 
 def _api() -> tuple[Any, Any] | None:
-    """The API's two modules (either None while not imported); None while neither is."""
+    """The API's two modules (either None while not imported); None while neither is.
+
+    Once both are imported: a provider named by ``OTEL_PYTHON_TRACER_PROVIDER`` /
+    ``OTEL_PYTHON_METER_PROVIDER`` is loaded (the API does so on its getters' first call),
+    and should a future API keep its globals elsewhere, its public getters stand in."""
     global _api_modules
     trace, metrics = sys.modules.get(_TRACE), sys.modules.get(_METRICS)
     if trace is None and metrics is None:
         return None
     if trace is not None and metrics is not None:
-        _api_modules = (trace, metrics)
+        _api_modules = otel_api.globals_of(trace, metrics)
     return trace, metrics
 
 
@@ -171,14 +191,14 @@ class Op:
             "statekeep.namespace": store.namespace,
         }
         self.span = None
-        tokens: list[Any] = [recording.set(self)]
+        attached = None
         if tools.tracer is not None:
             attrs = self.attrs
             if state_id is not None and store._trace_ids:
                 attrs = {**attrs, "statekeep.state.id": state_id}
             self.span = span = tools.tracer.start_span(f"statekeep.{name}", attributes=attrs)
-            tokens.append(tools.context.attach(tools.trace.set_span_in_context(span)))
-        self.tokens = tokens
+            attached = tools.context.attach(tools.trace.set_span_in_context(span))
+        self.tokens = (recording.set(self), attached)  # last: nothing above raises with it set
         self.started = time.perf_counter()
 
     def wrote(self, lines: tuple[bytes, ...], snapshot: bytes | None) -> None:
@@ -187,6 +207,12 @@ class Op:
         self.bytes = sum(map(len, lines)) + (len(snapshot) if snapshot is not None else 0)
 
     def end(self, error: BaseException | None) -> None:
+        try:
+            self._end(error)
+        except Exception as exc:  # telemetry never fails a store operation
+            _failing(exc)
+
+    def _end(self, error: BaseException | None) -> None:
         took = time.perf_counter() - self.started
         tools, attrs = self.tools, self.attrs
         error_type = None if error is None else type(error).__qualname__
@@ -203,9 +229,9 @@ class Op:
                 span.set_attribute("error.type", error_type)
                 status, code = tools.status
                 span.set_status(status(code, error_type))
-            tools.context.detach(self.tokens[1])
             span.end()
-        recording.reset(self.tokens[0])
+            _reset(lambda: tools.context.detach(self.tokens[1]))
+        _reset(lambda: recording.reset(self.tokens[0]))
         if tools.duration is None:
             return
         if error_type is not None:
@@ -231,7 +257,41 @@ def start(store: Any, name: str, state_id: str | None) -> Op | None:
     elif _api() is None:
         return None
     tools = active()
-    return None if tools is None else Op(tools, store, name, state_id)
+    if tools is None:
+        return None
+    try:
+        return Op(tools, store, name, state_id)
+    except Exception as exc:  # telemetry never fails a store operation
+        _failing(exc)
+        return None
+
+
+def _failing(exc: Exception) -> None:
+    global _failed
+    if not _failed:
+        _failed = True
+        warnings.warn(
+            f"statekeep telemetry: recording an operation failed ({type(exc).__name__}: {exc}); "
+            "the operation went on, and recording goes on where it can",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _measured(measure: Measure, op: Op, result: Any) -> None:
+    try:
+        measure(op, result)
+    except Exception as exc:  # a result of a shape not foreseen: the operation succeeded anyway
+        _failing(exc)
+
+
+def _reset(undo: Callable[[], object]) -> None:
+    """Undo a context change; an operation ended in another context than it began in (a task
+    abandoned with its loop, ended by the garbage collector) has nothing to undo there."""
+    try:
+        undo()
+    except ValueError:
+        pass
 
 
 def end(op: Op | None, error: BaseException | None) -> None:
@@ -288,7 +348,7 @@ def traced(name: str, method: F, id_of: IdOf = first_id, measure: Measure | None
                 op.end(exc)
                 raise
             if measure is not None:
-                measure(op, result)
+                _measured(measure, op, result)
             op.end(None)
             return result
 
@@ -306,7 +366,7 @@ def traced(name: str, method: F, id_of: IdOf = first_id, measure: Measure | None
             op.end(exc)
             raise
         if measure is not None:
-            measure(op, result)
+            _measured(measure, op, result)
         op.end(None)
         return result
 
