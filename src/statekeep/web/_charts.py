@@ -1,5 +1,6 @@
 """The runs page's summary: how many runs have each status, and a chart of the runs created
-over time, recomputed only when the store's change signal moves and cached in between.
+over time, recomputed only when the store's change signal moves (at most every few seconds) and
+cached in between.
 
 :func:`run_stats` is pure (listing rows in, counts and bar geometry out; ``_runs_chart.html``
 draws it). :class:`StatsCache` holds the last one, and lists the store again at most once
