@@ -166,3 +166,37 @@ def test_user_data_in_the_charts_stays_text(serve: Any, page: Any, store: FileSt
     assert f"model {IMG}" in title_of(page, one(page, "svg#run-tokens g.usage"))
     assert by_css(page, "svg script, svg img, #charts script, #charts img") == []
     assert page.execute_script("return window.__pwned === undefined;")
+
+
+def test_odd_token_counts_and_earlier_pages_draw_inside_the_charts(
+    serve: Any, page: Any, store: FileStore
+) -> None:
+    from statekeep import State, agent_info
+
+    state = State("odd usage", id="odd")
+    state.begin_run(agent_info("bot", "m1", tools=["slow"]))
+    state.request("m1")
+    state.add_reply(
+        "",
+        [{"id": "s1", "name": "slow", "args": {}}],
+        usage={"input_tokens": 900, "output_tokens": 300, "total_tokens": 1000},  # in + out > total
+    )
+    state.add_tool_result("s1", "done")  # seq 4
+    state.request("m1")
+    state.add_reply("", usage={"input_tokens": -50, "output_tokens": "many"})
+    store.save(state)
+    server: Server = serve(str(store.path))
+    page.get(server.url + "runs/odd")
+    wait_for(page, shown("svg#run-tokens g.usage"), "the token chart")
+    chart = box(page, one(page, "svg#run-tokens"))
+    rects = [box(page, r) for r in by_css(page, "svg#run-tokens rect")]
+    assert rects and all(r["width"] >= 0 for r in rects)
+    assert all(
+        chart["x"] <= r["x"] and r["x"] + r["width"] <= chart["x"] + chart["width"] + 0.5 for r in rects
+    )
+    # A page of the entries before the call's result: the call is drawn done, not in doubt.
+    page.get(server.url + "runs/odd?before=4")
+    wait_for(page, shown("svg#run-timeline g.bar.tool"), "the earlier page's waterfall")
+    bar = one(page, "svg#run-timeline g.bar.tool")
+    assert "state-done" in bar.get_attribute("class").split() and title_of(page, bar).endswith("; done")
+    assert by_css(page, "svg#run-timeline g.bar.open") == []

@@ -201,6 +201,33 @@ def test_runs_over_time_by_day_for_older_runs(store: Store, client: TestClient) 
     assert max(heights) == pytest.approx(2 * min(h for h in heights if h), abs=0.1)  # 2 runs: twice 1
 
 
+class Clock:
+    """The summary cache's clock, moved on by hand (no sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def counting(store: Store, listings: list[dict[str, Any]]) -> Store:
+    """A second store over ``store``'s file, of its class, that notes each listing's filters."""
+
+    class Counting(type(store)):  # type: ignore[misc]
+        async def alist(self, **filters: Any) -> Any:
+            listings.append(filters)
+            return await super().alist(**filters)
+
+    return Counting(store.path)  # type: ignore[attr-defined,no-any-return]
+
+
+def with_clock(client: TestClient) -> tuple[_charts.StatsCache, Clock]:
+    clock = Clock()
+    stats = client.app.state.stats = _charts.StatsCache(clock)  # type: ignore[attr-defined]
+    return stats, clock
+
+
 def test_the_summary_is_computed_again_only_when_the_store_changes(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,26 +235,20 @@ def test_the_summary_is_computed_again_only_when_the_store_changes(
     # systems with coarse times; this one's are fine: the stamp speaks at once.
     monkeypatch.setattr("statekeep.stores._file.folder.SETTLE_NS", 0)
     listings: list[dict[str, Any]] = []
-    kind = type(store)
-
-    class Counting(kind):  # type: ignore[valid-type,misc]
-        async def alist(self, **filters: Any) -> Any:
-            listings.append(filters)
-            return await super().alist(**filters)
-
     save_all(store, finished("one", id="one"), running("two", id="two"))
-    counting = Counting(store.path)  # type: ignore[attr-defined]
-    with counting, TestClient(create_app(counting), base_url=LOCAL) as c:
-        stats = c.app.state.stats  # type: ignore[attr-defined]
+    other = counting(store, listings)
+    with other, TestClient(create_app(other), base_url=LOCAL) as c:
+        stats, clock = with_clock(c)
         first = page(c, "/")
         assert (stats.computed, stats.hits) == (1, 0)
         assert len(listings) == 2  # the rows, and every State (the summary, and the rows' children)
         del listings[:]
+        clock.now += _charts.EVERY  # old enough to ask the stamp: it has not moved
         second = page(c, "/")
         assert (stats.computed, stats.hits) == (1, 1)  # the cached summary
         assert [f for f in listings if f == {"limit": _charts.MOST}] == []
         assert second.one("ul", id="run-counts").text == first.one("ul", id="run-counts").text
-        counting.save(finished("three", id="three"))  # the change stamp moves
+        other.save(finished("three", id="three"))  # the change stamp moves
         del listings[:]
         third = page(c, "/")
         assert (stats.computed, stats.hits) == (2, 1)
@@ -273,20 +294,43 @@ def test_run_stats_picks_the_smallest_bucket_that_covers_the_runs() -> None:
     assert empty.buckets == [] and [c.count for c in empty.counts] == [0, 0]
 
 
-def test_a_store_without_a_change_stamp_keeps_the_summary_a_few_seconds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_store_without_a_change_stamp_keeps_the_summary_a_few_seconds(tmp_path: Path) -> None:
     from tests.support.stores import STORE_FACTORIES
 
     store = STORE_FACTORIES["redis"](tmp_path)  # a throwaway Redis: no change stamp
     with store, TestClient(create_app(store), base_url=LOCAL) as c:
-        stats = c.app.state.stats  # type: ignore[attr-defined]
+        stats, clock = with_clock(c)
         save_all(store, finished("one", id="one"))
-        monkeypatch.setattr(_charts, "NO_STAMP", 3600.0)  # the summary is young for an hour
         page(c, "/")
-        store.save(finished("two", id="two"))  # no stamp to tell: kept until it is NO_STAMP old
+        store.save(finished("two", id="two"))  # no stamp to tell: kept until it is EVERY old
+        clock.now += _charts.EVERY - 0.5
         assert page(c, "/").one("li", data_status="finished").text == "1 finished"
         assert (stats.computed, stats.hits) == (1, 1)
-        monkeypatch.setattr(_charts, "NO_STAMP", 0.0)  # ... and listed again once it is
+        clock.now += 0.5  # ... and listed again once it is
         assert page(c, "/").one("li", data_status="finished").text == "2 finished"
         assert (stats.computed, stats.hits) == (2, 1)
+
+
+def test_a_busy_store_is_listed_for_the_summary_at_most_every_few_seconds(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store written all the time (a SQLite store's data_version moves on every commit): each
+    # runs page sees a new stamp, and still the summary's listing of up to MOST rows comes at
+    # most once every EVERY seconds.
+    monkeypatch.setattr("statekeep.stores._file.folder.SETTLE_NS", 0)
+    listings: list[dict[str, Any]] = []
+    store.save(finished("first", id="first"))
+    other = counting(store, listings)
+    with other, TestClient(create_app(other), base_url=LOCAL) as c:
+        stats, clock = with_clock(c)
+        for i in range(6):
+            other.save(finished(f"run {i}", id=f"busy{i}"))  # the stamp moves before each page
+            counts = page(c, "/").one("li", data_status="finished").text
+            clock.now += _charts.EVERY / 4
+        summaries = [f for f in listings if f == {"limit": _charts.MOST}]
+        assert len(summaries) == stats.computed == 2  # at the first page, and once EVERY had passed
+        assert stats.hits == 4
+        assert counts == "6 finished"  # the listing at EVERY: runs 0 to 4 and "first"
+        clock.now += _charts.EVERY
+        assert page(c, "/").one("li", data_status="finished").text == "7 finished"
+        assert stats.computed == 3

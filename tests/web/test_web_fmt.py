@@ -63,3 +63,9 @@ def test_pretty_and_css_word() -> None:
     assert fmt.pretty({"a": [1]}) == '{\n  "a": [\n    1\n  ]\n}'
     assert fmt.css_word('limit" onclick="x') == "limit--onclick--x"
     assert fmt.css_word("") == "none"
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_a_time_utc_cannot_hold_is_not_a_time(value: str) -> None:
+    assert fmt.parse_time(value) is None
+    assert fmt.gap(value, T0.isoformat()) == fmt.gap(T0.isoformat(), value) == ""

@@ -94,6 +94,7 @@ def create_app(
     # Set when the server stops: the live streams, which never end by themselves, end then.
     app.state.stopping = threading.Event()
     app.state.statuses = Statuses()  # the status filter's choices, gathered as rows are shown
-    app.state.stats = StatsCache()  # the runs page's summary, listed again when the store changes
+    # The runs page's summary: listed again when the store changes, at most every EVERY seconds.
+    app.state.stats = StatsCache()
     app.state.changes = Changes(store, app.state.stopping, app.state.statuses)  # the feeds' one poller
     return app

@@ -1,13 +1,17 @@
 """The runs page's summary: how many runs have each status, and a chart of the runs created
-over time, recomputed only when the store's change signal moves and cached in between.
+over time, recomputed only when the store's change signal moves (at most every few seconds) and
+cached in between.
 
 :func:`run_stats` is pure (listing rows in, counts and bar geometry out; ``_runs_chart.html``
-draws it). :class:`StatsCache` holds the last one: each runs page asks the store's change
-stamp (:mod:`statekeep._store.changes`, one ``stat`` on a FileStore) and lists again only when
-it moved, when the store cannot say now (a FileStore's stamp, for two seconds after a change),
-or when the last listing is :data:`RESYNC` seconds old (as the runs feed does, for a change the
+draws it). :class:`StatsCache` holds the last one, and lists the store again at most once
+every :data:`EVERY` seconds, however often pages ask: a busy store's stamp (a SQLite store's
+``data_version`` moves on every commit) would otherwise cost each page a listing of up to
+:data:`MOST` rows. Once the summary is that old, a runs page asks the store's change stamp
+(:mod:`statekeep._store.changes`, one ``stat`` on a FileStore) and lists again only when it
+moved, when the store cannot say now (a FileStore's stamp, for two seconds after a change), or
+when the last listing is :data:`RESYNC` seconds old (as the runs feed does, for a change the
 stamp missed). A store with no stamp at all (the server stores, whose listing is an index read)
-is listed again once the summary is :data:`NO_STAMP` seconds old.
+is listed again whenever it is asked after those :data:`EVERY` seconds.
 
 The summary covers the :data:`MOST` most recently updated runs of the store (every run of a
 smaller store), whatever the page's filters: it says so when there are more.
@@ -17,18 +21,17 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from .._core.records import SavedState
-from .._store.capabilities import ChangeStamps
 from .._store.changes import change_stamp
 from .._store.contract import Store
 from ._feed import RESYNC
 
 MOST = 10_000  # runs the summary covers at most (the most recently updated)
-NO_STAMP = 5.0  # seconds a summary is kept for a store without a change stamp
+EVERY = 5.0  # seconds a summary is kept at least, whatever the store's change stamp says
 BUCKETS = 48  # bars of the chart at most
 LEAST = 24  # bars at least (a new store's chart still reads as a day of hours)
 #: The bucket sizes tried, smallest first: the first that covers the runs' span in BUCKETS bars.
@@ -133,26 +136,28 @@ def run_stats(rows: Sequence[SavedState], now: datetime, *, more: bool = False) 
 class StatsCache:
     """The last :class:`RunStats` of one app, and the change stamp it was computed at."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.stats: RunStats | None = None
         self.stamp: Hashable | None = None
-        self.at = 0.0  # time.monotonic() of the listing
+        self.clock = clock  # seconds, only ever growing (the tests' seam)
+        self.at = 0.0  # the clock's time of the listing
         self.computed = 0  # how many times it listed (the tests' seam)
         self.hits = 0  # how many times a page got the cached summary
 
     async def get(self, store: Store) -> tuple[RunStats, list[SavedState] | None]:
-        """The summary of ``store``: the cached one while the store's change stamp has not
-        moved (see the module's docstring), else a new listing's; and that listing when it
-        holds every State of the store (the runs page counts children in it: no second scan)."""
-        stamp = await change_stamp(store)
-        age = time.monotonic() - self.at
-        stamped = isinstance(store, ChangeStamps)
-        if self.stats is not None and (
-            (stamp is not None and stamp == self.stamp and age < RESYNC) or (not stamped and age < NO_STAMP)
-        ):
+        """The summary of ``store``: the cached one while it is younger than :data:`EVERY`
+        seconds or the store's change stamp has not moved (see the module's docstring), else a
+        new listing's; and that listing when it holds every State of the store (the runs page
+        counts children in it: no second scan)."""
+        age = self.clock() - self.at
+        if self.stats is not None and age < EVERY:
             self.hits += 1
             return self.stats, None
-        at = time.monotonic()  # before the listing: a change made during it moves the next one
+        stamp = await change_stamp(store)
+        if self.stats is not None and stamp is not None and stamp == self.stamp and age < RESYNC:
+            self.hits += 1
+            return self.stats, None
+        at = self.clock()  # before the listing: a change made during it moves the next one
         listed = await store.alist(limit=MOST)
         rows, more = list(listed), getattr(listed, "next", None) is not None
         self.computed += 1

@@ -21,14 +21,15 @@ _TOTAL_KEYS = ("total_tokens",)
 
 
 def parse_time(value: Any) -> datetime | None:
-    """An ISO 8601 time as an aware UTC datetime, or None if ``value`` is not one."""
+    """An ISO 8601 time as an aware UTC datetime, or None if ``value`` is not one (nor one
+    that UTC can hold: "0001-01-01T00:00:00+14:00" is in year 0 there)."""
     if not isinstance(value, str):
         return None
     try:
         when = datetime.fromisoformat(value)
-    except ValueError:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def relative(when: datetime | None, now: datetime | None = None) -> str:

@@ -182,8 +182,12 @@ async def run_page(request: Request) -> Response:
     # Rendering thousands of entries takes a while: not on the event loop, which serves
     # every other page and live stream meanwhile.
     rendered = await run_in_threadpool(entries_html, shown, previous_at, record.snapshot)
-    # The chart covers the whole window (not only the entries shown), drawn on the server.
-    chart = await run_in_threadpool(_timeline.timeline, window, record.snapshot, running=status == "running")
+    # The chart covers the whole window (not only the entries shown), drawn on the server:
+    # its calls as the whole history (already read) tells them, so that a call whose result
+    # came after ``before`` is drawn done, not in doubt.
+    chart = await run_in_threadpool(
+        _timeline.timeline, record.entries, record.snapshot, running=status == "running", before=before
+    )
     return page(
         "run.html",
         id=state_id,

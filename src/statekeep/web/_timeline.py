@@ -34,6 +34,9 @@ from typing import Any
 from .._run.readers import reader
 from .._run.shown import framework_of
 from . import _fmt as fmt
+from ._tokens import Segment, Usage, longest, segments, usage_of
+
+__all__ = ["Row", "Segment", "Timeline", "TokenBar", "Usage", "rows_of", "timeline", "token_bars", "usage_of"]
 
 MAX_ROWS = 60  # rows drawn at most (the last ones)
 WIDTH = 960  # the SVG's width in user units
@@ -56,23 +59,10 @@ STATES = {
     "unknown": "in doubt: it may or may not have run (its end is not known)",
     "waiting": "no reply or result yet: still running, or in doubt if its worker stopped",
     "approval": "waiting for a person's approval",
+    "approved": "approved by a person, not run yet: it runs when the run goes on",
     "noreply": "no reply was saved: the request is in doubt",
     "reconciled": "done, as the tool's reconcile found after a restart (when it ended is not known)",
 }
-
-
-@dataclass(frozen=True)
-class Usage:
-    """A model reply's token counts (None: the reply did not say)."""
-
-    input: int | None
-    output: int | None
-    total: int | None
-
-    def text(self) -> str:
-        """Like "1,000 in · 500 out · 1,500 total" (the counts the reply gave)."""
-        counts = ((self.input, "in"), (self.output, "out"), (self.total, "total"))
-        return " · ".join(f"{n:,} {word}" for n, word in counts if n is not None)
 
 
 @dataclass(slots=True)
@@ -103,6 +93,10 @@ class Row:
         """The duration column: how long it took, or why that is not known."""
         if self.state == "approval":
             return "awaiting approval"
+        if self.state == "approved":
+            return "approved, not run"
+        if self.state == "rejected" and self.end is None:
+            return "rejected"
         if self.state in ("unknown", "noreply"):
             return "in doubt"
         if self.state == "reconciled":
@@ -121,15 +115,6 @@ class Row:
         if self.usage is not None:
             parts.append(f"tokens: {self.usage.text()}")
         return "; ".join(parts)
-
-
-@dataclass
-class Segment:
-    """One part of a token bar: ``part`` "in", "out" or "total" (a reply that gave only a total)."""
-
-    part: str
-    x: float
-    width: float
 
 
 @dataclass
@@ -194,29 +179,6 @@ def span(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
-def usage_of(value: object) -> Usage | None:
-    """A reply's ``usage`` (OpenAI or Anthropic key names); None when it holds no count."""
-    if not isinstance(value, Mapping):
-        return None
-
-    def count(*keys: str) -> int | None:
-        for key in keys:
-            if type(value.get(key)) is int:
-                return int(value[key])
-        return None
-
-    got = Usage(
-        count("input_tokens", "prompt_tokens"),
-        count("output_tokens", "completion_tokens"),
-        count("total_tokens"),
-    )
-    if got.input is None and got.output is None and got.total is None:
-        return None
-    if got.total is None:
-        got = Usage(got.input, got.output, (got.input or 0) + (got.output or 0))
-    return got
-
-
 @dataclass
 class _Pending:
     name: str
@@ -225,20 +187,30 @@ class _Pending:
     started: datetime | None = None  # its tool_resume
     asked: datetime | None = None  # its approval_wait
     decided: datetime | None = None  # a person's approval or rejection
+    approved: bool | None = None  # that decision (None: none, or not a bool)
     notes: list[str] = field(default_factory=list)
 
 
 def rows_of(
-    entries: Iterable[dict[str, Any]], snapshot: object = None, *, running: bool = False
+    entries: Iterable[dict[str, Any]],
+    snapshot: object = None,
+    *,
+    running: bool = False,
+    before: int | None = None,
 ) -> list[Row]:
     """The calls of a history, in order of start (see the module's docstring): times in
     seconds from the first entry's ``at``. ``running``: the run is under way (a call without
-    a result is still running rather than in doubt); it only changes the words."""
-    return _calls(entries, snapshot, running)[0]
+    a result is still running rather than in doubt); it only changes the words. ``before``:
+    only the calls that start before that seq (a page of earlier entries), each as the whole
+    history tells it (a call whose result came after ``before`` is done, not in doubt)."""
+    return _calls(entries, snapshot, running, before)[0]
 
 
-def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -> tuple[list[Row], float]:
-    """:func:`rows_of`, and the latest entry's time (seconds from the first)."""
+def _calls(
+    entries: Iterable[dict[str, Any]], snapshot: object, running: bool, before: int | None = None
+) -> tuple[list[Row], float]:
+    """:func:`rows_of`, and the latest time (seconds from the first entry's) of an entry
+    before ``before``."""
     # An adapter's State is read as its adapter shows it; statekeep's own entries as they are.
     show = None if framework_of(snapshot) is None else reader(snapshot)
     origin: datetime | None = None
@@ -260,9 +232,10 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
         if origin is None:  # the run's start: a trimmed history's base keeps its task's time
             task = entry.get("task") if entry.get("kind") == "base" else None
             origin = (fmt.parse_time(task.get("at")) if isinstance(task, Mapping) else None) or at
-        latest = max(latest, secs(at))
         kind, seq = entry.get("kind"), entry.get("seq")
         seq = seq if type(seq) is int else -1
+        if before is None or seq < before:
+            latest = max(latest, secs(at))
         if kind in ("model_request", "run_start") and model is not None:  # it never got its reply
             model.end, model.state, model = secs(at), "noreply", None
         if kind == "model_request":
@@ -275,9 +248,13 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
             model = None
         if kind == "model_reply":
             calls = entry.get("tool_calls")
+            asked = entry.get("approval")  # its calls that wait for a person, said with the reply
             for call in calls if isinstance(calls, list) else []:
                 if isinstance(call, Mapping) and isinstance(call.get("id"), str):
-                    pending[call["id"]] = _Pending(fmt.text(call.get("name")), seq, at)
+                    waits = isinstance(asked, list) and call["id"] in asked
+                    pending[call["id"]] = _Pending(
+                        fmt.text(call.get("name")), seq, at, asked=at if waits else None
+                    )
             cursor = at
         elif kind == "tool_resume" and isinstance(p := pending.get(fmt.text(entry.get("call_id"))), _Pending):
             p.started = at
@@ -286,9 +263,11 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
         elif kind == "approval_wait" and isinstance(entry.get("call_ids"), list):
             for call_id in entry["call_ids"]:
                 if isinstance(p := pending.get(fmt.text(call_id)), _Pending):
-                    p.asked = at
+                    p.asked = p.asked or at
         elif kind == "approval" and isinstance(p := pending.get(fmt.text(entry.get("call_id"))), _Pending):
             p.decided = at
+            p.approved = entry["approved"] if isinstance(entry.get("approved"), bool) else None
+            p.asked = p.asked or at
         elif kind == "tool_result":
             call_id = fmt.text(entry.get("call_id"))
             p = pending.pop(call_id, None) or _Pending(fmt.text(entry.get("name")), seq, cursor or at)
@@ -298,7 +277,9 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
                 state = "unknown"
             elif entry.get("is_error") is True or entry.get("outcome") == "error":
                 state = "error"
-            if p.asked is not None and p.started is None:  # asked a person, never run: rejected
+            if p.approved is True and p.started is None:  # approved, its resume not saved: ran then
+                start = max(start, p.decided or start)
+            elif p.asked is not None and p.started is None:  # asked a person, never run: rejected
                 start, state = p.decided or at, "rejected"
             if entry.get("reconciled") is True and state == "done":
                 state = "reconciled"
@@ -306,8 +287,10 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
             cursor = at
     running_one = False  # a reply's calls run one at a time: only the first pending one runs
     for call_id, p in pending.items():
-        if p.asked is not None and p.started is None:
-            rows.append(Row("tool", p.name, p.seq, secs(p.asked), None, "approval", call_id, notes=p.notes))
+        if p.asked is not None and p.started is None:  # waits for a person, or for the run to go on
+            state = "approval" if p.approved is None else "approved" if p.approved else "rejected"
+            start = p.asked if p.decided is None else p.decided
+            rows.append(Row("tool", p.name, p.seq, secs(start), None, state, call_id, notes=p.notes))
         elif not running_one:
             running_one = True
             start = p.started or max(p.ready, cursor or p.ready)
@@ -315,6 +298,8 @@ def _calls(entries: Iterable[dict[str, Any]], snapshot: object, running: bool) -
             rows.append(Row("tool", p.name, p.seq, secs(start), None, state, call_id, notes=p.notes))
     if model is not None and not running:
         model.state = "noreply"
+    if before is not None:
+        rows = [r for r in rows if r.seq < before]
     rows.sort(key=lambda r: (r.start, r.seq, r.kind != "model"))
     return rows, latest
 
@@ -324,10 +309,14 @@ def timeline(
     snapshot: object = None,
     *,
     running: bool = False,
+    before: int | None = None,
 ) -> Timeline | None:
     """The waterfall of a history (see the module's docstring), or None when it holds no
-    call. ``running``: the run is under way (only the words of an open call change)."""
-    rows, latest = _calls(entries, snapshot, running)
+    call. ``running``: the run is under way (only the words of an open call change).
+    ``before``: a page of the entries before that seq draws the calls that start in it, as
+    the whole history ``entries`` tells them (see :func:`rows_of`); its axis ends at its
+    last entry, or at the end of a call drawn, if later."""
+    rows, latest = _calls(entries, snapshot, running, before)
     if not rows:
         return None
     hidden = max(0, len(rows) - MAX_ROWS)
@@ -353,21 +342,13 @@ def timeline(
 
 
 def token_bars(rows: list[Row]) -> list[TokenBar]:
-    """A bar per model call that gave its usage, its length proportional to its total (input
-    then output; a reply that gave only a total draws that)."""
+    """A bar per model call that gave its usage (see :mod:`statekeep.web._tokens`): the
+    longest fills the plot."""
     models = [r for r in rows if r.kind == "model"]
     used = [(n, r, r.usage) for n, r in enumerate(models, 1) if r.usage is not None]
-    most = max((u.total or 0 for _, _, u in used), default=0)
+    most = longest(u for _, _, u in used)
     scale = PLOT / most if most else 0.0
-    bars = []
-    for i, (number, row, usage) in enumerate(used):
-        x, segments = float(LABEL), []
-        parts = [("in", usage.input or 0), ("out", usage.output or 0)]
-        if usage.input is None and usage.output is None:
-            parts = [("total", usage.total or 0)]
-        for part, count in parts:
-            if count:
-                segments.append(Segment(part, x, count * scale))
-                x += count * scale
-        bars.append(TokenBar(row, number, i * ROW + (ROW - BAR) / 2, segments))
-    return bars
+    return [
+        TokenBar(row, number, i * ROW + (ROW - BAR) / 2, segments(usage, LABEL, scale))
+        for i, (number, row, usage) in enumerate(used)
+    ]
