@@ -7,10 +7,6 @@ and started again, different per call and per thread."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +16,7 @@ import pytest
 
 from statekeep import MemoryStore, Store, idempotency_key, open_store
 from statekeep.adapters.langgraph import StatekeepSaver, tool_call_key
-from tests.support.frameworks import BACKENDS, REPO, backend_url, require_installed
+from tests.support.frameworks import BACKENDS, backend_url, child_result, require_installed
 
 require_installed("langgraph", "1.2.22")
 
@@ -46,18 +42,7 @@ def ran(store: Store, thread_id: str) -> dict[str, str]:
 
 
 def in_child(url: str, phase: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.children.langgraph_keys_child", url, THREAD, phase],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return child_result("tests.support.children.langgraph_keys_child", url, THREAD, phase)
 
 
 @pytest.fixture(params=BACKENDS)

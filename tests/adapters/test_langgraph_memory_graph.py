@@ -3,31 +3,16 @@ in one process; a second graph in a new process recalls it from the same store."
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.frameworks import BACKENDS, REPO, backend_url, require_installed
+from tests.support.frameworks import BACKENDS, backend_url, child_result, require_installed
 
 
 def in_child(url: str, user: str, phase: str, api: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.children.langgraph_memory_child", url, user, phase, api],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return child_result("tests.support.children.langgraph_memory_child", url, user, phase, api)
 
 
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])

@@ -3,17 +3,13 @@ resumes it through a fresh StatekeepSaver on the same store (sync and async APIs
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from statekeep import open_store
-from tests.support.frameworks import BACKENDS, REPO, backend_url, require_installed
+from tests.support.frameworks import BACKENDS, backend_url, child_result, require_installed
 
 THREAD = "user:42/plan #1"  # ':' and '/' and a space: escaped into the State id, shown as is
 INTERRUPTED = {
@@ -33,18 +29,7 @@ FINISHED = {
 
 
 def in_child(url: str, phase: str, api: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.children.langgraph_child", url, THREAD, phase, api],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return child_result("tests.support.children.langgraph_child", url, THREAD, phase, api)
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])

@@ -10,6 +10,7 @@ why; under CI (``CI=true``) it fails them instead, so CI cannot pass without the
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 import pytest
@@ -206,3 +208,20 @@ def run_suite(
         else:
             passed.append(name)
     return SuiteResult(passed, failed, skipped, output)
+
+
+def child_result(module: str, *args: str) -> dict[str, Any]:
+    """Run ``python -m module *args`` from the repository in a new process (a program of
+    its own, as after a restart) and return the JSON object its last line of output prints."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
