@@ -81,12 +81,16 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def wait_for(driver: Any, condition: Callable[[Any], Any], what: str, timeout: float = WAIT) -> Any:
-    """What ``condition(driver)`` returns once truthy (polled by selenium), or fail naming ``what``."""
-    from selenium.common.exceptions import TimeoutException
+    """What ``condition(driver)`` returns once truthy (polled by selenium), or fail naming ``what``.
+    An element the page replaced while the condition read it (the live page swaps rows) is
+    polled again, as an element not there yet is."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
     try:
-        return WebDriverWait(driver, timeout).until(condition)
+        return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(
+            condition
+        )
     except TimeoutException:
         pytest.fail(f"the page did not show {what} within {timeout:.0f} s (at {driver.current_url})")
 
