@@ -224,13 +224,15 @@ class StatekeepMemoryStore(BaseStore):
     def delete(self, namespace: tuple[str, ...], key: str, *, revision: int | None = None) -> None:
         """As LangGraph's ``delete``; with ``revision``, only if the item is at that revision
         (else StateConflictError, nothing removed). Durable on return as ``put`` is."""
-        op = _checked_ops([PutOp(_labels(namespace), str(key), None, ttl=None)])[0]
-        run_sync(self._ops.put(op, None, self._ops.clock(), revision), "adelete")  # type: ignore[arg-type]
+        op = PutOp(_labels(namespace), str(key), None, ttl=None)
+        _checked_ops([op])
+        run_sync(self._ops.put(op, None, self._ops.clock(), revision), "adelete")
 
     async def adelete(self, namespace: tuple[str, ...], key: str, *, revision: int | None = None) -> None:
         """The async :meth:`delete`."""
-        op = _checked_ops([PutOp(_labels(namespace), str(key), None, ttl=None)])[0]
-        await self._ops.put(op, None, self._ops.clock(), revision)  # type: ignore[arg-type]
+        op = PutOp(_labels(namespace), str(key), None, ttl=None)
+        _checked_ops([op])
+        await self._ops.put(op, None, self._ops.clock(), revision)
 
     def _put_op(
         self,
