@@ -251,8 +251,9 @@ class StatekeepMemoryStore(BaseStore):
     # -- TTL ---------------------------------------------------------------------------
 
     def sweep_ttl(self) -> int:
-        """Remove the expired items now; return how many. Expired items are absent to reads
-        and listings already: this frees their space. Durable on return."""
+        """Remove the expired items, and the records of items deleted more than seven days
+        ago, now; return how many records went. Both are absent to reads and listings
+        already: this frees their space. Durable on return."""
         return run_sync(self._ops.sweep(), "asweep_ttl")
 
     async def asweep_ttl(self) -> int:
