@@ -143,3 +143,12 @@ def test_a_literal_secret_used_as_a_key_inside_json_text_is_masked_too() -> None
     masked = redactor.value('{"s3cr3t": "x", "password": "sk-abc", "note": "sk-def"}')
     assert "s3cr3t" not in masked and "sk-" not in masked
     assert redactor.value(masked) == masked  # idempotent
+
+
+def test_an_agent_memory_keys_about_is_kept_and_only_there() -> None:
+    redactor = Redactor(patterns=[r"[a-z0-9]{24,}"])
+    about = {"ns": ["users", "0f3a9c1b7d2e4f6a8b0c1d2e3f4a5b6c"], "vec": {"$": "b" * 32}}
+    snapshot = {"task": "k", "value": {"note": "a" * 30}, "about": about}
+    kept = redactor.snapshot(snapshot, memory=True)
+    assert kept["about"] == about and kept["value"] == {"note": "[REDACTED]"}
+    assert redactor.snapshot(snapshot)["about"]["ns"][1] == "[REDACTED]"  # a State's is judged

@@ -59,6 +59,10 @@ INDEX_KEYS = frozenset(
 #: Snapshot keys never rewritten: the listing's, and the idempotency-key origins of the
 #: calls a fork inherited (ids and incarnations; masked, the fork's keys would change).
 KEPT_KEYS = INDEX_KEYS | {"key_origins"}
+#: An agent memory key's snapshot keys never rewritten besides :data:`KEPT_KEYS`: ``about``,
+#: where an adapter keeps its own names for the key (LangGraph's namespace and key, already
+#: spelled in the key itself) and the value's embeddings; ``Memory``'s API never writes it.
+MEMORY_KEPT_KEYS = KEPT_KEYS | {"about"}
 #: An entry's own keys, never rewritten: its place and kind in the history.
 ENTRY_KEYS = frozenset({"seq", "kind", "at"})
 
@@ -213,10 +217,12 @@ class Redactor:
 
         ``memory``: the snapshot of an agent memory key (``store.memory(scope)``), whose
         ``task`` is the key and ``value`` its value: a key with a masked name has its
-        ``value`` masked whole, as a ``data`` entry's is."""
+        ``value`` masked whole, as a ``data`` entry's is, and its ``about``
+        (:data:`MEMORY_KEPT_KEYS`) is kept as it is."""
         keys = self._keys
+        kept = MEMORY_KEPT_KEYS if memory else KEPT_KEYS
         masked = {
-            k: v if k in KEPT_KEYS else self.mask if _norm(k) in keys else self.value(v)
+            k: v if k in kept else self.mask if _norm(k) in keys else self.value(v)
             for k, v in snapshot.items()
         }
         name = snapshot.get("task")

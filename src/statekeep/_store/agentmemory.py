@@ -155,10 +155,15 @@ class Memory:
         value: Any = None,
         deleted: bool = False,
         expires_at: str | None = None,
+        about: dict[str, Any] | None = None,
     ) -> Item | None:
-        """Put or delete ``key``; ``expires_at`` (ISO 8601, for a put): the store's own expiry
-        of the key's record, judged by the store's clock as a State's is (the LangGraph
-        adapter's TTL)."""
+        """Put or delete ``key``; ``expires_at`` (ISO 8601): the store's own expiry of the
+        key's record, judged by the store's clock as a State's is (the LangGraph adapter's
+        TTL, and the grace after which its deleted items' records go). ``about`` (a put):
+        what an adapter keeps beside the value, in the snapshot's ``about`` field, which a
+        redactor never rewrites (:data:`~statekeep._core.redactor.MEMORY_KEPT_KEYS`): the
+        adapter's own names for the key, not secrets. ``Memory``'s own API never sets
+        either, so its deleted keys stay until put again, as before."""
         sid = key_id(key)
         if revision is not None and (type(revision) is not int or revision < 0):
             raise ValueError(f"revision must be an int >= 0 or None, got {revision!r}")
@@ -189,8 +194,10 @@ class Memory:
                 "finished": deleted,
                 "value": None if deleted else value,
             }
-            if expires_at is not None and not deleted:
+            if expires_at is not None:
                 new["expires_at"] = expires_at
+            if about is not None and not deleted:
+                new["about"] = about
             create = snapshot is None and not held
             try:
                 # expect_next: a key deleted and made again since its read is a conflict,

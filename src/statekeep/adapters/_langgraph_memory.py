@@ -24,6 +24,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from .._core.codec import check as check_json
 from .._runtime.bridge import run_sync
 from .._store.contract import Store
 from ._langgraph_memory_match import check_filter, texts_of
@@ -59,7 +60,13 @@ class StatekeepMemoryStore(BaseStore):
       the store's clock, so an expired item is absent to every read at once; a read (get or
       search, ``refresh_ttl`` as LangGraph's) moves it a full TTL on only once less than half
       is left, so most reads write nothing. ``sweep_ttl()`` removes expired items (the
-      store's ``gc`` of this scope); there is no background sweeper thread.
+      store's ``gc`` of this scope); there is no background sweeper thread. A deleted item's
+      record stays seven days (so a stale ``revision`` still fails), then ``sweep_ttl()``
+      removes it too.
+    - A batch's values are all checked (JSON) before any is written; a failure of the storage
+      itself may still leave some of a batch's puts written (it is not one transaction).
+    - With the store's ``redact=``, an item's value is judged as any agent memory value; its
+      namespace, key and embeddings never are.
     - Beyond LangGraph: items read back are :class:`RevisedItem`/:class:`RevisedSearchItem`
       with a ``revision`` (1 after the first put, one more per change), and
       ``put(..., revision=N)``/``delete(..., revision=N)`` write only if the item is at
@@ -79,12 +86,12 @@ class StatekeepMemoryStore(BaseStore):
     ) -> None:
         self.store = store
         self.ttl_config = _checked_ttl(ttl)
+        if index is not None and (not isinstance(index, Mapping) or "embed" not in index):
+            raise ValueError(f'index must be a dict with "embed" (and "dims", "fields"), got {index!r}')
         self.index_config = None if index is None else IndexConfig(**index)
         self.embeddings = None
         self._fields: list[str] = ["$"]
         if index is not None:
-            if not isinstance(index, Mapping) or "embed" not in index:
-                raise ValueError('index must be a dict with "embed" (and "dims", "fields"), got {index!r}')
             self.embeddings = ensure_embeddings(index["embed"])
             self._fields = list(index.get("fields") or ["$"])
         self._ops = MemoryOps(store.memory(scope))
@@ -117,23 +124,29 @@ class StatekeepMemoryStore(BaseStore):
     async def _run(self, ops: list[Op], vectors: Vectors, queries: dict[str, list[float]]) -> list[Result]:
         results: list[Result] = []
         puts: dict[tuple[tuple[str, ...], str], tuple[int, PutOp]] = {}
+        clock = self._ops.clock()  # the store's time, asked at most once for the batch
         for n, op in enumerate(ops):
             if isinstance(op, GetOp):
-                results.append(await self._ops.get(op))
+                results.append(await self._ops.get(op, clock))
             elif isinstance(op, SearchOp):
-                results.append(await self._ops.search(op, queries.get(op.query) if op.query else None))
+                query = queries.get(op.query) if op.query else None
+                results.append(await self._ops.search(op, query, clock))
             elif isinstance(op, ListNamespacesOp):
                 results.append(await self._ops.list_namespaces(op))
             else:
                 puts[(tuple(op.namespace), op.key)] = (n, op)
                 results.append(None)
         # Items apart are written at once (a store commits them together where it can);
-        # every put is done, or failed, before the batch returns.
+        # every put is done, or failed, before the batch returns. Not atomic across items:
+        # every value was checked before anything is written (_checked_ops), but a failure
+        # of the storage itself (a lost connection) may leave some of the puts written.
         pending = list(puts.values())
+        if any(op.value is None or op.ttl is not None for _, op in pending):
+            await clock()  # asked once here, not by each write at once
         for at in range(0, len(pending), _WRITES_AT_ONCE):
             part = pending[at : at + _WRITES_AT_ONCE]
             done = await asyncio.gather(
-                *(self._ops.put(op, vectors.get(n)) for n, op in part), return_exceptions=True
+                *(self._ops.put(op, vectors.get(n), clock) for n, op in part), return_exceptions=True
             )
             failed = [e for e in done if isinstance(e, BaseException)]
             if failed:
@@ -186,7 +199,8 @@ class StatekeepMemoryStore(BaseStore):
             return
         texts, _ = self._texts([op])
         documents = self.embeddings.embed_documents(texts) if texts and self.embeddings else []
-        run_sync(self._ops.put(op, self._vectors([op], texts, documents).get(0), revision), "aput")
+        vectors = self._vectors([op], texts, documents).get(0)
+        run_sync(self._ops.put(op, vectors, self._ops.clock(), revision), "aput")
 
     async def aput(
         self,
@@ -205,17 +219,20 @@ class StatekeepMemoryStore(BaseStore):
             return
         texts, _ = self._texts([op])
         documents = await self.embeddings.aembed_documents(texts) if texts and self.embeddings else []
-        await self._ops.put(op, self._vectors([op], texts, documents).get(0), revision)
+        await self._ops.put(op, self._vectors([op], texts, documents).get(0), self._ops.clock(), revision)
 
     def delete(self, namespace: tuple[str, ...], key: str, *, revision: int | None = None) -> None:
         """As LangGraph's ``delete``; with ``revision``, only if the item is at that revision
         (else StateConflictError, nothing removed). Durable on return as ``put`` is."""
         op = PutOp(_labels(namespace), str(key), None, ttl=None)
-        run_sync(self._ops.put(op, None, revision), "adelete")
+        _checked_ops([op])
+        run_sync(self._ops.put(op, None, self._ops.clock(), revision), "adelete")
 
     async def adelete(self, namespace: tuple[str, ...], key: str, *, revision: int | None = None) -> None:
         """The async :meth:`delete`."""
-        await self._ops.put(PutOp(_labels(namespace), str(key), None, ttl=None), None, revision)
+        op = PutOp(_labels(namespace), str(key), None, ttl=None)
+        _checked_ops([op])
+        await self._ops.put(op, None, self._ops.clock(), revision)
 
     def _put_op(
         self,
@@ -234,8 +251,9 @@ class StatekeepMemoryStore(BaseStore):
     # -- TTL ---------------------------------------------------------------------------
 
     def sweep_ttl(self) -> int:
-        """Remove the expired items now; return how many. Expired items are absent to reads
-        and listings already: this frees their space. Durable on return."""
+        """Remove the expired items, and the records of items deleted more than seven days
+        ago, now; return how many records went. Both are absent to reads and listings
+        already: this frees their space. Durable on return."""
         return run_sync(self._ops.sweep(), "asweep_ttl")
 
     async def asweep_ttl(self) -> int:
@@ -256,6 +274,7 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
         if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
             raise ValueError(f"unknown operation {op!r}: give GetOp, SearchOp, ListNamespacesOp or PutOp")
         validate_op_namespace(op)
+        _check_text(op)
         if isinstance(op, SearchOp):
             check_filter(op.filter)
         if isinstance(op, PutOp) and op.value is not None:
@@ -268,7 +287,29 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
             if not isinstance(op.value, Mapping):
                 raise TypeError(f"a store item's value must be a dict, got {type(op.value).__name__}")
             _check_minutes(op.ttl, "ttl")
+            try:  # as the store's codec will, before anything of the batch is written
+                check_json(dict(op.value), "value", 1)
+            except TypeError as exc:
+                raise TypeError(
+                    f"store item {op.key!r} in namespace {op.namespace}: {exc}; nothing was written"
+                ) from exc
     return listed
+
+
+def _check_text(op: Op) -> None:
+    """ValueError for a namespace label or key that is no valid text (a lone surrogate):
+    statekeep stores text as UTF-8, which cannot hold one."""
+    labels = op.namespace_prefix if isinstance(op, SearchOp) else getattr(op, "namespace", ())
+    texts = [*labels, *([op.key] if isinstance(op, GetOp | PutOp) else [])]
+    for text in texts:
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{text!r} (in {tuple(labels)}, key {getattr(op, 'key', None)!r}) holds a lone "
+                f"surrogate ({exc.reason}), which UTF-8 text cannot: decode the text it came from "
+                "properly, or replace it"
+            ) from None
 
 
 def _check_minutes(value: object, what: str) -> None:

@@ -16,9 +16,19 @@ _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
 
 def check_filter(filter: Mapping[str, Any] | None) -> None:
-    """ValueError naming an operator LangGraph does not have (nothing read or written)."""
-    for value in (filter or {}).values():
+    """ValueError naming an operator LangGraph does not have, or a plain key beside an
+    operator (``{"$gt": 0, "x": 1}``: LangGraph's ``InMemoryStore`` refuses it too), with
+    nothing read or written."""
+    for field, value in (filter or {}).items():
         if isinstance(value, Mapping):
+            named = [k for k in value if isinstance(k, str) and k.startswith("$")]
+            plain = [k for k in value if not (isinstance(k, str) and k.startswith("$"))]
+            if named and plain:
+                raise ValueError(
+                    f"unsupported operator {plain[0]!r} in the filter of {field!r}: a dict with an "
+                    f"operator ({named[0]!r}) holds only operators; to match a nested field, give "
+                    "it a dict of its own"
+                )
             for key, inner in value.items():
                 if isinstance(key, str) and key.startswith("$") and key not in _OPERATORS:
                     raise ValueError(

@@ -2,11 +2,17 @@
 LangGraph store operation on one agent memory scope, async (the sync API runs them on the
 owner loop). Embeddings arrive computed: nothing here calls a model.
 
-Each item is one agent memory key (:mod:`._langgraph_memory_keys`) whose value is the record
-``{"ns": [...], "key": ..., "value": {...}, "ttl": minutes or None, "vec": {path: packed}, "norm": {path: its norm}}``.
-An item with a TTL has the store's own expiry (``expires_at`` on its record, judged by the
-store's clock: a Postgres or Redis server's, a local store's ``clock=``): an expired item is
-absent to every read and listing at once, and ``gc`` (``sweep_ttl``) removes it.
+Each item is one agent memory key (:mod:`._langgraph_memory_keys`) whose value is the item's
+value, and whose snapshot's ``about`` holds ``{"ns": [...], "key": ..., "ttl": minutes or None,
+"vec": {path: packed}, "norm": {path: its norm}}``: a store's ``redact=`` judges the value as
+any memory value's, and never rewrites ``about`` (the namespace and key are spelled in the
+memory key already; the vectors are numbers), so a redacting store still finds its items.
+An item with a TTL has the store's own expiry (``expires_at`` on its record, set and judged by
+the store's clock: a Postgres or Redis server's, asked once per batch, a local store's
+``clock=``): an expired item is absent to every read and listing at once, and ``gc``
+(``sweep_ttl``) removes it. A deleted item's record (its tombstone, which keeps a stale
+revision from passing ``put(revision=N)``) expires :data:`TOMBSTONE_GRACE` after the delete,
+so ``gc`` removes it too.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from typing import Any
 
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, PutOp, SearchItem, SearchOp
 
-from .._core.errors import StateConflictError
+from .._core.errors import CorruptStateError, StateConflictError
 from .._core.labels import iso
 from .._core.records import utc_time
+from .._runtime.bridge import run_async
 from .._store.agentmemory import Memory, key_id
 from .._store.contract import Store
 from ._langgraph_memory_keys import memory_key, plain_namespace, scan_prefix
@@ -28,6 +35,11 @@ from ._langgraph_memory_match import cosine, fixed_prefix, matches, namespace_ma
 
 #: Snapshot reads run at once while a search or listing reads its items.
 _READS_AT_ONCE = 64
+#: How long a deleted item's record (its tombstone) stays before ``gc`` may remove it. Until
+#: then ``put(revision=N)`` with a revision read before the delete fails; once it is gone, the
+#: item is as one never put: a put makes it anew at revision 1, so a revision read more than
+#: this long ago may match again. The namespace and key leave the storage with it.
+TOMBSTONE_GRACE = timedelta(days=7)
 
 
 class RevisedItem(Item):
@@ -60,6 +72,25 @@ class RevisedSearchItem(SearchItem):
 Snapshot = dict[str, Any]
 
 
+class Clock:
+    """The time of the clock that judges the store's expiry (a Postgres or Redis server's,
+    else the store's ``clock=``), asked once when first needed and kept: one per batch, so
+    expiries are set by the clock that judges them, whatever this host's clock says."""
+
+    def __init__(self, records: object) -> None:
+        self._records = records
+        self._at: datetime | None = None
+
+    async def __call__(self) -> datetime:
+        if self._at is not None:
+            return self._at
+        server_now = getattr(self._records, "_server_now", None)
+        # On the store's own loop, as its async API runs everything (this may be another).
+        at: datetime = await run_async(server_now()) if callable(server_now) else datetime.now(UTC)
+        self._at = at
+        return at
+
+
 class MemoryOps:
     """The operations on ``memory``, whose store's clock judges TTLs."""
 
@@ -67,33 +98,33 @@ class MemoryOps:
         self.memory = memory
         self._records = memory._store
 
-    def now(self) -> datetime:
-        clock = getattr(self._records, "_now", None)
-        return clock() if callable(clock) else datetime.now(UTC)
+    def clock(self) -> Clock:
+        """A :class:`Clock` for one batch."""
+        return Clock(self._records)
 
     # -- reads -------------------------------------------------------------------------
 
-    async def get(self, op: GetOp) -> RevisedItem | None:
+    async def get(self, op: GetOp, clock: Clock) -> RevisedItem | None:
         snapshot = await self.memory._snapshot(key_id(memory_key(op.namespace, op.key)))
         fields = _fields(snapshot)
         if fields is None or (fields["namespace"], fields["key"]) != (tuple(op.namespace), op.key):
             return None
         if op.refresh_ttl:
-            await self.refresh(snapshot)  # type: ignore[arg-type]  # fields said it is a record
+            await self.refresh(snapshot, clock)  # type: ignore[arg-type]  # fields said it is a record
         return RevisedItem(**fields)
 
-    async def search(self, op: SearchOp, query: Sequence[float] | None) -> list[SearchItem]:
+    async def search(self, op: SearchOp, query: Sequence[float] | None, clock: Clock) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
         # Without a filter or a query, only the window's items are read.
         stop = None if op.filter or query is not None else op.offset + op.limit
-        found = [s for s in await self.scan(prefix, stop) if matches(s["value"]["value"], op.filter)]
+        found = [s for s in await self.scan(prefix, stop) if matches(s["value"], op.filter)]
         if query is not None:
             picked = _ranked(found, query, op.offset, op.limit)
         else:
             picked = [(s, None) for s in found[op.offset : op.offset + op.limit]]
         if op.refresh_ttl:
             for snapshot, _ in picked:
-                await self.refresh(snapshot)
+                await self.refresh(snapshot, clock)
         return [RevisedSearchItem(score=score, **_fields(s)) for s, score in picked]  # type: ignore[arg-type]
 
     async def list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
@@ -108,7 +139,7 @@ class MemoryOps:
                 names.add(name)
         for snapshot in await self._snapshots(hashed):
             if snapshot is not None and _fields(snapshot) is not None:
-                names.add(tuple(snapshot["value"]["ns"]))
+                names.add(tuple(snapshot["about"]["ns"]))
         kept = [n for n in names if namespace_matches(conditions, n)]
         if op.max_depth is not None:
             kept = list({n[: op.max_depth] for n in kept})
@@ -147,14 +178,14 @@ class MemoryOps:
             out.extend(await asyncio.gather(*(self.memory._snapshot(i) for i in part)))
         return out
 
-    async def refresh(self, snapshot: Snapshot) -> None:
+    async def refresh(self, snapshot: Snapshot, clock: Clock) -> None:
         """Move an item's expiry to a full TTL from now, only once less than half is left
         (so most reads write nothing); a change since its read wins."""
-        ttl = snapshot["value"].get("ttl")
+        ttl = snapshot["about"].get("ttl")
         expires = snapshot.get("expires_at")
         if ttl is None or type(expires) is not str:
             return
-        now, period = self.now(), timedelta(minutes=ttl)
+        now, period = await clock(), timedelta(minutes=ttl)
         if utc_time(expires) - now >= period / 2:
             return
         await self.memory._arefresh(snapshot["task"], snapshot, iso(now + period))
@@ -162,12 +193,16 @@ class MemoryOps:
     # -- writes ------------------------------------------------------------------------
 
     async def put(
-        self, op: PutOp, vectors: Mapping[str, Sequence[float]] | None, revision: int | None = None
+        self,
+        op: PutOp,
+        vectors: Mapping[str, Sequence[float]] | None,
+        clock: Clock,
+        revision: int | None = None,
     ) -> None:
         """Put or (value None) delete ``op``'s item; with ``revision``, only if the item is
         at that revision now (StateConflictError if not, and nothing is written)."""
         try:
-            await self._put(op, vectors, revision)
+            await self._put(op, vectors, clock, revision)
         except StateConflictError as exc:
             if revision is None:
                 raise
@@ -178,24 +213,20 @@ class MemoryOps:
             ) from exc
 
     async def _put(
-        self, op: PutOp, vectors: Mapping[str, Sequence[float]] | None, revision: int | None
+        self, op: PutOp, vectors: Mapping[str, Sequence[float]] | None, clock: Clock, revision: int | None
     ) -> None:
         mkey = memory_key(op.namespace, op.key)
         if op.value is None:
-            await self.memory._change(mkey, revision, deleted=True)
+            gone = iso(await clock() + TOMBSTONE_GRACE)
+            await self.memory._change(mkey, revision, deleted=True, expires_at=gone)
             return
         ttl = op.ttl
-        record: dict[str, Any] = {
-            "ns": list(op.namespace),
-            "key": op.key,
-            "value": dict(op.value),
-            "ttl": ttl,
-        }
+        about: dict[str, Any] = {"ns": list(op.namespace), "key": op.key, "ttl": ttl}
         if vectors:
-            record["vec"] = {path: pack(v) for path, v in vectors.items()}
-            record["norm"] = {path: norm(unpack(packed)) for path, packed in record["vec"].items()}
-        expires = None if ttl is None else iso(self.now() + timedelta(minutes=ttl))
-        await self.memory._change(mkey, revision, value=record, expires_at=expires)
+            about["vec"] = {path: pack(v) for path, v in vectors.items()}
+            about["norm"] = {path: norm(unpack(packed)) for path, packed in about["vec"].items()}
+        expires = None if ttl is None else iso(await clock() + timedelta(minutes=ttl))
+        await self.memory._change(mkey, revision, value=dict(op.value), expires_at=expires, about=about)
 
     async def sweep(self) -> int:
         """Remove the expired items now (the store's ``gc`` of this scope)."""
@@ -209,13 +240,13 @@ def _fields(snapshot: Snapshot | None) -> dict[str, Any] | None:
     """An item's fields from its key's snapshot (None: absent, deleted, or not an item)."""
     if not snapshot or snapshot.get("finished"):
         return None
-    record = snapshot.get("value")
-    if not isinstance(record, dict) or not isinstance(record.get("ns"), list) or "key" not in record:
+    about, value = snapshot.get("about"), snapshot.get("value")
+    if not isinstance(about, dict) or not isinstance(about.get("ns"), list) or "key" not in about:
         return None
     return {
-        "namespace": tuple(record["ns"]),
-        "key": record["key"],
-        "value": record.get("value") or {},
+        "namespace": tuple(about["ns"]),
+        "key": about["key"],
+        "value": value if isinstance(value, dict) else {},
         "created_at": utc_time(snapshot["created_at"]),
         "updated_at": utc_time(snapshot["updated_at"]),
         "revision": snapshot["turn"],
@@ -223,7 +254,7 @@ def _fields(snapshot: Snapshot | None) -> dict[str, Any] | None:
 
 
 def _under(snapshot: Snapshot, prefix: tuple[str, ...]) -> bool:
-    return tuple(snapshot["value"]["ns"][: len(prefix)]) == prefix
+    return tuple(snapshot["about"]["ns"][: len(prefix)]) == prefix
 
 
 def _ranked(
@@ -236,11 +267,13 @@ def _ranked(
     scored: list[tuple[float, int]] = []
     scoreless: list[Snapshot] = []
     for n, snapshot in enumerate(found):
-        packed = snapshot["value"].get("vec") or {}
-        norms = snapshot["value"].get("norm") or {}
+        packed = snapshot["about"].get("vec") or {}
+        norms = snapshot["about"].get("norm") or {}
         if not packed:
             scoreless.append(snapshot)
-        scored.extend((cosine(query, query_norm, unpack(v), norms.get(p)), n) for p, v in packed.items())
+        scored.extend(
+            (cosine(query, query_norm, _vector(snapshot, p, v), norms.get(p)), n) for p, v in packed.items()
+        )
     scored.sort(key=lambda pair: pair[0], reverse=True)
     seen: set[int] = set()
     kept: list[tuple[Snapshot, float | None]] = []
@@ -256,3 +289,18 @@ def _ranked(
     if scoreless and len(kept) < limit:
         kept.extend((s, None) for s in scoreless[: limit - len(kept)])
     return kept
+
+
+def _vector(snapshot: Snapshot, path: str, packed: object) -> Sequence[float]:
+    """A stored vector, or CorruptStateError naming the item whose vector does not decode."""
+    try:
+        if not isinstance(packed, str):
+            raise ValueError(f"it is a {type(packed).__name__}, not base64 text")
+        return unpack(packed)
+    except ValueError as exc:  # (binascii.Error is one)
+        about = snapshot["about"]
+        raise CorruptStateError(
+            f"store item {about['key']!r} in namespace {tuple(about['ns'])}: its stored embedding "
+            f"for {path!r} does not decode ({exc}); nothing was changed. Put the item again to "
+            "embed it anew"
+        ) from exc
