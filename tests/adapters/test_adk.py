@@ -109,7 +109,7 @@ async def test_a_config_reads_only_the_range_it_needs(length: int) -> None:
 async def test_a_session_object_made_by_hand_is_checked_by_its_last_event(store: Store) -> None:
     """A session object without a revision marker (built by hand, as ADK's fallback allows):
     stale when the stored session has an event it lacks."""
-    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors import StaleSessionError
     from google.adk.sessions.session import Session
 
     service = StatekeepSessionService(store)

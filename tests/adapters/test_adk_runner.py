@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 
