@@ -4,8 +4,8 @@ Each is a history of deltas (one entry per change) whose snapshot is the state t
 to; a change is a read-modify-write checked by the store's seq rule and ``expect_next``, so
 concurrent writers (tasks or processes) never lose each other's keys. The tasks of one
 process take turns per State (a lock); between processes a lost write is retried after a
-random, growing pause. Every ``TRIM_EVERY`` changes the history before is trimmed (on a store
-with ``atrim``): the snapshot holds the state, the history is not read back.
+random, growing pause. The history grows by one entry per change (nothing reads it back: the
+snapshot holds the state); a store's ``trim`` does not apply to it (it needs a compaction).
 
 A delta comes from one session's event (or its creation): it is applied once, in the
 session's order. The snapshot remembers, for the ``APPLIED_KEPT`` sessions that changed the
@@ -30,8 +30,6 @@ from ._adk_layout import MAX_TRIES, META, iso, labels_for, now
 
 #: Sessions whose newest applied event each app or user state remembers.
 APPLIED_KEPT = 1024
-#: The history of an app or user state is trimmed every so many changes.
-TRIM_EVERY = 256
 #: The longest pause (seconds) between two tries of a change that lost to another process.
 MAX_PAUSE = 0.05
 
@@ -116,22 +114,11 @@ async def apply_shared(
                 )
             except (StateConflictError, StateNotFoundError):
                 continue
-            if seq % TRIM_EVERY == 0:
-                await _trim(store, state_id, seq)
             return
     raise StateConflictError(
         f"ADK {labels['adk.kind']} state {task!r}: {MAX_TRIES} writes in a row lost to other "
         "writers; nothing of this change was written"
     )
-
-
-async def _trim(store: Store, state_id: str, before: int) -> None:
-    """Drop the history before ``before`` (housekeeping: a store without ``atrim``, or a
-    trim that fails, keeps it, and the next one tries again)."""
-    try:
-        await store.atrim(state_id, before=before)
-    except Exception:  # the change is written; trimming is only a saving
-        return
 
 
 def _snapshot(

@@ -131,7 +131,9 @@ class StatekeepSessionService(BaseSessionService):
         except StateExistsError:
             raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
         await self._settle(state_id, snapshot)
-        app_state, user_state = await self._shared(app_name, user_id)
+        app_state, user_state = await self._shared(app_name, user_id)  # with the deltas, if applied
+        app_state.update(app_delta)  # as this creation wrote them
+        user_state.update(user_delta)
         return _session(meta, merged(app_state, user_state, own), [])
 
     async def get_session(
