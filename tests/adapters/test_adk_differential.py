@@ -285,8 +285,8 @@ def test_stale_objects_and_deleted_sessions(kind: str) -> None:
         ("create", "app1", "u1", "s1", {"user:u1": 5}),
         ("append", 1, {"k1": 5}, False, True),  # made again since
         ("list", "app1", None),
-        ("append", 1, {"k1": 6, "user:u1": 6}, False, True),
-        ("again", 1),  # the same event id again: refused, nothing written
+        ("append", 2, {"k1": 6, "user:u1": 6}, False, True),  # handle 2: the session made again
+        ("again", 2),  # the same event id again, to the session read afresh: refused, nothing written
         ("get", ("app1", "u1", "s1"), None),
     ]
     asyncio.run(compare(kind, sequence))
