@@ -9,6 +9,7 @@ the loop (weakly held), so the maps stay as small as the work under way.
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,10 +30,12 @@ class LoopLocks:
         self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Held]] = (
             weakref.WeakKeyDictionary()
         )
+        self._guard = threading.Lock()
 
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
-        locks = self._by_loop.setdefault(asyncio.get_running_loop(), {})
+        with self._guard:  # threads, each with its loop, may come at once
+            locks = self._by_loop.setdefault(asyncio.get_running_loop(), {})
         held = locks.setdefault(key, _Held())
         held.users += 1
         try:

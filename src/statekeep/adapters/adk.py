@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import uuid
 from typing import Any
 
@@ -98,6 +99,7 @@ class StatekeepSessionService(BaseSessionService):
         self._locks = LoopLocks()
         self._ends: dict[str, int] = {}  # where sessions' histories ended when last seen: hints
         self._done: dict[str, int] = {}  # session token: the newest seq whose shared deltas it applied
+        self._memory = threading.Lock()  # for the two above: the service may serve several loops
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store!r})"
@@ -367,10 +369,11 @@ class StatekeepSessionService(BaseSessionService):
 
     def _remember(self, memory: dict[str, int], key: str, value: int) -> None:
         """``memory[key] = value``, keeping the newest ``REMEMBERED`` keys."""
-        memory.pop(key, None)
-        if len(memory) >= self.REMEMBERED:
-            del memory[next(iter(memory))]
-        memory[key] = value
+        with self._memory:
+            memory.pop(key, None)
+            if len(memory) >= self.REMEMBERED:
+                del memory[next(iter(memory))]
+            memory[key] = value
 
 
 def _task(app: str, user: str, session: str) -> str:
