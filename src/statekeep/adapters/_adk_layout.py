@@ -10,7 +10,8 @@ length tells the kinds apart, so no two ever share an id):
   event takes), the last update time, a token made at creation (with ``next``, the revision
   marker of the stale-session check), and a sparse index of the events' timestamps:
   ``[seq, newest timestamp before seq]`` every ``stride`` events, so a read ``after`` a time
-  starts near the first event it wants instead of at the start; the ids of the newest
+  starts near the first event it wants instead of at the start (or, while ``ordered``, no
+  event's timestamp older than one before it, reads back from the end); the ids of the newest
   :data:`RECENT_IDS` events (an event appended again is refused); and ``pending``, the
   ``app:`` and ``user:`` deltas of its events (``[seq, app delta, user delta]``, seq 0 for
   those given at creation) that may not be applied to the shared states yet: written in the
@@ -163,6 +164,7 @@ def new_session_meta(
         "index": [],
         "ids": [],
         "pending": pending,
+        "ordered": True,
     }
 
 
@@ -192,6 +194,7 @@ def after_event(
         "newest": stamp if newest is None else max(newest, stamp),
         "ids": [*meta.get("ids", [])[-(RECENT_IDS - 1) :], event_id],
         "pending": pending,
+        "ordered": bool(meta.get("ordered")) and (newest is None or stamp >= newest),
     }
 
 

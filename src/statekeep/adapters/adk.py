@@ -73,10 +73,10 @@ class StatekeepSessionService(BaseSessionService):
     Each session is one State (its events the history, append-only; its session-scoped state
     and an index in the snapshot); ``app:`` state is one State per app and ``user:`` state
     one per (app, user), shared by their sessions; ``temp:`` keys are never saved. Events
-    come back in the order they were appended; ``get_session`` with ``num_recent_events``
-    reads only the end of the history it needs, so its cost does not grow with the session's
-    length (with ``after_timestamp`` it reads from an index point up to about 1/32 of the
-    history before the first event wanted). An event's ``app:`` and ``user:`` deltas are saved
+    come back in the order they were appended; ``get_session`` with ``num_recent_events`` or
+    ``after_timestamp`` reads only the end of the history it needs, so its cost does not grow
+    with the session's length (but for ``after_timestamp`` once an event's timestamp went
+    back: then it reads from an index point up to about 1/32 of the history before). An event's ``app:`` and ``user:`` deltas are saved
     in its session's write, then applied to the shared states, once each and in the session's
     order; what a crash or store error leaves unapplied, the session's next read or append
     applies. The store stays yours: this service never closes it.
