@@ -65,7 +65,7 @@ BY_KIND = {
     "together": st.tuples(st.just("together"), st.integers(-2, 5), st.integers(-2, 5), deltas, deltas),
     "delete": st.tuples(st.just("delete"), targets),
     "user_state": st.tuples(st.just("user_state"), st.sampled_from(APPS), st.sampled_from(USERS)),
-    "again": st.tuples(st.just("again"), st.integers(-2, 5)),
+    "again": st.tuples(st.just("again")),
 }
 #: Kinds by weight (a sampled_from is drawn evenly): appends and reads most.
 KINDS = (
@@ -87,7 +87,7 @@ class Side:
         self.handles: list[Session] = []
         self.made: list[str] = []
         self.events = 0
-        self.last: Event | None = None
+        self.last: tuple[Event, Session] | None = None  # the last event stored, and its session
 
     def key(self, target: Any) -> tuple[str, str, str]:
         """The (app, user, session id) a get or delete names."""
@@ -151,24 +151,25 @@ class Side:
                 timestamp=BASE + clock, partial=partial or None,
                 actions=EventActions(state_delta=dict(delta)),
             )  # fmt: skip
-            self.last = event
             returned = await service.append_event(session, event)
+            if not partial:
+                self.last = event, session
             return returned.model_dump(mode="json", exclude_none=True), self.session(session)
-        if kind == "again":  # the last event appended, again, to a session read afresh: a retry
-            if not self.handles or self.last is None:
-                return "no session"
-            held = self.handles[op[1] % len(self.handles)]
+        if kind == "again":  # the last event stored, again, to its session read afresh: a retry
+            if self.last is None:
+                return "nothing to retry"
+            event, held = self.last
             session = await service.get_session(
                 app_name=held.app_name, user_id=held.user_id, session_id=held.id
             )
-            if session is None:
-                return "no session"
-            returned = await service.append_event(session, self.last.model_copy(deep=True))
+            assert session is not None  # a delete forgets the last event
+            returned = await service.append_event(session, event.model_copy(deep=True))
             return returned.model_dump(mode="json", exclude_none=True), self.session(session)
         if kind == "together":
             return await self.together(op, clock)
         if kind == "delete":
             app, user, sid = self.key(op[1])
+            self.last = None
             await service.delete_session(app_name=app, user_id=user, session_id=sid)
             return None
         assert kind == "user_state"
@@ -286,7 +287,7 @@ def test_stale_objects_and_deleted_sessions(kind: str) -> None:
         ("append", 1, {"k1": 5}, False, True),  # made again since
         ("list", "app1", None),
         ("append", 2, {"k1": 6, "user:u1": 6}, False, True),  # handle 2: the session made again
-        ("again", 2),  # the same event id again, to the session read afresh: refused, nothing written
+        ("again",),  # the same event id again, to the session read afresh: refused, nothing written
         ("get", ("app1", "u1", "s1"), None),
     ]
     asyncio.run(compare(kind, sequence))
