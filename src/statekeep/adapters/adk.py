@@ -76,10 +76,11 @@ class StatekeepSessionService(BaseSessionService):
     come back in the order they were appended; ``get_session`` with ``num_recent_events`` or
     ``after_timestamp`` reads only the end of the history it needs, so its cost does not grow
     with the session's length (but for ``after_timestamp`` once an event's timestamp went
-    back: then it reads from an index point up to about 1/32 of the history before). An event's ``app:`` and ``user:`` deltas are saved
-    in its session's write, then applied to the shared states, once each and in the session's
-    order; what a crash or store error leaves unapplied, the session's next read or append
-    applies. The store stays yours: this service never closes it.
+    back: then it reads from an index point up to about 1/32 of the history before). An
+    event's ``app:`` and ``user:`` deltas are saved in its session's write, then applied to
+    the shared states, once each and in the session's order; what a crash or store error
+    leaves unapplied, the session's next read or append applies. The store stays yours: this
+    service never closes it.
 
     Any number of tasks, services and processes may share sessions: an append checks the
     session object against the stored revision (:class:`StaleSessionError` if another writer
