@@ -101,15 +101,45 @@ async def test_a_config_reads_only_the_range_it_needs(length: int) -> None:
         assert ids == [f"e{i}" for i in range(length - 20, length)] and read == 20
         read, ids = await entries_read(GetSessionConfig(after_timestamp=BASE + length - 10))
         assert ids == [f"e{i}" for i in range(length - 10, length)]
-        assert read <= 10 + 2 * 64  # from the index point before it: at most two strides more
+        assert read == 16  # timestamps never went back: read back from the end, 16 events first
+        read, ids = await entries_read(
+            GetSessionConfig(num_recent_events=3, after_timestamp=BASE + length - 10)
+        )
+        assert ids == [f"e{i}" for i in range(length - 3, length)] and read == 16
+        read, ids = await entries_read(GetSessionConfig(after_timestamp=BASE + length - 100))
+        assert ids == [f"e{i}" for i in range(length - 100, length)] and read <= 4 * 64  # 16, 64, 256
         read, ids = await entries_read(GetSessionConfig(num_recent_events=0))
         assert (read, ids) == (0, [])
+
+
+async def test_after_a_time_with_timestamps_that_went_back_reads_from_the_index() -> None:
+    """Once an event is older than one before it, a later event may be older than the time
+    asked for: the read starts at the index point before that time, at most two strides back."""
+    with Counting(namespace="adk") as store:
+        service = StatekeepSessionService(store)
+        session = await service.create_session(app_name="a", user_id="u", session_id="s")
+        stamps = [BASE + i for i in range(1000)]
+        stamps[500] = BASE - 1  # one event back in time
+        for i, stamp in enumerate(stamps):
+            await service.append_event(
+                session, Event(id=f"e{i}", author="user", invocation_id="i", timestamp=stamp)
+            )
+        store.read_entries = 0
+        got = await service.get_session(
+            app_name="a", user_id="u", session_id="s", config=GetSessionConfig(after_timestamp=BASE + 990)
+        )
+        assert got is not None and [e.id for e in got.events] == [f"e{i}" for i in range(990, 1000)]
+        assert store.read_entries <= 10 + 2 * 64
+        got = await service.get_session(
+            app_name="a", user_id="u", session_id="s", config=GetSessionConfig(after_timestamp=BASE + 499.5)
+        )
+        assert got is not None and [e.id for e in got.events] == [f"e{i}" for i in range(501, 1000)]
 
 
 async def test_a_session_object_made_by_hand_is_checked_by_its_last_event(store: Store) -> None:
     """A session object without a revision marker (built by hand, as ADK's fallback allows):
     stale when the stored session has an event it lacks."""
-    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors import StaleSessionError
     from google.adk.sessions.session import Session
 
     service = StatekeepSessionService(store)

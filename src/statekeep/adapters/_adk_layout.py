@@ -10,7 +10,12 @@ length tells the kinds apart, so no two ever share an id):
   event takes), the last update time, a token made at creation (with ``next``, the revision
   marker of the stale-session check), and a sparse index of the events' timestamps:
   ``[seq, newest timestamp before seq]`` every ``stride`` events, so a read ``after`` a time
-  starts near the first event it wants instead of at the start;
+  starts near the first event it wants instead of at the start (or, while ``ordered``, no
+  event's timestamp older than one before it, reads back from the end); the ids of the newest
+  :data:`RECENT_IDS` events (an event appended again is refused); and ``pending``, the
+  ``app:`` and ``user:`` deltas of its events (``[seq, app delta, user delta]``, seq 0 for
+  those given at creation) that may not be applied to the shared states yet: written in the
+  same write as their event, applied after it, cleared once applied;
 - the **user** state of ``(app, user)``, ``["u", app, user]``, and the **app** state,
   ``["a", app]``: each entry after seq 0 one delta (``{"kind": "delta", "delta": {...}}``),
   the snapshot the state they add up to.
@@ -37,6 +42,8 @@ MAX_TRIES = 100
 #: Index points kept at most; past it every other one goes and the stride doubles.
 MAX_POINTS = 64
 FIRST_STRIDE = 32
+#: Event ids a session remembers (its newest), to refuse an event appended again.
+RECENT_IDS = 32
 
 
 def session_id_of(app: str, user: str, session: str) -> str:
@@ -140,7 +147,9 @@ def snapshot_of(meta: dict[str, Any], task: str, labels: dict[str, str], created
     }
 
 
-def new_session_meta(app: str, user: str, session: str, state: dict[str, Any], token: str) -> dict[str, Any]:
+def new_session_meta(
+    app: str, user: str, session: str, state: dict[str, Any], token: str, pending: list[Any]
+) -> dict[str, Any]:
     return {
         "kind": "session",
         "app": app,
@@ -153,12 +162,18 @@ def new_session_meta(app: str, user: str, session: str, state: dict[str, Any], t
         "stride": FIRST_STRIDE,
         "newest": None,
         "index": [],
+        "ids": [],
+        "pending": pending,
+        "ordered": True,
     }
 
 
-def after_event(meta: dict[str, Any], stamp: float, delta: dict[str, Any]) -> dict[str, Any]:
-    """The session fields once the event at ``meta["next"]`` (at ``stamp``, with the session
-    delta ``delta``) is appended."""
+def after_event(
+    meta: dict[str, Any], stamp: float, delta: dict[str, Any], event_id: str, pending: list[Any]
+) -> dict[str, Any]:
+    """The session fields once the event ``event_id`` at ``meta["next"]`` (at ``stamp``,
+    with the session delta ``delta``) is appended, its shared deltas and older ones not
+    known to be applied in ``pending``."""
     seq = meta["next"]
     stride = meta["stride"]
     index = list(meta["index"])
@@ -177,6 +192,9 @@ def after_event(meta: dict[str, Any], stamp: float, delta: dict[str, Any]) -> di
         "stride": stride,
         "index": index,
         "newest": stamp if newest is None else max(newest, stamp),
+        "ids": [*meta.get("ids", [])[-(RECENT_IDS - 1) :], event_id],
+        "pending": pending,
+        "ordered": bool(meta.get("ordered")) and (newest is None or stamp >= newest),
     }
 
 

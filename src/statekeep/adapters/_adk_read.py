@@ -10,6 +10,31 @@ from .._store.contract import Store
 from ._adk_layout import first_after, instant, session_meta
 
 
+async def _ordered_tail(
+    store: Store, state_id: str, recent: int | None, after: float, low: int, end: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]] | tuple[()] | None:
+    """The events at or after ``after`` of a session whose timestamps never went back: a
+    suffix of its history, read back from the end (16 events, then four times as many each
+    round, never before ``low``) until an older event is read. ``()``: no such session; None:
+    the session read is not ordered any more (made again meanwhile): read it the other way."""
+    limit = instant(after)
+    span = max(recent or 0, 16)
+    while True:
+        start = max(low, end - span)
+        record = await store.aread(state_id, since=start)
+        if record is None:
+            return ()
+        meta = session_meta(record.snapshot, state_id)
+        assert record.snapshot is not None
+        if not meta.get("ordered"):
+            return None
+        events = _event_entries(record, start)
+        if start <= low or (events and instant(events[0]["timestamp"]) < limit):
+            events = [event for event in events if instant(event["timestamp"]) >= limit]
+            return record.snapshot, events if recent is None else events[max(0, len(events) - recent) :]
+        end, span = meta["next"], span * 4
+
+
 def _event_entries(record: Record, since: int) -> list[dict[str, Any]]:
     return [
         entry["event"]
@@ -56,6 +81,10 @@ async def read_events(
         return head.snapshot, []
     low = first_after(meta, after) if after else 1
     end = meta["next"]
+    if after and meta.get("ordered"):
+        tail = await _ordered_tail(store, state_id, recent, after, low, end)
+        if tail is not None:
+            return tail if tail else None
     start = low if recent is None else max(low, end - recent)
     limit = instant(after) if after else None
     while True:

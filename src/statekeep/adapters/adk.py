@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import threading
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from ._needs import framework_missing
 
 try:
-    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors import StaleSessionError
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event
@@ -34,7 +34,7 @@ except ImportError as exc:
 from .._core.errors import StateConflictError, StateExistsError, StateNotFoundError
 from .._core.ranges import SNAPSHOT_ONLY
 from .._store.contract import Store
-from .._store.expect import expecting
+from .._store.expect import expecting, takes_expect_next
 from ._adk_layout import (
     MAX_TRIES,
     META,
@@ -51,12 +51,15 @@ from ._adk_layout import (
     split,
     user_id_of,
 )
+from ._adk_locks import LoopLocks
 from ._adk_read import read_events
-from ._adk_shared import read_shared, update_shared
+from ._adk_shared import apply_shared, read_shared
 from ._cancel import finish_despite_cancel, stop_if_cancelled
 from ._home import placed
 
 __all__ = ["StatekeepSessionService"]
+
+_log = logging.getLogger(__name__)
 
 _STALE = (
     "The session has been modified in storage since it was loaded. "
@@ -71,8 +74,13 @@ class StatekeepSessionService(BaseSessionService):
     and an index in the snapshot); ``app:`` state is one State per app and ``user:`` state
     one per (app, user), shared by their sessions; ``temp:`` keys are never saved. Events
     come back in the order they were appended; ``get_session`` with ``num_recent_events`` or
-    ``after_timestamp`` reads only the end of the history it needs, so its cost does not
-    grow with the session's length. The store stays yours: this service never closes it.
+    ``after_timestamp`` reads only the end of the history it needs, so its cost does not grow
+    with the session's length (but for ``after_timestamp`` once an event's timestamp went
+    back: then it reads from an index point up to about 1/32 of the history before). An
+    event's ``app:`` and ``user:`` deltas are saved in its session's write, then applied to
+    the shared states, once each and in the session's order; what a crash or store error
+    leaves unapplied, the session's next read or append applies. The store stays yours: this
+    service never closes it.
 
     Any number of tasks, services and processes may share sessions: an append checks the
     session object against the stored revision (:class:`StaleSessionError` if another writer
@@ -89,8 +97,10 @@ class StatekeepSessionService(BaseSessionService):
     def __init__(self, store: Store, *, namespace: str | None = None) -> None:
         #: Where the sessions are kept (``store`` in its namespace ``adk``, see above).
         self.store = placed(store, namespace, "adk")[0]
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks = LoopLocks()
         self._ends: dict[str, int] = {}  # where sessions' histories ended when last seen: hints
+        self._done: dict[str, int] = {}  # session token: the newest seq whose shared deltas it applied
+        self._memory = threading.Lock()  # for the two above: the service may serve several loops
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store!r})"
@@ -107,12 +117,15 @@ class StatekeepSessionService(BaseSessionService):
     ) -> Session:
         """Create a session (``session_id`` None: a new UUID) with ``state``, whose ``app:``
         and ``user:`` keys go to the app's and the user's state, and ``temp:`` ones nowhere.
-        :class:`AlreadyExistsError` (nothing changed) if the id is taken. The session is
-        durable on return as the store's ``awrite``, and so are the app and user states."""
+        :class:`AlreadyExistsError` (nothing changed) if the id is taken. The session,
+        with its ``app:`` and ``user:`` keys, is durable on return as the store's ``awrite``,
+        in one write; those keys are then applied to the app's and the user's state (should
+        that fail, it is logged and finished by the next read or append of the session)."""
         sid = str(uuid.uuid4()) if session_id is None else session_id
         app_delta, user_delta, own = split(state)
         state_id = session_id_of(app_name, user_id, sid)
-        meta = new_session_meta(app_name, user_id, sid, own, uuid.uuid4().hex)
+        pending = [[0, app_delta, user_delta]] if app_delta or user_delta else []
+        meta = new_session_meta(app_name, user_id, sid, own, uuid.uuid4().hex, pending)
         head = {"seq": 0, "kind": "adk_session", "app": app_name, "user": user_id, "id": sid}
         snapshot = snapshot_of(
             meta,
@@ -124,7 +137,10 @@ class StatekeepSessionService(BaseSessionService):
             await self.store.awrite(state_id, [head], snapshot, create=True)
         except StateExistsError:
             raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
-        app_state, user_state = await self._shared(app_name, user_id, app_delta, user_delta)
+        await self._settle(state_id, snapshot)
+        app_state, user_state = await self._shared(app_name, user_id)  # with the deltas, if applied
+        app_state.update(app_delta)  # as this creation wrote them
+        user_state.update(user_delta)
         return _session(meta, merged(app_state, user_state, own), [])
 
     async def get_session(
@@ -136,7 +152,9 @@ class StatekeepSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         """The session with its merged state and the events ``config`` selects (all by
-        default), oldest first; None if there is none."""
+        default), oldest first; None if there is none. If an append or creation of the
+        session left ``app:`` or ``user:`` changes unapplied (a crash, a store error), this
+        applies them first (the only writes a read makes)."""
         recent = None if config is None else config.num_recent_events
         after = None if config is None else config.after_timestamp
         state_id = session_id_of(app_name, user_id, session_id)
@@ -148,16 +166,28 @@ class StatekeepSessionService(BaseSessionService):
             return None
         snapshot, events = got
         meta = snapshot[META]
+        if self._unsettled(meta):
+            await self._settle(state_id, snapshot)
+            app_state, user_state = await self._shared(app_name, user_id)
         self._saw(state_id, meta["next"])
         return _session(meta, merged(app_state, user_state, meta["state"]), events)
 
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
         """The sessions of ``app_name`` (of ``user_id`` only, when given), without events,
         least recently updated first (ties by user id, then session id), each with its merged
-        state."""
+        state (unapplied ``app:`` and ``user:`` changes applied first, as in :meth:`get_session`)."""
         labels = labels_for("session", app_name, user_id)
         rows = [row async for row in self.store.aiter_states(labels=labels)]
         records = await asyncio.gather(*(self.store.aread(row.id, since=SNAPSHOT_ONLY) for row in rows))
+        await asyncio.gather(
+            *(
+                self._settle(row.id, record.snapshot)
+                for row, record in zip(rows, records, strict=True)
+                if record is not None
+                and record.snapshot is not None
+                and self._unsettled(session_meta(record.snapshot, row.id))
+            )
+        )
         metas = [
             session_meta(record.snapshot, row.id)
             for row, record in zip(rows, records, strict=True)
@@ -192,9 +222,14 @@ class StatekeepSessionService(BaseSessionService):
 
         :class:`SessionNotFoundError` if the session is not stored;
         :class:`StaleSessionError` if another writer appended to it since ``session`` was
-        read (reload it with :meth:`get_session`). Nothing is written then. The event and the
-        session state are durable on return as the store's ``awrite``, then the app and
-        user state deltas (a crash between them loses only those, which the event keeps).
+        read (reload it with :meth:`get_session`); :class:`AlreadyExistsError` if an event
+        with this id is among the session's newest 32 (appended already: a retry). Nothing is
+        written then. The event, the session state and the event's ``app:`` and ``user:``
+        deltas are durable on return as the store's ``awrite``, in one write; the deltas are
+        then applied to the app's and the user's state, in the session's order. Once the
+        event is written this never raises: should applying the deltas fail (a store error,
+        a crash), that is logged, and the next :meth:`get_session`, :meth:`append_event` or
+        :meth:`list_sessions` of the session, by any service, applies them.
         Cancelled, it finishes the writes under way first, as the store's ``awrite`` does."""
         if event.partial:
             return event
@@ -204,13 +239,14 @@ class StatekeepSessionService(BaseSessionService):
         return event
 
     async def _append(self, session: Session, event: Event, stop: asyncio.Event) -> None:
-        """Write the event (retrying a write that lost to another writer: the retry's check
-        says whether this one is stale now), add it to ``session``, then write the app and
-        user deltas, all under the session's lock, so appends through one object keep their order."""
+        """Write the event with its app and user deltas marked pending (retrying a write that
+        lost to another writer: the retry's check says whether this one is stale now), add it
+        to ``session``, then apply the pending deltas, all under the session's lock, so
+        appends through one object keep their order."""
         app_delta, user_delta, own = split(event.actions.state_delta if event.actions else None)
         state_id = session_id_of(session.app_name, session.user_id, session.id)
         stored = event.model_dump(exclude_none=True, mode="json")
-        async with self._lock(state_id):
+        async with self._locks.hold(state_id):
             for attempt in range(MAX_TRIES):
                 await stop_if_cancelled(stop, attempt)
                 record = await self.store.aread(state_id, since=SNAPSHOT_ONLY)
@@ -219,7 +255,16 @@ class StatekeepSessionService(BaseSessionService):
                 meta = session_meta(record.snapshot, state_id)
                 assert record.snapshot is not None
                 await self._check_fresh(session, meta, state_id)
-                after = after_event(meta, event.timestamp, own)
+                if event.id in meta.get("ids", ()):
+                    raise AlreadyExistsError(
+                        f"Event with id {event.id} already exists in session {session.id}."
+                    )
+                pending = [
+                    item for item in meta.get("pending", ()) if item[0] > self._done.get(meta["token"], -1)
+                ]
+                if app_delta or user_delta:
+                    pending.append([meta["next"], app_delta, user_delta])
+                after = after_event(meta, event.timestamp, own, event.id, pending)
                 entry = {"seq": meta["next"], "kind": "event", "event": stored, "w": uuid.uuid4().hex}
                 labels = labels_for("session", session.app_name, session.user_id)
                 created = record.snapshot.get("created_at", iso(after["updated"]))
@@ -242,7 +287,7 @@ class StatekeepSessionService(BaseSessionService):
             session._storage_update_marker = marker(after)
             self._saw(state_id, after["next"])
             self._commit_event_to_session(session, event)  # in order, before the next append's
-            await self._shared(session.app_name, session.user_id, app_delta, user_delta, read=False)
+            await self._settle(state_id, snapshot)
 
     async def _check_fresh(self, session: Session, meta: dict[str, Any], state_id: str) -> None:
         """StaleSessionError unless ``session`` is the stored revision (ADK's rule: by marker,
@@ -263,52 +308,73 @@ class StatekeepSessionService(BaseSessionService):
         session.last_update_time = meta["updated"]
         session._storage_update_marker = marker(meta)
 
-    async def _shared(
-        self,
-        app: str,
-        user: str,
-        app_delta: dict[str, Any] | None = None,
-        user_delta: dict[str, Any] | None = None,
-        *,
-        read: bool = True,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The app and user states, after adding the deltas given (read only if ``read``)."""
-        app_id, user_id = app_id_of(app), user_id_of(app, user)
-
-        async def one(
-            state_id: str, delta: dict[str, Any] | None, task: str, owner: str | None
-        ) -> dict[str, Any]:
-            if delta:
-                return await update_shared(self.store, state_id, delta, task, app, owner)
-            return await read_shared(self.store, state_id) if read else {}
-
+    async def _shared(self, app: str, user: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The app and user states."""
         app_state, user_state = await asyncio.gather(
-            one(app_id, app_delta, json.dumps(["app", app]), None),
-            one(user_id, user_delta, json.dumps(["user", app, user]), user),
+            read_shared(self.store, app_id_of(app)), read_shared(self.store, user_id_of(app, user))
         )
         return app_state, user_state
 
+    def _unsettled(self, meta: dict[str, Any]) -> bool:
+        """Whether the session holds app or user deltas this service has not applied."""
+        return any(item[0] > self._done.get(meta["token"], -1) for item in meta.get("pending", ()))
+
+    async def _settle(self, state_id: str, snapshot: dict[str, Any]) -> None:
+        """Apply the session's pending app and user deltas, oldest first (applying one again
+        changes nothing), then clear them from its snapshot unless it changed since. Never
+        raises (but when cancelled): a failure is logged, the deltas stay pending."""
+        meta = snapshot[META]
+        token = meta["token"]
+        pending = [item for item in meta.get("pending", ()) if item[0] > self._done.get(token, -1)]
+        app, user = meta["app"], meta["user"]
+        try:
+            for seq, app_delta, user_delta in pending:
+                changes = [
+                    (app_id_of(app), app_delta, json.dumps(["app", app]), None),
+                    (user_id_of(app, user), user_delta, json.dumps(["user", app, user]), user),
+                ]
+                await asyncio.gather(
+                    *(
+                        apply_shared(
+                            self.store,
+                            shared_id,
+                            delta,
+                            task=task,
+                            app=app,
+                            user=owner,
+                            source=(token, seq),
+                            hold=self._locks.hold,
+                        )
+                        for shared_id, delta, task, owner in changes
+                        if delta
+                    )
+                )
+                self._remember(self._done, token, seq)
+            if meta.get("pending") and takes_expect_next(self.store):
+                cleared = {**snapshot, META: {**meta, "pending": []}}
+                try:
+                    await self.store.awrite(state_id, [], cleared, expect_next=meta["next"])
+                except (StateConflictError, StateNotFoundError):
+                    pass  # appended to since (that append clears them) or deleted
+        except Exception as exc:  # the event is saved: its deltas stay pending
+            _log.warning(
+                "ADK session %r of app %r, user %r: its app:/user: state changes are saved but "
+                "not applied yet (%s: %s); the next get_session, append_event or list_sessions "
+                "of this session applies them",
+                meta["id"], app, user, type(exc).__name__, exc,
+            )  # fmt: skip
+
     def _saw(self, state_id: str, end: int) -> None:
         """Remember where a session's history ended (the newest ``REMEMBERED`` sessions)."""
-        self._ends.pop(state_id, None)
-        if len(self._ends) >= self.REMEMBERED:
-            del self._ends[next(iter(self._ends))]
-        self._ends[state_id] = end
+        self._remember(self._ends, state_id, end)
 
-    @asynccontextmanager
-    async def _lock(self, state_id: str) -> AsyncIterator[None]:
-        """Serialise this service's appends to one session (as ADK's database service does)."""
-        lock, users = self._locks.get(state_id) or (asyncio.Lock(), 0)
-        self._locks[state_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[state_id]
-            if users <= 1:
-                del self._locks[state_id]
-            else:
-                self._locks[state_id] = (lock, users - 1)
+    def _remember(self, memory: dict[str, int], key: str, value: int) -> None:
+        """``memory[key] = value``, keeping the newest ``REMEMBERED`` keys."""
+        with self._memory:
+            memory.pop(key, None)
+            if len(memory) >= self.REMEMBERED:
+                del memory[next(iter(memory))]
+            memory[key] = value
 
 
 def _task(app: str, user: str, session: str) -> str:
