@@ -78,6 +78,8 @@ def connection_errors(asyncpg: ModuleType) -> tuple[type[BaseException], ...]:
         e.AdminShutdownError,
         e.CrashShutdownError,
         e.CannotConnectNowError,
+        # No host of a multi-host DSN takes writes right now (a standby is being promoted).
+        e.TargetServerAttributeNotMatched,
     )
 
 

@@ -5,6 +5,7 @@ how States are kept)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Hashable
 from datetime import timedelta
 from itertools import islice
@@ -43,6 +44,11 @@ if TYPE_CHECKING:
 #: What the write function is called with (all its arguments but ``p_nowait``).
 WriteArgs = tuple[Any, ...]
 
+#: The statements sent again after a lost connection (with a ``failover_timeout``): they
+#: change nothing, or (delete) nothing that a second time changes again. Writes are sent
+#: again by :meth:`PostgresStore._write`; fork, leases, gc and trim never.
+RESENT = frozenset({"read", "list", "stats", "delete"})
+
 
 class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     """Saves States in PostgreSQL (needs ``pip install 'statekeep[postgres]'``).
@@ -52,9 +58,28 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     the server has any), so the write survives a crash of the server or its machine. A
     connection that drops during the commit leaves the outcome unknown: the store then
     raises ConnectionError, and sending the same write again is safe, since entries the
-    store already has are skipped when equal. (A ``create=True`` write sent again after an
-    unknown outcome may find its own State and raise "already exists": read it to see.)
-    A session whose ``synchronous_commit`` is ``off`` gets ``on`` for statekeep's writes.
+    store already has are skipped when equal. A session whose ``synchronous_commit`` is
+    ``off`` gets ``on`` for statekeep's writes.
+
+    Failover: ``dsn`` may name a primary and its standbys
+    (``postgresql://h1:5432,h2:5432/db``); the store then connects to the one that takes
+    writes (``target_session_attrs=read-write``, unless the DSN or ``PGTARGETSESSIONATTRS``
+    says otherwise), and after the primary dies its pool reconnects to the promoted
+    standby. ``failover_timeout`` (seconds; also ``?failover_timeout=`` in the DSN; default
+    30 when the DSN names several hosts, else 0): how long an operation keeps sending
+    itself again after a lost connection before it raises ConnectionError saying the
+    outcome is unknown (0: at once, as with one server). Writes are sent again: a resend
+    that finds its own earlier attempt committed (a ``create=True`` write whose State holds
+    exactly what it sent, with the incarnation it made; an ``expect_next`` write whose
+    entries are there) returns as a success, one that finds a different entry is a
+    StateConflictError, and a write is never reported durable unless its commit was
+    acknowledged. Reads, listings, stats and deletes without a lease are sent again too
+    (they change nothing a second time); fork, the lease operations, gc and trim are not
+    (their ConnectionError says the outcome is unknown). With synchronous replication
+    (``synchronous_standby_names`` on the primary) an acknowledged write is on the standby
+    too; with asynchronous replication the last writes acknowledged before the primary
+    died may be missing on the promoted standby (see the docs' "Deploying across
+    machines" page).
 
     ``dsn`` is a libpq URI (``postgresql://user:password@host:5432/db?sslmode=verify-full``);
     None takes everything from the ``PG*`` environment variables, as libpq does. ``ssl``
@@ -146,11 +171,13 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         telemetry: bool = True,
         trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
+        failover_timeout: float | None = None,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = servercommon.import_driver("postgres")
         if dsn is not None and not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str or None, got {type(dsn).__name__}")
+        options: dict[str, str] = {}
         if dsn is not None:
             redaction.check_userinfo(dsn)
             dsn, options = take_options(dsn)
@@ -174,10 +201,14 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         self._user_pool = pool
         self._pool_kwargs = {**DEFAULT_POOL, **pool_kwargs}
         self._where = Where(dsn, pool_kwargs)
+        self._take_failover(failover_timeout, options.get("failover_timeout"), self._where.several)
+        if self._where.several and not _names_target(dsn, pool_kwargs):
+            # Several hosts: connect to the one that takes writes (the primary), whichever it is.
+            self._pool_kwargs["target_session_attrs"] = "read-write"
         self._sql = Sql(schema, table_prefix)
         self._migrated = False
         self._create = create
-        self._server_name = f"PostgreSQL at {self._where.host}:{self._where.port}"
+        self._server_name = f"PostgreSQL at {self._where.address}"
         self._lost = _pool.connection_errors(self._asyncpg)
         self._user_conn = pool
         super().__init__()
@@ -201,6 +232,14 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     # -- the four operations, on the owner loop -------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
+        if self._failover_timeout:
+            await self._resending("write", lambda resent: self._write_once(write, resent))
+        else:
+            await self._write_once(write, False)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool) -> None:
+        """Send ``write`` (``resent``: again, after a lost connection left an earlier
+        attempt's outcome unknown: a refusal its own commit explains is a success)."""
         sid = write.state_id
         lines = [line[:-1].decode() for line in write.lines]
         snapshot = None if write.snapshot is None else write.snapshot.decode()
@@ -217,6 +256,9 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
                 return
             if status == FENCED:
                 refused(self.namespace, sid, row[3:], write.lease, "nothing was written")
+            refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
+            if refused_again and await servercommon.holds_write(self, write):
+                return  # the earlier attempt committed: its own entries refused this one
             servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the
@@ -265,9 +307,12 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         check_trimmed(state_id, before, row[0], row[1], first)
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
+        # Resent after a lost connection when it holds no lease (deleting a State already
+        # gone is no error; a lease a first attempt released would refuse the resend).
         row = await self._query(
-            "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease)
-        )
+            "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease),
+            resend=lease is None,
+        )  # fmt: skip
         if row[0] == FENCED:
             refused(self.namespace, state_id, row[1:], lease, "nothing was deleted")
 
@@ -306,7 +351,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         except ConnectionError as exc:
             for _, future in batch:  # the outcome is unknown for every one of them
                 if not future.done():
-                    future.set_exception(ConnectionError(*exc.args))
+                    future.set_exception(type(exc)(*exc.args))
             return
         except Exception as exc:
             if len(batch) == 1:
@@ -327,15 +372,28 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     # -- talking to the server ------------------------------------------------------
 
     async def _query(
-        self, action: str, method: str, query: str, *args: Any, local: PoolLocal | None = None
+        self,
+        action: str,
+        method: str,
+        query: str,
+        *args: Any,
+        local: PoolLocal | None = None,
+        resend: bool = True,
     ) -> Any:
         """Run one statement on a connection of the pool, as ``conn.<method>(query, *args)``
-        (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given."""
+        (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given.
+        A read, listing, stats or delete (unless not ``resend``) is sent again after a lost
+        connection, for ``failover_timeout`` seconds (see :mod:`.._server._failover`)."""
         if local is None:  # else a flusher, already counted
-            async with self._using(action) as used:
-                return await _pool.run(self._asyncpg, used.pool, method, query, *args)
+            if self._failover_timeout and resend and action in RESENT:
+                return await self._resending(action, lambda _: self._run(action, method, query, args))
+            return await self._run(action, method, query, args)
         async with self._talking(action):  # no exit stack: this runs for every write
             return await _pool.run(self._asyncpg, local.pool, method, query, *args)
+
+    async def _run(self, action: str, method: str, query: str, args: tuple[Any, ...]) -> Any:
+        async with self._using(action) as used:
+            return await _pool.run(self._asyncpg, used.pool, method, query, *args)
 
     # -- the pool -------------------------------------------------------------------
 
@@ -377,6 +435,16 @@ async def _settle(future: asyncio.Future[Row], work: Awaitable[Row]) -> None:
         raise
     if not future.done():
         future.set_result(row)
+
+
+def _names_target(dsn: str | None, pool_kwargs: dict[str, Any]) -> bool:
+    """The DSN, the keyword arguments or the environment say which host to connect to."""
+    query = (dsn or "").partition("?")[2].lower()
+    return (
+        "target_session_attrs" in pool_kwargs
+        or "target_session_attrs=" in query
+        or "PGTARGETSESSIONATTRS" in os.environ
+    )
 
 
 def _seconds(text: str) -> float:

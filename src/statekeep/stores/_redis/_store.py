@@ -66,8 +66,15 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     cannot confirm an fsync itself. A connection lost during a write raises
     ConnectionError with the outcome unknown: sending the same write again is safe, since
     entries the store already has are skipped when equal. (A ``create=True`` write sent
-    again after an unknown outcome may find its own State and raise "already exists":
-    read it to see.)
+    again by you after an unknown outcome may find its own State and raise "already
+    exists": read it to see.)
+
+    ``failover_timeout`` (seconds, default 0; also ``?failover_timeout=`` in the URL): how
+    long a write keeps sending itself again after a lost connection, reconnecting each
+    time, before it raises ConnectionError saying its outcome is unknown. A resend that
+    finds its own earlier attempt applied (a ``create=True`` write whose State holds
+    exactly what it sent, with the incarnation it made) returns as a success; one that
+    finds a different entry is a StateConflictError. With 0 the error comes at once.
 
     ``url`` is a redis-py URL (``redis://:password@host:6379/0``, ``rediss://`` for TLS,
     ``unix:///path.sock``). ``client``: a ``redis.asyncio.Redis`` to use instead; it must
@@ -149,6 +156,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         telemetry: bool = True,
         trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
+        failover_timeout: float | None = None,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
         import redis.exceptions
@@ -166,6 +174,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             namespace = in_url["namespace"]
         if retention is None and "retention" in in_url:
             retention = our_values({"retention": in_url["retention"]})["retention"]
+        self._take_failover(failover_timeout, in_url.get("failover_timeout"), several=False)
         self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self._observe(telemetry, trace_ids)
@@ -222,6 +231,14 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     # -- the four operations, on the owner loop -------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
+        if self._failover_timeout:
+            await self._resending("write", lambda resent: self._write_once(write, resent))
+        else:
+            await self._write_once(write, False)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool) -> None:
+        """Send ``write`` (``resent``: again, after a lost connection left an earlier
+        attempt's outcome unknown: a refusal its own commit explains is a success)."""
         sid = write.state_id
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
@@ -240,6 +257,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
                     f"nothing of the write to State {sid!r} was saved. Is the prefix used by something else?"
                 )
             next_seq = reply[1] if status in (servercommon.GAP, servercommon.UNEXPECTED) else None
+            refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
+            if refused_again and await servercommon.holds_write(self, write):
+                return  # the earlier attempt was applied: its own entries refused this one
             servercommon.check_outcome(status, write, next_seq)
             stored = [_as_bytes(b) for b in reply[2]]
             # a real difference raises StateConflictError
