@@ -145,9 +145,15 @@ async def run_writer(asyncpg: ModuleType, local: PoolLocal, method: str, query: 
         return await run(asyncpg, local.pool, method, query, *args)
     loop = asyncio.get_running_loop()
     conn = local.writer
-    if conn is not None and conn.is_closed():  # the server ended it meanwhile: as the pool would
-        _drop(local, conn)
-        conn = None
+    if conn is not None:
+        try:
+            closed = conn.is_closed()
+        except asyncpg.exceptions.InterfaceError:  # the pool took it back when the server ended it
+            local.writer = conn = None
+        else:
+            if closed:  # the server ended it meanwhile: as the pool would
+                _drop(local, conn)
+                conn = None
     if conn is None:
         conn = local.writer = await local.pool.acquire()
         if local.idle_timer is None:
