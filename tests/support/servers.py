@@ -175,24 +175,37 @@ def start_postgres_pair(sync: bool = True) -> tuple[ReplicatedPostgres, Replicat
                 f"running as root, PostgreSQL needs the 'postgres' user: apt-get install postgresql-{PG_VERSION}"
             ) from None
     settings = ("synchronous_standby_names=*",) if sync else ()
-    servers: list[ReplicatedPostgres] = []
+    primary = start_postgres_with(settings)
+    standby = _replicated(bindir, ())  # it never waits for a standby of its own once promoted
     try:
-        for settings_of in (settings, ()):  # the standby never waits for a standby of its own
-            root = _scratch("statekeep-pgha-")
-            os.chmod(root, 0o700)
-            servers.append(ReplicatedPostgres(root, free_port(), bindir, PG_PASSWORD, settings_of))
-            _started.append(servers[-1])
-        primary, standby = servers
-        primary.init()
-        primary.start()
         standby.base_backup(primary)
         standby.start()
         primary.wait_for_standby(sync)
     except BaseException:
-        for server in servers:
-            server.remove()
+        standby.remove()
         raise
     return primary, standby
+
+
+def start_postgres_with(settings: tuple[str, ...]) -> ReplicatedPostgres:
+    """Start a new PostgreSQL server run with ``settings`` (``name=value``, as ``-c`` options;
+    change ``.settings`` and restart to run it with others)."""
+    server = _replicated(postgres_bindir(), settings)
+    try:
+        server.init()
+        server.start()
+    except BaseException:
+        server.remove()
+        raise
+    return server
+
+
+def _replicated(bindir: Path, settings: tuple[str, ...]) -> ReplicatedPostgres:
+    root = _scratch("statekeep-pgha-")
+    os.chmod(root, 0o700)
+    server = ReplicatedPostgres(root, free_port(), bindir, PG_PASSWORD, settings)
+    _started.append(server)
+    return server
 
 
 def pair_dsn(primary: PostgresServer, standby: PostgresServer, query: str = "") -> str:

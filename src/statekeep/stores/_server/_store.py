@@ -87,6 +87,8 @@ class ServerStore(Backend, Generic[C, L, A, R]):
     def _take_failover(self, given: object, in_url: str | None, several: bool) -> None:
         """Set ``failover_timeout``: the argument ``given`` (None: not given), else the URL's
         ``in_url``, else 30 s when the store names ``several`` servers, else 0."""
+        if isinstance(given, str):  # a URL's text is parsed; an argument is a number
+            raise TypeError(f"failover_timeout must be a number of seconds >= 0, got str {given!r}")
         if given is not None:
             self._failover_timeout = _failover.check_timeout(given)
         elif in_url is not None:
