@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             samples.setdefault(f"promotion {name}", []).append(promoting)
             lost_total, acked_total = lost_total + lost, acked_total + before
             print(
-                f"  {name} failover {run + 1}/{cfg.runs}: {seconds:.2f} s, lost {lost} of {before}",
+                f"  {name} failover {run + 1}/{cfg.runs}: {seconds:.2f} s (promotion {promoting:.2f} s), "
+                f"lost {lost} of {before}",
                 flush=True,
             )
         samples[f"lost {name}"] = [float(lost_total)]

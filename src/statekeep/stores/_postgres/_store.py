@@ -233,13 +233,21 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
 
     async def _write(self, write: PreparedWrite) -> None:
         if self._failover_timeout:
-            await self._resending("write", lambda resent: self._write_once(write, resent))
+            await self._resending("write", lambda resent: self._resend_once(write, resent))
         else:
             await self._write_once(write, False)
 
-    async def _write_once(self, write: PreparedWrite, resent: bool) -> None:
+    async def _resend_once(self, write: PreparedWrite, resent: bool) -> None:
+        """Send ``write``; when ``resent``, an append first as :func:`servercommon.guarded`
+        makes it, so that a first attempt that committed is found, not applied again."""
+        guarded = servercommon.guarded(write) if resent else None
+        if guarded is None or not await self._write_once(guarded, True, guarded=True):
+            await self._write_once(write, resent)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool, guarded: bool = False) -> bool:
         """Send ``write`` (``resent``: again, after a lost connection left an earlier
-        attempt's outcome unknown: a refusal its own commit explains is a success)."""
+        attempt's outcome unknown: a refusal its own commit explains is a success). False
+        only for a ``guarded`` resend its guard refused (the State is not where it was)."""
         sid = write.state_id
         lines = [line[:-1].decode() for line in write.lines]
         snapshot = None if write.snapshot is None else write.snapshot.decode()
@@ -253,12 +261,14 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             )
             status, next_seq, stored = row[0], row[1], row[2]
             if status == servercommon.OK:
-                return
+                return True
             if status == FENCED:
                 refused(self.namespace, sid, row[3:], write.lease, "nothing was written")
             refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
             if refused_again and await servercommon.holds_write(self, write):
-                return  # the earlier attempt committed: its own entries refused this one
+                return True  # the earlier attempt committed: its own entries refused this one
+            if guarded and status == servercommon.UNEXPECTED:
+                return False
             servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the

@@ -232,13 +232,21 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     async def _write(self, write: PreparedWrite) -> None:
         if self._failover_timeout:
-            await self._resending("write", lambda resent: self._write_once(write, resent))
+            await self._resending("write", lambda resent: self._resend_once(write, resent))
         else:
             await self._write_once(write, False)
 
-    async def _write_once(self, write: PreparedWrite, resent: bool) -> None:
+    async def _resend_once(self, write: PreparedWrite, resent: bool) -> None:
+        """Send ``write``; when ``resent``, an append first as :func:`servercommon.guarded`
+        makes it, so that a first attempt that was applied is found, not applied again."""
+        guarded = servercommon.guarded(write) if resent else None
+        if guarded is None or not await self._write_once(guarded, True, guarded=True):
+            await self._write_once(write, resent)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool, guarded: bool = False) -> bool:
         """Send ``write`` (``resent``: again, after a lost connection left an earlier
-        attempt's outcome unknown: a refusal its own commit explains is a success)."""
+        attempt's outcome unknown: a refusal its own commit explains is a success). False
+        only for a ``guarded`` resend its guard refused (the State is not where it was)."""
         sid = write.state_id
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
@@ -247,7 +255,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             )
             status = int(reply[0])
             if status == servercommon.OK:
-                return
+                return True
             if _leases.is_refusal(reply):
                 _leases.refuse(self._keys_of, sid, reply, write.lease, "nothing was written")
             if status == WRONGTYPE:
@@ -259,7 +267,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             next_seq = reply[1] if status in (servercommon.GAP, servercommon.UNEXPECTED) else None
             refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
             if refused_again and await servercommon.holds_write(self, write):
-                return  # the earlier attempt was applied: its own entries refused this one
+                return True  # the earlier attempt was applied: its own entries refused this one
+            if guarded and status == servercommon.UNEXPECTED:
+                return False
             servercommon.check_outcome(status, write, next_seq)
             stored = [_as_bytes(b) for b in reply[2]]
             # a real difference raises StateConflictError

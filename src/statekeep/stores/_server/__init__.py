@@ -14,7 +14,7 @@
 from ._batches import Queued
 from ._decode import add_listed, decode_stored, raise_bad_entry
 from ._driver import import_driver
-from ._failover import holds_write
+from ._failover import guarded, holds_write
 from ._local import ServerLocal
 from ._outcomes import (
     BLOB_MISSING,
@@ -51,6 +51,7 @@ __all__ = [
     "add_listed",
     "check_outcome",
     "decode_stored",
+    "guarded",
     "holds_write",
     "import_driver",
     "kept_changing",

@@ -26,12 +26,15 @@ operations (a resent acquire would find its own lease held), gc and trim.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+import orjson
+
 from ..._core.ranges import SNAPSHOT_ONLY
 from ..._core.records import built
-from ..._core.writes import PreparedWrite, check_overlap
+from ..._core.writes import PreparedWrite, check_overlap, same_json
 from .._urlquery import check_timeout
 from ._talking import CHECK_REACH, ConnectionLost
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["check_timeout", "holds_write", "resending"]
+__all__ = ["check_timeout", "guarded", "holds_write", "resending"]
 
 #: ``failover_timeout`` when the store names several servers (a multi-host DSN, a cluster).
 SEVERAL_SERVERS = 30.0
@@ -90,11 +93,24 @@ def gave_up(server: str, action: str, timeout: float, tries: int, exc: BaseExcep
     )
 
 
+def guarded(write: PreparedWrite) -> PreparedWrite | None:
+    """The form an append given no ``expect_next`` is sent again in: bound to the State's
+    next seq being its first seq. A first attempt that committed is then found (refused,
+    and :func:`holds_write` says so) rather than applied again, which would put its
+    snapshot back over one a later writer saved meanwhile. When the guard refuses it
+    otherwise, the store sends the write as it was given. None: sent as it is (a create, a
+    write with its own ``expect_next``, a snapshot alone)."""
+    if write.create or write.expect_next is not None or not write.lines:
+        return None
+    return dataclasses.replace(write, expect_next=write.first_seq)
+
+
 async def holds_write(store: Backend, write: PreparedWrite) -> bool:
     """Whether the State already holds ``write``, for a resent write the store refused
     (a create that found the State, an ``expect_next`` that found it moved on): its
     entries at their seqs (StateConflictError if one differs) and, for a create, the
-    incarnation the create made. False when it does not (then the refusal stands)."""
+    incarnation the create made; for an append that ends the State, its snapshot). False
+    when it does not (then the refusal stands, or the write is sent as it was given)."""
     since = write.first_seq if write.lines else SNAPSHOT_ONLY
     record = built(await store._read(write.state_id, since))
     if record is None:
@@ -107,4 +123,8 @@ async def holds_write(store: Backend, write: PreparedWrite) -> bool:
     if len(stored) < len(write.lines):
         return False
     check_overlap(write, stored)
+    if not write.create and write.snapshot is not None and len(record.entries) == len(write.lines):
+        # The State ends with this write's entries: held only if its snapshot is this one
+        # too (else they were there before, and the write is sent as given, to set it).
+        return record.snapshot is not None and same_json(record.snapshot, orjson.loads(write.snapshot))
     return True
