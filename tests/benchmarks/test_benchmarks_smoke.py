@@ -58,7 +58,13 @@ def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
-    if name in ("servers", "ranges", "copy", "langgraph_growth", "failover"):  # start their own PostgreSQL (and Redis)
+    if name in (
+        "servers",
+        "ranges",
+        "copy",
+        "langgraph_growth",
+        "failover",
+    ):  # start their own PostgreSQL (and Redis)
         for check in (servers.postgres_bindir, servers.redis_binary):
             try:
                 check()
