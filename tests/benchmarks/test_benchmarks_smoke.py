@@ -39,6 +39,10 @@ ROWS = {
 }
 
 
+#: The benchmarks that start their own PostgreSQL (and Redis).
+OWN_SERVERS = ("servers", "ranges", "copy", "langgraph_growth", "failover")
+
+
 def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
@@ -58,13 +62,7 @@ def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
-    if name in (
-        "servers",
-        "ranges",
-        "copy",
-        "langgraph_growth",
-        "failover",
-    ):  # start their own PostgreSQL (and Redis)
+    if name in OWN_SERVERS:
         for check in (servers.postgres_bindir, servers.redis_binary):
             try:
                 check()

@@ -397,7 +397,8 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         if local is None:  # else a flusher, already counted
             if self._failover_timeout and resend and action in RESENT:
                 return await self._resending(action, lambda _: self._run(action, method, query, args))
-            return await self._run(action, method, query, args)
+            async with self._using(action) as used:
+                return await _pool.run(self._asyncpg, used.pool, method, query, *args)
         async with self._talking(action):  # no exit stack: this runs for every write
             return await _pool.run(self._asyncpg, local.pool, method, query, *args)
 
