@@ -58,6 +58,8 @@ def test_failover_timeout_defaults_to_30_s_for_several_hosts_and_0_for_one() -> 
     assert (several.failover_timeout, one.failover_timeout) == (30.0, 0.0)
     assert (given.failover_timeout, argument.failover_timeout) == (2.5, 7.0)
     assert "sekrit" not in repr(several) and "10.0.0.1:5432,10.0.0.2:5433" in repr(several)
+    in_query = PostgresStore("postgresql://u:sekrit@/db?host=10.0.0.1,10.0.0.2&port=5432,5433", schema="s")
+    assert in_query.failover_timeout == 30.0
 
 
 def test_several_hosts_are_named_in_errors_without_the_password() -> None:
