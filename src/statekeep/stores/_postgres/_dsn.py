@@ -125,3 +125,13 @@ def take_options(dsn: str) -> tuple[str, dict[str, str]]:
         hint="any other goes to PostgreSQL as a setting",
     )
     return head, taken
+
+
+def names_target(dsn: str | None, pool_kwargs: dict[str, Any]) -> bool:
+    """The DSN, the keyword arguments or the environment say which host to connect to."""
+    query = (dsn or "").partition("?")[2].lower()
+    return (
+        "target_session_attrs" in pool_kwargs
+        or "target_session_attrs=" in query
+        or "PGTARGETSESSIONATTRS" in os.environ
+    )

@@ -5,7 +5,6 @@ how States are kept)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Hashable
 from datetime import timedelta
 from itertools import islice
@@ -25,7 +24,7 @@ from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
 from ._blobs import Blobs
-from ._dsn import Where, redact_dsn, take_options
+from ._dsn import Where, names_target, redact_dsn, take_options
 from ._leasing import Leasing, lease_args, refused
 from ._lifecycle import Lifecycle
 from ._listing import listing
@@ -62,24 +61,16 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     ``off`` gets ``on`` for statekeep's writes.
 
     Failover: ``dsn`` may name a primary and its standbys
-    (``postgresql://h1:5432,h2:5432/db``); the store then connects to the one that takes
-    writes (``target_session_attrs=read-write``, unless the DSN or ``PGTARGETSESSIONATTRS``
-    says otherwise), and after the primary dies its pool reconnects to the promoted
-    standby. ``failover_timeout`` (seconds; also ``?failover_timeout=`` in the DSN; default
-    30 when the DSN names several hosts, else 0): how long an operation keeps sending
-    itself again after a lost connection before it raises ConnectionError saying the
-    outcome is unknown (0: at once, as with one server). Writes are sent again: a resend
-    that finds its own earlier attempt committed (a ``create=True`` write whose State holds
-    exactly what it sent, with the incarnation it made; an ``expect_next`` write whose
-    entries are there) returns as a success, one that finds a different entry is a
-    StateConflictError, and a write is never reported durable unless its commit was
-    acknowledged. Reads, listings, stats and deletes without a lease are sent again too
-    (they change nothing a second time); fork, the lease operations, gc and trim are not
-    (their ConnectionError says the outcome is unknown). With synchronous replication
-    (``synchronous_standby_names`` on the primary) an acknowledged write is on the standby
-    too; with asynchronous replication the last writes acknowledged before the primary
-    died may be missing on the promoted standby (see the docs' "Deploying across
-    machines" page).
+    (``postgresql://h1:5432,h2:5432/db``); the store connects to the one that takes writes
+    (``target_session_attrs=read-write`` unless the DSN says otherwise) and, after the
+    primary dies, to the promoted standby. ``failover_timeout`` (seconds, also in the DSN;
+    default 30 with several hosts, else 0): how long a write, read, listing or delete
+    without a lease keeps sending itself again after a lost connection before it raises
+    ConnectionError saying the outcome is unknown. A resent write whose first attempt
+    committed returns as a success (a ``create=True`` one too, never "already exists"); one
+    that finds a different entry is a StateConflictError; none is reported durable unless
+    its commit was acknowledged. Fork, leases, gc and trim are not resent. What synchronous
+    and asynchronous replication can lose: the docs' "Deploying across machines" page.
 
     ``dsn`` is a libpq URI (``postgresql://user:password@host:5432/db?sslmode=verify-full``);
     None takes everything from the ``PG*`` environment variables, as libpq does. ``ssl``
@@ -202,7 +193,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         self._pool_kwargs = {**DEFAULT_POOL, **pool_kwargs}
         self._where = Where(dsn, pool_kwargs)
         self._take_failover(failover_timeout, options.get("failover_timeout"), self._where.several)
-        if self._where.several and not _names_target(dsn, pool_kwargs):
+        if self._where.several and not names_target(dsn, pool_kwargs):
             # Several hosts: connect to the one that takes writes (the primary), whichever it is.
             self._pool_kwargs["target_session_attrs"] = "read-write"
         self._sql = Sql(schema, table_prefix)
@@ -446,16 +437,6 @@ async def _settle(future: asyncio.Future[Row], work: Awaitable[Row]) -> None:
         raise
     if not future.done():
         future.set_result(row)
-
-
-def _names_target(dsn: str | None, pool_kwargs: dict[str, Any]) -> bool:
-    """The DSN, the keyword arguments or the environment say which host to connect to."""
-    query = (dsn or "").partition("?")[2].lower()
-    return (
-        "target_session_attrs" in pool_kwargs
-        or "target_session_attrs=" in query
-        or "PGTARGETSESSIONATTRS" in os.environ
-    )
 
 
 def _seconds(text: str) -> float:
