@@ -35,7 +35,12 @@ ROWS = {
     "adk": 11,
     "telemetry": 4,
     "langgraph_memory": 8,
+    "failover": 8,
 }
+
+
+#: The benchmarks that start their own PostgreSQL (and Redis).
+OWN_SERVERS = ("servers", "ranges", "copy", "langgraph_growth", "failover")
 
 
 def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
@@ -57,7 +62,7 @@ def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
-    if name in ("servers", "ranges", "copy", "langgraph_growth"):  # start their own PostgreSQL (and Redis)
+    if name in OWN_SERVERS:
         for check in (servers.postgres_bindir, servers.redis_binary):
             try:
                 check()

@@ -317,3 +317,71 @@ class RedisServer(Server):
         if self.password:
             args += ["--requirepass", self.password]
         return [*args, *self.extra]
+
+
+# -- Postgres failover: a primary and a hot standby (issue 27) --------------------------
+
+
+class ReplicatedPostgres(PostgresServer):
+    """A :class:`PostgresServer` run with more ``-c`` settings: a primary that may wait for a
+    synchronous standby, or a hot standby made by :meth:`base_backup`."""
+
+    def __init__(self, root: Path, port: int, bindir: Path, password: str, settings: tuple[str, ...]) -> None:
+        super().__init__(root, port, bindir, password)
+        self.settings = settings
+
+    def command(self) -> list[str]:
+        extra = [arg for setting in self.settings for arg in ("-c", setting)]
+        return [*super().command(), *extra]
+
+    def _postgres_env(self) -> dict[str, str]:
+        return {**os.environ, "PGPASSWORD": self.password, "PGCONNECT_TIMEOUT": "10"}
+
+    def base_backup(self, primary: PostgresServer) -> None:
+        """Make this server's data a copy of ``primary``'s, set up to follow it as a hot standby
+        (``pg_basebackup -R``: ``standby.signal`` and ``primary_conninfo``)."""
+        self.sockets.mkdir()
+        self.log.touch()
+        if os.geteuid() == 0:
+            entry = pwd.getpwnam("postgres")
+            for path in (self.root, self.sockets, self.log):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        command = [str(self.bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port)]
+        command += ["-U", "postgres", "-D", str(self.data), "-R", "-X", "stream", "--no-sync"]
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=self._postgres_env(),
+            preexec_fn=_die_with_parent,
+            **self._as_postgres(),
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"pg_basebackup failed:\n{result.stdout}\n{result.stderr}")
+
+    def promote(self) -> None:
+        """Promote this standby to a primary (``pg_ctl promote``), waiting until it takes writes."""
+        command = [str(self.bindir / "pg_ctl"), "promote", "-w", "-t", "60", "-D", str(self.data)]
+        result = subprocess.run(command, capture_output=True, text=True, **self._as_postgres())
+        if result.returncode != 0:
+            raise RuntimeError(f"pg_ctl promote failed:\n{result.stdout}\n{result.stderr}\n{_tail(self.log)}")
+
+    def sql(self, query: str) -> str:
+        """The output of ``query`` run by psql on this server (unaligned, tuples only)."""
+        command = [str(self.bindir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
+        command += ["-d", "postgres", "-XAtq", "-c", query]
+        result = subprocess.run(command, capture_output=True, text=True, env=self._postgres_env())
+        if result.returncode != 0:
+            raise RuntimeError(f"psql failed on {query!r}:\n{result.stderr}")
+        return result.stdout.strip()
+
+    def wait_for_standby(self, sync: bool) -> None:
+        """Wait until a standby streams from this primary (and is its synchronous one, if ``sync``)."""
+        want = "sync" if sync else "async"
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            states = self.sql("SELECT state || ':' || sync_state FROM pg_stat_replication").split()
+            if f"streaming:{want}" in states:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"no {want} standby streams from the primary:\n{_tail(self.log)}")

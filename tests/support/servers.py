@@ -153,3 +153,62 @@ def redis_store(tmp_path: Any = None, **options: Any) -> Any:
 
     options.setdefault("prefix", unique_name("sk") + ":")
     return RedisStore(shared_redis().url, **options)
+
+
+# -- Postgres failover: a primary and a hot standby (issue 27) --------------------------
+
+from tests.support.serverprocs import ReplicatedPostgres as ReplicatedPostgres  # noqa: E402
+
+
+def start_postgres_pair(sync: bool = True) -> tuple[ReplicatedPostgres, ReplicatedPostgres]:
+    """Start a PostgreSQL primary and a hot standby of it (``pg_basebackup -R``), the standby
+    synchronous (``synchronous_standby_names='*'``, ``synchronous_commit=on``: a commit
+    returns once the standby has flushed it) or asynchronous. Kill the primary with
+    ``.kill()`` and promote the standby with ``.promote()``; both are removed at exit.
+    Raises ServerMissing if PostgreSQL is not installed."""
+    bindir = postgres_bindir()
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            raise ServerMissing(
+                f"running as root, PostgreSQL needs the 'postgres' user: apt-get install postgresql-{PG_VERSION}"
+            ) from None
+    settings = ("synchronous_standby_names=*",) if sync else ()
+    primary = start_postgres_with(settings)
+    standby = _replicated(bindir, ())  # it never waits for a standby of its own once promoted
+    try:
+        standby.base_backup(primary)
+        standby.start()
+        primary.wait_for_standby(sync)
+    except BaseException:
+        standby.remove()
+        raise
+    return primary, standby
+
+
+def start_postgres_with(settings: tuple[str, ...]) -> ReplicatedPostgres:
+    """Start a new PostgreSQL server run with ``settings`` (``name=value``, as ``-c`` options;
+    change ``.settings`` and restart to run it with others)."""
+    server = _replicated(postgres_bindir(), settings)
+    try:
+        server.init()
+        server.start()
+    except BaseException:
+        server.remove()
+        raise
+    return server
+
+
+def _replicated(bindir: Path, settings: tuple[str, ...]) -> ReplicatedPostgres:
+    root = _scratch("statekeep-pgha-")
+    os.chmod(root, 0o700)
+    server = ReplicatedPostgres(root, free_port(), bindir, PG_PASSWORD, settings)
+    _started.append(server)
+    return server
+
+
+def pair_dsn(primary: PostgresServer, standby: PostgresServer, query: str = "") -> str:
+    """A multi-host DSN naming ``primary`` then ``standby`` (libpq's ``h1:p1,h2:p2`` form)."""
+    hosts = f"127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
+    return f"postgresql://postgres:{primary.password}@{hosts}/postgres{query}"

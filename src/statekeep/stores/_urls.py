@@ -13,7 +13,7 @@ from .._core.passwords import redact_url
 from .._store.contract import Store
 from ._file import FileStore
 from ._memory import MemoryStore
-from ._urlquery import QUESTION_MARK, check_names, our_values, query_of, take_ours
+from ._urlquery import LOCAL, QUESTION_MARK, check_names, our_values, query_of, refuse_server_only, take_ours
 
 _EXTRAS = {"_postgres": "postgres", "_redis": "redis"}
 
@@ -30,7 +30,9 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
     Every kind takes ``?namespace=NAME``, ``?retention=SECONDS`` and ``?offload=BYTES``
     (or ``offload=none``) (e.g. ``sqlite:///runs.db?namespace=team-a&retention=3600``),
     passed to the store as ``namespace=``, ``retention=`` (a timedelta) and ``offload=``
-    (an int, or None: see the docs' "Large values" page). A ``?`` starts the parameters on every
+    (an int, or None: see the docs' "Large values" page). PostgreSQL and Redis URLs also
+    take ``?failover_timeout=SECONDS``: how long a write keeps resending after a lost
+    connection (a local store's URL refuses it). A ``?`` starts the parameters on every
     kind, a folder path too; a folder's or file's name holding a ``?`` is written ``%3F``
     in a ``file://`` or ``sqlite://`` URL (``file:///abs/odd%3Fname``). Other parameters go
     to a server's driver (PostgreSQL takes any as a server setting; Redis takes
@@ -51,6 +53,9 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
             "the store URL is empty; give a folder (a FileStore) or a URL such as sqlite:///runs.db"
         )
     head, taken, others = take_ours(text)
+    if "://" not in text or urlsplit(head).scheme.lower() in ("file", "memory", "sqlite"):
+        kind = "folder path" if "://" not in text else f"{urlsplit(head).scheme.lower()}:// URL"
+        refuse_server_only(text, taken, kind)
     for key, value in our_values(taken).items():
         if key in options:
             raise ValueError(f"{key} is given twice: in the store URL and as an argument; give it once")
@@ -101,7 +106,7 @@ def split_lifecycle(url: str) -> tuple[str, dict[str, Any]]:
 def _local_query(url: str, others: list[str], kind: str, *, hint: str = QUESTION_MARK) -> None:
     """Refuse a parameter a local store does not take (all but ours), and a '?' followed
     by nothing: a '?' always starts the parameters, so a name holding one is written %3F."""
-    check_names(url, others, kind, hint=hint)
+    check_names(url, others, kind, hint=hint, ours=LOCAL)
     if query_of(url)[1] == "":
         raise ValueError(f"nothing follows the '?' in the store URL {redact_url(url)!r}; {QUESTION_MARK}")
 

@@ -50,14 +50,50 @@ class Where:
         self.port = str(port)
         self.database: str | None = database
         self.user: str | None = user
+        #: Every server the DSN names, as ``host:port`` (libpq's multi-host form
+        #: ``h1:p1,h2:p2``, or ``?host=h1,h2&port=p1,p2``), in the order they are tried.
+        self.servers = _servers(self.host, str(port))
+
+    @property
+    def several(self) -> bool:
+        """The DSN names more than one server (a primary and its standbys)."""
+        return len(self.servers) > 1
+
+    @property
+    def address(self) -> str:
+        """Where the server is, as messages name it: ``host:port``, or each of several."""
+        return ",".join(self.servers)
+
+
+def _servers(host: str, port: str) -> list[str]:
+    """``host:port`` of each host of a libpq host list (ports: one for all, or one each)."""
+    if "," not in host and "," not in port:
+        return [f"{host}:{port}"]
+    ports = port.split(",")
+    servers = []
+    for i, item in enumerate(host.split(",")):
+        name, given = _split_one(item)
+        if given is None:
+            given = ports[i] if i < len(ports) else ports[-1]
+        servers.append(f"{name}:{given or 5432}")
+    return servers
+
+
+def _split_one(item: str) -> tuple[str, str | None]:
+    """(host, port or None) of one ``host[:port]`` of a list (``[v6]:port`` too)."""
+    if item.startswith("["):
+        name, _, rest = item[1:].partition("]")
+        return f"[{name}]", rest[1:] if rest.startswith(":") else None
+    name, colon, port = item.rpartition(":")
+    return (unquote(name), port) if colon else (unquote(item), None)
 
 
 def _split_hosts(hostlist: str) -> tuple[str | None, str | None]:
     """(host, port) of a URI's host part (a list of hosts is kept whole, without a port)."""
     if not hostlist:
         return None, None
-    if "," in hostlist:  # several hosts: keep the list as it is
-        return hostlist, None
+    if "," in hostlist:  # several hosts: keep the list as it is (see _servers)
+        return hostlist, ""
     if hostlist.startswith("["):
         host, _, rest = hostlist[1:].partition("]")
         return host, rest[1:] if rest.startswith(":") else None
@@ -75,7 +111,8 @@ def _query_pairs(query: str) -> list[tuple[str, str]]:
 
 
 def take_options(dsn: str) -> tuple[str, dict[str, str]]:
-    """``dsn`` without the store's own query options (``namespace``, ``retention``: asyncpg
+    """``dsn`` without the store's own query options (``namespace``, ``retention``,
+    ``offload``, ``failover_timeout``: asyncpg
     would send them to the server as settings), and those options. Any other parameter
     goes to asyncpg, which sends those it does not know to the server as settings; one
     that looks like a misspelling of the store's own is a ValueError naming it."""
@@ -88,3 +125,13 @@ def take_options(dsn: str) -> tuple[str, dict[str, str]]:
         hint="any other goes to PostgreSQL as a setting",
     )
     return head, taken
+
+
+def names_target(dsn: str | None, pool_kwargs: dict[str, Any]) -> bool:
+    """The DSN, the keyword arguments or the environment say which host to connect to."""
+    query = (dsn or "").partition("?")[2].lower()
+    return (
+        "target_session_attrs" in pool_kwargs
+        or "target_session_attrs=" in query
+        or "PGTARGETSESSIONATTRS" in os.environ
+    )

@@ -78,6 +78,8 @@ def connection_errors(asyncpg: ModuleType) -> tuple[type[BaseException], ...]:
         e.AdminShutdownError,
         e.CrashShutdownError,
         e.CannotConnectNowError,
+        # No host of a multi-host DSN takes writes right now (a standby is being promoted).
+        e.TargetServerAttributeNotMatched,
     )
 
 
@@ -143,9 +145,15 @@ async def run_writer(asyncpg: ModuleType, local: PoolLocal, method: str, query: 
         return await run(asyncpg, local.pool, method, query, *args)
     loop = asyncio.get_running_loop()
     conn = local.writer
-    if conn is not None and conn.is_closed():  # the server ended it meanwhile: as the pool would
-        _drop(local, conn)
-        conn = None
+    if conn is not None:
+        try:
+            closed = conn.is_closed()
+        except asyncpg.exceptions.InterfaceError:  # the pool took it back when the server ended it
+            local.writer = conn = None
+        else:
+            if closed:  # the server ended it meanwhile: as the pool would
+                _drop(local, conn)
+                conn = None
     if conn is None:
         conn = local.writer = await local.pool.acquire()
         if local.idle_timer is None:
@@ -157,7 +165,7 @@ async def run_writer(asyncpg: ModuleType, local: PoolLocal, method: str, query: 
         _drop(local, conn, terminate=True)
         if str(exc).startswith("cannot switch to state"):  # refused before anything was sent
             return await run(asyncpg, local.pool, method, query, *args)
-        raise
+        raise broken(exc) from exc
     except BaseException:
         _drop(local, conn)
         raise
@@ -169,8 +177,24 @@ def _drop(local: PoolLocal, conn: PoolConnectionProxy[Any], terminate: bool = Fa
     if local.writer is conn:
         local.writer = None
     if terminate:
-        conn.terminate()
+        _terminate(conn)
     local.spawn(_give_back(local.pool, conn))
+
+
+def _terminate(conn: PoolConnectionProxy[Any]) -> None:
+    """Close ``conn`` at once, unless the pool took it back already (when the server ended it)."""
+    try:
+        conn.terminate()
+    except Exception:  # InterfaceError: released back to the pool, which closes it
+        pass
+
+
+def broken(exc: BaseException) -> BaseException:
+    """A connection asyncpg left in a broken protocol state after a statement was sent (the
+    server ended the session meanwhile): a lost connection, whose outcome is unknown."""
+    if str(exc).startswith("cannot switch to state"):
+        return exc
+    return ConnectionResetError(f"the connection broke ({exc})")
 
 
 async def _give_back(pool: Pool, conn: PoolConnectionProxy[Any]) -> None:
@@ -197,10 +221,10 @@ async def run(asyncpg: ModuleType, pool: Pool, method: str, query: str, *args: A
         try:
             return await getattr(conn, method)(query, *args)
         except asyncpg.exceptions.InternalClientError as exc:
-            conn.terminate()
+            _terminate(conn)
             if attempt < tries - 1 and str(exc).startswith("cannot switch to state"):
                 continue  # refused before anything was sent
-            raise
+            raise broken(exc) from exc
         finally:
             await _give_back(pool, conn)
     raise AssertionError("unreachable")

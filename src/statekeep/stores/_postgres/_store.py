@@ -24,7 +24,7 @@ from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
 from ._blobs import Blobs
-from ._dsn import Where, redact_dsn, take_options
+from ._dsn import Where, names_target, redact_dsn, take_options
 from ._leasing import Leasing, lease_args, refused
 from ._lifecycle import Lifecycle
 from ._listing import listing
@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 #: What the write function is called with (all its arguments but ``p_nowait``).
 WriteArgs = tuple[Any, ...]
 
+#: The statements sent again after a lost connection (with a ``failover_timeout``): they
+#: change nothing, or (delete) nothing that a second time changes again. Writes are sent
+#: again by :meth:`PostgresStore._write`; fork, leases, gc and trim never.
+RESENT = frozenset({"read", "list", "stats", "delete"})
+
 
 class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
     """Saves States in PostgreSQL (needs ``pip install 'statekeep[postgres]'``).
@@ -52,9 +57,20 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     the server has any), so the write survives a crash of the server or its machine. A
     connection that drops during the commit leaves the outcome unknown: the store then
     raises ConnectionError, and sending the same write again is safe, since entries the
-    store already has are skipped when equal. (A ``create=True`` write sent again after an
-    unknown outcome may find its own State and raise "already exists": read it to see.)
-    A session whose ``synchronous_commit`` is ``off`` gets ``on`` for statekeep's writes.
+    store already has are skipped when equal. A session whose ``synchronous_commit`` is
+    ``off`` gets ``on`` for statekeep's writes.
+
+    Failover: ``dsn`` may name a primary and its standbys
+    (``postgresql://h1:5432,h2:5432/db``); the store connects to the one that takes writes
+    (``target_session_attrs=read-write`` unless the DSN says otherwise) and, after the
+    primary dies, to the promoted standby. ``failover_timeout`` (seconds, also in the DSN;
+    default 30 with several hosts, else 0): how long a write, read, listing or delete
+    without a lease keeps sending itself again after a lost connection before it raises
+    ConnectionError saying the outcome is unknown. A resent write whose first attempt
+    committed returns as a success (a ``create=True`` one too, never "already exists"); one
+    that finds a different entry is a StateConflictError; none is reported durable unless
+    its commit was acknowledged. Fork, leases, gc and trim are not resent. What synchronous
+    and asynchronous replication can lose: the docs' "Deploying across machines" page.
 
     ``dsn`` is a libpq URI (``postgresql://user:password@host:5432/db?sslmode=verify-full``);
     None takes everything from the ``PG*`` environment variables, as libpq does. ``ssl``
@@ -146,11 +162,13 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         telemetry: bool = True,
         trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
+        failover_timeout: float | None = None,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = servercommon.import_driver("postgres")
         if dsn is not None and not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str or None, got {type(dsn).__name__}")
+        options: dict[str, str] = {}
         if dsn is not None:
             redaction.check_userinfo(dsn)
             dsn, options = take_options(dsn)
@@ -174,10 +192,14 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         self._user_pool = pool
         self._pool_kwargs = {**DEFAULT_POOL, **pool_kwargs}
         self._where = Where(dsn, pool_kwargs)
+        self._take_failover(failover_timeout, options.get("failover_timeout"), self._where.several)
+        if self._where.several and not names_target(dsn, pool_kwargs):
+            # Several hosts: connect to the one that takes writes (the primary), whichever it is.
+            self._pool_kwargs["target_session_attrs"] = "read-write"
         self._sql = Sql(schema, table_prefix)
         self._migrated = False
         self._create = create
-        self._server_name = f"PostgreSQL at {self._where.host}:{self._where.port}"
+        self._server_name = f"PostgreSQL at {self._where.address}"
         self._lost = _pool.connection_errors(self._asyncpg)
         self._user_conn = pool
         super().__init__()
@@ -201,6 +223,22 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     # -- the four operations, on the owner loop -------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
+        if self._failover_timeout:
+            await self._resending("write", lambda resent: self._resend_once(write, resent))
+        else:
+            await self._write_once(write, False)
+
+    async def _resend_once(self, write: PreparedWrite, resent: bool) -> None:
+        """Send ``write``; when ``resent``, an append first as :func:`servercommon.guarded`
+        makes it, so that a first attempt that committed is found, not applied again."""
+        guarded = servercommon.guarded(write) if resent else None
+        if guarded is None or not await self._write_once(guarded, True, guarded=True):
+            await self._write_once(write, resent)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool, guarded: bool = False) -> bool:
+        """Send ``write`` (``resent``: again, after a lost connection left an earlier
+        attempt's outcome unknown: a refusal its own commit explains is a success). False
+        only for a ``guarded`` resend its guard refused (the State is not where it was)."""
         sid = write.state_id
         lines = [line[:-1].decode() for line in write.lines]
         snapshot = None if write.snapshot is None else write.snapshot.decode()
@@ -214,9 +252,14 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             )
             status, next_seq, stored = row[0], row[1], row[2]
             if status == servercommon.OK:
-                return
+                return True
             if status == FENCED:
                 refused(self.namespace, sid, row[3:], write.lease, "nothing was written")
+            refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
+            if refused_again and await servercommon.holds_write(self, write):
+                return True  # the earlier attempt committed: its own entries refused this one
+            if guarded and status == servercommon.UNEXPECTED:
+                return False
             servercommon.check_outcome(status, write, next_seq)
             # The stored overlap is not byte-equal to this write: compare the decoded
             # values here, then send the write again with what was compared, which the
@@ -265,9 +308,12 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         check_trimmed(state_id, before, row[0], row[1], first)
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
+        # Resent after a lost connection when it holds no lease (deleting a State already
+        # gone is no error; a lease a first attempt released would refuse the resend).
         row = await self._query(
-            "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease)
-        )
+            "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease),
+            resend=lease is None,
+        )  # fmt: skip
         if row[0] == FENCED:
             refused(self.namespace, state_id, row[1:], lease, "nothing was deleted")
 
@@ -306,7 +352,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         except ConnectionError as exc:
             for _, future in batch:  # the outcome is unknown for every one of them
                 if not future.done():
-                    future.set_exception(ConnectionError(*exc.args))
+                    future.set_exception(type(exc)(*exc.args))
             return
         except Exception as exc:
             if len(batch) == 1:
@@ -327,15 +373,29 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     # -- talking to the server ------------------------------------------------------
 
     async def _query(
-        self, action: str, method: str, query: str, *args: Any, local: PoolLocal | None = None
+        self,
+        action: str,
+        method: str,
+        query: str,
+        *args: Any,
+        local: PoolLocal | None = None,
+        resend: bool = True,
     ) -> Any:
         """Run one statement on a connection of the pool, as ``conn.<method>(query, *args)``
-        (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given."""
+        (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given.
+        A read, listing, stats or delete (unless not ``resend``) is sent again after a lost
+        connection, for ``failover_timeout`` seconds (see :mod:`.._server._failover`)."""
         if local is None:  # else a flusher, already counted
+            if self._failover_timeout and resend and action in RESENT:
+                return await self._resending(action, lambda _: self._run(action, method, query, args))
             async with self._using(action) as used:
                 return await _pool.run(self._asyncpg, used.pool, method, query, *args)
         async with self._talking(action):  # no exit stack: this runs for every write
             return await _pool.run(self._asyncpg, local.pool, method, query, *args)
+
+    async def _run(self, action: str, method: str, query: str, args: tuple[Any, ...]) -> Any:
+        async with self._using(action) as used:
+            return await _pool.run(self._asyncpg, used.pool, method, query, *args)
 
     # -- the pool -------------------------------------------------------------------
 

@@ -66,8 +66,15 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     cannot confirm an fsync itself. A connection lost during a write raises
     ConnectionError with the outcome unknown: sending the same write again is safe, since
     entries the store already has are skipped when equal. (A ``create=True`` write sent
-    again after an unknown outcome may find its own State and raise "already exists":
-    read it to see.)
+    again by you after an unknown outcome may find its own State and raise "already
+    exists": read it to see.)
+
+    ``failover_timeout`` (seconds, default 0; also ``?failover_timeout=`` in the URL): how
+    long a write keeps sending itself again after a lost connection, reconnecting each
+    time, before it raises ConnectionError saying its outcome is unknown. A resend that
+    finds its own earlier attempt applied (a ``create=True`` write whose State holds
+    exactly what it sent, with the incarnation it made) returns as a success; one that
+    finds a different entry is a StateConflictError. With 0 the error comes at once.
 
     ``url`` is a redis-py URL (``redis://:password@host:6379/0``, ``rediss://`` for TLS,
     ``unix:///path.sock``). ``client``: a ``redis.asyncio.Redis`` to use instead; it must
@@ -149,6 +156,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         telemetry: bool = True,
         trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
+        failover_timeout: float | None = None,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
         import redis.exceptions
@@ -166,6 +174,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             namespace = in_url["namespace"]
         if retention is None and "retention" in in_url:
             retention = our_values({"retention": in_url["retention"]})["retention"]
+        self._take_failover(failover_timeout, in_url.get("failover_timeout"), several=False)
         self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self._observe(telemetry, trace_ids)
@@ -222,6 +231,22 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     # -- the four operations, on the owner loop -------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
+        if self._failover_timeout:
+            await self._resending("write", lambda resent: self._resend_once(write, resent))
+        else:
+            await self._write_once(write, False)
+
+    async def _resend_once(self, write: PreparedWrite, resent: bool) -> None:
+        """Send ``write``; when ``resent``, an append first as :func:`servercommon.guarded`
+        makes it, so that a first attempt that was applied is found, not applied again."""
+        guarded = servercommon.guarded(write) if resent else None
+        if guarded is None or not await self._write_once(guarded, True, guarded=True):
+            await self._write_once(write, resent)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool, guarded: bool = False) -> bool:
+        """Send ``write`` (``resent``: again, after a lost connection left an earlier
+        attempt's outcome unknown: a refusal its own commit explains is a success). False
+        only for a ``guarded`` resend its guard refused (the State is not where it was)."""
         sid = write.state_id
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
@@ -230,7 +255,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             )
             status = int(reply[0])
             if status == servercommon.OK:
-                return
+                return True
             if _leases.is_refusal(reply):
                 _leases.refuse(self._keys_of, sid, reply, write.lease, "nothing was written")
             if status == WRONGTYPE:
@@ -240,6 +265,11 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
                     f"nothing of the write to State {sid!r} was saved. Is the prefix used by something else?"
                 )
             next_seq = reply[1] if status in (servercommon.GAP, servercommon.UNEXPECTED) else None
+            refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
+            if refused_again and await servercommon.holds_write(self, write):
+                return True  # the earlier attempt was applied: its own entries refused this one
+            if guarded and status == servercommon.UNEXPECTED:
+                return False
             servercommon.check_outcome(status, write, next_seq)
             stored = [_as_bytes(b) for b in reply[2]]
             # a real difference raises StateConflictError

@@ -5,6 +5,7 @@
 - :mod:`._local`: :class:`ServerLocal`, what a store keeps in one process;
 - :mod:`._batches`: :class:`WriteQueue`, the write batching (and why it is not GroupCommit);
 - :mod:`._talking`: :class:`Talking`, lost connections and passwords in errors;
+- :mod:`._failover`: resending after a lost connection (``failover_timeout``);
 - :mod:`._outcomes`: the outcomes of a server-side write;
 - :mod:`._decode`: reading back stored entries and snapshots;
 - :mod:`._driver`: importing a driver when a store is made.
@@ -13,6 +14,7 @@
 from ._batches import Queued
 from ._decode import add_listed, decode_stored, raise_bad_entry
 from ._driver import import_driver
+from ._failover import guarded, holds_write
 from ._local import ServerLocal
 from ._outcomes import (
     BLOB_MISSING,
@@ -29,6 +31,7 @@ from ._outcomes import (
     kept_changing,
 )
 from ._store import ServerStore
+from ._talking import ConnectionLost
 
 __all__ = [
     "BLOB_MISSING",
@@ -41,12 +44,15 @@ __all__ = [
     "REBORN",
     "SEALED_STATE",
     "UNEXPECTED",
+    "ConnectionLost",
     "Queued",
     "ServerLocal",
     "ServerStore",
     "add_listed",
     "check_outcome",
     "decode_stored",
+    "guarded",
+    "holds_write",
     "import_driver",
     "kept_changing",
     "raise_bad_entry",

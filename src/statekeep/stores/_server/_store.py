@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 from ..._core import passwords as redaction
 from ..._runtime.slot import ProcessSlot
 from ..._store.backend import Backend
+from . import _failover
 from ._batches import Queued
 from ._local import ServerLocal, close_local
 from ._talking import Talking
@@ -28,6 +29,7 @@ C = TypeVar("C")  # the connection object: a pool, a client
 L = TypeVar("L", bound=ServerLocal[Any])  # what the store keeps per process
 A = TypeVar("A")  # what a write sends
 R = TypeVar("R")  # what the server answers to a write
+T = TypeVar("T")
 
 
 class ServerStore(Backend, Generic[C, L, A, R]):
@@ -50,6 +52,9 @@ class ServerStore(Backend, Generic[C, L, A, R]):
     _server_name: str
     _lost: tuple[type[BaseException], ...]
     _user_conn: C | None
+    #: Seconds an operation that may be sent again keeps resending after a lost connection
+    #: (see :mod:`._failover`); 0 raises at once.
+    _failover_timeout = 0.0
 
     def __init__(self) -> None:
         self._slot = self._new_slot()
@@ -78,6 +83,29 @@ class ServerStore(Backend, Generic[C, L, A, R]):
     @abstractmethod
     async def _send_batch(self, local: L, batch: list[Queued[A, R]]) -> None:
         """Send ``batch`` and give each write's future its outcome."""
+
+    def _take_failover(self, given: object, in_url: str | None, several: bool) -> None:
+        """Set ``failover_timeout``: the argument ``given`` (None: not given), else the URL's
+        ``in_url``, else 30 s when the store names ``several`` servers, else 0."""
+        if isinstance(given, str):  # a URL's text is parsed; an argument is a number
+            raise TypeError(f"failover_timeout must be a number of seconds >= 0, got str {given!r}")
+        if given is not None:
+            self._failover_timeout = _failover.check_timeout(given)
+        elif in_url is not None:
+            self._failover_timeout = _failover.check_timeout(in_url, "failover_timeout in the store URL")
+        else:
+            self._failover_timeout = _failover.SEVERAL_SERVERS if several else 0.0
+
+    @property
+    def failover_timeout(self) -> float:
+        """Seconds a write (and a read) keeps resending after the connection was lost before
+        it raises ConnectionError (0: at once)."""
+        return self._failover_timeout
+
+    async def _resending(self, action: str, attempt: Callable[[bool], Awaitable[T]]) -> T:
+        """``attempt(resent)``, sent again after a lost connection for ``failover_timeout``
+        seconds (see :mod:`._failover`)."""
+        return await _failover.resending(self._failover_timeout, self._server_name, action, attempt)
 
     # -- the connection of this process ---------------------------------------------
 

@@ -13,6 +13,12 @@ from types import TracebackType
 CHECK_REACH = "check that the server is running and that the store URL's host and port are right"
 
 
+class ConnectionLost(ConnectionError):
+    """The ConnectionError of a connection that was lost or could not be made (not of a
+    server that refused this client): what a store with a ``failover_timeout`` resends
+    after (see :mod:`._failover`). Callers catch it as ConnectionError."""
+
+
 class Talking:
     """An async context manager around one operation (``action``: ``"read"``, ``"write"``,
     ...) of a store that talks to ``server`` (as messages name it: ``"PostgreSQL at
@@ -57,7 +63,7 @@ class Talking:
                 f"{self.server} could not be reached or the connection was lost ({why_lost(exc, clean)}); "
                 f"{outcome}; {CHECK_REACH}"
             )
-            raise ConnectionError(message) from exc
+            raise ConnectionLost(message) from exc
         if clean != text:  # rare: keep the type's name, lose the password
             raise RuntimeError(f"{type(exc).__name__}: {clean}") from None
 
