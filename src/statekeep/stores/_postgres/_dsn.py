@@ -88,3 +88,11 @@ def take_options(dsn: str) -> tuple[str, dict[str, str]]:
         hint="any other goes to PostgreSQL as a setting",
     )
     return head, taken
+
+
+def seconds(text: str) -> float:
+    """The ``retention`` of a DSN's query, in seconds; ValueError if it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"retention in the DSN is a number of seconds, got {text!r}") from None
