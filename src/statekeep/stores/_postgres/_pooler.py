@@ -14,6 +14,7 @@ passes whole to one server connection (PgBouncer 1.18 has no prepared statements
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -79,8 +80,10 @@ def _in_url(dsn: str) -> tuple[str, str | None] | None:
 
 
 def pool_settings(pooler: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The asyncpg pool settings for ``pooler``: ``kwargs``, with ``statement_cache_size=0`` in
-    transaction mode (ValueError if ``kwargs`` asks for a cache there)."""
+    """The asyncpg pool settings for ``pooler``: ``kwargs``, in transaction mode with
+    ``statement_cache_size=0`` (ValueError if ``kwargs`` asks for a cache there) and each new
+    connection's types learnt in one transaction (:func:`_learn_types`, then the ``init`` of
+    ``kwargs``, if any)."""
     if pooler != "transaction":
         return kwargs
     if kwargs.get("statement_cache_size", 0) != 0:
@@ -88,7 +91,27 @@ def pool_settings(pooler: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
             "pooler='transaction' keeps no prepared statements (each transaction may run on another "
             "server connection): leave out statement_cache_size, or set it to 0"
         )
-    return {**kwargs, "statement_cache_size": 0}
+    return {**kwargs, "statement_cache_size": 0, "init": _learn_types(kwargs.get("init"))}
+
+
+#: A parameter of each type the store sends that asyncpg does not know by itself (it asks the
+#: server about those once per connection): ``bytea[]``, the blobs of a write.
+_UNKNOWN_TYPES = "SELECT $1::bytea[] IS NULL"
+
+
+def _learn_types(then: Callable[[Any], Awaitable[None]] | None) -> Callable[[Any], Awaitable[None]]:
+    """A pool's ``init``: make asyncpg learn the types it would ask the server about, in one
+    transaction, then run ``then``. asyncpg turns PostgreSQL's ``jit`` off for its question and
+    back after it, as session settings; outside a transaction a pooler may send the three
+    statements to different server connections, leaving ``jit`` off on one that others use."""
+
+    async def init(conn: Any) -> None:
+        async with conn.transaction():
+            await conn.fetchval(_UNKNOWN_TYPES, None)
+        if then is not None:
+            await then(conn)
+
+    return init
 
 
 def check_direct(pooler: str | None, announced: int, backend: int) -> None:
