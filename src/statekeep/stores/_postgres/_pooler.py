@@ -137,15 +137,15 @@ def pooler_refusal(asyncpg: Any, exc: BaseException) -> str | None:
         "prepared statement" in text
     ):
         return (
-            f"lost a prepared statement ({text.splitlines()[0]}): a connection pooler in transaction "
+            f"answered with a prepared statement error ({text.splitlines()[0]}): a connection pooler in transaction "
             f"mode (PgBouncer's pool_mode = transaction) is between the store and PostgreSQL; {HOW}. "
             "The statement did not run"
         )
     if isinstance(exc, e.ProtocolViolationError) and text.startswith("unsupported startup parameter"):
         name = text.rpartition(":")[2].strip()
         return (
-            f"(a pooler: PgBouncer) refuses the setting {name!r} the store URL gives at login; set it on "
-            f"the server instead (ALTER ROLE ... SET {name} = ...), or list it in PgBouncer's "
-            "ignore_startup_parameters"
+            f"refused the setting {name!r} the store URL gives at login, as a pooler (PgBouncer) does with "
+            f"settings it does not know; set it on the server instead (ALTER ROLE ... SET {name} = ...), "
+            "or list it in PgBouncer's ignore_startup_parameters"
         )
     return None
