@@ -35,6 +35,7 @@ ROWS = {
     "adk": 11,
     "telemetry": 4,
     "langgraph_memory": 8,
+    "pgbouncer": 5,
 }
 
 
@@ -57,8 +58,12 @@ def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
-    if name in ("servers", "ranges", "copy", "langgraph_growth"):  # start their own PostgreSQL (and Redis)
-        for check in (servers.postgres_bindir, servers.redis_binary):
+    if name in ("servers", "ranges", "copy", "langgraph_growth", "pgbouncer"):  # their own servers
+        checks = (
+            servers.postgres_bindir,
+            servers.pgbouncer_binary if name == "pgbouncer" else servers.redis_binary,
+        )
+        for check in checks:
             try:
                 check()
             except servers.ServerMissing as exc:
