@@ -34,11 +34,11 @@ def one_connection(postgres_server: PostgresServer) -> Iterator[PgBouncerServer]
 
 def test_four_writer_processes_through_a_pool_of_three(pgbouncer_server: PgBouncerServer) -> None:
     """4 processes, each a pool of up to 10 connections (one kept by its writer), append to
-    100 States through PgBouncer's 3 server connections: every entry once, seqs dense."""
+    30 States through PgBouncer's 3 server connections: every entry once, seqs dense."""
     schema = unique_name("sk")
     where = f"{pgbouncer_server.dsn}?pooler=transaction"
     store = PostgresStore(where, schema=schema)
-    ids = [f"st-{n}" for n in range(100)]
+    ids = [f"st-{n}" for n in range(30)]
     for sid in ids:
         store.write(sid, [], None, create=True)
     store.close()
@@ -144,3 +144,27 @@ def test_transaction_mode_keeps_no_statement_cache() -> None:
         PostgresStore("postgresql://u@127.0.0.1:1/db", pooler="transaction", statement_cache_size=100)
     store = PostgresStore("postgresql://u@127.0.0.1:1/db?pooler=transaction", statement_cache_size=0)
     assert store.pooler == "transaction" and "pooler" not in repr(store)
+
+
+async def test_copy_into_and_out_of_a_store_behind_pgbouncer(
+    postgres_server: PostgresServer, pgbouncer_server: PgBouncerServer
+) -> None:
+    """``statekeep copy``'s copy (States and memory, several at once) from a direct store to one
+    through PgBouncer, and back into another direct schema: equal everywhere."""
+    from statekeep._transfer.transfer import acopy
+
+    direct = PostgresStore(postgres_server.dsn, schema=unique_name("sk"))
+    pooled = PostgresStore(f"{pgbouncer_server.dsn}?pooler=transaction", schema=unique_name("sk"))
+    back = PostgresStore(postgres_server.dsn, schema=unique_name("sk"))
+    ids = [f"s{n}" for n in range(12)]
+    for n, sid in enumerate(ids):
+        await direct.awrite(sid, entries(0, n + 1), snapshot(turn=n), create=True)
+    await direct.memory("notes").aput("k", {"v": 1})
+    for src, dst in ((direct, pooled), (pooled, back)):
+        report = await acopy(src, dst, memory_scopes=["notes"])
+        assert not report.failed
+    for sid in ids:
+        assert await back.aread(sid) == await direct.aread(sid) == await pooled.aread(sid)
+    assert (await back.memory("notes").aget("k")).value == {"v": 1}  # type: ignore[union-attr]
+    for store in (direct, pooled, back):
+        await store.aclose()
