@@ -36,11 +36,12 @@ ROWS = {
     "telemetry": 4,
     "langgraph_memory": 8,
     "failover": 8,
+    "pgbouncer": 5,
 }
 
 
 #: The benchmarks that start their own PostgreSQL (and Redis).
-OWN_SERVERS = ("servers", "ranges", "copy", "langgraph_growth", "failover")
+OWN_SERVERS = ("servers", "ranges", "copy", "langgraph_growth", "failover", "pgbouncer")
 
 
 def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
@@ -63,7 +64,11 @@ def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
     if name in OWN_SERVERS:
-        for check in (servers.postgres_bindir, servers.redis_binary):
+        checks = (
+            servers.postgres_bindir,
+            servers.pgbouncer_binary if name == "pgbouncer" else servers.redis_binary,
+        )
+        for check in checks:
             try:
                 check()
             except servers.ServerMissing as exc:

@@ -23,14 +23,16 @@ from tests.support.agents import call, history, stalls_until_taken_over, store_n
 from tests.support.children import lease_agent_child as child
 from tests.support.stores import STORE_FACTORIES, namespace
 
-#: Every built-in store; those whose leases hold across processes.
-LEASE_STORES = sorted(STORE_FACTORIES)
+#: Every built-in store, and a PostgresStore behind PgBouncer in transaction mode; those whose
+#: leases hold across processes.
+FACTORIES = {**STORE_FACTORIES, "pgbouncer": lambda tmp_path: servers.pgbouncer_store(tmp_path)}
+LEASE_STORES = sorted(FACTORIES)
 PROCESS_STORES = [kind for kind in LEASE_STORES if kind != "memory"]
 
 
 @pytest.fixture(params=LEASE_STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    s = STORE_FACTORIES[request.param](tmp_path)
+    s = FACTORIES[request.param](tmp_path)
     yield s
     s.close()
 
@@ -154,6 +156,8 @@ def where(kind: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
         return f"sqlite:///{tmp_path / 'store.db'}", {}
     if kind == "postgres":
         return servers.shared_postgres().dsn, {"schema": namespace(tmp_path)}
+    if kind == "pgbouncer":
+        return f"{servers.shared_pgbouncer().dsn}?pooler=transaction", {"schema": namespace(tmp_path)}
     return servers.shared_redis().url, {"prefix": namespace(tmp_path) + ":"}
 
 

@@ -1,5 +1,6 @@
 """Leases between real processes on one host, on every store that holds them across
-processes: FileStore, SQLiteStore, PostgresStore and RedisStore (servers from
+processes: FileStore, SQLiteStore, PostgresStore (direct, and behind PgBouncer in transaction
+mode) and RedisStore (servers from
 tests/support/servers.py). Each worker is a ``python -m tests.support.children.lease_worker`` process with a store
 of its own, driven one command at a time (tests/support/workers_driver.py).
 
@@ -31,6 +32,8 @@ URLS: dict[str, Callable[[Path], str]] = {
     "file": lambda tmp: str(tmp / "store"),
     "sqlite": lambda tmp: f"sqlite:///{tmp / 'store.db'}",
     "postgres": lambda tmp: f"{servers.shared_postgres().dsn}?namespace={_namespace()}",
+    # PostgreSQL behind PgBouncer in transaction mode, its pool smaller than the workers' connections.
+    "pgbouncer": lambda tmp: f"{servers.shared_pgbouncer().dsn}?pooler=transaction&namespace={_namespace()}",
     "redis": lambda tmp: f"{servers.shared_redis().url}?namespace={_namespace()}",
 }
 

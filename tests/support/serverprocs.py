@@ -385,3 +385,84 @@ class ReplicatedPostgres(PostgresServer):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"no {want} standby streams from the primary:\n{_tail(self.log)}")
+
+
+# -- PgBouncer (issue 27): a pooler in transaction mode in front of a throwaway PostgreSQL --------
+
+
+def pgbouncer_binary() -> str:
+    """The ``pgbouncer`` program (Debian puts it in /usr/sbin, often not on a user's PATH)."""
+    path = shutil.which("pgbouncer") or next(
+        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.access(p, os.X_OK)), None
+    )
+    if path is None:
+        raise ServerMissing("pgbouncer not found; install it with: apt-get install pgbouncer")
+    return path
+
+
+class PgBouncerServer(Server):
+    """``pgbouncer`` on 127.0.0.1:port in ``pool_mode`` (transaction by default) in front of
+    ``postgres``: every database of that server, at most ``pool_size`` server connections per
+    database and user, however many clients connect (they queue for one). Clients log in as
+    ``postgres`` with the server's password (SCRAM), which pgbouncer also uses to log in to
+    PostgreSQL. PgBouncer refuses to run as root: as root it runs as the ``postgres`` user."""
+
+    name = "pgbouncer"
+    stop_signal = signal.SIGINT  # pgbouncer's immediate shutdown
+
+    def __init__(
+        self, root: Path, port: int, postgres: PostgresServer, pool_size: int, pool_mode: str
+    ) -> None:
+        super().__init__(root, port)
+        self.postgres = postgres
+        self.pool_size = pool_size
+        self.pool_mode = pool_mode
+        self.config = root / "pgbouncer.ini"
+
+    @property
+    def dsn(self) -> str:
+        """The DSN of the ``postgres`` database through the pooler (without statekeep's
+        ``pooler`` parameter: add it, or pass ``pooler=``, as a user must)."""
+        return f"postgresql://postgres:{self.postgres.password}@127.0.0.1:{self.port}/postgres"
+
+    def init(self) -> None:
+        users = self.root / "userlist.txt"
+        users.write_text(f'"postgres" "{self.postgres.password}"\n')
+        self.config.write_text(
+            "\n".join(
+                [
+                    "[databases]",
+                    f"* = host=127.0.0.1 port={self.postgres.port}",
+                    "[pgbouncer]",
+                    "listen_addr = 127.0.0.1",
+                    f"listen_port = {self.port}",
+                    "unix_socket_dir =",
+                    "auth_type = scram-sha-256",
+                    f"auth_file = {users}",
+                    f"pool_mode = {self.pool_mode}",
+                    f"default_pool_size = {self.pool_size}",
+                    "min_pool_size = 0",
+                    "reserve_pool_size = 0",
+                    "max_client_conn = 500",
+                    "max_db_connections = 0",
+                    "server_reset_query =",
+                    "server_check_delay = 0",
+                    "query_wait_timeout = 60",
+                    "log_connections = 0",
+                    "log_disconnections = 0",
+                    "",
+                ]
+            )
+        )
+        os.chmod(users, 0o600)
+        self.log.touch()
+        if os.geteuid() == 0:
+            entry = pwd.getpwnam("postgres")
+            for path in (self.root, users, self.config, self.log):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        return self.postgres._as_postgres()
+
+    def command(self) -> list[str]:
+        return [pgbouncer_binary(), str(self.config)]

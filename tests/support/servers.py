@@ -212,3 +212,61 @@ def pair_dsn(primary: PostgresServer, standby: PostgresServer, query: str = "") 
     """A multi-host DSN naming ``primary`` then ``standby`` (libpq's ``h1:p1,h2:p2`` form)."""
     hosts = f"127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
     return f"postgresql://postgres:{primary.password}@{hosts}/postgres{query}"
+
+
+# -- PgBouncer (issue 27) -------------------------------------------------------------------------
+
+from tests.support.serverprocs import PgBouncerServer as PgBouncerServer  # noqa: E402
+from tests.support.serverprocs import pgbouncer_binary as pgbouncer_binary  # noqa: E402
+
+#: Server connections the shared PgBouncer keeps per database and user: fewer than the client
+#: connections its tests open (several stores, each a pool of up to 10, and child processes).
+PGBOUNCER_POOL_SIZE = 3
+
+
+def start_pgbouncer(
+    postgres: PostgresServer, pool_size: int = PGBOUNCER_POOL_SIZE, pool_mode: str = "transaction"
+) -> PgBouncerServer:
+    """Start a PgBouncer in front of ``postgres`` (``pool_mode`` transaction, at most
+    ``pool_size`` server connections); raises ServerMissing if pgbouncer is not installed."""
+    pgbouncer_binary()
+    server = PgBouncerServer(_scratch("statekeep-pgbouncer-"), free_port(), postgres, pool_size, pool_mode)
+    try:
+        server.init()
+        server.start()
+    except BaseException:
+        server.remove()
+        raise
+    _started.append(server)
+    return server
+
+
+def shared_pgbouncer() -> PgBouncerServer:
+    """The PgBouncer (transaction mode, a pool of PGBOUNCER_POOL_SIZE) in front of the shared
+    PostgreSQL server (started on first use); skips if either is not installed."""
+    got = _shared.get("pgbouncer")
+    if got is None:
+        postgres = shared_postgres()
+        try:
+            got = start_pgbouncer(postgres)
+        except ServerMissing as exc:
+            got = exc
+        _shared["pgbouncer"] = got
+    if isinstance(got, ServerMissing):
+        need(got)
+    assert isinstance(got, PgBouncerServer)
+    return got
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_server() -> Iterator[PgBouncerServer]:
+    yield shared_pgbouncer()
+
+
+def pgbouncer_store(tmp_path: Any = None, **options: Any) -> Any:
+    """A PostgresStore through the shared PgBouncer (``pooler="transaction"``), in a schema of its own."""
+    from statekeep.stores import PostgresStore
+
+    options.setdefault("schema", unique_name("sk"))
+    options.setdefault("pooler", "transaction")
+    return PostgresStore(shared_pgbouncer().dsn, **options)

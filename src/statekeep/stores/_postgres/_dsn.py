@@ -135,3 +135,11 @@ def names_target(dsn: str | None, pool_kwargs: dict[str, Any]) -> bool:
         or "target_session_attrs=" in query
         or "PGTARGETSESSIONATTRS" in os.environ
     )
+
+
+def seconds(text: str) -> float:
+    """The ``retention`` of a DSN's query, in seconds; ValueError if it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"retention in the DSN is a number of seconds, got {text!r}") from None

@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..._core.errors import NotAStoreError, UnsupportedFormatError
+from ._pooler import check_direct
 from ._schema import SCHEMA_VERSION, bootstrap, migrations
 from ._sql import Sql
 
@@ -17,13 +18,25 @@ if TYPE_CHECKING:
 
 
 async def migrate(
-    pool: Pool, asyncpg: ModuleType, sql: Sql, *, store: str, schema: str, create: bool
+    pool: Pool,
+    asyncpg: ModuleType,
+    sql: Sql,
+    *,
+    store: str,
+    schema: str,
+    create: bool,
+    pooler: str | None = None,
 ) -> None:
     """Create or upgrade the tables of ``sql`` in ``schema`` (``store`` names the store in
-    errors); with ``create`` False, change nothing and refuse a schema not at this version."""
+    errors); with ``create`` False, change nothing and refuse a schema not at this version.
+    A pooler found between the store and the server when ``pooler`` is None is refused
+    (``_pooler.PoolerUnset``), before anything else is sent."""
     errors = asyncpg.exceptions
     async with pool.acquire() as conn:
-        encoding = await conn.fetchval("SHOW server_encoding")
+        row = await conn.fetchrow("SELECT current_setting('server_encoding'), pg_backend_pid()")
+        assert row is not None
+        encoding, backend = row[0], row[1]
+        check_direct(pooler, conn.get_server_pid(), backend)
         if encoding not in ("UTF8", "SQL_ASCII"):
             raise RuntimeError(
                 f"{store}: the database's encoding is {encoding}; statekeep keeps JSON text and "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._runtime.bridge import Owner
 from .._server import ServerLocal
+from ._pooler import pooler_refusal
 
 if TYPE_CHECKING:
     from asyncpg import Connection, Pool
@@ -101,7 +102,7 @@ def refusal(asyncpg: ModuleType, exc: BaseException, user: str | None, database:
             f"does not know the setting {name!r} the store URL gives; check its spelling: statekeep's "
             "own parameters are namespace and retention, any other goes to PostgreSQL as a setting"
         )
-    return None
+    return pooler_refusal(asyncpg, exc)
 
 
 async def make_pool(

@@ -24,12 +24,13 @@ from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from . import _pool
 from ._blobs import Blobs
-from ._dsn import Where, names_target, redact_dsn, take_options
+from ._dsn import Where, names_target, redact_dsn, seconds, take_options
 from ._leasing import Leasing, lease_args, refused
 from ._lifecycle import Lifecycle
 from ._listing import listing
 from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
+from ._pooler import pool_settings, take_pooler
 from ._schema import BUSY, FENCED
 from ._schema_v4 import precondition_args
 from ._schema_v5 import blob_args
@@ -124,8 +125,8 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     client's: they hold across processes and hosts. A write, delete or fork checks the
     State's lease in its own transaction, once it holds the State's row.
 
-    ``trim(id, before=seq)`` removes a compacted State's entries before ``seq`` for a base record
-    (see :meth:`~statekeep._store.backend.Backend.trim`): this store deletes the removed rows in one statement under the State's row lock (vacuum reclaims them).
+    ``trim(id, before=seq)``: see :meth:`~statekeep._store.backend.Backend.trim`; this store
+    deletes the removed rows in one statement under the State's row lock.
     ``trim_compacted=True``: ``gc`` also trims every State up to its latest compaction.
 
     ``offload`` (default 32768): a value in an entry whose JSON encoding exceeds this many
@@ -135,6 +136,11 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
 
     ``redact``, ``encrypt`` and ``allow_plaintext``: see the docs' "Protection" page
     (:class:`~statekeep.Redactor`, :class:`~statekeep.Keyring`).
+
+    ``pooler="transaction"`` (or ``?pooler=transaction``): behind PgBouncer in transaction mode
+    (no prepared statements kept; no session state is ever relied on). ``"session"``: a pooler
+    keeping each client's session. Left out, a pooler noticed at first use is refused with
+    ConnectionError saying what to set. See the docs' "Deploying across machines" page.
 
     ``telemetry`` (default True): each operation is recorded with OpenTelemetry (a span and
     metrics) when a tracer or meter provider is set; False records nothing. ``trace_ids=True``:
@@ -163,18 +169,20 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
         failover_timeout: float | None = None,
+        pooler: str | None = None,
         **pool_kwargs: Any,
     ) -> None:
         self._asyncpg = servercommon.import_driver("postgres")
         if dsn is not None and not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str or None, got {type(dsn).__name__}")
+        dsn, pooler = take_pooler(dsn, pooler)
         options: dict[str, str] = {}
         if dsn is not None:
             redaction.check_userinfo(dsn)
             dsn, options = take_options(dsn)
             namespace = options.get("namespace") if namespace is None else namespace
             if retention is None and options.get("retention"):
-                retention = _seconds(options["retention"])
+                retention = seconds(options["retention"])
         self._lifecycle(
             "default" if namespace is None else namespace, retention, trim_compacted=trim_compacted
         )
@@ -190,7 +198,8 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         self._dsn = dsn
         self._ssl = ssl
         self._user_pool = pool
-        self._pool_kwargs = {**DEFAULT_POOL, **pool_kwargs}
+        self.pooler = pooler
+        self._pool_kwargs = pool_settings(pooler, {**DEFAULT_POOL, **pool_kwargs})
         self._where = Where(dsn, pool_kwargs)
         self._take_failover(failover_timeout, options.get("failover_timeout"), self._where.several)
         if self._where.several and not names_target(dsn, pool_kwargs):
@@ -418,7 +427,13 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     async def _migrate_once(self, pool: Pool) -> None:
         if not self._migrated:
             await migrate(
-                pool, self._asyncpg, self._sql, store=repr(self), schema=self.schema, create=self._create
+                pool,
+                self._asyncpg,
+                self._sql,
+                store=repr(self),
+                schema=self.schema,
+                create=self._create,
+                pooler=self.pooler,
             )
             self._migrated = True
 
@@ -437,10 +452,3 @@ async def _settle(future: asyncio.Future[Row], work: Awaitable[Row]) -> None:
         raise
     if not future.done():
         future.set_result(row)
-
-
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"retention in the DSN is a number of seconds, got {text!r}") from None
