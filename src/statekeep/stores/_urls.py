@@ -82,7 +82,7 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
     # A server store checks the rest of its URL's parameters (its driver's) itself.
     if scheme in ("postgres", "postgresql"):
         return _load("_postgres", "PostgresStore")(head, create=create, **options)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return _load("_redis", "RedisStore")(head, create=create, **options)
     raise ValueError(
         f"unknown store URL scheme {parts.scheme!r} in {redact_url(text)!r}; use a folder path, file://, "

@@ -4,6 +4,7 @@ its client: :mod:`._client`; the package docstring tells how States are kept).""
 from __future__ import annotations
 
 import copy
+from urllib.parse import urlsplit
 from collections.abc import Collection, Hashable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from ..._store.saving import write_fork
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from .._urlquery import our_values
-from . import _blobs, _client, _leases, _listing, _reads
+from . import _blobs, _client, _cluster, _leases, _listing, _reads, _resend
 from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
@@ -149,6 +150,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         telemetry: bool = True,
         trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
+        wait_replicas: int | None = None,
+        wait_timeout: float | None = None,
+        failover_timeout: float | None = None,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
         import redis.exceptions
@@ -166,6 +170,16 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             namespace = in_url["namespace"]
         if retention is None and "retention" in in_url:
             retention = our_values({"retention": in_url["retention"]})["retention"]
+        scheme = urlsplit(redaction.split_userinfo(url)[1]).scheme.lower()
+        cluster, numbers = _cluster.take(in_url, scheme)
+        self._cluster = cluster or type(client).__name__ == "RedisCluster"
+        self._wait_replicas = wait_replicas if wait_replicas is not None else numbers.get("wait_replicas", 0)
+        self._wait_timeout = wait_timeout if wait_timeout is not None else numbers.get("wait_timeout", 1.0)
+        default = _cluster.FAILOVER_CLUSTER if self._cluster else _cluster.FAILOVER_DEFAULT
+        self._failover_timeout = failover_timeout if failover_timeout is not None else numbers.get(
+            "failover_timeout", default
+        )
+        _cluster.check_wait(self._wait_replicas, self._wait_timeout, self._failover_timeout)
         self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self._observe(telemetry, trace_ids)
@@ -180,8 +194,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         self._url = url
         self._user_client = client
         self._create = create
-        self._server = _client.server_key(url, client)
-        self._keys_of = Keys.of(self._prefix, self.namespace)
+        if self._cluster and b"{" in self._prefix:
+            raise ValueError(f"prefix {prefix!r}: on a Redis Cluster a prefix holds no '{{' (the store adds the hash tag)")
+        self._server = _client.server_key(url, client, self._cluster)
+        self._keys_of = Keys.of(self._prefix, self.namespace, self._cluster)
         self._server_name = f"Redis at {_client.where(self._server)}"
         self._lost = _client.lost(self._aioredis)
         self._user_conn = client
@@ -199,7 +215,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         """This store's namespace ``namespace``, on the same client (agent memory)."""
         other = copy.copy(self)
         other._join(self, namespace)
-        other._keys_of = Keys.of(self._prefix, namespace)
+        other._keys_of = Keys.of(self._prefix, namespace, self._cluster)
         other._parent = self
         return other
 
@@ -222,15 +238,24 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     # -- the four operations, on the owner loop -------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
+        def refused(exc: BaseException) -> bool:
+            return exc.__cause__ is not None and self._refusal(exc.__cause__) is not None
+
+        await _resend.resending(lambda resent: self._write_once(write, resent), self._failover_timeout, refused)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool) -> None:
         sid = write.state_id
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
             reply = await self._send(
-                write_args(self._keys_of, write, approved, self._retention_us(), self._prefix)
+                write_args(self._keys_of, write, approved, self._retention_us(), self._blob_prefix)
             )
             status = int(reply[0])
             if status == servercommon.OK:
                 return
+            if status == servercommon.EXISTS and resent and write.create:
+                if _resend.holds_what_was_sent(write, await self._read(sid)):
+                    return  # the first attempt, whose outcome was unknown, created it
             if _leases.is_refusal(reply):
                 _leases.refuse(self._keys_of, sid, reply, write.lease, "nothing was written")
             if status == WRONGTYPE:
@@ -297,28 +322,33 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             _leases.refuse(self._keys_of, state_id, reply, lease, "nothing was deleted")
 
     # -- blobs: shared by every namespace of the prefix (see ._blob_lua) -------------------
+    # (on a Redis Cluster, each namespace's own, under its hash tag: see ._cluster)
+
+    @property
+    def _blob_prefix(self) -> bytes:
+        return self._keys_of.base if self._cluster else self._prefix
 
     async def _get_blobs(self, names: Collection[str]) -> dict[str, bytes]:
         """The stored bytes of the blobs ``names`` under the prefix (any namespace's)."""
         if not names:
             return {}
         async with self._using("read") as local:
-            return await _blobs.get_blobs(local, self._prefix, names)
+            return await _blobs.get_blobs(local, self._blob_prefix, names)
 
     async def _reseal_blobs(self, work: dict[str, tuple[bytes, bytes]]) -> int:
         """For rekey: replace each blob NAME -> (old, new) still holding ``old``."""
         async with self._using("write") as local:
-            return await _blobs.reseal_blobs(local, self._prefix, work)
+            return await _blobs.reseal_blobs(local, self._blob_prefix, work)
 
     async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
         """Remove (``dry_run``: count) the blobs no State of any namespace refers to; (blobs, bytes)."""
         async with self._using("gc") as local:
-            return await _blobs.gc_blobs(local, self._prefix, dry_run)
+            return await _blobs.gc_blobs(local, self._blob_prefix, dry_run)
 
     async def _blob_usage(self) -> tuple[int, int]:
         """(blobs, bytes) stored under the prefix, every namespace counted."""
         async with self._using("stats") as local:
-            return await _blobs.usage(local, self._prefix)
+            return await _blobs.usage(local, self._blob_prefix)
 
     # -- leases: one script each, judged by the server's clock (see ._lease_lua) ----------
 
@@ -349,7 +379,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         keys = list(self._keys_of.state_keys(state_id))
         base_line = base[:-1] if base.endswith(b"\n") else base
         async with self._using("write") as local:
-            args = (str(before), base_line, self._prefix, str(first))
+            args = (str(before), base_line, self._blob_prefix, str(first))
             reply = await local.client.eval(TRIM, len(keys), *keys, *args)
         status = int(reply[0])
         if status == servercommon.MISSING:
@@ -369,7 +399,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         stored = [orjson.loads(line) for line in self._stored_lines(source_id, entries)]
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         self._check_open(None)
-        keys, args = fork_args(self._keys_of, source_id, stored, write, self._retention_us(), self._prefix)
+        keys, args = fork_args(
+            self._keys_of, source_id, stored, write, self._retention_us(), self._blob_prefix
+        )
         reply = await run_async(self._fork(keys, args, new_id))
         if _leases.is_refusal(reply):
             _leases.refuse(self._keys_of, new_id, reply, None, "nothing was forked")
@@ -401,7 +433,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         try:
             async with self._talking("write"):
                 calls = [args for args, _ in batch]
-                replies = await _client.run_scripts(local, calls, self._errors.NoScriptError)
+                wait = None if not self._wait_replicas else (self._wait_replicas, int(self._wait_timeout * 1000))
+                replies = await _client.run_scripts(local, calls, self._errors.NoScriptError, wait, self._cluster)
         except Exception as exc:  # the connection: every outcome is unknown
             for _, future in batch:
                 if not future.done():
@@ -435,6 +468,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     async def _open(self, local: ClientLocal) -> Redis:
         if self._user_client is not None:
             client = self._user_client
+        elif self._cluster:
+            client = _cluster.make_cluster_client(self._url)
         else:
             client = _client.make_client(self._aioredis, self._url)
         await self._checked_open(local, client, self._check_server)
@@ -446,7 +481,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             client,
             store=repr(self),
             prefix=self.prefix,
-            index=Keys.of(self._prefix, DEFAULT_NAMESPACE).common[0],
+            index=Keys.of(self._prefix, DEFAULT_NAMESPACE, self._cluster).common[0],
             create=self._create,
             retention=self.retention is not None,
             server=self._server,

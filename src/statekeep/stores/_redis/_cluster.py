@@ -1,0 +1,222 @@
+"""RedisStore on a Redis Cluster, and the ``WAIT`` of ``wait_replicas``: the store's own URL
+options (``cluster``, ``wait_replicas``, ``wait_timeout``, ``failover_timeout``), the cluster
+client, and the write scripts sent per node, each node's batch on one connection.
+
+On a cluster every key of a namespace carries the hash tag ``{<namespace>}`` (see
+:meth:`._keys.Keys.of`), so a script's keys, and the keys it names at run time (blobs, index
+members' States), are all in one slot: one EVALSHA on one node, atomic as on one server.
+Blobs live under the namespace's keys there, not shared across namespaces; the layout key
+(``<prefix>layout``, read and set only on connect) stays where it is on one server.
+
+A batch of writes goes per node: for each master, one pipeline on one of its connections,
+``[EVALSHA ..., (SET <ns>wait 1, WAIT n timeout)]``. ``WAIT`` counts the replicas that
+acknowledged every write this connection made, so it follows the writes on the same
+connection; the ``SET`` makes the connection's last write this batch's even when every script
+of it wrote nothing (a resend of entries already stored). A reply ``MOVED``/``ASK``/
+``TRYAGAIN``/``CLUSTERDOWN`` means the script did not run: the slot map is refreshed and the
+call sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from ..._core import passwords as redaction
+from .._server import OK
+from ._write_lua import WRITE, WRITE_KEYS
+
+if TYPE_CHECKING:
+    from redis.asyncio.cluster import RedisCluster
+
+#: The store's own query parameters of a Redis URL (redis-py would refuse them).
+OPTIONS = ("cluster", "wait_replicas", "wait_timeout", "failover_timeout")
+#: ``failover_timeout`` when none is given: one server, and a cluster.
+FAILOVER_DEFAULT = 0.0
+FAILOVER_CLUSTER = 30.0
+#: Times a call is sent again after a redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN).
+REDIRECTS = 16
+
+
+class NotReplicatedError(ConnectionError):
+    """A write the server applied, which fewer replicas than ``wait_replicas`` acknowledged
+    within ``wait_timeout``: it may or may not survive a failover."""
+
+
+def not_replicated(acked: int, wanted: int, timeout_ms: int) -> NotReplicatedError:
+    return NotReplicatedError(
+        f"the Redis master applied the write, but only {acked} of the {wanted} replicas asked for "
+        f"(wait_replicas) acknowledged it within {timeout_ms} ms: it may or may not survive a "
+        "failover, so it is not reported durable. Sending the same write again is safe (entries "
+        "the store already has are skipped)"
+    )
+
+
+def take(options: dict[str, str], scheme: str) -> tuple[bool, dict[str, float | int]]:
+    """Whether ``options`` (the store's own URL parameters) and ``scheme`` ask for a cluster,
+    and the numbers they give; ValueError for a bad value."""
+    cluster = scheme.endswith("+cluster")
+    raw = options.get("cluster")
+    if raw is not None:
+        if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"cluster={raw!r} in the store URL: give cluster=true or cluster=false")
+        cluster = cluster or raw.lower() in ("true", "1", "yes")
+    numbers: dict[str, float | int] = {}
+    for name in ("wait_replicas", "wait_timeout", "failover_timeout"):
+        if name in options:
+            try:
+                value = float(options[name])
+            except ValueError:
+                raise ValueError(f"{name}={options[name]!r} in the store URL is not a number") from None
+            numbers[name] = int(value) if name == "wait_replicas" and value.is_integer() else value
+    return cluster, numbers
+
+
+def check_wait(wait_replicas: object, wait_timeout: object, failover_timeout: object) -> None:
+    """ValueError/TypeError for a bad ``wait_replicas``, ``wait_timeout`` or ``failover_timeout``."""
+    if type(wait_replicas) is not int or wait_replicas < 0:
+        raise ValueError(f"wait_replicas must be a whole number >= 0 (0: do not wait), got {wait_replicas!r}")
+    if isinstance(wait_timeout, int | float) and not isinstance(wait_timeout, bool) and wait_timeout == 0:
+        raise ValueError("wait_timeout must be more than 0 seconds (Redis's WAIT 0 would wait for ever)")
+    for name, value in (("wait_timeout", wait_timeout), ("failover_timeout", failover_timeout)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+
+
+def split_hosts(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster URL as one redis-py URL (its first host; ``redis://`` or ``rediss://``) and
+    every host given, as (host, port)."""
+    userinfo, rest = redaction.split_userinfo(url)
+    parts = urlsplit(rest)
+    scheme = parts.scheme.lower().removesuffix("+cluster")
+    if scheme not in ("redis", "rediss"):
+        raise ValueError(f"a Redis Cluster URL starts with redis+cluster:// or rediss+cluster://, got {parts.scheme}://")
+    hosts: list[tuple[str, int]] = []
+    for item in parts.netloc.split(","):
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "6379")
+        try:
+            hosts.append((unquote(host.strip("[]")) or "localhost", int(port or 6379)))
+        except ValueError:
+            raise ValueError(f"the Redis Cluster URL names {item!r}, not host:port") from None
+    db = parts.path.strip("/")
+    if db not in ("", "0"):
+        raise ValueError(f"a Redis Cluster has database 0 only; the store URL names database {db!r}")
+    auth = f"{userinfo}@" if userinfo else ""
+    query = f"?{parts.query}" if parts.query else ""
+    first = f"{hosts[0][0]}:{hosts[0][1]}"
+    return f"{scheme}://{auth}{first}/0{query}", hosts
+
+
+def make_cluster_client(url: str) -> RedisCluster:
+    """A cluster client for ``url`` with every host as a seed. redis-py follows MOVED and ASK
+    and, on a lost node, reads the slot map again (its own retries, for reads); the write
+    scripts go through :func:`run_scripts`."""
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    single, hosts = split_hosts(url)
+    seeds = [ClusterNode(host, port) for host, port in hosts[1:]]
+    return RedisCluster.from_url(single, startup_nodes=seeds)
+
+
+def where(url: str) -> tuple[Any, ...]:
+    """The cluster as messages and storage keys name it: its seed hosts."""
+    _, hosts = split_hosts(url)
+    return (",".join(f"{h}:{p}" for h, p in hosts), "cluster", 0)
+
+
+async def run_scripts(
+    client: Any,
+    sha: str,
+    calls: Sequence[tuple[Any, ...]],
+    wait: tuple[int, int] | None,
+) -> list[Any]:
+    """EVALSHA the write script once per call, per node: each node's calls in one pipeline on
+    one connection, then (``wait``: replicas, timeout in ms) ``WAIT`` on it. Replies in the
+    calls' order; an error in place of a call whose outcome is unknown (lost connection) or
+    that was refused; a write applied but not acknowledged by enough replicas gets a
+    :class:`NotReplicatedError`."""
+    from redis.asyncio.cluster import PipelineCommand
+    from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, TryAgainError
+
+    replies: list[Any] = [None] * len(calls)
+    pending = list(range(len(calls)))
+    for _ in range(REDIRECTS):
+        await client.initialize()  # nothing to do unless the slot map is to be read again
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i in pending:
+            node = client.get_node_from_key(calls[i][0])
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        results = await asyncio.gather(
+            *(_on_node(node, sha, [calls[i] for i in part], wait, PipelineCommand) for node, part in groups.values()),
+            return_exceptions=True,
+        )
+        again: list[int] = []
+        for (node, part), result in zip(groups.values(), results, strict=True):
+            if isinstance(result, BaseException):  # the send failed: every outcome unknown
+                client._initialize = True  # read the slot map again before the next command
+                for i in part:
+                    replies[i] = result
+                continue
+            for i, reply in zip(part, result, strict=True):
+                if isinstance(reply, MovedError):
+                    await client.nodes_manager.move_slot(reply)
+                    again.append(i)
+                elif isinstance(reply, AskError | TryAgainError | ClusterDownError):
+                    client._initialize = True
+                    again.append(i)
+                elif isinstance(reply, NoScriptError):
+                    await node.execute_command("SCRIPT", "LOAD", WRITE)
+                    again.append(i)
+                else:
+                    if isinstance(reply, OSError | ConnectionError) or _lost(reply):
+                        client._initialize = True
+                    replies[i] = reply
+        pending = again
+        if not pending:
+            return replies
+        await asyncio.sleep(0.05)  # a slot being moved or a master being elected
+    for i in pending:
+        replies[i] = ConnectionError("the Redis Cluster kept redirecting the write; it did not run")
+    return replies
+
+
+async def _on_node(
+    node: Any, sha: str, calls: list[tuple[Any, ...]], wait: tuple[int, int] | None, command: Any
+) -> list[Any]:
+    commands = [command(i, "EVALSHA", sha, WRITE_KEYS, *call) for i, call in enumerate(calls)]
+    if wait is not None:
+        commands.append(command(len(commands), "SET", touch_key(calls[0]), "1"))
+        commands.append(command(len(commands), "WAIT", wait[0], wait[1]))
+    await node.execute_pipeline(commands)
+    results = [c.result for c in commands]
+    return results if wait is None else waited(results[: len(calls)], results[-1], wait)
+
+
+def touch_key(call: tuple[Any, ...]) -> bytes:
+    """The namespace's ``wait`` key, in the slot of the call's State: the listing index (the
+    call's third key, ``<base>ix:all``) with ``wait`` for ``ix:all``."""
+    index = call[2] if isinstance(call[2], bytes) else str(call[2]).encode()
+    return index[: -len(b"ix:all")] + b"wait"
+
+
+def waited(replies: list[Any], acked: Any, wait: tuple[int, int]) -> list[Any]:
+    """``replies`` with each applied write replaced by :class:`NotReplicatedError` when
+    ``acked`` (WAIT's reply) is fewer replicas than asked for."""
+    if isinstance(acked, Exception):
+        return [acked if _applied(r) else r for r in replies]  # lost after the writes: unknown
+    if int(acked) >= wait[0]:
+        return replies
+    return [not_replicated(int(acked), wait[0], wait[1]) if _applied(r) else r for r in replies]
+
+
+def _applied(reply: Any) -> bool:
+    return isinstance(reply, list) and bool(reply) and int(reply[0]) == OK
+
+
+def _lost(reply: Any) -> bool:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return isinstance(reply, RedisConnectionError | RedisTimeoutError)
