@@ -92,8 +92,14 @@ async def close_client(client: Redis) -> None:
         pass
 
 
-def lost(aioredis: ModuleType) -> tuple[type[BaseException], ...]:
-    """The errors that mean the connection to the server was lost or refused."""
+def lost(aioredis: ModuleType, cluster: bool = False) -> tuple[type[BaseException], ...]:
+    """The errors that mean the connection to the server was lost or refused (on a Redis
+    Cluster also: no node could tell the slot map, or a slot has no master yet)."""
+    if cluster:
+        from redis.exceptions import ClusterDownError, ClusterError, RedisClusterException, SlotNotCoveredError
+
+        return (OSError, aioredis.ConnectionError, aioredis.TimeoutError, ClusterError, RedisClusterException,
+                ClusterDownError, SlotNotCoveredError)  # fmt: skip
     return (OSError, aioredis.ConnectionError, aioredis.TimeoutError)
 
 

@@ -117,7 +117,9 @@ def make_cluster_client(url: str) -> RedisCluster:
 
     single, hosts = split_hosts(url)
     seeds = [ClusterNode(host, port) for host, port in hosts[1:]]
-    return RedisCluster.from_url(single, startup_nodes=seeds)
+    # No socket timeout unless the URL sets one (as the one-server client): a busy node that
+    # fsyncs every write is slow, not gone; a dead one resets its connections.
+    return RedisCluster.from_url(single, startup_nodes=seeds, socket_timeout=None)
 
 
 def where(url: str) -> tuple[Any, ...]:
@@ -157,7 +159,7 @@ async def run_scripts(
             if isinstance(result, BaseException):  # the send failed: every outcome unknown
                 client._initialize = True  # read the slot map again before the next command
                 for i in part:
-                    replies[i] = result
+                    replies[i] = unknown(node.name, result) if _lost(result) else result
                 continue
             for i, reply in zip(part, result, strict=True):
                 if isinstance(reply, MovedError):
@@ -169,9 +171,10 @@ async def run_scripts(
                 elif isinstance(reply, NoScriptError):
                     await node.execute_command("SCRIPT", "LOAD", WRITE)
                     again.append(i)
+                elif _lost(reply):
+                    client._initialize = True
+                    replies[i] = unknown(node.name, reply)
                 else:
-                    if isinstance(reply, OSError | ConnectionError) or _lost(reply):
-                        client._initialize = True
                     replies[i] = reply
         pending = again
         if not pending:
@@ -211,6 +214,17 @@ def waited(replies: list[Any], acked: Any, wait: tuple[int, int]) -> list[Any]:
     return [not_replicated(int(acked), wait[0], wait[1]) if _applied(r) else r for r in replies]
 
 
+def unknown(node: str, exc: BaseException) -> ConnectionError:
+    """The error of a write whose connection to ``node`` was lost: its outcome is unknown."""
+    error = ConnectionError(
+        f"the connection to the Redis Cluster node {node} was lost during the write ({exc}); it may "
+        "or may not have been applied. Sending the same write again is safe (entries the store "
+        "already has are skipped)"
+    )
+    error.__cause__ = exc
+    return error
+
+
 def _applied(reply: Any) -> bool:
     return isinstance(reply, list) and bool(reply) and int(reply[0]) == OK
 
@@ -219,4 +233,4 @@ def _lost(reply: Any) -> bool:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
-    return isinstance(reply, RedisConnectionError | RedisTimeoutError)
+    return isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError | asyncio.TimeoutError)

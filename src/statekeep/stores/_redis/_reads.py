@@ -92,7 +92,7 @@ _WITH_TIME = """
 local h = redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
 local t = redis.call('TIME')
 if ARGV[1] == '' then return {h, t} end
-return {h, t, redis.call('LLEN', KEYS[2]), redis.call('LRANGE', KEYS[2], tonumber(ARGV[1]), -1)}
+return {h, t, redis.call('LLEN', KEYS[2]), redis.call('LRANGE', KEYS[2], ARGV[1], -1)}
 """
 
 

@@ -199,7 +199,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         self._server = _client.server_key(url, client, self._cluster)
         self._keys_of = Keys.of(self._prefix, self.namespace, self._cluster)
         self._server_name = f"Redis at {_client.where(self._server)}"
-        self._lost = _client.lost(self._aioredis)
+        self._lost = _client.lost(self._aioredis, self._cluster)
         self._user_conn = client
         super().__init__()
 
