@@ -359,7 +359,9 @@ def redis_cli(port: int, password: str | None, *args: str, timeout: float = STAR
         stdin=subprocess.DEVNULL,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"redis-cli {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        raise RuntimeError(
+            f"redis-cli {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        )
     return done.stdout
 
 

@@ -238,6 +238,31 @@ class RedisCluster:
                 raise RuntimeError(f"node {node.port} was not promoted within {timeout:.0f} s")
             time.sleep(0.05)
 
+    def wait_replicas(self, replicas: int, timeout: float = START_TIMEOUT) -> None:
+        """Poll until every live master has ``replicas`` replicas connected, in sync (its ``INFO
+        replication``), and knows them in ``CLUSTER NODES``."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            masters = self.masters()
+            if masters and all(self._synced(m) >= replicas for m in masters):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the masters did not get {replicas} replica(s) each within {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def _synced(self, master: RedisServer) -> int:
+        try:
+            info = self.cli(master, "INFO", "replication")
+            nodes = self.cli(master, "CLUSTER", "NODES")
+            me = self.node_id(master)
+        except Exception:
+            return 0
+        online = sum(1 for ln in info.splitlines() if ln.startswith("slave") and "state=online" in ln)
+        known = sum(1 for ln in nodes.splitlines() if len(ln.split()) > 3 and ln.split()[3] == me)
+        return min(online, known)
+
     def replica_of(self, master: RedisServer) -> RedisServer:
         """A live replica of ``master`` (by ``CLUSTER NODES``)."""
         master_id = self.node_id(master)
@@ -280,6 +305,7 @@ def start_redis_cluster(
             "--cluster-replicas", str(replicas), "--cluster-yes",
         )  # fmt: skip
         cluster.wait_ok()
+        cluster.wait_replicas(replicas)
     except BaseException:
         cluster.remove()
         raise

@@ -19,7 +19,7 @@ from tests.support.servers import RedisCluster, unique_name
 
 pytest.importorskip("redis.asyncio")
 
-from statekeep.stores import RedisStore  # noqa: E402
+from statekeep.stores import RedisStore
 
 SOAK = os.environ.get("STATEKEEP_SOAK") == "1"
 
@@ -54,7 +54,10 @@ def test_namespaces_spread_over_the_masters(redis_cluster: RedisCluster) -> None
         try:
             store.write("a", entries(0, 2), snapshot(), create=True)
             store.write("b", entries(0, 1), snapshot(), create=True)
-            assert [s.id for s in store.list()] == ["a", "b"] or sorted(s.id for s in store.list()) == ["a", "b"]
+            assert [s.id for s in store.list()] == ["a", "b"] or sorted(s.id for s in store.list()) == [
+                "a",
+                "b",
+            ]
             keys = [store._keys_of.state + b"a", store._keys_of.entries + b"b", store._keys_of.common[0]]
             slots = {redis_cluster.keyslot(k) for k in keys}
             assert len(slots) == 1, f"namespace {name}: its keys are in slots {slots}"
@@ -109,10 +112,12 @@ def test_blobs_are_each_namespaces_own_on_a_cluster(redis_cluster: RedisCluster)
 # -- wait_replicas ---------------------------------------------------------------------------
 
 
-def test_wait_replicas_without_enough_replicas_reports_the_write_failed(redis_server: servers.RedisServer) -> None:
+def test_wait_replicas_without_enough_replicas_reports_the_write_failed(
+    redis_server: servers.RedisServer,
+) -> None:
     store = RedisStore(redis_server.url, prefix=unique_name("sk") + ":", wait_replicas=1, wait_timeout=0.2)
     try:
-        with pytest.raises(ConnectionError, match="may or may not survive a failover.*again is safe"):
+        with pytest.raises(ConnectionError, match=r"may or may not survive a failover.*again is safe"):
             store.write("a", entries(0, 1), snapshot(), create=True)
         # applied on the master (so a resend is a no-op there), never reported durable
         plain = RedisStore(redis_server.url, prefix=store.prefix)
@@ -173,11 +178,29 @@ def test_a_master_killed_under_four_writers_loses_no_acknowledged_write(tmp_path
         ledgers = [tmp_path / f"w{n}.ledger" for n in range(4)]
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "tests.support.children.cluster_writer", "--url", cluster.url,
-                 "--prefix", prefix, "--name", f"w{n}", "--writes", str(writes), "--ledger", str(ledgers[n]),
-                 "--wait-replicas", "1", *names],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.support.children.cluster_writer",
+                    "--url",
+                    cluster.url,
+                    "--prefix",
+                    prefix,
+                    "--name",
+                    f"w{n}",
+                    "--writes",
+                    str(writes),
+                    "--ledger",
+                    str(ledgers[n]),
+                    "--wait-replicas",
+                    "1",
+                    *names,
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+            )
             for n in range(4)
         ]
         victim = cluster.node_of_slot(cluster.keyslot(f"{prefix}{{{names[0]}}}:x"))
@@ -191,6 +214,7 @@ def test_a_master_killed_under_four_writers_loses_no_acknowledged_write(tmp_path
         cluster.wait_master(heir)  # the cluster promotes its replica after cluster-node-timeout
         victim.start()  # back, as the new master's replica: wait_replicas=1 can be met again
         cluster.wait_ok()
+        cluster.wait_replicas(1)
         results = []
         for proc in procs:
             out, err = proc.communicate(timeout=300)

@@ -10,9 +10,9 @@ code; the single-server Redis contract covers them)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 

@@ -24,7 +24,9 @@ def main() -> None:
     parser.add_argument("namespaces", nargs="+")
     args = parser.parse_args()
     stores = [
-        RedisStore(args.url, prefix=args.prefix, namespace=ns, wait_replicas=args.wait_replicas, wait_timeout=2)
+        RedisStore(
+            args.url, prefix=args.prefix, namespace=ns, wait_replicas=args.wait_replicas, wait_timeout=2
+        )
         for ns in args.namespaces
     ]
     errors = acked = 0

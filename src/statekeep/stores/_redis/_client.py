@@ -96,7 +96,12 @@ def lost(aioredis: ModuleType, cluster: bool = False) -> tuple[type[BaseExceptio
     """The errors that mean the connection to the server was lost or refused (on a Redis
     Cluster also: no node could tell the slot map, or a slot has no master yet)."""
     if cluster:
-        from redis.exceptions import ClusterDownError, ClusterError, RedisClusterException, SlotNotCoveredError
+        from redis.exceptions import (
+            ClusterDownError,
+            ClusterError,
+            RedisClusterException,
+            SlotNotCoveredError,
+        )
 
         return (OSError, aioredis.ConnectionError, aioredis.TimeoutError, ClusterError, RedisClusterException,
                 ClusterDownError, SlotNotCoveredError)  # fmt: skip
@@ -172,7 +177,9 @@ async def run_scripts(
     return replies
 
 
-async def _evalsha(local: ClientLocal, calls: Sequence[ScriptCall], wait: tuple[int, int] | None) -> list[Any]:
+async def _evalsha(
+    local: ClientLocal, calls: Sequence[ScriptCall], wait: tuple[int, int] | None
+) -> list[Any]:
     assert local.write_script is not None
     sha = local.write_script.sha
     if wait is not None:  # one connection: the writes, then WAIT for them

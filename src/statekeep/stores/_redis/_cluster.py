@@ -74,6 +74,29 @@ def take(options: dict[str, str], scheme: str) -> tuple[bool, dict[str, float | 
     return cluster, numbers
 
 
+def settings(
+    url: str,
+    options: dict[str, str],
+    client: object,
+    wait_replicas: int | None,
+    wait_timeout: float | None,
+    failover_timeout: float | None,
+) -> tuple[bool, tuple[int, int] | None, float]:
+    """A store's cluster mode, its ``WAIT`` (replicas, timeout in ms; None: no WAIT) and its
+    ``failover_timeout``, from its keywords, else its URL's parameters (``options``), else
+    the defaults; ValueError for a bad one."""
+    scheme = urlsplit(redaction.split_userinfo(url)[1]).scheme.lower()
+    cluster, numbers = take(options, scheme)
+    cluster = cluster or type(client).__name__ == "RedisCluster"
+    replicas = wait_replicas if wait_replicas is not None else numbers.get("wait_replicas", 0)
+    timeout = wait_timeout if wait_timeout is not None else numbers.get("wait_timeout", 1.0)
+    default = FAILOVER_CLUSTER if cluster else FAILOVER_DEFAULT
+    failover = failover_timeout if failover_timeout is not None else numbers.get("failover_timeout", default)
+    check_wait(replicas, timeout, failover)
+    wait = (int(replicas), max(int(timeout * 1000), 1)) if replicas else None
+    return cluster, wait, float(failover)
+
+
 def check_wait(wait_replicas: object, wait_timeout: object, failover_timeout: object) -> None:
     """ValueError/TypeError for a bad ``wait_replicas``, ``wait_timeout`` or ``failover_timeout``."""
     if type(wait_replicas) is not int or wait_replicas < 0:
@@ -92,7 +115,9 @@ def split_hosts(url: str) -> tuple[str, list[tuple[str, int]]]:
     parts = urlsplit(rest)
     scheme = parts.scheme.lower().removesuffix("+cluster")
     if scheme not in ("redis", "rediss"):
-        raise ValueError(f"a Redis Cluster URL starts with redis+cluster:// or rediss+cluster://, got {parts.scheme}://")
+        raise ValueError(
+            f"a Redis Cluster URL starts with redis+cluster:// or rediss+cluster://, got {parts.scheme}://"
+        )
     hosts: list[tuple[str, int]] = []
     for item in parts.netloc.split(","):
         host, _, port = item.rpartition(":") if ":" in item else (item, "", "6379")
@@ -151,7 +176,10 @@ async def run_scripts(
             node = client.get_node_from_key(calls[i][0])
             groups.setdefault(node.name, (node, []))[1].append(i)
         results = await asyncio.gather(
-            *(_on_node(node, sha, [calls[i] for i in part], wait, PipelineCommand) for node, part in groups.values()),
+            *(
+                _on_node(node, sha, [calls[i] for i in part], wait, PipelineCommand)
+                for node, part in groups.values()
+            ),
             return_exceptions=True,
         )
         again: list[int] = []

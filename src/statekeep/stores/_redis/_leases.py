@@ -78,7 +78,9 @@ async def release(local: ClientLocal, keys: Keys, lease: Lease) -> None:
 async def current(local: ClientLocal, keys: Keys, state_id: str) -> Lease | None:
     """The live lease of ``state_id`` by the server's clock, or None."""
     if _reads.is_cluster(local):
-        row, (secs, micros) = await _reads.with_time(local, keys.lease_key(state_id), ("owner", "token", "exp", "ttl"))
+        row, (secs, micros) = await _reads.with_time(
+            local, keys.lease_key(state_id), ("owner", "token", "exp", "ttl")
+        )
     else:
         async with local.client.pipeline(transaction=True) as pipe:
             pipe.hmget(keys.lease_key(state_id), "owner", "token", "exp", "ttl")

@@ -26,7 +26,9 @@ async def read(local: ClientLocal, keys: Keys, state_id: str, server: str, since
         state_key, entries_key = keys.state_keys(state_id)
         fields = ("next", "snapshot", "exp", "inc", "first")
         if is_cluster(local):
-            row, (secs, micros), size, items = await with_time(local, state_key, fields, entries_key, since - off)
+            row, (secs, micros), size, items = await with_time(
+                local, state_key, fields, entries_key, since - off
+            )
             next_seq, snapshot, exp, inc, first = row
         else:
             async with local.client.pipeline(transaction=True) as pipe:
@@ -107,7 +109,9 @@ async def with_time(
     """[the fields of hash ``key`` (None where absent), (seconds, microseconds)] and, with
     ``entries``, that list's length and items from ``start``: one script, one node."""
     keys = [key] if entries is None else [key, entries]
-    reply = await local.client.eval(_WITH_TIME, len(keys), *keys, "" if entries is None else max(start, 0), *fields)
+    reply = await local.client.eval(
+        _WITH_TIME, len(keys), *keys, "" if entries is None else max(start, 0), *fields
+    )
     row = [None if v is None or v is False else v for v in reply[0]]
     row += [None] * (len(fields) - len(row))
     return [row, (int(reply[1][0]), int(reply[1][1])), *reply[2:]]

@@ -4,10 +4,9 @@ its client: :mod:`._client`; the package docstring tells how States are kept).""
 from __future__ import annotations
 
 import copy
-from urllib.parse import urlsplit
 from collections.abc import Collection, Hashable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -170,16 +169,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             namespace = in_url["namespace"]
         if retention is None and "retention" in in_url:
             retention = our_values({"retention": in_url["retention"]})["retention"]
-        scheme = urlsplit(redaction.split_userinfo(url)[1]).scheme.lower()
-        cluster, numbers = _cluster.take(in_url, scheme)
-        self._cluster = cluster or type(client).__name__ == "RedisCluster"
-        self._wait_replicas = wait_replicas if wait_replicas is not None else numbers.get("wait_replicas", 0)
-        self._wait_timeout = wait_timeout if wait_timeout is not None else numbers.get("wait_timeout", 1.0)
-        default = _cluster.FAILOVER_CLUSTER if self._cluster else _cluster.FAILOVER_DEFAULT
-        self._failover_timeout = failover_timeout if failover_timeout is not None else numbers.get(
-            "failover_timeout", default
+        self._cluster, self._wait, self._failover_timeout = _cluster.settings(
+            url, in_url, client, wait_replicas, wait_timeout, failover_timeout
         )
-        _cluster.check_wait(self._wait_replicas, self._wait_timeout, self._failover_timeout)
         self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self._observe(telemetry, trace_ids)
@@ -195,7 +187,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         self._user_client = client
         self._create = create
         if self._cluster and b"{" in self._prefix:
-            raise ValueError(f"prefix {prefix!r}: on a Redis Cluster a prefix holds no '{{' (the store adds the hash tag)")
+            raise ValueError(
+                f"prefix {prefix!r}: on a Redis Cluster a prefix holds no '{{' (the store adds the hash tag)"
+            )
         self._server = _client.server_key(url, client, self._cluster)
         self._keys_of = Keys.of(self._prefix, self.namespace, self._cluster)
         self._server_name = f"Redis at {_client.where(self._server)}"
@@ -241,7 +235,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         def refused(exc: BaseException) -> bool:
             return exc.__cause__ is not None and self._refusal(exc.__cause__) is not None
 
-        await _resend.resending(lambda resent: self._write_once(write, resent), self._failover_timeout, refused)
+        await _resend.resending(
+            lambda resent: self._write_once(write, resent), self._failover_timeout, refused
+        )
 
     async def _write_once(self, write: PreparedWrite, resent: bool) -> None:
         sid = write.state_id
@@ -253,9 +249,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             status = int(reply[0])
             if status == servercommon.OK:
                 return
-            if status == servercommon.EXISTS and resent and write.create:
-                if _resend.holds_what_was_sent(write, await self._read(sid)):
-                    return  # the first attempt, whose outcome was unknown, created it
+            created = status == servercommon.EXISTS and resent and write.create
+            if created and _resend.holds_what_was_sent(write, await self._read(sid)):
+                return  # the first attempt, whose outcome was unknown, created it
             if _leases.is_refusal(reply):
                 _leases.refuse(self._keys_of, sid, reply, write.lease, "nothing was written")
             if status == WRONGTYPE:
@@ -433,8 +429,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         try:
             async with self._talking("write"):
                 calls = [args for args, _ in batch]
-                wait = None if not self._wait_replicas else (self._wait_replicas, int(self._wait_timeout * 1000))
-                replies = await _client.run_scripts(local, calls, self._errors.NoScriptError, wait, self._cluster)
+                replies = await _client.run_scripts(
+                    local, calls, self._errors.NoScriptError, self._wait, self._cluster
+                )
         except Exception as exc:  # the connection: every outcome is unknown
             for _, future in batch:
                 if not future.done():
@@ -469,7 +466,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         if self._user_client is not None:
             client = self._user_client
         elif self._cluster:
-            client = _cluster.make_cluster_client(self._url)
+            # The commands the store sends have the same names on both clients; writes go per
+            # node (._cluster.run_scripts), reads whose TIME a cluster cannot pipeline by script.
+            client = cast("Redis", _cluster.make_cluster_client(self._url))
         else:
             client = _client.make_client(self._aioredis, self._url)
         await self._checked_open(local, client, self._check_server)
