@@ -35,6 +35,7 @@ ROWS = {
     "adk": 11,
     "telemetry": 4,
     "langgraph_memory": 8,
+    "redis_cluster": 4,
 }
 
 
@@ -57,7 +58,13 @@ def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_benchmark_quick_runs_and_prints_its_table(name: str, tmp_path: Path) -> None:
-    if name in ("servers", "ranges", "copy", "langgraph_growth"):  # start their own PostgreSQL (and Redis)
+    if name in (
+        "servers",
+        "ranges",
+        "copy",
+        "langgraph_growth",
+        "redis_cluster",
+    ):  # their own PostgreSQL, Redis
         for check in (servers.postgres_bindir, servers.redis_binary):
             try:
                 check()

@@ -60,14 +60,39 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     AOF is on) up to a second of acknowledged writes can be lost; with no AOF, everything
     since the last RDB save. On first connect the store reads both settings and warns
     once (RuntimeWarning) if they are weaker, or if ``CONFIG GET`` is refused so that it
-    cannot tell. It also warns when the server's ``maxmemory-policy`` may evict
-    statekeep's keys (``allkeys-*``, or ``volatile-*`` when they have a TTL). Replicas are
-    asynchronous, and Redis 7.0 has no ``WAITAOF``, so the store
-    cannot confirm an fsync itself. A connection lost during a write raises
-    ConnectionError with the outcome unknown: sending the same write again is safe, since
-    entries the store already has are skipped when equal. (A ``create=True`` write sent
-    again after an unknown outcome may find its own State and raise "already exists":
-    read it to see.)
+    cannot tell (on a cluster: every node's, the weakest warned about). It also warns when
+    the server's ``maxmemory-policy`` may evict statekeep's keys (``allkeys-*``, or
+    ``volatile-*`` when they have a TTL). Redis 7.0 has no ``WAITAOF``, so the store cannot
+    confirm an fsync itself. A connection lost during a write raises ConnectionError with
+    the outcome unknown: sending the same write again is safe, since entries the store
+    already has are skipped when equal.
+
+    Replicas are asynchronous: a write a master acknowledged and had not yet passed on is
+    lost if the master dies and a replica takes over. ``wait_replicas=N`` (also
+    ``?wait_replicas=N`` in the URL; on one server with replicas too): after each batch of
+    writes the store runs ``WAIT N`` on the connection that ran them, for at most
+    ``wait_timeout`` seconds (default 1); a write fewer replicas acknowledged raises
+    ConnectionError saying it may or may not survive a failover, never returns as durable.
+    So when a write returns: with ``wait_replicas=0`` (the default) the master applied it
+    (and logged it, with AOF ``always``); with ``N`` also N replicas hold it in memory (not
+    necessarily on their disks), so it survives the master's loss as long as one of them
+    is the one promoted (a Redis Cluster promotes the replica with the most data).
+    ``failover_timeout`` (seconds; ``?failover_timeout=`` too; default 0 on one server, 30
+    on a cluster): a write whose outcome is unknown (a lost connection, too few replicas)
+    is sent again, reconnecting (on a cluster: to the promoted master), until it succeeds
+    or the time is up, then raises ConnectionError. A ``create=True`` write whose first
+    attempt created the State is recognised (the State holds exactly what was sent) and
+    succeeds.
+
+    Redis Cluster: ``redis+cluster://:password@host:port,host:port/0`` (``rediss+cluster://``
+    for TLS), or ``?cluster=true`` on a ``redis://`` URL, or a
+    ``redis.asyncio.cluster.RedisCluster`` as ``client``. Every key of a namespace carries
+    the hash tag ``{namespace}`` (``<prefix>{<namespace>}:state:<id>``, the default
+    namespace too), so each script works on one node, atomic as on one server, and
+    namespaces spread over the masters: put tenants in namespaces to spread the load. There,
+    blobs are each namespace's own (under its tag, not shared across namespaces), the prefix
+    may hold no ``{``, and a batch of writes goes to each master as one pipeline. Slot moves
+    (MOVED, ASK) are followed; a script runs whole or not at all on one node.
 
     ``url`` is a redis-py URL (``redis://:password@host:6379/0``, ``rediss://`` for TLS,
     ``unix:///path.sock``). ``client``: a ``redis.asyncio.Redis`` to use instead; it must
@@ -82,8 +107,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     All keys start with ``prefix``; stores with different prefixes share a database
     without seeing each other's States (keep prefixes from being prefixes of one
-    another, and end them with ``:``). Needs a single Redis server or a primary with
-    replicas; Redis Cluster is not supported. The password never appears in ``repr()`` or
+    another, and end them with ``:``). Runs on a single Redis server, a primary with
+    replicas, or a Redis Cluster (above). The password never appears in ``repr()`` or
     in the store's error messages.
 
     ``namespace`` (also ``?namespace=`` in the URL): stores of two namespaces under one
