@@ -43,10 +43,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from tests.support import servers  # noqa: E402
+
 import common  # noqa: E402
 from common import make_entry, make_snapshot  # noqa: E402
-
-from tests.support import servers  # noqa: E402
 
 WRITERS = 8
 
@@ -105,7 +105,7 @@ def run(url: str, cfg: Config, wait: int, tag: str) -> float:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         for n in range(cfg.writers)
     ]
     results = []
@@ -162,10 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "turns/s",
             "one",
             "one Redis",
-        ),  # fmt: skip
+        ),
         med.ratio_row(
             f"{cfg.writers} writers, cluster, wait_replicas=1", "wait", "turns/s", "cluster", "cluster"
-        ),  # fmt: skip
+        ),
     ]
     rows.append(med.row("failover: a master SIGKILLed -> the first write there returns", "failover", "s"))
     rows[1].ratio, rows[2].ratio = statistics.median(ratio), statistics.median(waited)
