@@ -80,6 +80,26 @@ def test_the_url_says_cluster_and_names_no_password(redis_cluster: RedisCluster)
         assert redis_cluster.password is None or redis_cluster.password not in repr(store)
     finally:
         store.close()
+    from statekeep import open_store
+
+    opened = open_store(redis_cluster.url + f"?namespace=x&wait_replicas=1", prefix=store.prefix)
+    try:
+        got = opened.read("a")
+        assert got is not None and got.entries == entries(0, 1)
+    finally:
+        opened.close()
+    from redis.asyncio.cluster import RedisCluster as Client
+
+    own = RedisStore(
+        client=Client(host="127.0.0.1", port=redis_cluster.nodes[0].port, password=redis_cluster.password),
+        prefix=store.prefix,
+        namespace="x",
+    )
+    try:
+        got = own.read("a")  # the same keys, through a client of the user's
+        assert got is not None and got.entries == entries(0, 1)
+    finally:
+        own.close()
     with pytest.raises(ValueError, match="database 0 only"):
         RedisStore(redis_cluster.url.replace("/0", "/3"))
     with pytest.raises(ValueError, match="cluster=true or cluster=false"):

@@ -125,8 +125,9 @@ def refusal(errors: ModuleType, exc: BaseException, db: object) -> str | None:
 def server_key(url: str, client: Redis | None, cluster: bool = False) -> ServerKey:
     """Where the server of ``url`` (or of the user's ``client``) is, without the password."""
     if cluster and client is not None:
-        seeds = getattr(client, "startup_nodes", {}) or {}
-        return (",".join(sorted(seeds)) or f"client {id(client)}", "cluster", 0)
+        seeds = getattr(client, "startup_nodes", None) or []
+        names = sorted(getattr(node, "name", str(node)) for node in seeds)
+        return (",".join(names) or f"client {id(client)}", "cluster", 0)
     if cluster:
         return _cluster.where(url)
     if client is not None:
