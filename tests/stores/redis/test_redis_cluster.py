@@ -82,7 +82,7 @@ def test_the_url_says_cluster_and_names_no_password(redis_cluster: RedisCluster)
         store.close()
     from statekeep import open_store
 
-    opened = open_store(redis_cluster.url + f"?namespace=x&wait_replicas=1", prefix=store.prefix)
+    opened = open_store(redis_cluster.url + "?namespace=x&wait_replicas=1", prefix=store.prefix)
     try:
         got = opened.read("a")
         assert got is not None and got.entries == entries(0, 1)
