@@ -249,7 +249,9 @@ class RedisCluster:
             if masters and all(self._synced(m) >= replicas for m in masters):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the masters did not get {replicas} replica(s) each within {timeout:.0f} s")
+                raise RuntimeError(
+                    f"the masters did not get {replicas} replica(s) each within {timeout:.0f} s"
+                )
             time.sleep(0.05)
 
     def _synced(self, master: RedisServer) -> int:
