@@ -255,3 +255,25 @@ def test_a_master_killed_under_four_writers_loses_no_acknowledged_write(tmp_path
                 store.close()
     finally:
         cluster.remove()
+
+
+def test_failover_timeout_resends_a_write_whose_connection_was_lost() -> None:
+    try:
+        server = servers.start_redis()
+    except servers.ServerMissing as exc:
+        servers.need(exc)
+        raise
+    patient = RedisStore(server.url + "?failover_timeout=30", prefix="sk:")
+    hasty = RedisStore(server.url, prefix="sk:")  # failover_timeout 0: raises at once, as before
+    try:
+        patient.write("a", entries(0, 1), snapshot(), create=True)
+        hasty.write("b", entries(0, 1), snapshot(), create=True)
+        server.restart()  # SIGKILL, then up again: both stores' connections are dead
+        patient.write("a", entries(1, 1), snapshot(turn=1))  # resent on a new connection
+        with pytest.raises(ConnectionError):
+            hasty.write("b", entries(1, 1), snapshot(turn=1))
+        got = patient.read("a")
+        assert got is not None and [e["seq"] for e in got.entries] == [0, 1]
+    finally:
+        patient.close()
+        hasty.close()
