@@ -65,7 +65,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     ``volatile-*`` when they have a TTL). Redis 7.0 has no ``WAITAOF``, so the store cannot
     confirm an fsync itself. A connection lost during a write raises ConnectionError with
     the outcome unknown: sending the same write again is safe, since entries the store
-    already has are skipped when equal.
+    already has are skipped when equal. (A ``create=True`` write you send again after an
+    unknown outcome may find its own State and raise "already exists": read it to see;
+    within ``failover_timeout``, below, the store recognises it itself.)
 
     Replicas are asynchronous: a write a master acknowledged and had not yet passed on is
     lost if the master dies and a replica takes over. ``wait_replicas=N`` (also
@@ -257,6 +259,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     # -- the four operations, on the owner loop -------------------------------------
 
     async def _write(self, write: PreparedWrite) -> None:
+        if self._failover_timeout <= 0:  # one server's default: an unknown outcome raises at once
+            return await self._write_once(write, False)
+
         def refused(exc: BaseException) -> bool:
             return exc.__cause__ is not None and self._refusal(exc.__cause__) is not None
 
