@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from statekeep._runtime.bridge import run_sync
 from statekeep.testing import entries, snapshot
 from tests.support import REPO, servers
 from tests.support.servers import RedisCluster, unique_name
@@ -66,6 +67,8 @@ def test_namespaces_spread_over_the_masters(redis_cluster: RedisCluster) -> None
             held = int(redis_cluster.cli(node, "CLUSTER", "COUNTKEYSINSLOT", str(slot)).strip())
             assert held >= 5  # state and entries of each State, and the indexes
             holders.add(node.port)
+            # the ids by SCAN (what `statekeep stats` counts): every master scanned
+            assert run_sync(store._state_ids(), "state_ids") == ["a", "b"]
         finally:
             store.close()
     assert len(holders) >= 2, "twelve namespaces all hashed to one master"

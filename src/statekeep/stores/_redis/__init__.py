@@ -16,6 +16,8 @@ start with ``N`` (``P`` for the default namespace, ``P ns:{name}:`` for another)
     N lease:{id}     hash: the State's lease row: owner, token, exp and ttl (microseconds);
                      no TTL, and kept after a release and a delete, so tokens only grow
     P layout         the key layout's version; a newer one is refused, layout 1 upgraded
+    N wait           with wait_replicas only: set to 1 before each WAIT, so that WAIT always
+                     follows a write of its connection (see ._cluster)
 
 Every write is one server-side Lua script, so it is atomic and serialised with every
 other write to the State, from any process or host: it checks the seq rules, appends the

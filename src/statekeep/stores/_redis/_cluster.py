@@ -235,8 +235,13 @@ def touch_key(call: tuple[Any, ...]) -> bytes:
 def waited(replies: list[Any], acked: Any, wait: tuple[int, int]) -> list[Any]:
     """``replies`` with each applied write replaced by :class:`NotReplicatedError` when
     ``acked`` (WAIT's reply) is fewer replicas than asked for."""
-    if isinstance(acked, Exception):
-        return [acked if _applied(r) else r for r in replies]  # lost after the writes: unknown
+    if isinstance(acked, Exception):  # WAIT failed after the writes: not confirmed
+        error = NotReplicatedError(
+            f"the Redis server applied the write, but its WAIT for {wait[0]} replica(s) failed ({acked}): "
+            "it may or may not survive a failover, so it is not reported durable. Sending the same "
+            "write again is safe (entries the store already has are skipped)"
+        )
+        return [error if _applied(r) else r for r in replies]
     if int(acked) >= wait[0]:
         return replies
     return [not_replicated(int(acked), wait[0], wait[1]) if _applied(r) else r for r in replies]
