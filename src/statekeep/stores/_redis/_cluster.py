@@ -193,7 +193,9 @@ async def run_scripts(
                 if isinstance(reply, MovedError):
                     await client.nodes_manager.move_slot(reply)
                     again.append(i)
-                elif isinstance(reply, AskError | TryAgainError | ClusterDownError):
+                elif isinstance(reply, AskError):  # the slot is moving: ASKING, then the call, there
+                    replies[i] = await _asking(client, reply, sha, calls[i], wait, PipelineCommand)
+                elif isinstance(reply, TryAgainError | ClusterDownError):
                     client._initialize = True
                     again.append(i)
                 elif isinstance(reply, NoScriptError):
@@ -209,7 +211,11 @@ async def run_scripts(
             return replies
         await asyncio.sleep(0.05)  # a slot being moved or a master being elected
     for i in pending:
-        replies[i] = ConnectionError("the Redis Cluster kept redirecting the write; it did not run")
+        replies[i] = ConnectionError(
+            "the Redis Cluster kept redirecting the write (its namespace's slot is being moved between "
+            "masters: a script on a half-moved slot is refused with TRYAGAIN), so it did not run; "
+            "sending it again is safe"
+        )
     return replies
 
 
@@ -223,6 +229,36 @@ async def _on_node(
     await node.execute_pipeline(commands)
     results = [c.result for c in commands]
     return results if wait is None else waited(results[: len(calls)], results[-1], wait)
+
+
+async def _asking(
+    client: Any, ask: Any, sha: str, call: tuple[Any, ...], wait: tuple[int, int] | None, command: Any
+) -> Any:
+    """The call sent, after ``ASKING``, to the node a slot is moving to (an ASK reply), on one
+    connection (with its WAIT); its reply, or the error that says its outcome is unknown."""
+    from redis.exceptions import TryAgainError
+
+    node = client.get_node(host=ask.host, port=ask.port)
+    if node is None:
+        client._initialize = True
+        return ConnectionError(
+            f"the Redis Cluster moves the slot to {ask.host}:{ask.port}, a node it does not list"
+        )
+    commands = [command(0, "ASKING"), command(1, "EVALSHA", sha, WRITE_KEYS, *call)]
+    if wait is not None:
+        commands += [command(2, "ASKING"), command(3, "SET", touch_key(call), "1"), command(4, "WAIT", *wait)]
+    try:
+        await node.execute_pipeline(commands)
+    except Exception as exc:
+        return unknown(node.name, exc) if _lost(exc) else exc
+    reply = commands[1].result
+    if _lost(reply):
+        return unknown(node.name, reply)
+    if isinstance(reply, TryAgainError):  # some of the State's keys are not moved yet: it did not run
+        return ConnectionError(
+            f"the Redis Cluster is moving the State's slot ({reply}); the write did not run"
+        )
+    return reply if wait is None else waited([reply], commands[-1].result, wait)[0]
 
 
 def touch_key(call: tuple[Any, ...]) -> bytes:
