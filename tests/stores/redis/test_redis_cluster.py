@@ -1,6 +1,7 @@
 """RedisStore on a Redis Cluster beyond the contract (test_redis_cluster_contract.py): where
 namespaces' keys live, per-namespace blobs, the URL, ``wait_replicas`` (on one server too),
-and a master SIGKILLed under 4 writer processes, its replica promoted by the cluster."""
+a master SIGKILLed under 4 writer processes, its replica promoted by the cluster, and a
+namespace's slot moved to another master."""
 
 from __future__ import annotations
 
@@ -280,3 +281,36 @@ def test_failover_timeout_resends_a_write_whose_connection_was_lost() -> None:
     finally:
         patient.close()
         hasty.close()
+
+
+def test_a_namespace_moved_to_another_master_is_followed_and_nothing_half_written() -> None:
+    cluster = own_cluster()
+    try:
+        slot = cluster.keyslot("m:{moving}:x")
+        source = cluster.node_of_slot(slot)
+        target = next(m for m in cluster.masters() if m is not source)
+        store = RedisStore(cluster.url, prefix="m:", namespace="moving", wait_replicas=1, failover_timeout=0)
+        try:
+            store.write("a", entries(0, 1), snapshot(), create=True)
+            cluster.cli(target, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", cluster.node_id(source))
+            cluster.cli(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", cluster.node_id(target))
+            # half moved: Redis refuses the script (TRYAGAIN), so nothing of it is written
+            with pytest.raises(ConnectionError, match=r"being moved.*did not run"):
+                store.write("a", entries(1, 1), snapshot(turn=1))
+            got = store.read("a")  # reads go on
+            assert got is not None and got.entries == entries(0, 1)
+            keys = cluster.cli(source, "CLUSTER", "GETKEYSINSLOT", str(slot), "100").split()
+            auth = ["AUTH", cluster.password] if cluster.password else []
+            cluster.cli(
+                source, "MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", *auth, "KEYS", *keys
+            )
+            for node in cluster.masters():
+                cluster.cli(node, "CLUSTER", "SETSLOT", str(slot), "NODE", cluster.node_id(target))
+            store.write("a", entries(1, 2), snapshot(turn=2))  # MOVED: followed to the new master
+            got = store.read("a")
+            assert got is not None and got.entries == entries(0, 3)
+            assert int(cluster.cli(target, "CLUSTER", "COUNTKEYSINSLOT", str(slot)).strip()) >= 3
+        finally:
+            store.close()
+    finally:
+        cluster.remove()
