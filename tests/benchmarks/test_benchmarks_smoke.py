@@ -37,11 +37,12 @@ ROWS = {
     "langgraph_memory": 8,
     "failover": 8,
     "pgbouncer": 5,
+    "redis_cluster": 4,
 }
 
 
 #: The benchmarks that start their own PostgreSQL (and Redis).
-OWN_SERVERS = ("servers", "ranges", "copy", "langgraph_growth", "failover", "pgbouncer")
+OWN_SERVERS = ("servers", "ranges", "copy", "langgraph_growth", "failover", "pgbouncer", "redis_cluster")
 
 
 def run_bench(name: str, tmp_path: Path) -> tuple[list[str], dict]:

@@ -466,3 +466,58 @@ class PgBouncerServer(Server):
 
     def command(self) -> list[str]:
         return [pgbouncer_binary(), str(self.config)]
+
+
+# -- Redis Cluster (issue 27) ---------------------------------------------------------------
+
+
+def redis_cli_binary() -> str:
+    path = shutil.which("redis-cli")
+    if path is None:
+        raise ServerMissing("redis-cli not found; install it with: apt-get install redis-tools")
+    return path
+
+
+def cluster_node_args(password: str | None, node_timeout_ms: int) -> tuple[str, ...]:
+    """The extra redis-server arguments of a cluster node (its replicas log in with the password)."""
+    args = (
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        str(node_timeout_ms),
+        # A replica takes over even when it lost touch with its master a while ago (the tests
+        # kill masters under load; the default factor can leave a shard without a master).
+        "--cluster-replica-validity-factor",
+        "0",
+    )
+    if password:
+        args += ("--masterauth", password)
+    return args
+
+
+def redis_cli(port: int, password: str | None, *args: str, timeout: float = START_TIMEOUT) -> str:
+    """Run ``redis-cli`` against 127.0.0.1:port; its output (RuntimeError if it fails)."""
+    auth = ["--no-auth-warning", "-a", password] if password else []
+    done = subprocess.run(
+        [redis_cli_binary(), "-h", "127.0.0.1", "-p", str(port), *auth, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"redis-cli {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        )
+    return done.stdout
+
+
+def cluster_info(port: int, password: str | None) -> dict[str, str]:
+    """``CLUSTER INFO`` of the node on ``port``, as a dict ({} if it does not answer)."""
+    try:
+        text = redis_cli(port, password, "CLUSTER", "INFO", timeout=5)
+    except (RuntimeError, subprocess.TimeoutExpired):
+        return {}
+    return dict(line.strip().split(":", 1) for line in text.splitlines() if ":" in line)

@@ -270,3 +270,194 @@ def pgbouncer_store(tmp_path: Any = None, **options: Any) -> Any:
     options.setdefault("schema", unique_name("sk"))
     options.setdefault("pooler", "transaction")
     return PostgresStore(shared_pgbouncer().dsn, **options)
+
+
+# -- Redis Cluster (issue 27) ---------------------------------------------------------------
+
+
+class RedisCluster:
+    """A Redis Cluster of throwaway nodes on loopback (see :func:`start_redis_cluster`)."""
+
+    def __init__(self, nodes: list[RedisServer], password: str | None) -> None:
+        self.nodes = nodes
+        self.password = password
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://`` with every node as a seed."""
+        auth = f":{self.password}@" if self.password else ""
+        hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return f"redis+cluster://{auth}{hosts}/0"
+
+    def cli(self, node: RedisServer, *args: str) -> str:
+        from tests.support.serverprocs import redis_cli
+
+        return redis_cli(node.port, self.password, *args)
+
+    def node_id(self, node: RedisServer) -> str:
+        return self.cli(node, "CLUSTER", "MYID").strip()
+
+    def role(self, node: RedisServer) -> str:
+        """``master`` or ``slave`` (as ``ROLE`` says), "" if it does not answer."""
+        try:
+            return self.cli(node, "ROLE").split("\n", 1)[0].strip()
+        except Exception:
+            return ""
+
+    def live(self) -> list[RedisServer]:
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def masters(self) -> list[RedisServer]:
+        return [n for n in self.live() if self.role(n) == "master"]
+
+    def node_of_slot(self, slot: int) -> RedisServer:
+        """The live master serving ``slot`` (by ``CLUSTER SHARDS`` of a live node)."""
+        import orjson
+
+        for node in self.live():
+            try:
+                out = self.cli(node, "--json", "CLUSTER", "SLOTS")
+            except Exception:
+                continue
+            for start, end, master, *_ in orjson.loads(out):
+                if start <= slot <= end:
+                    port = int(master[1])
+                    return next(n for n in self.nodes if n.port == port)
+        raise RuntimeError(f"no live node serves slot {slot}")
+
+    def keyslot(self, key: str | bytes) -> int:
+        text = key.decode() if isinstance(key, bytes) else key
+        return int(self.cli(self.live()[0], "CLUSTER", "KEYSLOT", text).strip())
+
+    def wait_ok(self, timeout: float = START_TIMEOUT) -> None:
+        """Poll until every live node says ``cluster_state:ok`` and every slot is served by
+        a live master (after a start or a failover)."""
+        import time
+
+        from tests.support.serverprocs import cluster_info
+
+        deadline = time.monotonic() + timeout
+        while True:
+            infos = [cluster_info(n.port, self.password) for n in self.live()]
+            if all(i.get("cluster_state") == "ok" and i.get("cluster_slots_ok") == "16384" for i in infos):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Redis Cluster did not become ok within {timeout:.0f} s: {infos}")
+            time.sleep(0.05)
+
+    def wait_master(self, node: RedisServer, timeout: float = START_TIMEOUT) -> None:
+        """Poll until ``node`` is a master (a replica promoted by the cluster)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.role(node) != "master":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {node.port} was not promoted within {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def wait_replicas(self, replicas: int, timeout: float = START_TIMEOUT) -> None:
+        """Poll until every live master has ``replicas`` replicas connected, in sync (its ``INFO
+        replication``), and knows them in ``CLUSTER NODES``."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            masters = self.masters()
+            if masters and all(self._synced(m) >= replicas for m in masters):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the masters did not get {replicas} replica(s) each within {timeout:.0f} s"
+                )
+            time.sleep(0.05)
+
+    def _synced(self, master: RedisServer) -> int:
+        try:
+            info = self.cli(master, "INFO", "replication")
+            nodes = self.cli(master, "CLUSTER", "NODES")
+            me = self.node_id(master)
+        except Exception:
+            return 0
+        online = sum(1 for ln in info.splitlines() if ln.startswith("slave") and "state=online" in ln)
+        known = sum(1 for ln in nodes.splitlines() if len(ln.split()) > 3 and ln.split()[3] == me)
+        return min(online, known)
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A live replica of ``master`` (by ``CLUSTER NODES``)."""
+        master_id = self.node_id(master)
+        for line in self.cli(master, "CLUSTER", "NODES").splitlines():
+            parts = line.split()
+            if len(parts) > 3 and "slave" in parts[2] and "fail" not in parts[2] and parts[3] == master_id:
+                port = int(parts[1].split("@")[0].rsplit(":", 1)[1])
+                node = next(n for n in self.nodes if n.port == port)
+                if node in self.live():
+                    return node
+        raise RuntimeError(f"master {master.port} has no live replica")
+
+    def remove(self) -> None:
+        for node in self.nodes:
+            node.remove()
+
+
+def start_redis_cluster(
+    masters: int = 3, replicas: int = 1, password: str | None = REDIS_PASSWORD, node_timeout_ms: int = 1000
+) -> RedisCluster:
+    """Start a Redis Cluster of ``masters`` shards with ``replicas`` each (AOF fsync always,
+    the password for clients and replicas), joined by ``redis-cli --cluster create``; returns
+    once every node says ``cluster_state:ok``. Raises ServerMissing if Redis is not installed."""
+    from tests.support.serverprocs import cluster_node_args, redis_cli, redis_cli_binary
+
+    redis_binary()
+    redis_cli_binary()
+    extra = cluster_node_args(password, node_timeout_ms)
+    nodes: list[RedisServer] = []
+    cluster = RedisCluster(nodes, password)
+    try:
+        for _ in range(masters * (1 + replicas)):
+            bus = ("--cluster-port", str(free_port()))  # not port + 10000, which may be above 65535
+            node = RedisServer(_scratch("statekeep-rcluster-"), free_port(), password, (*extra, *bus))
+            nodes.append(node)
+            node.start()
+        hosts = [f"127.0.0.1:{node.port}" for node in nodes]
+        redis_cli(
+            nodes[0].port, password, "--cluster", "create", *hosts,
+            "--cluster-replicas", str(replicas), "--cluster-yes",
+        )  # fmt: skip
+        cluster.wait_ok()
+        cluster.wait_replicas(replicas)
+    except BaseException:
+        cluster.remove()
+        raise
+    _started.extend(nodes)
+    return cluster
+
+
+_shared_cluster: list[RedisCluster | ServerMissing] = []
+
+
+def shared_redis_cluster() -> RedisCluster:
+    """The Redis Cluster the tests share (3 masters, a replica each; started on first use);
+    skips if Redis is not installed (fails under CI=true)."""
+    if not _shared_cluster:
+        try:
+            _shared_cluster.append(start_redis_cluster())
+        except ServerMissing as exc:
+            _shared_cluster.append(exc)
+    got = _shared_cluster[0]
+    if isinstance(got, ServerMissing):
+        need(got)
+    assert isinstance(got, RedisCluster)
+    return got
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    yield shared_redis_cluster()
+
+
+def redis_cluster_store(tmp_path: Any = None, **options: Any) -> Any:
+    """A RedisStore on the shared cluster, under a key prefix of its own."""
+    from statekeep.stores import RedisStore
+
+    options.setdefault("prefix", unique_name("sk") + ":")
+    return RedisStore(shared_redis_cluster().url, **options)

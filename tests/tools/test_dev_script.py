@@ -138,4 +138,6 @@ def test_dev_test_runs_the_whole_suite_on_python3_and_the_core_suites_on_the_oth
     assert [line for line in ran if " -m pytest " in line] == [
         ".venv/bin/python -m pytest -n 0 -s -p no:randomly tests/agent/test_exactly_once_soak.py"
         " tests/adapters/test_adk_differential.py tests/adapters/test_langgraph_memory_diff.py"
+        " tests/stores/redis/test_redis_cluster_contract.py tests/stores/redis/test_redis_cluster.py"
+        " tests/stores/postgres/test_pgbouncer_contract.py tests/stores/postgres/test_postgres_failover.py"
     ]

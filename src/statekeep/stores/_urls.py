@@ -25,7 +25,9 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
     - ``memory://``: a new :class:`MemoryStore`
     - ``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` (as SQLAlchemy spells them)
     - ``postgresql://user:pass@host/db`` (extra ``statekeep[postgres]``)
-    - ``redis://host:6379/0`` (extra ``statekeep[redis]``)
+    - ``redis://host:6379/0`` (extra ``statekeep[redis]``); a Redis Cluster:
+      ``redis+cluster://host:6379,host:6379/0`` or ``?cluster=true`` (Redis URLs also take
+      ``wait_replicas``, ``wait_timeout`` and ``failover_timeout``: see RedisStore)
 
     Every kind takes ``?namespace=NAME``, ``?retention=SECONDS`` and ``?offload=BYTES``
     (or ``offload=none``) (e.g. ``sqlite:///runs.db?namespace=team-a&retention=3600``),
@@ -87,7 +89,7 @@ def open_store(url: str | Path, *, create: bool = True, **options: Any) -> Store
     # A server store checks the rest of its URL's parameters (its driver's) itself.
     if scheme in ("postgres", "postgresql"):
         return _load("_postgres", "PostgresStore")(head, create=create, **options)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return _load("_redis", "RedisStore")(head, create=create, **options)
     raise ValueError(
         f"unknown store URL scheme {parts.scheme!r} in {redact_url(text)!r}; use a folder path, file://, "

@@ -16,6 +16,8 @@ start with ``N`` (``P`` for the default namespace, ``P ns:{name}:`` for another)
     N lease:{id}     hash: the State's lease row: owner, token, exp and ttl (microseconds);
                      no TTL, and kept after a release and a delete, so tokens only grow
     P layout         the key layout's version; a newer one is refused, layout 1 upgraded
+    N wait           with wait_replicas only: set to 1 before each WAIT, so that WAIT always
+                     follows a write of its connection (see ._cluster)
 
 Every write is one server-side Lua script, so it is atomic and serialised with every
 other write to the State, from any process or host: it checks the seq rules, appends the
@@ -36,6 +38,9 @@ No JSON is decoded in Lua, and each compare happens in the same script as the ap
 Writes that wait at the same moment in one process, to different States, go to the
 server in one pipeline (one round trip; the server fsyncs its log once for the lot).
 
+On a Redis Cluster every key of a namespace is under ``P{name}:`` instead (one hash tag:
+one slot), blobs too; see :mod:`._cluster`.
+
 No command matches keys by pattern (no ``SCAN``, no ``KEYS``): ``list()`` reads the indexes,
 ``delete()`` and ``gc()`` name the State's keys. So glob characters in a prefix (``*?[]``) are plain
 characters, and a store never sees another prefix's States.
@@ -44,7 +49,9 @@ The package: :mod:`._store` (the class and its operations), :mod:`._lua` (the sc
 :mod:`._args` (their arguments), :mod:`._keys` (key names, index members),
 :mod:`._listing` (pages and gc), :mod:`._client` (the client of each process),
 :mod:`._layout` (the checks on connect, the upgrade of layout 1), :mod:`._leases` and
-:mod:`._lease_lua` (leases: their calls and their scripts).
+:mod:`._lease_lua` (leases: their calls and their scripts), :mod:`._cluster` (Redis Cluster,
+``wait_replicas``); ``failover_timeout`` is the server stores' shared resend
+(:mod:`statekeep.stores._server._failover`).
 """
 
 from ._layout import LAYOUT_VERSION

@@ -8,12 +8,13 @@ import inspect
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..._core import passwords as redaction
 from ..._runtime.bridge import Owner
 from .._server import ServerLocal
-from .._urlquery import check_names, take_ours
+from .._urlquery import check_names, query_of, take_ours
+from . import _cluster
 from ._blob_lua import GC_BLOBS
 from ._lease_lua import ACQUIRE, RELEASE, RENEW, RESEAL
 from ._lua import COUNT_EXPIRED, DELETE, FORK, GC, SELECT
@@ -91,8 +92,19 @@ async def close_client(client: Redis) -> None:
         pass
 
 
-def lost(aioredis: ModuleType) -> tuple[type[BaseException], ...]:
-    """The errors that mean the connection to the server was lost or refused."""
+def lost(aioredis: ModuleType, cluster: bool = False) -> tuple[type[BaseException], ...]:
+    """The errors that mean the connection to the server was lost or refused (on a Redis
+    Cluster also: no node could tell the slot map, or a slot has no master yet)."""
+    if cluster:
+        from redis.exceptions import (
+            ClusterDownError,
+            ClusterError,
+            RedisClusterException,
+            SlotNotCoveredError,
+        )
+
+        return (OSError, aioredis.ConnectionError, aioredis.TimeoutError, ClusterError, RedisClusterException,
+                ClusterDownError, SlotNotCoveredError)  # fmt: skip
     return (OSError, aioredis.ConnectionError, aioredis.TimeoutError)
 
 
@@ -110,8 +122,14 @@ def refusal(errors: ModuleType, exc: BaseException, db: object) -> str | None:
     return None
 
 
-def server_key(url: str, client: Redis | None) -> ServerKey:
+def server_key(url: str, client: Redis | None, cluster: bool = False) -> ServerKey:
     """Where the server of ``url`` (or of the user's ``client``) is, without the password."""
+    if cluster and client is not None:
+        seeds = getattr(client, "startup_nodes", None) or []
+        names = sorted(getattr(node, "name", str(node)) for node in seeds)
+        return (",".join(names) or f"client {id(client)}", "cluster", 0)
+    if cluster:
+        return _cluster.where(url)
     if client is not None:
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         return (kwargs.get("path") or kwargs.get("host"), kwargs.get("port"), kwargs.get("db", 0))
@@ -128,29 +146,51 @@ def server_key(url: str, client: Redis | None) -> ServerKey:
 
 
 def where(server: ServerKey) -> str:
-    """The server, as messages name it: ``host:port/db``, or ``path (db N)`` for a socket."""
+    """The server, as messages name it: ``host:port/db``, ``path (db N)`` for a socket, or
+    ``cluster host:port,...``."""
     host, port, db = server
+    if port == "cluster":
+        return f"cluster {host}"
     return f"{host}:{port}/{db}" if port is not None else f"{host} (db {db})"
 
 
 async def run_scripts(
-    local: ClientLocal, calls: Sequence[ScriptCall], no_script: type[Exception]
+    local: ClientLocal,
+    calls: Sequence[ScriptCall],
+    no_script: type[Exception],
+    wait: tuple[int, int] | None = None,
+    cluster: bool = False,
 ) -> list[Any]:
     """EVALSHA the write script once per call, pipelined. Errors of single calls come back
     in their place. Calls the server refused with NOSCRIPT (``no_script``: it lost its
-    scripts in a restart) did not run: load the script and send those again."""
-    replies = await _evalsha(local, calls)
+    scripts in a restart) did not run: load the script and send those again. ``wait``
+    (replicas, timeout in ms): ``WAIT`` on the same connection after them (see ``._cluster``);
+    ``cluster``: per node, on a Redis Cluster."""
+    if cluster:
+        assert local.write_script is not None
+        return await _cluster.run_scripts(local.client, local.write_script.sha, calls, wait)
+    replies = await _evalsha(local, calls, wait)
     again = [i for i, reply in enumerate(replies) if isinstance(reply, no_script)]
     if again:
         await local.client.script_load(WRITE)
-        for i, reply in zip(again, await _evalsha(local, [calls[i] for i in again]), strict=True):
+        for i, reply in zip(again, await _evalsha(local, [calls[i] for i in again], wait), strict=True):
             replies[i] = reply
     return replies
 
 
-async def _evalsha(local: ClientLocal, calls: Sequence[ScriptCall]) -> list[Any]:
+async def _evalsha(
+    local: ClientLocal, calls: Sequence[ScriptCall], wait: tuple[int, int] | None
+) -> list[Any]:
     assert local.write_script is not None
     sha = local.write_script.sha
+    if wait is not None:  # one connection: the writes, then WAIT for them
+        async with local.client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.evalsha(sha, WRITE_KEYS, *call)
+            pipe.set(_cluster.touch_key(calls[0]), "1")
+            pipe.execute_command("WAIT", wait[0], wait[1])
+            *replies, _, acked = await pipe.execute(raise_on_error=False)
+        return _cluster.waited(replies, acked, wait)
     if len(calls) == 1:  # alone: one command, without a pipeline's own machinery
         try:
             return [await local.client.evalsha(sha, WRITE_KEYS, *calls[0])]
@@ -177,11 +217,35 @@ def take_options(url: str) -> tuple[str, dict[str, str]]:
     """``url`` without the store's own query options (``namespace``, ``retention``: redis-py
     would refuse them), and those options; ValueError naming a parameter redis-py does
     not take either (it would fail only at the first connection, as a TypeError)."""
+    url, mine = _take_cluster_options(url)
     head, taken, others = take_ours(url)
-    scheme = urlsplit(redaction.split_userinfo(url)[1]).scheme.lower()
+    taken.update(mine)
+    scheme = urlsplit(redaction.split_userinfo(url)[1]).scheme.lower().removesuffix("+cluster")
     known = _driver_parameters(scheme)
     check_names(url, others, f"{scheme}:// URL", theirs=known.__contains__, shown=(*COMMON_PARAMETERS, "..."))
     return head, taken
+
+
+def _take_cluster_options(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without the parameters of ``._cluster.OPTIONS``, and those (decoded)."""
+    head, query = query_of(url)
+    if query is None:
+        return url, {}
+    query, hash_mark, fragment = query.partition("#")
+    kept: list[str] = []
+    taken: dict[str, str] = {}
+    for item in query.split("&"):
+        key = unquote(item.partition("=")[0])
+        if key in _cluster.OPTIONS:
+            if key in taken:
+                raise ValueError(f"the store URL gives {key} twice; give it once")
+            taken[key] = unquote(item.partition("=")[2])
+        elif item:
+            kept.append(item)
+    if not taken:
+        return url, {}
+    rest = "&".join(kept)
+    return head + ("?" + rest if rest else "") + hash_mark + fragment, taken
 
 
 def _driver_parameters(scheme: str) -> frozenset[str]:

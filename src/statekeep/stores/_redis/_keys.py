@@ -61,12 +61,22 @@ class Keys:
     namespace: str = DEFAULT_NAMESPACE  # the one they are of (what its leases name)
 
     @classmethod
-    def of(cls, prefix: bytes, namespace: str) -> Keys:
+    def of(cls, prefix: bytes, namespace: str, cluster: bool = False) -> Keys:
         """The default namespace keeps the keys it had before namespaces (layout 1's
-        ``state:`` and ``entries:``); another one lives under ``<prefix>ns:<name>:``."""
+        ``state:`` and ``entries:``); another one lives under ``<prefix>ns:<name>:``.
+        On a Redis Cluster (``cluster``) every namespace, the default one too, lives under
+        ``<prefix>{<name>}:``: one hash tag, so all its keys are in one slot (one node),
+        where each script finds every key it names."""
+        if cluster:
+            return cls(prefix + b"{" + namespace.encode() + b"}:", namespace)
         if namespace == DEFAULT_NAMESPACE:
             return cls(prefix)
         return cls(prefix + b"ns:" + namespace.encode() + b":", namespace)
+
+    @property
+    def layout(self) -> bytes:
+        """The layout key of a namespace on a Redis Cluster (one server: ``<prefix>layout``)."""
+        return self.base + b"layout"
 
     @property
     def state(self) -> bytes:

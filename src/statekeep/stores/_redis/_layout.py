@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._core.errors import CorruptStateError, NotAStoreError, UnsupportedFormatError
 from ..._core.labels import DEFAULT_NAMESPACE
@@ -85,15 +85,18 @@ async def check_server(
     ``where`` the server in warnings; ``index`` is the default namespace's listing index.
     With ``retention``, States get a TTL, so any ``volatile-*`` eviction policy is warned about."""
     layout = prefix.encode("utf-8") + b"layout"
-    async with client.pipeline(transaction=False) as pipe:
-        if create:
-            pipe.set(layout, str(LAYOUT_VERSION), nx=True)
-        pipe.get(layout)
-        pipe.pttl(layout)
-        pipe.pttl(index)
-        for name in ("appendonly", "appendfsync", "maxmemory-policy"):
-            pipe.config_get(name)
-        replies = await pipe.execute(raise_on_error=False)
+    if hasattr(client, "get_nodes"):  # a Redis Cluster: keys on their nodes, settings on each node
+        replies = await _cluster_reads(client, layout, index, create)
+    else:
+        async with client.pipeline(transaction=False) as pipe:
+            if create:
+                pipe.set(layout, str(LAYOUT_VERSION), nx=True)
+            pipe.get(layout)
+            pipe.pttl(layout)
+            pipe.pttl(index)
+            for name in _SETTINGS:
+                pipe.config_get(name)
+            replies = await pipe.execute(raise_on_error=False)
     version, *ttls, appendonly, appendfsync, policy = replies[-6:]
     if isinstance(version, Exception):
         raise version
@@ -164,6 +167,35 @@ async def check_server(
             RuntimeWarning,
             stacklevel=2,
         )
+
+
+#: The settings checked on connect, and the value that loses nothing of each.
+_SETTINGS = ("appendonly", "appendfsync", "maxmemory-policy")
+_SAFE = ("yes", "always", "noeviction")
+
+
+async def _cluster_reads(client: Any, layout: bytes, index: bytes, create: bool) -> list[Any]:
+    """On a Redis Cluster, what ``check_server`` reads in one pipeline on one server: the
+    layout key, two TTLs, and each setting as the weakest node has it (every node, replicas
+    too: one may become a master)."""
+    if create:
+        await client.set(layout, str(LAYOUT_VERSION), nx=True)
+    replies: list[Any] = [await client.get(layout), await client.pttl(layout), await client.pttl(index)]
+    nodes = client.get_nodes()
+    for name, safe in zip(_SETTINGS, _SAFE, strict=True):
+        found: Any = None
+        for node in nodes:
+            try:
+                reply = await client.config_get(name, target_nodes=node)
+            except Exception as exc:
+                found = exc
+                break
+            if found is None or _config_value(reply, name) != safe:
+                found = reply
+                if _config_value(reply, name) != safe:
+                    break
+        replies.append(found)
+    return replies
 
 
 async def _states_have_ttl(client: Redis, prefix: bytes, index: bytes, sample: int = 5) -> bool:

@@ -14,6 +14,7 @@ import orjson
 
 from ..._core.leases import Lease, acquired, check_fence, is_live, renewed
 from ..._core.writes import same_json
+from . import _reads
 from ._client import ClientLocal
 from ._keys import Keys, from_us
 from ._lease_lua import LEASE_HELD, STALE
@@ -76,10 +77,15 @@ async def release(local: ClientLocal, keys: Keys, lease: Lease) -> None:
 
 async def current(local: ClientLocal, keys: Keys, state_id: str) -> Lease | None:
     """The live lease of ``state_id`` by the server's clock, or None."""
-    async with local.client.pipeline(transaction=True) as pipe:
-        pipe.hmget(keys.lease_key(state_id), "owner", "token", "exp", "ttl")
-        pipe.time()
-        row, (secs, micros) = await pipe.execute()
+    if _reads.is_cluster(local):
+        row, (secs, micros) = await _reads.with_time(
+            local, keys.lease_key(state_id), ("owner", "token", "exp", "ttl")
+        )
+    else:
+        async with local.client.pipeline(transaction=True) as pipe:
+            pipe.hmget(keys.lease_key(state_id), "owner", "token", "exp", "ttl")
+            pipe.time()
+            row, (secs, micros) = await pipe.execute()
     if row[1] is None:
         return None
     held, now = _held(

@@ -24,12 +24,19 @@ async def read(local: ClientLocal, keys: Keys, state_id: str, server: str, since
     off = 0
     for _ in range(10):
         state_key, entries_key = keys.state_keys(state_id)
-        async with local.client.pipeline(transaction=True) as pipe:
-            pipe.hmget(state_key, "next", "snapshot", "exp", "inc", "first")
-            pipe.llen(entries_key)
-            pipe.lrange(entries_key, max(since - off, 0), -1)
-            pipe.time()
-            (next_seq, snapshot, exp, inc, first), size, items, (secs, micros) = await pipe.execute()
+        fields = ("next", "snapshot", "exp", "inc", "first")
+        if is_cluster(local):
+            row, (secs, micros), size, items = await with_time(
+                local, state_key, fields, entries_key, since - off
+            )
+            next_seq, snapshot, exp, inc, first = row
+        else:
+            async with local.client.pipeline(transaction=True) as pipe:
+                pipe.hmget(state_key, *fields)
+                pipe.llen(entries_key)
+                pipe.lrange(entries_key, max(since - off, 0), -1)
+                pipe.time()
+                (next_seq, snapshot, exp, inc, first), size, items, (secs, micros) = await pipe.execute()
         if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
             return None  # none, or expired by the server's clock
         held = 0 if first is None else int(first)
@@ -51,10 +58,15 @@ async def read(local: ClientLocal, keys: Keys, state_id: str, server: str, since
 async def read_snapshot(local: ClientLocal, keys: Keys, state_id: str) -> dict[str, Any] | None:
     """The snapshot of ``state_id`` (fields of its hash only, never its entries); None if
     the State is absent or expired."""
-    async with local.client.pipeline(transaction=True) as pipe:
-        pipe.hmget(keys.state_keys(state_id)[0], "next", "snapshot", "exp")
-        pipe.time()
-        (next_seq, snapshot, exp), (secs, micros) = await pipe.execute()
+    if is_cluster(local):
+        (next_seq, snapshot, exp), (secs, micros) = await with_time(
+            local, keys.state_keys(state_id)[0], ("next", "snapshot", "exp")
+        )
+    else:
+        async with local.client.pipeline(transaction=True) as pipe:
+            pipe.hmget(keys.state_keys(state_id)[0], "next", "snapshot", "exp")
+            pipe.time()
+            (next_seq, snapshot, exp), (secs, micros) = await pipe.execute()
     if next_seq is None or (exp is not None and int(exp) <= secs * 1_000_000 + micros):
         return None
     return decode_snapshot(snapshot, f"the snapshot of State {state_id!r} in Redis")
@@ -73,6 +85,36 @@ async def server_now(local: ClientLocal) -> datetime:
     """The server's TIME, the clock the scripts judge expiry by."""
     secs, micros = await local.client.time()
     return datetime.fromtimestamp(secs, UTC) + timedelta(microseconds=micros)
+
+
+#: On a Redis Cluster, a hash's fields and the server's TIME (and a list's length and items
+#: from ARGV[1], when given) in one script: TIME names no key, so it cannot go in a
+#: transaction there. KEYS: the hash (, the list); ARGV: the list's start or '', the fields.
+_WITH_TIME = """
+local h = redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
+local t = redis.call('TIME')
+if ARGV[1] == '' then return {h, t} end
+return {h, t, redis.call('LLEN', KEYS[2]), redis.call('LRANGE', KEYS[2], ARGV[1], -1)}
+"""
+
+
+def is_cluster(local: ClientLocal) -> bool:
+    """Whether the client is a Redis Cluster's."""
+    return hasattr(local.client, "get_nodes")
+
+
+async def with_time(
+    local: ClientLocal, key: bytes, fields: tuple[str, ...], entries: bytes | None = None, start: int = 0
+) -> list[Any]:
+    """[the fields of hash ``key`` (None where absent), (seconds, microseconds)] and, with
+    ``entries``, that list's length and items from ``start``: one script, one node."""
+    keys = [key] if entries is None else [key, entries]
+    reply = await local.client.eval(
+        _WITH_TIME, len(keys), *keys, "" if entries is None else max(start, 0), *fields
+    )
+    row = [None if v is None or v is False else v for v in reply[0]]
+    row += [None] * (len(fields) - len(row))
+    return [row, (int(reply[1][0]), int(reply[1][1])), *reply[2:]]
 
 
 def _as_bytes(value: object) -> bytes:

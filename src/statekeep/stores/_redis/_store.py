@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Hashable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -32,7 +32,7 @@ from ..._store.saving import write_fork
 from .. import _server as servercommon
 from .._server import Queued, ServerStore
 from .._urlquery import our_values
-from . import _blobs, _client, _leases, _listing, _reads
+from . import _blobs, _client, _cluster, _leases, _listing, _reads
 from ._args import fork_args, lease_args, write_args
 from ._client import ClientLocal, ScriptCall
 from ._keys import STAMP, Keys
@@ -60,21 +60,41 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     AOF is on) up to a second of acknowledged writes can be lost; with no AOF, everything
     since the last RDB save. On first connect the store reads both settings and warns
     once (RuntimeWarning) if they are weaker, or if ``CONFIG GET`` is refused so that it
-    cannot tell. It also warns when the server's ``maxmemory-policy`` may evict
-    statekeep's keys (``allkeys-*``, or ``volatile-*`` when they have a TTL). Replicas are
-    asynchronous, and Redis 7.0 has no ``WAITAOF``, so the store
-    cannot confirm an fsync itself. A connection lost during a write raises
-    ConnectionError with the outcome unknown: sending the same write again is safe, since
-    entries the store already has are skipped when equal. (A ``create=True`` write sent
-    again by you after an unknown outcome may find its own State and raise "already
-    exists": read it to see.)
+    cannot tell (on a cluster: every node's, the weakest warned about). It also warns when
+    the server's ``maxmemory-policy`` may evict statekeep's keys (``allkeys-*``, or
+    ``volatile-*`` when they have a TTL). Redis 7.0 has no ``WAITAOF``, so the store cannot
+    confirm an fsync itself. A connection lost during a write raises ConnectionError with
+    the outcome unknown: sending the same write again is safe, since entries the store
+    already has are skipped when equal. (A ``create=True`` write you send again after an
+    unknown outcome may find its own State and raise "already exists": read it to see;
+    within ``failover_timeout``, below, the store recognises it itself.)
 
-    ``failover_timeout`` (seconds, default 0; also ``?failover_timeout=`` in the URL): how
-    long a write keeps sending itself again after a lost connection, reconnecting each
-    time, before it raises ConnectionError saying its outcome is unknown. A resend that
-    finds its own earlier attempt applied (a ``create=True`` write whose State holds
-    exactly what it sent, with the incarnation it made) returns as a success; one that
-    finds a different entry is a StateConflictError. With 0 the error comes at once.
+    Replicas are asynchronous: a write a master acknowledged and had not yet passed on is
+    lost if the master dies and a replica takes over. ``wait_replicas=N`` (also
+    ``?wait_replicas=N`` in the URL; on one server with replicas too): after each batch of
+    writes the store runs ``WAIT N`` on the connection that ran them, for at most
+    ``wait_timeout`` seconds (default 1); a write fewer replicas acknowledged raises
+    ConnectionError saying it may or may not survive a failover, never returns as durable.
+    So when a write returns: with ``wait_replicas=0`` (the default) the master applied it
+    (and logged it, with AOF ``always``); with ``N`` also N replicas hold it in memory (not
+    necessarily on their disks), so it survives the master's loss as long as one of them
+    is the one promoted (a Redis Cluster promotes the replica with the most data).
+    ``failover_timeout`` (seconds; ``?failover_timeout=`` too; default 0 on one server, 30
+    on a cluster): a write whose outcome is unknown (a lost connection, too few replicas)
+    is sent again, reconnecting (on a cluster: to the promoted master), until it succeeds
+    or the time is up, then raises ConnectionError. A ``create=True`` write whose first
+    attempt created the State is recognised (the State holds exactly what was sent) and
+    succeeds.
+
+    Redis Cluster: ``redis+cluster://:password@host:port,host:port/0`` (``rediss+cluster://``
+    for TLS), or ``?cluster=true`` on a ``redis://`` URL, or a
+    ``redis.asyncio.cluster.RedisCluster`` as ``client``. Every key of a namespace carries
+    the hash tag ``{namespace}`` (``<prefix>{<namespace>}:state:<id>``, the default
+    namespace too), so each script works on one node, atomic as on one server, and
+    namespaces spread over the masters: put tenants in namespaces to spread the load. There,
+    blobs are each namespace's own (under its tag, not shared across namespaces), the prefix
+    may hold no ``{``, and a batch of writes goes to each master as one pipeline. Slot moves
+    (MOVED, ASK) are followed; a script runs whole or not at all on one node.
 
     ``url`` is a redis-py URL (``redis://:password@host:6379/0``, ``rediss://`` for TLS,
     ``unix:///path.sock``). ``client``: a ``redis.asyncio.Redis`` to use instead; it must
@@ -89,8 +109,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
 
     All keys start with ``prefix``; stores with different prefixes share a database
     without seeing each other's States (keep prefixes from being prefixes of one
-    another, and end them with ``:``). Needs a single Redis server or a primary with
-    replicas; Redis Cluster is not supported. The password never appears in ``repr()`` or
+    another, and end them with ``:``). Runs on a single Redis server, a primary with
+    replicas, or a Redis Cluster (above). The password never appears in ``repr()`` or
     in the store's error messages.
 
     ``namespace`` (also ``?namespace=`` in the URL): stores of two namespaces under one
@@ -156,6 +176,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         telemetry: bool = True,
         trace_ids: bool = False,
         offload: int | None = DEFAULT_OFFLOAD,
+        wait_replicas: int | None = None,
+        wait_timeout: float | None = None,
         failover_timeout: float | None = None,
     ) -> None:
         self._aioredis = servercommon.import_driver("redis")
@@ -174,7 +196,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             namespace = in_url["namespace"]
         if retention is None and "retention" in in_url:
             retention = our_values({"retention": in_url["retention"]})["retention"]
-        self._take_failover(failover_timeout, in_url.get("failover_timeout"), several=False)
+        self._cluster, self._wait, self._failover_timeout = _cluster.settings(
+            url, in_url, client, wait_replicas, wait_timeout, failover_timeout
+        )
         self._lifecycle(namespace, retention, trim_compacted=trim_compacted)
         self._protect(redact, encrypt, allow_plaintext)
         self._observe(telemetry, trace_ids)
@@ -189,10 +213,14 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         self._url = url
         self._user_client = client
         self._create = create
-        self._server = _client.server_key(url, client)
-        self._keys_of = Keys.of(self._prefix, self.namespace)
+        if self._cluster and b"{" in self._prefix:
+            raise ValueError(
+                f"prefix {prefix!r}: on a Redis Cluster a prefix holds no '{{' (the store adds the hash tag)"
+            )
+        self._server = _client.server_key(url, client, self._cluster)
+        self._keys_of = Keys.of(self._prefix, self.namespace, self._cluster)
         self._server_name = f"Redis at {_client.where(self._server)}"
-        self._lost = _client.lost(self._aioredis)
+        self._lost = _client.lost(self._aioredis, self._cluster)
         self._user_conn = client
         super().__init__()
 
@@ -208,7 +236,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         """This store's namespace ``namespace``, on the same client (agent memory)."""
         other = copy.copy(self)
         other._join(self, namespace)
-        other._keys_of = Keys.of(self._prefix, namespace)
+        other._keys_of = Keys.of(self._prefix, namespace, self._cluster)
         other._parent = self
         return other
 
@@ -251,7 +279,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         approved: list[bytes] = []
         for _ in range(servercommon.MAX_COMPARES):
             reply = await self._send(
-                write_args(self._keys_of, write, approved, self._retention_us(), self._prefix)
+                write_args(self._keys_of, write, approved, self._retention_us(), self._blob_prefix)
             )
             status = int(reply[0])
             if status == servercommon.OK:
@@ -267,6 +295,8 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             next_seq = reply[1] if status in (servercommon.GAP, servercommon.UNEXPECTED) else None
             refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
             if refused_again and await servercommon.holds_write(self, write):
+                if isinstance(reply, _cluster.ShortReply):  # applied, but too few replicas have it
+                    raise reply.short
                 return True  # the earlier attempt was applied: its own entries refused this one
             if guarded and status == servercommon.UNEXPECTED:
                 return False
@@ -327,28 +357,33 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             _leases.refuse(self._keys_of, state_id, reply, lease, "nothing was deleted")
 
     # -- blobs: shared by every namespace of the prefix (see ._blob_lua) -------------------
+    # (on a Redis Cluster, each namespace's own, under its hash tag: see ._cluster)
+
+    @property
+    def _blob_prefix(self) -> bytes:
+        return self._keys_of.base if self._cluster else self._prefix
 
     async def _get_blobs(self, names: Collection[str]) -> dict[str, bytes]:
         """The stored bytes of the blobs ``names`` under the prefix (any namespace's)."""
         if not names:
             return {}
         async with self._using("read") as local:
-            return await _blobs.get_blobs(local, self._prefix, names)
+            return await _blobs.get_blobs(local, self._blob_prefix, names)
 
     async def _reseal_blobs(self, work: dict[str, tuple[bytes, bytes]]) -> int:
         """For rekey: replace each blob NAME -> (old, new) still holding ``old``."""
         async with self._using("write") as local:
-            return await _blobs.reseal_blobs(local, self._prefix, work)
+            return await _blobs.reseal_blobs(local, self._blob_prefix, work)
 
     async def _gc_blobs(self, dry_run: bool) -> tuple[int, int]:
         """Remove (``dry_run``: count) the blobs no State of any namespace refers to; (blobs, bytes)."""
         async with self._using("gc") as local:
-            return await _blobs.gc_blobs(local, self._prefix, dry_run)
+            return await _blobs.gc_blobs(local, self._blob_prefix, dry_run)
 
     async def _blob_usage(self) -> tuple[int, int]:
         """(blobs, bytes) stored under the prefix, every namespace counted."""
         async with self._using("stats") as local:
-            return await _blobs.usage(local, self._prefix)
+            return await _blobs.usage(local, self._blob_prefix)
 
     # -- leases: one script each, judged by the server's clock (see ._lease_lua) ----------
 
@@ -379,7 +414,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         keys = list(self._keys_of.state_keys(state_id))
         base_line = base[:-1] if base.endswith(b"\n") else base
         async with self._using("write") as local:
-            args = (str(before), base_line, self._prefix, str(first))
+            args = (str(before), base_line, self._blob_prefix, str(first))
             reply = await local.client.eval(TRIM, len(keys), *keys, *args)
         status = int(reply[0])
         if status == servercommon.MISSING:
@@ -399,7 +434,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         stored = [orjson.loads(line) for line in self._stored_lines(source_id, entries)]
         write = prepare_write(new_id, [], self._stamp(snapshot), True, incarnation)
         self._check_open(None)
-        keys, args = fork_args(self._keys_of, source_id, stored, write, self._retention_us(), self._prefix)
+        keys, args = fork_args(
+            self._keys_of, source_id, stored, write, self._retention_us(), self._blob_prefix
+        )
         reply = await run_async(self._fork(keys, args, new_id))
         if _leases.is_refusal(reply):
             _leases.refuse(self._keys_of, new_id, reply, None, "nothing was forked")
@@ -431,7 +468,9 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         try:
             async with self._talking("write"):
                 calls = [args for args, _ in batch]
-                replies = await _client.run_scripts(local, calls, self._errors.NoScriptError)
+                replies = await _client.run_scripts(
+                    local, calls, self._errors.NoScriptError, self._wait, self._cluster
+                )
         except Exception as exc:  # the connection: every outcome is unknown
             for _, future in batch:
                 if not future.done():
@@ -465,6 +504,10 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
     async def _open(self, local: ClientLocal) -> Redis:
         if self._user_client is not None:
             client = self._user_client
+        elif self._cluster:
+            # The commands the store sends have the same names on both clients; writes go per
+            # node (._cluster.run_scripts), reads whose TIME a cluster cannot pipeline by script.
+            client = cast("Redis", _cluster.make_cluster_client(self._url))
         else:
             client = _client.make_client(self._aioredis, self._url)
         await self._checked_open(local, client, self._check_server)
@@ -476,7 +519,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             client,
             store=repr(self),
             prefix=self.prefix,
-            index=Keys.of(self._prefix, DEFAULT_NAMESPACE).common[0],
+            index=Keys.of(self._prefix, DEFAULT_NAMESPACE, self._cluster).common[0],
             create=self._create,
             retention=self.retention is not None,
             server=self._server,
