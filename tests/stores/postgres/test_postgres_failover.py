@@ -300,6 +300,8 @@ def _check_everything_acknowledged_is_there(result: dict[str, Any], writes: int)
         assert record.snapshot == {"i": writes - 1}
     shared = result["shared"]
     assert [e["seq"] for e in shared.entries] == list(range(workers * writes))
+    # The last write's snapshot: no resend put an older one back over it.
+    assert shared.snapshot == {"seq": workers * writes - 1}
     seen = [(e["worker"], e["i"]) for e in shared.entries]
     assert sorted(seen) == sorted((name, i) for name in result["own"] for i in range(writes))
     for name in result["own"]:

@@ -47,7 +47,7 @@ WriteArgs = tuple[Any, ...]
 #: The statements sent again after a lost connection (with a ``failover_timeout``): they
 #: change nothing, or (delete) nothing that a second time changes again. Writes are sent
 #: again by :meth:`PostgresStore._write`; fork, leases, gc and trim never.
-RESENT = frozenset({"read", "list", "stats", "delete"})
+RESENT = frozenset({"read", "list", "stats"})
 
 
 class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, WriteArgs, "Row"]):
@@ -263,7 +263,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
             if status == servercommon.OK:
                 return True
             if status == FENCED:
-                refused(self.namespace, sid, row[3:], write.lease, "nothing was written")
+                refused(self.namespace, sid, row[3:], write.lease, servercommon.refused_write(resent))
             refused_again = resent and status in (servercommon.EXISTS, servercommon.UNEXPECTED)
             if refused_again and await servercommon.holds_write(self, write):
                 return True  # the earlier attempt committed: its own entries refused this one
@@ -317,12 +317,10 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         check_trimmed(state_id, before, row[0], row[1], first)
 
     async def _delete(self, state_id: str, lease: Lease | None = None) -> None:
-        # Resent after a lost connection when it holds no lease (deleting a State already
-        # gone is no error; a lease a first attempt released would refuse the resend).
+        # Never resent: a resend would remove a State another client created meanwhile.
         row = await self._query(
-            "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease),
-            resend=lease is None,
-        )  # fmt: skip
+            "delete", "fetchrow", self._sql.delete, self.namespace, state_id, *lease_args(lease)
+        )
         if row[0] == FENCED:
             refused(self.namespace, state_id, row[1:], lease, "nothing was deleted")
 
@@ -388,14 +386,13 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         query: str,
         *args: Any,
         local: PoolLocal | None = None,
-        resend: bool = True,
     ) -> Any:
         """Run one statement on a connection of the pool, as ``conn.<method>(query, *args)``
         (see :func:`._pool.run`), counted as in use unless ``local`` (a flusher's) is given.
-        A read, listing, stats or delete (unless not ``resend``) is sent again after a lost
+        A read, listing or stats is sent again after a lost
         connection, for ``failover_timeout`` seconds (see :mod:`.._server._failover`)."""
         if local is None:  # else a flusher, already counted
-            if self._failover_timeout and resend and action in RESENT:
+            if self._failover_timeout and action in RESENT:
                 return await self._resending(action, lambda _: self._run(action, method, query, args))
             async with self._using(action) as used:
                 return await _pool.run(self._asyncpg, used.pool, method, query, *args)

@@ -285,7 +285,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             if status == servercommon.OK:
                 return True
             if _leases.is_refusal(reply):
-                _leases.refuse(self._keys_of, sid, reply, write.lease, "nothing was written")
+                _leases.refuse(self._keys_of, sid, reply, write.lease, servercommon.refused_write(resent))
             if status == WRONGTYPE:
                 key, held, wanted = (_as_bytes(part).decode("utf-8", "replace") for part in reply[1:4])
                 raise CorruptStateError(

@@ -14,7 +14,7 @@
 from ._batches import Queued
 from ._decode import add_listed, decode_stored, raise_bad_entry
 from ._driver import import_driver
-from ._failover import guarded, holds_write
+from ._failover import guarded, holds_write, refused_write
 from ._local import ServerLocal
 from ._outcomes import (
     BLOB_MISSING,
@@ -56,4 +56,5 @@ __all__ = [
     "import_driver",
     "kept_changing",
     "raise_bad_entry",
+    "refused_write",
 ]

@@ -12,29 +12,38 @@ What is sent again:
 - writes: always. The write contract makes it safe: entries the store already has are
   skipped when equal and refused (StateConflictError) when different. A write refused on
   a resend because its first attempt committed (a ``create=True`` write that finds the
-  State, an ``expect_next`` write that finds the State moved on) is checked against what
-  the State holds (:func:`holds_write`): it is reported as a success only when the State
-  holds exactly what was sent (for a create, also the incarnation it made);
-- reads and listings: they change nothing;
-- delete without a lease: deleting a State already gone is no error.
+  State, an ``expect_next`` write that finds the State moved on; an append is resent
+  bound to its first seq, see :func:`guarded`) is checked against what the State holds
+  (:func:`holds_write`): it is reported as a success only when the State holds its
+  entries at their seqs (for a create, also the incarnation it made), and its snapshot is
+  then not sent again: a later writer may have replaced it. A write that carries a
+  snapshot alone sets it again. A lease that lapsed meanwhile refuses the resend (the
+  error says the write may have been saved). A create whose State was deleted by another
+  client between its first attempt and the resend is made again (the store cannot tell
+  it from a first attempt that never arrived);
+- reads and listings: they change nothing.
 
 Never sent again (their ConnectionError says the outcome is unknown, and the caller
-decides): fork (a resent fork would find its own fork and say it exists), the lease
-operations (a resent acquire would find its own lease held), gc and trim.
+decides): delete (a resent delete would remove a State another client created
+meanwhile), fork (a resent fork would find its own fork and say it exists), the lease
+operations (a resent acquire would find its own lease held), gc and trim. An operation
+resending is counted as in use, so ``close()`` waits for it (up to its 10 s), and a
+store closed meanwhile stops resending. Cancelling the caller does not stop the resends
+(the store's operations run shielded on its own loop): they end within
+``failover_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-import orjson
-
 from ..._core.ranges import SNAPSHOT_ONLY
 from ..._core.records import built
-from ..._core.writes import PreparedWrite, check_overlap, same_json
+from ..._core.writes import PreparedWrite, check_overlap
 from .._urlquery import check_timeout
 from ._talking import CHECK_REACH, ConnectionLost
 
@@ -42,6 +51,10 @@ if TYPE_CHECKING:
     from ..._store.backend import Backend
 
 T = TypeVar("T")
+
+#: Set while a resend asks whether its earlier attempt was applied (:func:`holds_write`): the
+#: reads it makes are sent once, the write's own loop owning the time left.
+_ONCE: contextvars.ContextVar[bool] = contextvars.ContextVar("statekeep_resend_once", default=False)
 
 __all__ = ["check_timeout", "guarded", "holds_write", "resending"]
 
@@ -55,7 +68,7 @@ async def resending(timeout: float, server: str, action: str, attempt: Callable[
     """``attempt(resent)``, sent again after each ConnectionLost until ``timeout`` seconds
     have passed since the first (``resent`` is True once an earlier attempt may have been
     applied); then ConnectionError saying what is unknown. ``timeout`` 0: one attempt."""
-    if timeout <= 0:
+    if timeout <= 0 or _ONCE.get():
         return await attempt(False)
     loop = asyncio.get_running_loop()
     deadline: float | None = None
@@ -112,7 +125,11 @@ async def holds_write(store: Backend, write: PreparedWrite) -> bool:
     incarnation the create made; for an append that ends the State, its snapshot). False
     when it does not (then the refusal stands, or the write is sent as it was given)."""
     since = write.first_seq if write.lines else SNAPSHOT_ONLY
-    record = built(await store._read(write.state_id, since))
+    once = _ONCE.set(True)
+    try:
+        record = built(await store._read(write.state_id, since))
+    finally:
+        _ONCE.reset(once)
     if record is None:
         return False
     if write.create and (write.incarnation is None or record.incarnation != write.incarnation):
@@ -122,9 +139,19 @@ async def holds_write(store: Backend, write: PreparedWrite) -> bool:
     stored = record.entries[: len(write.lines)]
     if len(stored) < len(write.lines):
         return False
+    # Every entry is there: held, and its snapshot is not sent again, since a later writer
+    # may have replaced it meanwhile (a write id would tell whether these entries came from
+    # this write's first attempt or were there before it; the store keeps none).
     check_overlap(write, stored)
-    if not write.create and write.snapshot is not None and len(record.entries) == len(write.lines):
-        # The State ends with this write's entries: held only if its snapshot is this one
-        # too (else they were there before, and the write is sent as given, to set it).
-        return record.snapshot is not None and same_json(record.snapshot, orjson.loads(write.snapshot))
     return True
+
+
+def refused_write(resent: bool) -> str:
+    """What a lease refusal says was written: nothing, or, for a resend, maybe everything
+    (its earlier attempt's outcome was unknown, and the lease lapsed meanwhile)."""
+    if not resent:
+        return "nothing was written"
+    return (
+        "this resend wrote nothing, but its earlier attempt, whose outcome was unknown (a lost "
+        "connection), may have been saved: read the State to see"
+    )

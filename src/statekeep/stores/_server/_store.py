@@ -104,8 +104,28 @@ class ServerStore(Backend, Generic[C, L, A, R]):
 
     async def _resending(self, action: str, attempt: Callable[[bool], Awaitable[T]]) -> T:
         """``attempt(resent)``, sent again after a lost connection for ``failover_timeout``
-        seconds (see :mod:`._failover`)."""
-        return await _failover.resending(self._failover_timeout, self._server_name, action, attempt)
+        seconds (see :mod:`._failover`), counted as in use the whole time (close waits for
+        it); a store closed meanwhile stops resending."""
+
+        async def again(resent: bool) -> T:
+            if resent and self._closed:
+                raise ConnectionError(
+                    f"{self._server_name}: the store was closed while the {action} was being sent again "
+                    "after a lost connection; "
+                    + (
+                        "its outcome is unknown (sending the same write again is safe)"
+                        if action == "write"
+                        else f"the {action} did not complete"
+                    )
+                )
+            return await attempt(resent)
+
+        local = self._slot.get()
+        local.busy += 1
+        try:
+            return await _failover.resending(self._failover_timeout, self._server_name, action, again)
+        finally:
+            local.busy -= 1
 
     # -- the connection of this process ---------------------------------------------
 
