@@ -19,8 +19,7 @@ import pytest
 
 from statekeep.stores import PostgresStore, RedisStore
 from statekeep.stores._server import ConnectionLost
-from tests.support import REPO
-from tests.support import servers
+from tests.support import REPO, servers
 
 KINDS = ["postgres", "redis"]
 

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 WriteArgs = tuple[Any, ...]
 
 #: The statements sent again after a lost connection (with a ``failover_timeout``): they
-#: change nothing, or (delete) nothing that a second time changes again. Writes are sent
-#: again by :meth:`PostgresStore._write`; fork, leases, gc and trim never.
+#: change nothing. Writes are sent again by :meth:`PostgresStore._write`; delete, fork,
+#: leases, gc and trim never.
 RESENT = frozenset({"read", "list", "stats"})
 
 
@@ -65,12 +65,13 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
     (``postgresql://h1:5432,h2:5432/db``); the store connects to the one that takes writes
     (``target_session_attrs=read-write`` unless the DSN says otherwise) and, after the
     primary dies, to the promoted standby. ``failover_timeout`` (seconds, also in the DSN;
-    default 30 with several hosts, else 0): how long a write, read, listing or delete
-    without a lease keeps sending itself again after a lost connection before it raises
-    ConnectionError saying the outcome is unknown. A resent write whose first attempt
-    committed returns as a success (a ``create=True`` one too, never "already exists"); one
-    that finds a different entry is a StateConflictError; none is reported durable unless
-    its commit was acknowledged. Fork, leases, gc and trim are not resent. What synchronous
+    default 30 with several hosts, else 0): how long a write, read or listing keeps
+    sending itself again after a lost connection before it raises ConnectionError saying
+    the outcome is unknown. A resent write whose first attempt committed returns as a
+    success (a ``create=True`` one too, never "already exists"; its snapshot is not sent
+    again); one that finds a different entry is a StateConflictError; none is reported
+    durable unless its commit was acknowledged. Delete, fork, leases, gc and trim are not
+    resent (their ConnectionError says the outcome is unknown). What synchronous
     and asynchronous replication can lose: the docs' "Deploying across machines" page.
 
     ``dsn`` is a libpq URI (``postgresql://user:password@host:5432/db?sslmode=verify-full``);
