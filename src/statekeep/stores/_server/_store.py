@@ -98,8 +98,8 @@ class ServerStore(Backend, Generic[C, L, A, R]):
 
     @property
     def failover_timeout(self) -> float:
-        """Seconds a write (and a read) keeps resending after the connection was lost before
-        it raises ConnectionError (0: at once)."""
+        """Seconds a write (on PostgresStore a read or listing too) keeps resending after the
+        connection was lost before it raises ConnectionError (0: at once)."""
         return self._failover_timeout
 
     async def _resending(self, action: str, attempt: Callable[[bool], Awaitable[T]]) -> T:
