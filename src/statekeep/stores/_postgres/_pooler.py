@@ -26,7 +26,7 @@ from .._urlquery import query_of
 POOLERS = ("transaction", "session")
 
 #: How to say it, in every message about it.
-HOW = "pass pooler='transaction' to PostgresStore (or add ?pooler=transaction to the store URL)"
+HOW = "pass pooler='transaction' to PostgresStore (or add pooler=transaction to the store URL's query)"
 
 
 class PoolerUnset(Exception):
@@ -79,6 +79,15 @@ def _in_url(dsn: str) -> tuple[str, str | None] | None:
     return head + rest, check_pooler(found[0])
 
 
+def implied(pooler: str | None, kwargs: dict[str, Any]) -> str | None:
+    """``pooler``, or "transaction" when it is not given and ``kwargs`` turn asyncpg's
+    statement cache off (``statement_cache_size=0``: how asyncpg users run behind PgBouncer in
+    transaction mode; on a direct connection it changes nothing more)."""
+    if pooler is None and kwargs.get("statement_cache_size") == 0:
+        return "transaction"
+    return pooler
+
+
 def pool_settings(pooler: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The asyncpg pool settings for ``pooler``: ``kwargs``, in transaction mode with
     ``statement_cache_size=0`` (ValueError if ``kwargs`` asks for a cache there) and each new
@@ -95,8 +104,9 @@ def pool_settings(pooler: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 #: A parameter of each type the store sends that asyncpg does not know by itself (it asks the
-#: server about those once per connection): ``bytea[]``, the blobs of a write.
-_UNKNOWN_TYPES = "SELECT $1::bytea[] IS NULL"
+#: server about those once per connection): ``bytea[]`` (the blobs of a write) and ``bigint[]``
+#: (the seqs of a rekey's reseal).
+_UNKNOWN_TYPES = "SELECT $1::bytea[] IS NULL, $2::int8[] IS NULL"
 
 
 def _learn_types(then: Callable[[Any], Awaitable[None]] | None) -> Callable[[Any], Awaitable[None]]:
@@ -107,7 +117,7 @@ def _learn_types(then: Callable[[Any], Awaitable[None]] | None) -> Callable[[Any
 
     async def init(conn: Any) -> None:
         async with conn.transaction():
-            await conn.fetchval(_UNKNOWN_TYPES, None)
+            await conn.fetchrow(_UNKNOWN_TYPES, None, None)
         if then is not None:
             await then(conn)
 
@@ -138,7 +148,8 @@ def pooler_refusal(asyncpg: Any, exc: BaseException) -> str | None:
     ):
         return (
             f"answered with a prepared statement error ({text.splitlines()[0]}): a connection pooler in transaction "
-            f"mode (PgBouncer's pool_mode = transaction) is between the store and PostgreSQL; {HOW}. "
+            f"mode (PgBouncer's pool_mode = transaction) is between the store and PostgreSQL; {HOW}, "
+            "and if you pass your own pool=, make it with statement_cache_size=0. "
             "The statement did not run"
         )
     if isinstance(exc, e.ProtocolViolationError) and text.startswith("unsupported startup parameter"):

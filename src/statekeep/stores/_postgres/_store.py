@@ -30,7 +30,7 @@ from ._lifecycle import Lifecycle
 from ._listing import listing
 from ._migrate import migrate
 from ._pool import DEFAULT_POOL, PoolLocal
-from ._pooler import pool_settings, take_pooler
+from ._pooler import implied, pool_settings, take_pooler
 from ._schema import BUSY, FENCED
 from ._schema_v4 import precondition_args
 from ._schema_v5 import blob_args
@@ -140,8 +140,11 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
 
     ``pooler="transaction"`` (or ``?pooler=transaction``): behind PgBouncer in transaction mode
     (no prepared statements kept; no session state is ever relied on). ``"session"``: a pooler
-    keeping each client's session. Left out, a pooler noticed at first use is refused with
-    ConnectionError saying what to set. See the docs' "Deploying across machines" page.
+    keeping each client's session. Left out, ``statement_cache_size=0`` among the pool's
+    settings means "transaction" (asyncpg's own advice behind PgBouncer), and otherwise a
+    pooler noticed at first use is refused with ConnectionError saying what to set, before
+    anything is written (prepared statements shared through a pooler in transaction mode can
+    run another client's statement). See the docs' "Deploying across machines" page.
 
     ``telemetry`` (default True): each operation is recorded with OpenTelemetry (a span and
     metrics) when a tracer or meter provider is set; False records nothing. ``trace_ids=True``:
@@ -199,7 +202,7 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
         self._dsn = dsn
         self._ssl = ssl
         self._user_pool = pool
-        self.pooler = pooler
+        self.pooler = pooler = implied(pooler, pool_kwargs)
         self._pool_kwargs = pool_settings(pooler, {**DEFAULT_POOL, **pool_kwargs})
         self._where = Where(dsn, pool_kwargs)
         self._take_failover(failover_timeout, options.get("failover_timeout"), self._where.several)
