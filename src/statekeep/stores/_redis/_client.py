@@ -189,8 +189,8 @@ async def _evalsha(
                 pipe.evalsha(sha, WRITE_KEYS, *call)
             pipe.set(_cluster.touch_key(calls[0]), "1")
             pipe.execute_command("WAIT", wait[0], wait[1])
-            *replies, _, acked = await pipe.execute(raise_on_error=False)
-        return _cluster.waited(replies, acked, wait)
+            *replies, touched, acked = await pipe.execute(raise_on_error=False)
+        return _cluster.waited(replies, _cluster.acked_after(touched, acked), wait)
     if len(calls) == 1:  # alone: one command, without a pipeline's own machinery
         try:
             return [await local.client.evalsha(sha, WRITE_KEYS, *calls[0])]

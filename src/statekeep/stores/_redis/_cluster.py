@@ -136,7 +136,7 @@ def split_hosts(url: str) -> tuple[str, list[tuple[str, int]]]:
 
 def make_cluster_client(url: str) -> RedisCluster:
     """A cluster client for ``url`` with every host as a seed. redis-py follows MOVED and ASK
-    and, on a lost node, reads the slot map again (its own retries, for reads); the write
+    and, after a lost node, reads the slot map again before the next command; the write
     scripts go through :func:`run_scripts`."""
     from redis.asyncio.cluster import ClusterNode, RedisCluster
 
@@ -144,7 +144,17 @@ def make_cluster_client(url: str) -> RedisCluster:
     seeds = [ClusterNode(host, port) for host, port in hosts[1:]]
     # No socket timeout unless the URL sets one (as the one-server client): a busy node that
     # fsyncs every write is slow, not gone; a dead one resets its connections.
-    return RedisCluster.from_url(single, startup_nodes=seeds, socket_timeout=None)
+    # No retries of its own (as the one-server client): a changing script sent again after a
+    # lost reply could apply twice (a delete, a lease); statekeep resends what is safe to
+    # (failover_timeout). A node that does not answer its connect is given up after 10 s
+    # unless the URL says otherwise.
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    connect = {} if "socket_connect_timeout=" in single else {"socket_connect_timeout": 10.0}
+    return RedisCluster.from_url(
+        single, startup_nodes=seeds, socket_timeout=None, retry=Retry(NoBackoff(), 0), **connect
+    )
 
 
 def where(url: str) -> tuple[Any, ...]:
@@ -228,7 +238,11 @@ async def _on_node(
         commands.append(command(len(commands), "WAIT", wait[0], wait[1]))
     await node.execute_pipeline(commands)
     results = [c.result for c in commands]
-    return results if wait is None else waited(results[: len(calls)], results[-1], wait)
+    return (
+        results
+        if wait is None
+        else waited(results[: len(calls)], acked_after(results[-2], results[-1]), wait)
+    )
 
 
 async def _asking(
@@ -236,7 +250,7 @@ async def _asking(
 ) -> Any:
     """The call sent, after ``ASKING``, to the node a slot is moving to (an ASK reply), on one
     connection (with its WAIT); its reply, or the error that says its outcome is unknown."""
-    from redis.exceptions import TryAgainError
+    from redis.exceptions import NoScriptError, TryAgainError
 
     node = client.get_node(host=ask.host, port=ask.port)
     if node is None:
@@ -258,7 +272,22 @@ async def _asking(
         return ConnectionLost(
             f"the Redis Cluster is moving the State's slot ({reply}); the write did not run"
         )
-    return reply if wait is None else waited([reply], commands[-1].result, wait)[0]
+    if isinstance(reply, NoScriptError):  # the node the slot moves to lacks the script: it did not run
+        return ConnectionLost(
+            f"the Redis Cluster node {node.name} the State's slot is moving to has no write script yet; "
+            "the write did not run"
+        )
+    return (
+        reply
+        if wait is None
+        else waited([reply], acked_after(commands[3].result, commands[4].result), wait)[0]
+    )
+
+
+def acked_after(touched: Any, acked: Any) -> Any:
+    """WAIT's reply, or the error of the ``SET`` before it: a refused SET leaves WAIT
+    counting the connection's older writes, vouching for none of these."""
+    return touched if isinstance(touched, Exception) else acked
 
 
 def touch_key(call: tuple[Any, ...]) -> bytes:

@@ -207,10 +207,11 @@ async def _states_have_ttl(client: Redis, prefix: bytes, index: bytes, sample: i
     ]
     if not ids:
         return False
+    base = index.removesuffix(b"ix:all")  # the namespace's keys (on a cluster, under its hash tag)
     async with client.pipeline(transaction=False) as pipe:
         for sid in ids:
-            pipe.pttl(prefix + b"state:" + sid)
-            pipe.pttl(prefix + b"entries:" + sid)
+            pipe.pttl(base + b"state:" + sid)
+            pipe.pttl(base + b"entries:" + sid)
         ttls = await pipe.execute(raise_on_error=False)
     return any(isinstance(ttl, int) and ttl >= 0 for ttl in ttls)
 

@@ -308,26 +308,24 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         raise servercommon.kept_changing(sid)
 
     async def _read(self, state_id: str, since: int = 0) -> Record | None:
-        async with self._using("read") as local:
-            return await _reads.read(local, self._keys_of, state_id, _client.where(self._server), since)
+        where = _client.where(self._server)
+        return await self._reading(
+            "read", lambda local: _reads.read(local, self._keys_of, state_id, where, since)
+        )
 
     async def _read_snapshot(self, state_id: str) -> dict[str, Any] | None:
-        async with self._using("read") as local:
-            return await _reads.read_snapshot(local, self._keys_of, state_id)
+        return await self._reading("read", lambda local: _reads.read_snapshot(local, self._keys_of, state_id))
 
     async def _state_ids(self) -> list[str] | None:
-        async with self._using("list") as local:
-            return await _reads.state_ids(local, self._keys_of)
+        return await self._reading("list", lambda local: _reads.state_ids(local, self._keys_of))
 
     async def _server_now(self) -> datetime:
-        async with self._using("read") as local:
-            return await _reads.server_now(local)
+        return await self._reading("read", _reads.server_now)
 
     async def _child_ids(self, state_id: str) -> list[str]:
         """Every member of the parent index of ``state_id``: expired children too, even
         those whose keys native expiry took (their index entries stay until gc)."""
-        async with self._using("list") as local:
-            return await _listing.child_ids(local, self._keys_of, state_id)
+        return await self._reading("list", lambda local: _listing.child_ids(local, self._keys_of, state_id))
 
     async def _count_expired(self) -> int:
         async with self._using("gc") as local:
@@ -338,8 +336,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         return list(page), skipped
 
     async def _select(self, query: ListQuery) -> tuple[Page, list[str]]:
-        async with self._using("list") as local:
-            return await _listing.select(local, self._keys_of, query)
+        return await self._reading("list", lambda local: _listing.select(local, self._keys_of, query))
 
     async def _gc(self, limit: int | None) -> int:
         async with self._using("gc") as local:
@@ -367,8 +364,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
         """The stored bytes of the blobs ``names`` under the prefix (any namespace's)."""
         if not names:
             return {}
-        async with self._using("read") as local:
-            return await _blobs.get_blobs(local, self._blob_prefix, names)
+        return await self._reading("read", lambda local: _blobs.get_blobs(local, self._blob_prefix, names))
 
     async def _reseal_blobs(self, work: dict[str, tuple[bytes, bytes]]) -> int:
         """For rekey: replace each blob NAME -> (old, new) still holding ``old``."""
@@ -400,8 +396,7 @@ class RedisStore(ServerStore["Redis", ClientLocal, ScriptCall, Any]):
             await _leases.release(local, self._keys_of, lease)
 
     async def _current_lease(self, state_id: str) -> Lease | None:
-        async with self._using("read") as local:
-            return await _leases.current(local, self._keys_of, state_id)
+        return await self._reading("read", lambda local: _leases.current(local, self._keys_of, state_id))
 
     async def _reseal(
         self, state_id: str, entries: dict[int, tuple[bytes, bytes]], snapshot: tuple[bytes, bytes] | None

@@ -98,8 +98,8 @@ class ServerStore(Backend, Generic[C, L, A, R]):
 
     @property
     def failover_timeout(self) -> float:
-        """Seconds a write (on PostgresStore a read or listing too) keeps resending after the
-        connection was lost before it raises ConnectionError (0: at once)."""
+        """Seconds a write, read or listing keeps resending after the connection was lost
+        before it raises ConnectionError (0: at once)."""
         return self._failover_timeout
 
     async def _resending(self, action: str, attempt: Callable[[bool], Awaitable[T]]) -> T:
@@ -126,6 +126,18 @@ class ServerStore(Backend, Generic[C, L, A, R]):
             return await _failover.resending(self._failover_timeout, self._server_name, action, again)
         finally:
             local.busy -= 1
+
+    async def _reading(self, action: str, read: Callable[[L], Awaitable[T]]) -> T:
+        """``read(local)`` in :meth:`_using`, sent again after a lost connection for
+        ``failover_timeout`` seconds (for operations that change nothing: reads, listings)."""
+
+        async def once(_: bool) -> T:
+            async with self._using(action) as local:
+                return await read(local)
+
+        if self._failover_timeout:
+            return await self._resending(action, once)
+        return await once(False)
 
     # -- the connection of this process ---------------------------------------------
 
