@@ -20,9 +20,9 @@ import os
 import pwd
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -81,22 +81,29 @@ def start_redis(password: str | None = REDIS_PASSWORD, extra: tuple[str, ...] = 
     return server
 
 
+T = TypeVar("T")
+
 _started: list[Server] = []
-_shared: dict[str, Server | ServerMissing] = {}
+_shared: dict[str, Any] = {}  # kind -> the shared server, or the ServerMissing it met
 
 
-def _shared_server(kind: str) -> Server:
+def _shared_of(kind: str, start: Callable[[], T]) -> T:
+    """The shared server of ``kind``, started by ``start`` on first use; skips (fails under
+    CI) if it is not installed, every time it is asked for."""
     got = _shared.get(kind)
     if got is None:
         try:
-            got = start_postgres() if kind == "postgres" else start_redis()
+            got = start()
         except ServerMissing as exc:
             got = exc
         _shared[kind] = got
     if isinstance(got, ServerMissing):
         need(got)
-    assert isinstance(got, Server)
-    return got
+    return cast(T, got)
+
+
+def _shared_server(kind: str) -> Server:
+    return _shared_of(kind, start_postgres if kind == "postgres" else start_redis)
 
 
 def shared_postgres() -> PostgresServer:
@@ -244,18 +251,7 @@ def start_pgbouncer(
 def shared_pgbouncer() -> PgBouncerServer:
     """The PgBouncer (transaction mode, a pool of PGBOUNCER_POOL_SIZE) in front of the shared
     PostgreSQL server (started on first use); skips if either is not installed."""
-    got = _shared.get("pgbouncer")
-    if got is None:
-        postgres = shared_postgres()
-        try:
-            got = start_pgbouncer(postgres)
-        except ServerMissing as exc:
-            got = exc
-        _shared["pgbouncer"] = got
-    if isinstance(got, ServerMissing):
-        need(got)
-    assert isinstance(got, PgBouncerServer)
-    return got
+    return _shared_of("pgbouncer", lambda: start_pgbouncer(shared_postgres()))
 
 
 @pytest.fixture(scope="session")
@@ -432,22 +428,10 @@ def start_redis_cluster(
     return cluster
 
 
-_shared_cluster: list[RedisCluster | ServerMissing] = []
-
-
 def shared_redis_cluster() -> RedisCluster:
     """The Redis Cluster the tests share (3 masters, a replica each; started on first use);
     skips if Redis is not installed (fails under CI=true)."""
-    if not _shared_cluster:
-        try:
-            _shared_cluster.append(start_redis_cluster())
-        except ServerMissing as exc:
-            _shared_cluster.append(exc)
-    got = _shared_cluster[0]
-    if isinstance(got, ServerMissing):
-        need(got)
-    assert isinstance(got, RedisCluster)
-    return got
+    return _shared_of("redis_cluster", start_redis_cluster)
 
 
 @pytest.fixture(scope="session")

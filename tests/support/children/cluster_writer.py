@@ -25,7 +25,12 @@ def main() -> None:
     args = parser.parse_args()
     stores = [
         RedisStore(
-            args.url, prefix=args.prefix, namespace=ns, wait_replicas=args.wait_replicas, wait_timeout=2
+            args.url,
+            prefix=args.prefix,
+            namespace=ns,
+            wait_replicas=args.wait_replicas,
+            wait_timeout=2,
+            failover_timeout=120,  # a loaded CI machine may take long over the election
         )
         for ns in args.namespaces
     ]

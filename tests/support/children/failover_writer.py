@@ -27,7 +27,8 @@ async def _writer(args: argparse.Namespace) -> dict[str, Any]:
     from statekeep import StateConflictError
     from statekeep.stores import PostgresStore
 
-    store = PostgresStore(args.where, schema=args.schema)
+    # A loaded CI machine may take long over the promotion: more than the 30 s default.
+    store = PostgresStore(args.where, schema=args.schema, failover_timeout=120)
     conflicts = 0
     own = f"own-{args.name}"
     try:

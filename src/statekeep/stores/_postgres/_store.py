@@ -235,19 +235,6 @@ class PostgresStore(Blobs, Lifecycle, Leasing, ServerStore["Pool", PoolLocal, Wr
 
     # -- the four operations, on the owner loop -------------------------------------
 
-    async def _write(self, write: PreparedWrite) -> None:
-        if self._failover_timeout:
-            await self._resending("write", lambda resent: self._resend_once(write, resent))
-        else:
-            await self._write_once(write, False)
-
-    async def _resend_once(self, write: PreparedWrite, resent: bool) -> None:
-        """Send ``write``; when ``resent``, an append first as :func:`servercommon.guarded`
-        makes it, so that a first attempt that committed is found, not applied again."""
-        guarded = servercommon.guarded(write) if resent else None
-        if guarded is None or not await self._write_once(guarded, True, guarded=True):
-            await self._write_once(write, resent)
-
     async def _write_once(self, write: PreparedWrite, resent: bool, guarded: bool = False) -> bool:
         """Send ``write`` (``resent``: again, after a lost connection left an earlier
         attempt's outcome unknown: a refusal its own commit explains is a success). False

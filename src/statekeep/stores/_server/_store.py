@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 from ..._core import passwords as redaction
+from ..._core.writes import PreparedWrite
 from ..._runtime.slot import ProcessSlot
 from ..._store.backend import Backend
 from . import _failover
@@ -126,6 +127,25 @@ class ServerStore(Backend, Generic[C, L, A, R]):
             return await _failover.resending(self._failover_timeout, self._server_name, action, again)
         finally:
             local.busy -= 1
+
+    async def _write(self, write: PreparedWrite) -> None:
+        if self._failover_timeout:
+            await self._resending("write", lambda resent: self._resend_once(write, resent))
+        else:
+            await self._write_once(write, False)
+
+    async def _resend_once(self, write: PreparedWrite, resent: bool) -> None:
+        """Send ``write``; when ``resent``, an append first as :func:`._failover.guarded`
+        makes it, so that a first attempt that was applied is found, not applied again."""
+        guarded = _failover.guarded(write) if resent else None
+        if guarded is None or not await self._write_once(guarded, True, guarded=True):
+            await self._write_once(write, resent)
+
+    async def _write_once(self, write: PreparedWrite, resent: bool, guarded: bool = False) -> bool:
+        """Send ``write`` (``resent``: again, after a lost connection left an earlier
+        attempt's outcome unknown: a refusal its own commit explains is a success). False
+        only for a ``guarded`` resend its guard refused (the State is not where it was)."""
+        raise NotImplementedError
 
     async def _reading(self, action: str, read: Callable[[L], Awaitable[T]]) -> T:
         """``read(local)`` in :meth:`_using`, sent again after a lost connection for
