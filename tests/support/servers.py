@@ -38,14 +38,18 @@ from tests.support.serverprocs import Server as Server
 from tests.support.serverprocs import postgres_bindir as postgres_bindir
 from tests.support.serverprocs import redis_binary as redis_binary
 
+T = TypeVar("T")
+S = TypeVar("S", bound=Server)
+
 
 def _scratch(prefix: str) -> Path:
     # Not under pytest's tmp folders: those are 0700 root, which the postgres user cannot enter.
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
-def start_postgres(password: str = PG_PASSWORD) -> PostgresServer:
-    """Start a new PostgreSQL server; raises ServerMissing if it is not installed."""
+def _postgres_bindir() -> Path:
+    """PostgreSQL's programs; ServerMissing if they are not installed, or if running as root
+    without the 'postgres' user to run them as."""
     bindir = postgres_bindir()
     if os.geteuid() == 0:
         try:
@@ -55,33 +59,36 @@ def start_postgres(password: str = PG_PASSWORD) -> PostgresServer:
                 "running as root, PostgreSQL needs the 'postgres' user, which the postgresql "
                 f"packages create: apt-get install postgresql-{PG_VERSION}"
             ) from None
-    root = _scratch("statekeep-pg-")
-    os.chmod(root, 0o700)
-    server = PostgresServer(root, free_port(), bindir, password)
+    return bindir
+
+
+def _launch(server: S, init: bool = True) -> S:
+    """``server`` made (``init``) and started, stopped and removed at exit; removed at once if
+    it does not start."""
     try:
-        server.init()
+        if init:
+            server.init()  # type: ignore[attr-defined]
         server.start()
     except BaseException:
         server.remove()
         raise
     _started.append(server)
     return server
+
+
+def start_postgres(password: str = PG_PASSWORD) -> PostgresServer:
+    """Start a new PostgreSQL server; raises ServerMissing if it is not installed."""
+    bindir = _postgres_bindir()
+    root = _scratch("statekeep-pg-")
+    os.chmod(root, 0o700)
+    return _launch(PostgresServer(root, free_port(), bindir, password))
 
 
 def start_redis(password: str | None = REDIS_PASSWORD, extra: tuple[str, ...] = ()) -> RedisServer:
     """Start a new Redis server (AOF with fsync always unless ``extra`` says otherwise)."""
     redis_binary()
-    server = RedisServer(_scratch("statekeep-redis-"), free_port(), password, extra)
-    try:
-        server.start()
-    except BaseException:
-        server.remove()
-        raise
-    _started.append(server)
-    return server
+    return _launch(RedisServer(_scratch("statekeep-redis-"), free_port(), password, extra), init=False)
 
-
-T = TypeVar("T")
 
 _started: list[Server] = []
 _shared: dict[str, Any] = {}  # kind -> the shared server, or the ServerMissing it met
@@ -173,17 +180,11 @@ def start_postgres_pair(sync: bool = True) -> tuple[ReplicatedPostgres, Replicat
     returns once the standby has flushed it) or asynchronous. Kill the primary with
     ``.kill()`` and promote the standby with ``.promote()``; both are removed at exit.
     Raises ServerMissing if PostgreSQL is not installed."""
-    bindir = postgres_bindir()
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            raise ServerMissing(
-                f"running as root, PostgreSQL needs the 'postgres' user: apt-get install postgresql-{PG_VERSION}"
-            ) from None
+    bindir = _postgres_bindir()
     settings = ("synchronous_standby_names=*",) if sync else ()
     primary = start_postgres_with(settings)
     standby = _replicated(bindir, ())  # it never waits for a standby of its own once promoted
+    _started.append(standby)
     try:
         standby.base_backup(primary)
         standby.start()
@@ -197,22 +198,13 @@ def start_postgres_pair(sync: bool = True) -> tuple[ReplicatedPostgres, Replicat
 def start_postgres_with(settings: tuple[str, ...]) -> ReplicatedPostgres:
     """Start a new PostgreSQL server run with ``settings`` (``name=value``, as ``-c`` options;
     change ``.settings`` and restart to run it with others)."""
-    server = _replicated(postgres_bindir(), settings)
-    try:
-        server.init()
-        server.start()
-    except BaseException:
-        server.remove()
-        raise
-    return server
+    return _launch(_replicated(postgres_bindir(), settings))
 
 
 def _replicated(bindir: Path, settings: tuple[str, ...]) -> ReplicatedPostgres:
     root = _scratch("statekeep-pgha-")
     os.chmod(root, 0o700)
-    server = ReplicatedPostgres(root, free_port(), bindir, PG_PASSWORD, settings)
-    _started.append(server)
-    return server
+    return ReplicatedPostgres(root, free_port(), bindir, PG_PASSWORD, settings)
 
 
 def pair_dsn(primary: PostgresServer, standby: PostgresServer, query: str = "") -> str:
@@ -237,15 +229,9 @@ def start_pgbouncer(
     """Start a PgBouncer in front of ``postgres`` (``pool_mode`` transaction, at most
     ``pool_size`` server connections); raises ServerMissing if pgbouncer is not installed."""
     pgbouncer_binary()
-    server = PgBouncerServer(_scratch("statekeep-pgbouncer-"), free_port(), postgres, pool_size, pool_mode)
-    try:
-        server.init()
-        server.start()
-    except BaseException:
-        server.remove()
-        raise
-    _started.append(server)
-    return server
+    return _launch(
+        PgBouncerServer(_scratch("statekeep-pgbouncer-"), free_port(), postgres, pool_size, pool_mode)
+    )
 
 
 def shared_pgbouncer() -> PgBouncerServer:
